@@ -1,0 +1,52 @@
+"""The protocol every encoder-decoder model follows (see docs/ARCHITECTURE.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class DecoderOutput:
+    logits: torch.Tensor                                  # [B, T, V]
+    attention: dict[str, torch.Tensor] | None = None     # name -> [B, heads, T, S]
+
+
+class Seq2SeqModel(nn.Module):
+    """Base class: subclasses implement encode, decode, init_state and step."""
+
+    def encode(self, src: torch.Tensor) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode(self, memory: dict[str, Any], tgt_in: torch.Tensor, need_weights: bool = False,
+               teacher_forcing: float = 1.0) -> DecoderOutput:
+        raise NotImplementedError
+
+    def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def step(self, memory: dict[str, Any], state: dict[str, Any],
+             last_tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        raise NotImplementedError
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False,
+                teacher_forcing: float = 1.0) -> DecoderOutput:
+        return self.decode(self.encode(src), tgt_in, need_weights, teacher_forcing)
+
+
+def select(obj: Any, index: torch.Tensor) -> Any:
+    """Index-select dim 0 of every tensor in a nested dict/list/tuple (beam reordering)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.index_select(0, index)
+    if isinstance(obj, dict):
+        return {k: select(v, index) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(select(v, index) for v in obj)
+    return obj
+
+
+def count_parameters(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
