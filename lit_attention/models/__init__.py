@@ -1,0 +1,60 @@
+"""Build a seq2seq model from registry names; pick a width to match a parameter budget."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from lit_attention import registry
+from lit_attention.models.base import Seq2SeqModel, count_parameters
+
+
+def _model_class(family: str) -> type[Seq2SeqModel]:
+    registry.check("family", family, registry.FAMILIES)
+    if family == "transformer":
+        from lit_attention.models.transformer import TransformerSeq2Seq
+        return TransformerSeq2Seq
+    from lit_attention.models.rnn import RNNSeq2Seq
+    return RNNSeq2Seq
+
+
+def build_seq2seq(family: str, src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> Seq2SeqModel:
+    """Instantiate the family's model with the options its constructor accepts.
+
+    ``width`` (the shared size knob of every family) sets d_model for the Transformer and
+    hidden/embedding size for recurrent models; ``ffn_ratio`` scales the Transformer's FFN with it.
+    """
+    cls = _model_class(family)
+    options = dict(options)
+    width = options.pop("width", None)
+    ffn_ratio = options.pop("ffn_ratio", None)
+    if width is not None:
+        options.update(d_model=width, hidden_size=width, emb_size=width)
+        if ffn_ratio:
+            options["ffn"] = int(round(width * ffn_ratio))
+    accepted = inspect.signature(cls.__init__).parameters
+    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
+    return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **kwargs)
+
+
+def match_width(family: str, target_params: int, src_vocab_size: int, tgt_vocab_size: int,
+                multiple: int = 8, **options: Any) -> int:
+    """The width (multiple of ``multiple``) whose model has the parameter count closest to the target.
+
+    Parameter count grows monotonically with width, so a bisection over widths needs only a
+    handful of model constructions.
+    """
+    def params(width: int) -> int:
+        return count_parameters(build_seq2seq(family, src_vocab_size, tgt_vocab_size,
+                                              width=width, **options))
+
+    lo, hi = 1, 2
+    while params(hi * multiple) < target_params and hi < 1024:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if params(mid * multiple) < target_params:
+            lo = mid
+        else:
+            hi = mid
+    return min((lo * multiple, hi * multiple), key=lambda w: abs(params(w) - target_params))

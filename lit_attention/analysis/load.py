@@ -1,0 +1,136 @@
+"""Read run stores (runs/<group>/<run_id>/...) into tidy DataFrames.
+
+One row per run in `load_runs`: the summary's scalar fields, the model dict flattened to
+`model.<field>`, and the resolved config.yaml flattened to `config.<path>`. Curves, gradient-flow
+tables and length buckets come in long form, one row per (run, step/position/bucket).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+SUMMARY = "summary.json"
+FINISHED = "finished"
+# Summary fields that are not scalars and live in their own tables (or nowhere).
+NESTED = ("model", "versions", "bleu_by_length")
+
+
+def find_run_dirs(root: Path | str) -> list[Path]:
+    """Every directory under `root` (or `root` itself) holding a summary.json."""
+    root = Path(root)
+    if (root / SUMMARY).is_file():
+        return [root]
+    return sorted(p.parent for p in root.rglob(SUMMARY) if "checkpoints" not in p.parts)
+
+
+def _scalar(value):
+    # Lists and dicts (e.g. tuple-valued model fields) become JSON text so they can be grouped on.
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return value
+
+
+def flatten(tree: dict, prefix: str) -> dict:
+    """{'a': {'b': 1}} -> {'<prefix>.a.b': 1}; LightningCLI's class_path/init_args levels vanish."""
+    flat = {}
+    for key, value in tree.items():
+        if key == "init_args" and isinstance(value, dict):
+            flat.update(flatten(value, prefix))
+            continue
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            flat.update(flatten(value, name))
+        else:
+            flat[name] = _scalar(value)
+    return flat
+
+
+def load_run(run_dir: Path | str) -> dict:
+    """One run as a flat dict (the row `load_runs` builds)."""
+    run_dir = Path(run_dir)
+    summary = json.loads((run_dir / SUMMARY).read_text())
+    row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
+    row.update(flatten(summary.get("model") or {}, "model"))
+    row["run_id"] = summary.get("run_id") or run_dir.name
+    row["group"] = summary.get("group") or run_dir.parent.name
+    row["run_dir"] = str(run_dir)  # where it is now, not where it was written
+    row["status"] = summary.get("status") or "unknown"
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        row.update(flatten(yaml.safe_load(config.read_text()) or {}, "config"))
+    return row
+
+
+def load_runs(root: Path | str) -> pd.DataFrame:
+    """All runs under `root` (a runs/ dir, a group dir or one run dir), one row per run."""
+    rows = [load_run(d) for d in find_run_dirs(root)]
+    if not rows:
+        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}")
+    runs = pd.DataFrame(rows)
+    first = ["group", "run_id", "status", "task", "seed"]
+    return runs[[c for c in first if c in runs] + [c for c in runs if c not in first]]
+
+
+def config_columns(runs: pd.DataFrame) -> list[str]:
+    """The columns that make a configuration: task plus the model dict (never the seed)."""
+    cols = [c for c in runs.columns if c.startswith("model.")]
+    return (["task"] if "task" in runs else []) + cols
+
+
+def varying(runs: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The subset of `columns` taking more than one value across `runs`."""
+    return [c for c in columns if runs[c].astype(str).nunique(dropna=False) > 1]
+
+
+def resolve_key(runs: pd.DataFrame, key: str) -> str:
+    """Map a user key (`model.scoring`, `scoring`, `data.max_len`) to a column of `runs`."""
+    for name in (key, f"model.{key}", f"config.{key}"):
+        if name in runs.columns:
+            return name
+    known = ", ".join(config_columns(runs))
+    raise KeyError(f"unknown key {key!r}; configuration keys: {known}")
+
+
+def _read_csv_per_run(runs: pd.DataFrame, filename: str) -> pd.DataFrame:
+    frames = []
+    for run in runs.itertuples():
+        path = Path(run.run_dir) / filename
+        if path.is_file() and path.stat().st_size:
+            frame = pd.read_csv(path)
+            frame.insert(0, "run_dir", run.run_dir)
+            frame.insert(0, "run_id", run.run_id)
+            frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def load_metrics(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every run's metrics.csv stacked (long form: run_id, run_dir, step, epoch, metrics...)."""
+    return _read_csv_per_run(runs, "metrics.csv")
+
+
+def load_gradflow(runs: pd.DataFrame) -> pd.DataFrame:
+    """Every run's gradflow.csv stacked (run_id, run_dir, step, position, distance, norm)."""
+    return _read_csv_per_run(runs, "gradflow.csv")
+
+
+def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
+    """summary.json `bleu_by_length` of every run, one row per (run, bucket)."""
+    rows = []
+    for run in runs.itertuples():
+        summary = json.loads((Path(run.run_dir) / SUMMARY).read_text())
+        for bucket in summary.get("bleu_by_length") or []:
+            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
+    return pd.DataFrame(rows)
+
+
+def read_hyps(run_dir: Path | str, split: str = "test") -> tuple[list[str], list[str] | None]:
+    """Hypotheses of a split and, if stored beside them (hyps/<split>.ref.txt), the references."""
+    hyp_dir = Path(run_dir) / "hyps"
+    hyps = (hyp_dir / f"{split}.txt").read_text(encoding="utf-8").splitlines()
+    ref_path = hyp_dir / f"{split}.ref.txt"
+    refs = ref_path.read_text(encoding="utf-8").splitlines() if ref_path.is_file() else None
+    return hyps, refs

@@ -1,0 +1,197 @@
+"""Aggregated results -> paper tables: LaTeX (booktabs), Markdown, CSV, and a trace CSV.
+
+A table is a pair of DataFrames with the same shape: `cells` (display strings, unescaped) and
+`best` (True where the value is the best of its column, set in bold). Two layouts:
+`summary_table` (one row per configuration, one column per statistic) and `pivot_table`
+(rows x columns of configuration keys, each cell "mean ± std").
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from lit_attention.analysis.aggregate import usable
+
+DAGGER = "†"
+LOWER_IS_BETTER = ("loss", "ppl", "ter")
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+                 "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+                 "^": r"\textasciicircum{}", "|": r"\textbar{}", "<": r"\textless{}",
+                 ">": r"\textgreater{}"}
+# Unicode that pdflatex without extra packages cannot typeset.
+LATEX_UNICODE = {"±": r"$\pm$", DAGGER: r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
+                 "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$"}
+
+
+def higher_is_better(metric: str) -> bool:
+    return not any(word in metric.lower() for word in LOWER_IS_BETTER)
+
+
+def label(value) -> str:
+    """A configuration value as a table label: 4.0 -> '4', NaN -> '–'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def number(x, digits: int = 1) -> str:
+    return "" if x is None or pd.isna(x) else f"{x:.{digits}f}"
+
+
+def count(x) -> str:
+    """Parameter counts and rates: 1234567 -> '1.23M'."""
+    if x is None or pd.isna(x):
+        return ""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g}{suffix}"
+    return f"{x:.3g}"
+
+
+def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
+    labels = [tuple(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    if len(keys) == 1:
+        return pd.Index([t[0] for t in labels], name=keys[0])
+    return pd.MultiIndex.from_tuples(labels, names=keys)
+
+
+def _significant(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[bool]:
+    if sig is None or sig.empty:
+        return [False] * len(agg)
+    marked = {tuple(label(v) for v in r[:-1]) for r in sig[keys + ["significant"]].itertuples(index=False) if r[-1]}
+    return [tuple(label(v) for v in r) in marked for r in agg[keys].itertuples(index=False)]
+
+
+def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
+    # Compare at the displayed precision, so values that print the same are bolded together.
+    shown = values.round(digits)
+    target = shown.max() if higher_is_better(metric) else shown.min()
+    return shown == target
+
+
+def mean_std(mean, std, digits: int, significant: bool = False) -> str:
+    if pd.isna(mean):
+        return "–"
+    text = number(mean, digits) + (f" ± {number(std, digits)}" if not pd.isna(std) else "")
+    return text + (DAGGER if significant else "")
+
+
+def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None = None,
+                  baseline: pd.Series | None = None, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per configuration: metric mean ± std, 95% CI, n, excluded runs, costs, gradients, p."""
+    marks = _significant(agg, keys, sig)
+    columns = {
+        metric: [mean_std(m, s, digits, k) for m, s, k in zip(agg["mean"], agg["std"], marks)],
+        "95% CI": ["" if pd.isna(lo) else f"[{number(lo, digits)}, {number(hi, digits)}]"
+                   for lo, hi in zip(agg["ci_lo"], agg["ci_hi"])],
+        "n": agg["n"].astype(int).astype(str).tolist(),
+        "failed/pruned": [f"{f}/{p}" + (f" (+{o} other)" if o else "")
+                          for f, p, o in zip(agg["n_failed"], agg["n_pruned"], agg["n_other"])],
+    }
+    optional = {"params": ("params", count), "train s": ("train_seconds", lambda x: number(x, 0)),
+                "tok/s": ("tokens_per_second", count),
+                "grad norm": ("grad_norm_median", lambda x: number(x, 2)),
+                "clip %": ("clip_fraction", lambda x: number(100 * x, 0)),
+                "‖g‖ d1/d20": ("gradflow_ratio", lambda x: "" if pd.isna(x) else f"{x:.3g}"),
+                "‖g‖ decay/step": ("gradflow_decay", lambda x: number(x, 3))}
+    for name, (col, fmt) in optional.items():
+        if col in agg and agg[col].notna().any():
+            columns[name] = [fmt(x) for x in agg[col]]
+    if sig is not None:
+        p_by_config = {tuple(label(v) for v in r[:-1]): r[-1]
+                       for r in sig[keys + ["p_holm"]].itertuples(index=False)}
+        is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
+        columns["p (Holm)"] = [
+            "baseline" if base else number(p_by_config.get(tuple(label(v) for v in r), math.nan), 3)
+            for base, r in zip(is_base, agg[keys].itertuples(index=False))]
+    cells = pd.DataFrame(columns, index=_index(agg, keys))
+    best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
+    best[metric] = _best(agg["mean"], metric, digits).to_numpy()
+    return cells, best
+
+
+def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str,
+                sig: pd.DataFrame | None = None, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """rows x cols grid of "mean ± std" (with † where significant); best per column in bold."""
+    keys = rows + cols
+    if agg.duplicated(keys).any():
+        raise ValueError(f"rows {rows} x cols {cols} do not identify a configuration: "
+                         "add the varying keys to --rows or --cols")
+    frame = agg.assign(_cell=[mean_std(m, s, digits, k) for m, s, k in
+                              zip(agg["mean"], agg["std"], _significant(agg, keys, sig))],
+                       _mean=agg["mean"].round(digits))
+    for key in keys:
+        frame[key] = frame[key].map(label)
+    cells = frame.pivot(index=rows, columns=cols, values="_cell").fillna("")
+    means = frame.pivot(index=rows, columns=cols, values="_mean").reindex_like(cells)
+    target = means.max() if higher_is_better(metric) else means.min()
+    best = means.eq(target, axis=1)
+    return cells, best
+
+
+def latex_text(text) -> str:
+    """Escape LaTeX specials and replace the unicode symbols the tables use."""
+    out = "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    for symbol, tex in LATEX_UNICODE.items():
+        out = out.replace(symbol, tex)
+    return out
+
+
+def to_latex(cells: pd.DataFrame, best: pd.DataFrame, caption: str, label: str | None = None) -> str:
+    """A booktabs table (Styler.to_latex) with every label escaped, including index names."""
+    styler = cells.style.format(latex_text)
+    styler = styler.format_index(latex_text, axis=0).format_index(latex_text, axis=1)
+    styler = styler.format_index_names(latex_text, axis=0).format_index_names(latex_text, axis=1)
+    styler = styler.apply(lambda _: best.map(lambda b: "textbf:--rwrap;" if b else ""), axis=None)
+    column_format = "l" * cells.index.nlevels + "r" * cells.shape[1]
+    return styler.to_latex(hrules=True, column_format=column_format, caption=latex_text(caption),
+                           label=label, position_float="centering", multicol_align="c")
+
+
+def _flat(value) -> str:
+    return " / ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def to_markdown(cells: pd.DataFrame, best: pd.DataFrame, caption: str = "") -> str:
+    """A GitHub Markdown table (bold best values) followed by the caption."""
+    shown = cells.where(~best, "**" + cells + "**")
+    shown.columns = [_flat(c) for c in shown.columns]
+    names = [n if n is not None else "" for n in shown.index.names]
+    if cells.columns.names[0] is not None and cells.columns.nlevels >= 1:
+        col_names = " / ".join(str(n) for n in cells.columns.names if n is not None)
+        names[-1] = f"{names[-1]} \\ {col_names}"
+    shown.index.names = names
+    table = shown.reset_index().to_markdown(index=False, disable_numparse=True)
+    return table + ("\n\n" + caption if caption else "") + "\n"
+
+
+def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
+                 significance: str | None = None, baseline: str | None = None) -> str:
+    """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature."""
+    ns = sorted(set(agg["n"].astype(int)))
+    n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
+    parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seeds per "
+             f"configuration; {ci_method}. Best value per column in bold."]
+    failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
+    if failed or pruned or other:
+        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned and {other} other "
+                     "(interrupted, running or without the metric) runs.")
+    if significance:
+        parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}); {significance}.")
+    if signature:
+        parts.append(f"sacreBLEU signature: {signature}.")
+    return " ".join(parts)
+
+
+def trace_table(runs: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
+    """One row per run: the configuration (cell) it belongs to, whether it is averaged, its value."""
+    frame = runs[keys].map(label)
+    frame.insert(0, "cell", [" / ".join(r) for r in frame.itertuples(index=False)])
+    extra = [c for c in ("group", "run_id", "seed", "status", metric, "run_dir") if c in runs]
+    frame = frame.join(runs[extra])
+    frame.insert(len(keys) + 1, "included", usable(runs, metric))
+    return frame.sort_values(["cell", "included", "run_id"], ascending=[True, False, True])

@@ -1,0 +1,164 @@
+"""Token-count batching with length bucketing and rank sharding, and the batch collate function.
+
+A batch's cost is its padded size: the longest example times the number of examples. Batches are
+formed by sorting examples by length within large random chunks (similar lengths share a batch,
+yet batches still differ from epoch to epoch), then the batch order is shuffled. Everything
+random is drawn from ``(seed, epoch)``, so every rank computes the same global list of batches
+and takes every ``num_replicas``-th one.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from lit_attention.data.vocab import BOS, EOS, PAD
+
+
+def padded_length(src_ids: Sequence[int], tgt_ids: Sequence[int]) -> int:
+    """Length an example occupies in a batch: ``x EOS`` or ``BOS y``, whichever is longer."""
+    return max(len(src_ids), len(tgt_ids)) + 1
+
+
+class TokenBatchSampler:
+    """Yields lists of example indices whose padded size stays within ``max_tokens``.
+
+    ``lengths`` are per-example padded lengths (see ``padded_length``). A single example longer
+    than ``max_tokens`` still gets a batch of its own (filter long training pairs beforehand).
+    With ``pad_to_equal`` every rank gets the same number of batches: the global list is
+    extended by repeating its first batches until it divides evenly.
+    """
+
+    def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool = True,
+                 seed: int = 0, num_replicas: int = 1, rank: int = 0,
+                 bucket_size_multiplier: int = 100, pad_to_equal: bool = True):
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be positive, got {max_tokens}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in 0..{num_replicas - 1}")
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.bucket_size_multiplier = bucket_size_multiplier
+        self.pad_to_equal = pad_to_equal
+        self.epoch = 0
+        self.start = 0            # batches of this epoch to skip when iteration (re)starts
+        self.first = 0            # where the current iteration started
+        self.batches_done = 0     # batches yielded so far in this epoch
+        self._cache: tuple[int, list[list[int]]] | None = None
+
+    @property
+    def sampler(self):
+        # Lightning calls set_epoch on `dataloader.batch_sampler.sampler` at each epoch start.
+        return self
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.start, self.batches_done = epoch, 0, 0
+
+    def global_batches(self, epoch: int) -> list[list[int]]:
+        """Every rank's batches for ``epoch``, before sharding and padding."""
+        n = len(self.lengths)
+        if n == 0:
+            return []
+        rng = np.random.default_rng([self.seed, epoch])
+        if self.shuffle:
+            order = rng.permutation(n)
+            typical_batch = max(1, self.max_tokens // max(1, int(np.median(self.lengths))))
+            chunk = self.bucket_size_multiplier * typical_batch
+        else:
+            order, chunk = np.arange(n), n
+        batches = []
+        for begin in range(0, n, chunk):
+            ids = order[begin:begin + chunk]
+            ids = ids[np.argsort(self.lengths[ids], kind="stable")]
+            batch, longest = [], 0
+            for i in ids.tolist():
+                length = int(self.lengths[i])
+                if batch and max(longest, length) * (len(batch) + 1) > self.max_tokens:
+                    batches.append(batch)
+                    batch, longest = [], 0
+                batch.append(i)
+                longest = max(longest, length)
+            batches.append(batch)
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches
+
+    def rank_batches(self) -> list[list[int]]:
+        """This rank's batches for the current epoch."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            batches = self.global_batches(self.epoch)
+            remainder = len(batches) % self.num_replicas
+            if self.pad_to_equal and remainder and batches:
+                missing = self.num_replicas - remainder
+                batches = batches + [batches[i % len(batches)] for i in range(missing)]
+            self._cache = (self.epoch, batches[self.rank::self.num_replicas])
+        return self._cache[1]
+
+    def __len__(self) -> int:
+        return len(self.rank_batches())
+
+    def __iter__(self):
+        batches = self.rank_batches()
+        self.first, self.start = self.start, 0
+        self.batches_done = self.first
+        for batch in batches[self.first:]:
+            self.batches_done += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume mid-epoch: the next iteration skips the batches already consumed."""
+        self.epoch = int(state["epoch"])
+        self.start = self.batches_done = int(state["batches_done"])
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose position Lightning saves in checkpoints (it has ``state_dict``).
+
+    It counts the batches it has returned rather than asking its TokenBatchSampler, which worker
+    processes run ahead of.
+    """
+
+    epoch, batches_done = 0, 0
+
+    def __iter__(self):
+        sampler = self.batch_sampler
+        for count, batch in enumerate(super().__iter__(), start=1):
+            # the sampler has begun its iteration by now, so sampler.first is this epoch's start
+            self.epoch, self.batches_done = sampler.epoch, sampler.first + count
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
+        self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
+
+
+def collate(examples: Sequence[dict]) -> dict:
+    """Batch dict: ``src`` = x EOS, ``tgt_in`` = BOS y, ``tgt_out`` = y EOS, PAD-padded; ``idx``."""
+    size = len(examples)
+    src_len = max(len(ex["src"]) for ex in examples) + 1
+    tgt_len = max(len(ex["tgt"]) for ex in examples) + 1
+    src = torch.full((size, src_len), PAD, dtype=torch.long)
+    tgt_in = torch.full((size, tgt_len), PAD, dtype=torch.long)
+    tgt_out = torch.full((size, tgt_len), PAD, dtype=torch.long)
+    for b, ex in enumerate(examples):
+        x, y = torch.as_tensor(ex["src"], dtype=torch.long), torch.as_tensor(ex["tgt"],
+                                                                               dtype=torch.long)
+        src[b, :len(x)], src[b, len(x)] = x, EOS
+        tgt_in[b, 0], tgt_in[b, 1:len(y) + 1] = BOS, y
+        tgt_out[b, :len(y)], tgt_out[b, len(y)] = y, EOS
+    idx = torch.tensor([ex["idx"] for ex in examples], dtype=torch.long)
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}

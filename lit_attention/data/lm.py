@@ -1,0 +1,174 @@
+"""Language-model data: one contiguous token stream per split, cut into truncated-BPTT batches.
+
+Every line becomes ``encode(line) + [EOS]``, so EOS marks line ends (the newline of a character
+model). A split's stream is laid out as B parallel streams (classic batchify): batch i holds
+columns ``[i*bptt, (i+1)*bptt)`` of every stream and its targets are the same window shifted by
+one, so a hidden state carried from batch i to batch i+1 continues exactly where it left off.
+Under DDP the stream is cut into ``world_size * B`` parallel streams and each rank reads its own
+B of them: no sampler, no duplicated tokens, and the token counts of all ranks add up.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import torch
+from lightning.pytorch import LightningDataModule
+from torch.utils.data import DataLoader, IterableDataset
+
+from lit_attention.data.synthetic import SYNTHETIC_TASKS, generate, split_seed
+from lit_attention.data.text import DataError, read_lines
+from lit_attention.data.tokenizers import build_tokenizers
+from lit_attention.data.vocab import EOS
+from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
+
+LM_TASKS = ("files", *SYNTHETIC_TASKS)
+
+
+def encode_stream(tokenizer, lines: list[str]) -> torch.Tensor:
+    ids: list[int] = []
+    for line in lines:
+        ids.extend(tokenizer.encode(line))
+        ids.append(EOS)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def batchify(stream: torch.Tensor, n_streams: int) -> torch.Tensor:
+    """[n_streams, L]: the stream cut into n_streams contiguous pieces (the tail is dropped)."""
+    length = stream.numel() // n_streams
+    if length < 2:
+        raise DataError(f"a stream of {stream.numel()} tokens is too short for {n_streams} parallel "
+                        f"streams; lower batch_size")
+    return stream[: n_streams * length].view(n_streams, length)
+
+
+class StreamBatches(IterableDataset):
+    """Consecutive ``{"tokens": [B, T], "targets": [B, T]}`` windows of batchified streams."""
+
+    def __init__(self, data: torch.Tensor, bptt: int):
+        self.data, self.bptt = data, bptt
+
+    def __len__(self) -> int:
+        return math.ceil((self.data.shape[1] - 1) / self.bptt)
+
+    def __iter__(self):
+        L = self.data.shape[1]
+        for start in range(0, L - 1, self.bptt):
+            end = min(start + self.bptt, L - 1)
+            yield {"tokens": self.data[:, start:end], "targets": self.data[:, start + 1:end + 1]}
+
+
+class LMDataModule(LightningDataModule):
+    """Monolingual text files (plain or .gz) or a synthetic task's target side, as token streams.
+
+    ``task="files"``: ``path`` is the training file; ``val_path``/``test_path`` give the other
+    splits, else the file's lines are split contiguously into train / val / test by
+    ``val_fraction`` and ``test_fraction`` (the last lines are test). A synthetic task uses the
+    target side of ``n_sentences`` generated pairs (val and test get a tenth each).
+    """
+
+    def __init__(
+        self,
+        task: str = "files",
+        path: str | None = None,
+        val_path: str | None = None,
+        test_path: str | None = None,
+        tokenizer: str = "char",
+        vocab_size: int = 8000,
+        spm_model: str = "unigram",
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        bptt: int = 64,
+        val_fraction: float = 0.05,
+        test_fraction: float = 0.05,
+        n_sentences: int = 2000,
+        seed: int = 0,
+        cache_dir: str = ".cache/lit_attention",
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        check("language-model task", task, LM_TASKS)
+        check("tokenizer", tokenizer, TOKENIZERS)
+        check("SentencePiece model type", spm_model, SPM_MODELS)
+        if task == "files" and not path:
+            raise ValueError("task 'files' needs data.path (a monolingual text file)")
+        if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
+            raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum to less than 1")
+        self.save_hyperparameters()
+        self.tokenizer = None
+        self.streams: dict[str, torch.Tensor] = {}
+
+    # -- text and tokens ---------------------------------------------------------------------
+
+    def split_lines(self) -> dict[str, list[str]]:
+        h = self.hparams
+        if h.task != "files":
+            n = {"train": h.n_sentences, "val": max(h.n_sentences // 10, 1),
+                 "test": max(h.n_sentences // 10, 1)}
+            return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
+        lines = read_lines(h.path)
+        if h.val_path and h.test_path:
+            return {"train": lines, "val": read_lines(h.val_path), "test": read_lines(h.test_path)}
+        if h.val_path or h.test_path:
+            raise ValueError("give both data.val_path and data.test_path, or neither")
+        n_val, n_test = round(len(lines) * h.val_fraction), round(len(lines) * h.test_fraction)
+        n_train = len(lines) - n_val - n_test
+        if min(n_train, n_val, n_test) < 1:
+            raise DataError(f"{h.path}: {len(lines)} lines are too few to split into train/val/test")
+        return {"train": lines[:n_train], "val": lines[n_train:n_train + n_val],
+                "test": lines[n_train + n_val:]}
+
+    def prepare(self) -> None:
+        """Build the tokenizer on the training lines and encode every split (once)."""
+        if self.streams:
+            return
+        lines = self.split_lines()
+        self.tokenizer = self._build_tokenizer(lines["train"])
+        self.streams = {split: encode_stream(self.tokenizer, split_lines)
+                        for split, split_lines in lines.items()}
+
+    def _build_tokenizer(self, train_lines: list[str]):
+        h = self.hparams
+        # One (joint) model trained on the training lines only; the second side is empty.
+        tokenizer, _ = build_tokenizers(h.tokenizer, train_lines, [], vocab_size=h.vocab_size,
+                                        model_type=h.spm_model, joint=True,
+                                        cache_dir=os.path.join(h.cache_dir, "tokenizers"))
+        return tokenizer
+
+    @property
+    def vocab_size_actual(self) -> int:
+        self.prepare()
+        return self.tokenizer.vocab_size
+
+    def n_tokens(self, split: str) -> int:
+        self.prepare()
+        return int(self.streams[split].numel())
+
+    # -- Lightning hooks ---------------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        self.prepare()
+
+    def batches(self, split: str, rank: int | None = None, world: int | None = None) -> StreamBatches:
+        """One rank's batches of a split (rank and world size default to the trainer's)."""
+        self.prepare()
+        h = self.hparams
+        if rank is None or world is None:
+            trainer = self.trainer
+            rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        B = h.batch_size if split == "train" else (h.eval_batch_size or h.batch_size)
+        data = batchify(self.streams[split], B * world)[rank * B:(rank + 1) * B]
+        return StreamBatches(data, h.bptt)
+
+    def _loader(self, split: str) -> DataLoader:
+        return DataLoader(self.batches(split), batch_size=None, num_workers=self.hparams.num_workers)
+
+    def train_dataloader(self):
+        return self._loader("train")
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")

@@ -1,0 +1,144 @@
+"""Synthetic translation tasks generated from a seed: copy, reverse, sort and toy-mt.
+
+Every task returns whitespace-joined ``(src_lines, tgt_lines)`` whose correct output is known
+exactly. ``toy-mt`` is a small synchronous grammar: an English-like target and an invented
+source language that differs from it in word order only (one source word per target word):
+adjectives follow their noun, verbs come last in every clause (SOV vs SVO), and subject
+relative clauses nest up to a depth limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+
+from lit_attention.registry import TASKS, check
+
+SYNTHETIC_TASKS = tuple(task for task in TASKS if task != "files")
+
+# Target word -> source word.
+LEXICON = {
+    "the": "lo", "a": "na", "that": "ke",
+    # nouns
+    "dog": "bako", "cat": "miru", "bird": "tesi", "man": "kolu", "woman": "seni",
+    "child": "pado", "horse": "vemu", "fish": "giro", "farmer": "fuma", "teacher": "lanu",
+    # adjectives
+    "big": "zor", "small": "pim", "red": "lek", "tall": "dal", "happy": "sif", "quick": "rav",
+    "young": "tum", "green": "wel",
+    # transitive verbs
+    "sees": "mika", "likes": "tola", "chases": "runa", "finds": "belo", "follows": "hosa",
+    "helps": "nepi",
+    # intransitive verbs
+    "sleeps": "dumi", "runs": "kapo", "sings": "lisa", "waits": "gera",
+}
+DETERMINERS = ("the", "a")
+NOUNS = ("dog", "cat", "bird", "man", "woman", "child", "horse", "fish", "farmer", "teacher")
+ADJECTIVES = ("big", "small", "red", "tall", "happy", "quick", "young", "green")
+TRANSITIVE = ("sees", "likes", "chases", "finds", "follows", "helps")
+INTRANSITIVE = ("sleeps", "runs", "sings", "waits")
+
+MAX_DEPTH = 3         # relative clauses nested inside one noun phrase
+P_RELATIVE = 0.55     # chance a noun phrase gets a relative clause (below MAX_DEPTH)
+P_TRANSITIVE = 0.7
+
+
+@dataclass
+class NounPhrase:
+    det: str
+    noun: str
+    adjectives: tuple[str, ...] = ()
+    relative: Clause | None = None      # "that <verb> [object]": the subject is the gap
+
+
+@dataclass
+class Clause:
+    subject: NounPhrase | None          # None inside a relative clause
+    verb: str
+    object: NounPhrase | None = None    # None for intransitive verbs
+
+
+def english(node: NounPhrase | Clause) -> list[str]:
+    """Target words: determiner adjectives noun, subject verb object."""
+    if isinstance(node, NounPhrase):
+        words = [node.det, *node.adjectives, node.noun]
+        return words + (["that"] + english(node.relative) if node.relative else [])
+    words = english(node.subject) if node.subject else []
+    return words + [node.verb] + (english(node.object) if node.object else [])
+
+
+def source(node: NounPhrase | Clause) -> list[str]:
+    """Source words: determiner noun adjectives, subject object verb."""
+    if isinstance(node, NounPhrase):
+        words = [LEXICON[node.det], LEXICON[node.noun], *(LEXICON[a] for a in node.adjectives)]
+        return words + (["ke"] + source(node.relative) if node.relative else [])
+    words = source(node.subject) if node.subject else []
+    return words + (source(node.object) if node.object else []) + [LEXICON[node.verb]]
+
+
+def _noun_phrase(rng: random.Random, depth: int) -> NounPhrase:
+    n_adjectives = rng.choices((0, 1, 2), weights=(0.5, 0.3, 0.2))[0]
+    relative = None
+    if depth < MAX_DEPTH and rng.random() < P_RELATIVE:
+        relative = _clause(rng, depth + 1, subject=None)
+    return NounPhrase(rng.choice(DETERMINERS), rng.choice(NOUNS),
+                      tuple(rng.sample(ADJECTIVES, n_adjectives)), relative)
+
+
+def _clause(rng: random.Random, depth: int, subject: NounPhrase | None) -> Clause:
+    if rng.random() < P_TRANSITIVE:
+        return Clause(subject, rng.choice(TRANSITIVE), _noun_phrase(rng, depth))
+    return Clause(subject, rng.choice(INTRANSITIVE))
+
+
+def random_sentence(rng: random.Random) -> Clause:
+    return _clause(rng, 0, subject=_noun_phrase(rng, 0))
+
+
+def symbols(n_symbols: int) -> list[str]:
+    """Symbol words a0..a9, b0..b9, ...: string order equals symbol order."""
+    if not 1 <= n_symbols <= 260:
+        raise ValueError(f"n_symbols must be in 1..260, got {n_symbols}")
+    return [f"{chr(ord('a') + i // 10)}{i % 10}" for i in range(n_symbols)]
+
+
+def _symbol_task(task, n, rng, min_len, max_len, n_symbols):
+    vocab = symbols(n_symbols)
+    src, tgt = [], []
+    for _ in range(n):
+        words = [rng.choice(vocab) for _ in range(rng.randint(min_len, max_len))]
+        out = {"copy": words, "reverse": words[::-1], "sort": sorted(words)}[task]
+        src.append(" ".join(words))
+        tgt.append(" ".join(out))
+    return src, tgt
+
+
+def _toy_mt(n, rng, min_len, max_len):
+    src, tgt = [], []
+    while len(src) < n:
+        sentence = random_sentence(rng)
+        words = english(sentence)
+        if min_len <= len(words) <= max_len:    # rejection keeps the length window exact
+            src.append(" ".join(source(sentence)))
+            tgt.append(" ".join(words))
+    return src, tgt
+
+
+def generate(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 40,
+             n_symbols: int = 20) -> tuple[list[str], list[str]]:
+    """``n`` (source, target) sentence pairs of ``task``; the same seed gives the same data."""
+    check("synthetic task", task, SYNTHETIC_TASKS)
+    if not 1 <= min_len <= max_len:
+        raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    if task == "toy-mt" and min_len > 30:
+        raise ValueError(f"toy-mt rarely makes sentences longer than 30 words; min_len={min_len}")
+    rng = random.Random(seed)
+    if task == "toy-mt":
+        return _toy_mt(n, rng, min_len, max_len)
+    return _symbol_task(task, n, rng, min_len, max_len, n_symbols)
+
+
+def split_seed(seed: int, split: str) -> int:
+    """A seed for one split derived from the data seed, so splits never share examples' rng."""
+    digest = hashlib.sha256(f"{seed}/{split}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")

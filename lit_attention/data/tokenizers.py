@@ -1,0 +1,273 @@
+"""Word, character and SentencePiece tokenizers sharing one protocol, cached on disk by content.
+
+Every tokenizer maps PAD=0, UNK=1, BOS=2, EOS=3 (``vocab.py``). ``build_tokenizers`` trains on the
+training split once and reuses the saved model whenever the training text and settings are the
+same (``tok.cache_hit`` tells which happened). Cache files are written atomically under a file lock
+because several DDP ranks build their tokenizers at the same moment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import json
+import logging
+import os
+import tempfile
+from collections import Counter
+from typing import Iterable, Protocol, Sequence
+
+import sentencepiece as spm
+
+from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CACHE_DIR = os.path.join(".cache", "lit_attention", "tokenizers")
+CACHE_FORMAT = 1     # bump when the saved files or the training recipe change
+
+
+class Tokenizer(Protocol):
+    vocab_size: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+    def pieces(self, ids: Sequence[int]) -> list[str]: ...
+
+
+def _content_ids(ids: Sequence[int]) -> list[int]:
+    """Ids up to the first EOS, without PAD and BOS."""
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == EOS:
+            break
+        if i not in (PAD, BOS):
+            out.append(i)
+    return out
+
+
+class _VocabTokenizer:
+    """A token list plus a rule to split text into tokens and join tokens back."""
+
+    kind = ""
+    cache_hit = False
+
+    def __init__(self, itos: Sequence[str]):
+        if tuple(itos[:len(SPECIALS)]) != SPECIALS:
+            raise ValueError(f"vocabulary must start with the specials {SPECIALS}")
+        self.itos = list(itos)
+        self.stoi = {token: i for i, token in enumerate(self.itos)}
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        raise NotImplementedError
+
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        raise NotImplementedError
+
+    @classmethod
+    def train(cls, lines: Iterable[str], max_size: int | None = None):
+        """Vocabulary by descending frequency, ties alphabetical, specials first."""
+        counts = Counter(token for line in lines for token in cls.split(line))
+        for special in SPECIALS:
+            counts.pop(special, None)
+        tokens = sorted(counts, key=lambda token: (-counts[token], token))
+        if max_size is not None:
+            tokens = tokens[:max(0, max_size - len(SPECIALS))]
+        return cls(list(SPECIALS) + tokens)
+
+    def encode(self, text: str) -> list[int]:
+        return [self.stoi.get(token, UNK) for token in self.split(text)]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.join([self.itos[i] for i in _content_ids(ids)])
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.itos[int(i)] for i in ids]
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"kind": self.kind, "itos": self.itos}, ensure_ascii=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes):
+        saved = json.loads(data)
+        if saved.get("kind") != cls.kind:
+            raise ValueError(f"saved vocabulary is {saved.get('kind')!r}, expected {cls.kind!r}")
+        return cls(saved["itos"])
+
+
+class WordTokenizer(_VocabTokenizer):
+    """Whitespace-separated words; decoding joins with single spaces."""
+
+    kind = "word"
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        return text.split()
+
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        return " ".join(tokens)
+
+
+class CharTokenizer(_VocabTokenizer):
+    """One token per Unicode character, spaces included."""
+
+    kind = "char"
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        return list(text)
+
+    @staticmethod
+    def join(tokens: list[str]) -> str:
+        return "".join(tokens)
+
+
+class SentencePieceTokenizer:
+    """A SentencePiece model (unigram or BPE) held in memory as its serialized proto."""
+
+    kind = "sentencepiece"
+    cache_hit = False
+
+    def __init__(self, model_proto: bytes):
+        self.model_proto = model_proto
+        self.sp = spm.SentencePieceProcessor(model_proto=model_proto)
+        specials = tuple(self.sp.id_to_piece(i) for i in range(len(SPECIALS)))
+        if specials != SPECIALS:
+            raise ValueError(f"SentencePiece model has specials {specials}, expected {SPECIALS}")
+
+    @classmethod
+    def train(cls, lines: Iterable[str], vocab_size: int = 8000, model_type: str = "unigram"):
+        check("SentencePiece model type", model_type, SPM_MODELS)
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+            model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
+            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+            pad_piece=SPECIALS[PAD], unk_piece=SPECIALS[UNK], bos_piece=SPECIALS[BOS],
+            eos_piece=SPECIALS[EOS],
+            num_threads=1,     # reproducible models; the corpora here train in seconds
+            minloglevel=2)
+        return cls(model.getvalue())
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text, out_type=int)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.sp.decode(_content_ids(ids))
+
+    def pieces(self, ids: Sequence[int]) -> list[str]:
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+    def to_bytes(self) -> bytes:
+        return self.model_proto
+
+    @classmethod
+    def from_bytes(cls, data: bytes):
+        return cls(data)
+
+
+_CLASSES = {"word": WordTokenizer, "char": CharTokenizer, "sentencepiece": SentencePieceTokenizer}
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers never see a partial file."""
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def _file_lock(path: str):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
+    """sha256 over the tokenizer kind, its settings and every training line."""
+    h = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "kind": kind, **settings},
+                                  sort_keys=True).encode())
+    for text in texts:
+        h.update(b"\x00text\x00")
+        for line in text:
+            h.update(line.encode("utf-8", "surrogatepass"))
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def _train(kind: str, lines: list[str], vocab_size: int, model_type: str):
+    if kind == "sentencepiece":
+        return SentencePieceTokenizer.train(lines, vocab_size, model_type)
+    return _CLASSES[kind].train(lines, max_size=vocab_size)
+
+
+def _load_or_train(kind, texts, vocab_size, model_type, cache_dir):
+    settings = {"vocab_size": vocab_size}
+    if kind == "sentencepiece":
+        settings["model_type"] = model_type
+    key = cache_key(kind, settings, *texts)
+    suffix = "model" if kind == "sentencepiece" else "json"
+    path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{suffix}")
+    cls = _CLASSES[kind]
+    if not os.path.isfile(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        with _file_lock(path + ".lock"):
+            if not os.path.isfile(path):     # another rank may have trained it while we waited
+                tok = _train(kind, [line for text in texts for line in text], vocab_size,
+                             model_type)
+                atomic_write(path, tok.to_bytes())
+                log.info("trained %s tokenizer (vocab %d), saved to %s", kind, tok.vocab_size,
+                         path)
+                tok.cache_hit, tok.path = False, path
+                return tok
+    with open(path, "rb") as f:
+        tok = cls.from_bytes(f.read())
+    log.info("loaded cached %s tokenizer (vocab %d) from %s", kind, tok.vocab_size, path)
+    tok.cache_hit, tok.path = True, path
+    return tok
+
+
+def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[str],
+                     vocab_size: int = 8000, model_type: str = "unigram", joint: bool = True,
+                     cache_dir: str | None = None):
+    """``(src_tok, tgt_tok)`` trained on the training split, or loaded from ``cache_dir``.
+
+    ``joint=True`` trains one model on source and target text and returns it twice.
+    ``vocab_size`` caps word and char vocabularies (specials included) and is SentencePiece's
+    (soft) target size.
+    """
+    check("tokenizer", kind, TOKENIZERS)
+    check("SentencePiece model type", model_type, SPM_MODELS)
+    cache_dir = cache_dir or DEFAULT_CACHE_DIR
+    if joint:
+        tok = _load_or_train(kind, (src_train, tgt_train), vocab_size, model_type, cache_dir)
+        return tok, tok
+    return (_load_or_train(kind, (src_train,), vocab_size, model_type, cache_dir),
+            _load_or_train(kind, (tgt_train,), vocab_size, model_type, cache_dir))

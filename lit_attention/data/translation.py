@@ -1,0 +1,197 @@
+"""The translation DataModule: synthetic tasks or parallel text files, tokenized and token-batched.
+
+Splits are addressed by role (``"train"``, ``"val"``, ``"test"``) or by their split name (e.g.
+``"test_2016_flickr"``). Example ``idx`` values index ``sources(role)``/``references(role)``: the
+split's lines after empty pairs were dropped (training pairs dropped by ``max_len`` leave gaps).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import lightning.pytorch as L
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate,
+                                         padded_length)
+from lit_attention.data.synthetic import generate, split_seed
+from lit_attention.data.text import read_parallel, resolve
+from lit_attention.data.tokenizers import build_tokenizers
+from lit_attention.registry import SPM_MODELS, TASKS, TOKENIZERS, check
+
+log = logging.getLogger(__name__)
+
+ROLES = ("train", "val", "test")
+STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
+               "predict": ("test",), None: ROLES}
+
+
+class TranslationDataModule(L.LightningDataModule):
+    """Parallel data for encoder-decoder models (synthetic ``task`` or ``task="files"``).
+
+    ``n_train``/``n_val``/``n_test``, ``min_len``, ``max_len_words`` and ``n_symbols`` shape the
+    synthetic tasks; ``data_dir``, the languages and split names locate files
+    ``{data_dir}/{split}.{lang}[.gz]``. ``limit_train`` keeps only the first training pairs (any
+    task). ``max_len`` drops training pairs with more tokens than that on either side.
+    """
+
+    def __init__(self, task: str = "toy-mt", data_dir: str | None = None, src_lang: str = "src",
+                 tgt_lang: str = "tgt", train_split: str = "train", val_split: str = "val",
+                 test_split: str = "test", n_train: int = 10000, n_val: int = 500,
+                 n_test: int = 500, min_len: int = 3, max_len_words: int = 40,
+                 n_symbols: int = 20, data_seed: int = 1234, tokenizer: str = "word",
+                 spm_model: str = "unigram", vocab_size: int = 8000, joint_vocab: bool = True,
+                 cache_dir: str = ".cache/lit_attention", max_tokens: int = 4096,
+                 max_len: int = 128, num_workers: int = 0, limit_train: int | None = None):
+        super().__init__()
+        check("task", task, TASKS)
+        check("tokenizer", tokenizer, TOKENIZERS)
+        check("SentencePiece model type", spm_model, SPM_MODELS)
+        if task == "files" and not data_dir:
+            raise ValueError('task "files" needs data_dir (the directory holding {split}.{lang})')
+        self.save_hyperparameters()
+        self.task, self.data_dir = task, data_dir
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.split_names = {"train": train_split, "val": val_split, "test": test_split}
+        self.sizes = {"train": n_train, "val": n_val, "test": n_test}
+        self.min_len, self.max_len_words, self.n_symbols = min_len, max_len_words, n_symbols
+        self.data_seed = data_seed
+        self.tokenizer, self.spm_model = tokenizer, spm_model
+        self.vocab_size, self.joint_vocab, self.cache_dir = vocab_size, joint_vocab, cache_dir
+        self.max_tokens, self.max_len, self.num_workers = max_tokens, max_len, num_workers
+        self.limit_train = limit_train
+        self.stats: dict[str, dict[str, int]] = {}
+        self.datasets: dict[str, list[dict]] = {}
+        self._raw: dict[str, tuple[list[str], list[str]]] = {}
+        self._tokenizers = None
+
+    # ---- raw text -------------------------------------------------------------------------
+
+    def _role(self, split: str) -> str:
+        if split in ROLES:
+            return split
+        for role, name in self.split_names.items():
+            if name == split:
+                return role
+        raise ValueError(f"unknown split {split!r}; valid: {', '.join(ROLES)} or "
+                         f"{', '.join(self.split_names.values())}")
+
+    def _load_raw(self, role: str) -> tuple[list[str], list[str]]:
+        if role in self._raw:
+            return self._raw[role]
+        split = self.split_names[role]
+        if self.task == "files":
+            src, tgt, n_empty = read_parallel(resolve(self.data_dir, split, self.src_lang),
+                                              resolve(self.data_dir, split, self.tgt_lang))
+        else:
+            src, tgt = generate(self.task, self.sizes[role], split_seed(self.data_seed, split),
+                                self.min_len, self.max_len_words, self.n_symbols)
+            n_empty = 0
+        if role == "train" and self.limit_train is not None:
+            src, tgt = src[:self.limit_train], tgt[:self.limit_train]
+        self.stats.setdefault(role, {})["empty_dropped"] = n_empty
+        self._raw[role] = (src, tgt)
+        return src, tgt
+
+    def sources(self, split: str) -> list[str]:
+        return self._load_raw(self._role(split))[0]
+
+    def references(self, split: str) -> list[str]:
+        """Raw target sentences (detokenized references for BLEU), in split order."""
+        return self._load_raw(self._role(split))[1]
+
+    # ---- tokenizers -----------------------------------------------------------------------
+
+    def _tokenizer_pair(self):
+        if self._tokenizers is None:
+            src, tgt = self._load_raw("train")
+            self._tokenizers = build_tokenizers(
+                self.tokenizer, src, tgt, vocab_size=self.vocab_size, model_type=self.spm_model,
+                joint=self.joint_vocab, cache_dir=os.path.join(self.cache_dir, "tokenizers"))
+        return self._tokenizers
+
+    @property
+    def src_tokenizer(self):
+        return self._tokenizer_pair()[0]
+
+    @property
+    def tgt_tokenizer(self):
+        return self._tokenizer_pair()[1]
+
+    @property
+    def src_vocab_size(self) -> int:
+        return self.src_tokenizer.vocab_size
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return self.tgt_tokenizer.vocab_size
+
+    # ---- encoded splits -------------------------------------------------------------------
+
+    def setup(self, stage: str | None = None) -> None:
+        for role in STAGE_ROLES[stage]:
+            self.dataset(role)
+
+    def dataset(self, split: str) -> list[dict]:
+        """Encoded examples ``{"idx", "src", "tgt"}`` of a split (encoded on first use)."""
+        role = self._role(split)
+        if role not in self.datasets:
+            self.datasets[role] = self._encode(role)
+        return self.datasets[role]
+
+    def _encode(self, role: str) -> list[dict]:
+        src_lines, tgt_lines = self._load_raw(role)
+        src_tok, tgt_tok = self._tokenizer_pair()
+        examples, too_long = [], 0
+        for i, (s, t) in enumerate(zip(src_lines, tgt_lines)):
+            x, y = src_tok.encode(s), tgt_tok.encode(t)
+            if role == "train" and max(len(x), len(y)) > self.max_len:
+                too_long += 1
+                continue
+            examples.append({"idx": i, "src": x, "tgt": y})
+        stats = self.stats[role]
+        stats.update(pairs=len(examples), too_long_dropped=too_long)
+        log.info("%s split %r: %d pairs; dropped %d with an empty side, %d longer than "
+                 "max_len=%d tokens", role, self.split_names[role], len(examples),
+                 stats["empty_dropped"], too_long, self.max_len)
+        return examples
+
+    # ---- loaders --------------------------------------------------------------------------
+
+    def _replicas(self) -> tuple[int, int]:
+        """(world size, rank): from the trainer, else torch.distributed, else one process."""
+        if self.trainer is not None:
+            return self.trainer.world_size, self.trainer.global_rank
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_world_size(), dist.get_rank()
+        return 1, 0
+
+    def batch_sampler(self, role: str, train: bool) -> TokenBatchSampler:
+        examples = self.dataset(role)
+        world_size, rank = self._replicas()
+        sampler = TokenBatchSampler([padded_length(ex["src"], ex["tgt"]) for ex in examples],
+                                    self.max_tokens, shuffle=train, seed=self.data_seed,
+                                    num_replicas=world_size, rank=rank, pad_to_equal=train)
+        if self.trainer is not None:
+            # The batch count varies a little between epochs and Lightning reads len() only when
+            # it (re)loads the loader: with reload_dataloaders_every_n_epochs=1 it stays exact.
+            sampler.set_epoch(self.trainer.current_epoch)
+        return sampler
+
+    def train_dataloader(self):
+        sampler = self.batch_sampler("train", train=True)
+        return ResumableDataLoader(self.dataset("train"), batch_sampler=sampler,
+                                   collate_fn=collate, num_workers=self.num_workers)
+
+    def val_dataloader(self):
+        return self._eval_loader("val")
+
+    def test_dataloader(self):
+        return self._eval_loader("test")
+
+    def _eval_loader(self, role: str) -> DataLoader:
+        sampler = self.batch_sampler(role, train=False)
+        return DataLoader(self.datasets[role], batch_sampler=sampler, collate_fn=collate,
+                          num_workers=self.num_workers)

@@ -1,0 +1,239 @@
+"""LightningModule for language models: truncated BPTT, exact token-level perplexity.
+
+Every family reads batches ``{"tokens": [B, T], "targets": [B, T]}`` from ``LMDataModule``. The
+carried state (hidden state or context tokens) flows from one batch to the next and is detached,
+so gradients stop at the batch boundary; it is reset at the start of every epoch and of every
+evaluation pass. Perplexity is exp(summed token NLL / token count), with the sums reduced over
+DDP ranks, so it is the same number for every family, batch size and device count.
+
+The n-gram family has no gradient: it counts the data module's training stream when fitting
+starts (or when evaluation needs it), then the training epoch is skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import grad_norm
+
+from lit_attention import registry
+from lit_attention.metrics import perplexity, token_nll
+from lit_attention.models.base import count_parameters
+from lit_attention.models.lm import build_lm, detach_state
+from lit_attention.models.lm.ngram import SMOOTHING
+
+Family = Literal[registry.LM_FAMILIES]
+Cell = Literal[registry.CELLS]
+Positional = Literal[tuple(registry.POSITIONAL)]
+Scoring = Literal[registry.TRANSFORMER_SCORING]
+Norm = Literal[registry.NORM]
+Smoothing = Literal[SMOOTHING]
+
+# Options that describe the architecture (recorded in summary.json as the run's "model").
+ARCH_FIELDS = ("family", "cell", "positional", "scoring", "norm", "order", "smoothing", "delta",
+               "discount", "window", "d_model", "emb_size", "heads", "layers", "ffn", "dropout",
+               "tie_embeddings")
+
+
+def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
+    """Linear warm-up to the base rate, then cosine decay to ``floor`` of it at ``total`` steps."""
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if total <= warmup:
+            return 1.0
+        progress = min((step - warmup) / (total - warmup), 1.0)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return factor
+
+
+class LanguageModelModule(LightningModule):
+    """Train and evaluate any registered language model on an LMDataModule."""
+
+    def __init__(
+        self,
+        family: Family = "transformer",
+        cell: Cell = "lstm",
+        positional: Positional = "sinusoidal",
+        scoring: Scoring = "scaled_dot",
+        norm: Norm = "pre",
+        order: int = 3,
+        smoothing: Smoothing = "interp",
+        delta: float = 0.1,
+        discount: float = 0.75,
+        window: int = 5,
+        d_model: int = 128,
+        emb_size: Optional[int] = None,
+        heads: int = 4,
+        layers: int = 4,
+        ffn: int = 512,
+        dropout: float = 0.1,
+        tie_embeddings: bool = True,
+        max_len: int = 512,
+        lr: float = 1e-3,
+        warmup: int = 100,
+        betas: tuple[float, float] = (0.9, 0.99),
+        weight_decay: float = 0.0,
+        grad_norm_every: int = 50,
+        vocab_size: int = 0,
+    ):
+        super().__init__()
+        registry.check("language-model family", family, registry.LM_FAMILIES)
+        registry.check("cell", cell, registry.CELLS)
+        registry.check("positional encoding", positional, registry.POSITIONAL)
+        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
+        registry.check("n-gram smoothing", smoothing, SMOOTHING)
+        self.save_hyperparameters()
+        self.net = None
+        self.automatic_optimization = family != "ngram"
+        self._state = {}           # carried state per stream: "train", "val", "test"
+        self._eval: dict[str, list[float]] = {}
+        self.train_tokens = 0
+
+    # -- model construction ------------------------------------------------------------------
+
+    def _arch_options(self) -> dict:
+        h = self.hparams
+        emb = h.emb_size or h.d_model
+        if h.family == "ngram":
+            return dict(order=h.order, delta=h.delta, discount=h.discount, smoothing=h.smoothing)
+        if h.family == "window":
+            return dict(window=h.window, d_embed=emb, d_hidden=h.ffn, dropout=h.dropout)
+        if h.family == "rnn":
+            return dict(cell=h.cell, d_embed=emb, d_hidden=h.d_model, layers=h.layers,
+                        dropout=h.dropout, tie_embeddings=h.tie_embeddings)
+        return dict(d_model=h.d_model, heads=h.heads, layers=h.layers, ffn=h.ffn,
+                    dropout=h.dropout, norm=h.norm, positional=h.positional, scoring=h.scoring,
+                    tie_embeddings=h.tie_embeddings, max_len=h.max_len)
+
+    def configure_model(self) -> None:
+        if self.net is not None:
+            return
+        h = self.hparams
+        dm = self._datamodule()
+        if dm is not None:
+            h.vocab_size = dm.vocab_size_actual
+            h.max_len = max(h.max_len, dm.hparams.bptt)
+        if not h.vocab_size:
+            raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.vocab_size")
+        self.net = build_lm(h.family, h.vocab_size, **self._arch_options())
+
+    def _datamodule(self):
+        trainer = self._trainer
+        return getattr(trainer, "datamodule", None) if trainer is not None else None
+
+    def describe(self) -> dict:
+        h = self.hparams
+        dm = self._datamodule()
+        task = dm.hparams.task if dm is not None and hasattr(dm, "hparams") else None
+        return {"task": task, "model": {k: h[k] for k in ARCH_FIELDS},
+                "params": count_parameters(self.net) if self.net is not None else None}
+
+    def forward(self, tokens: torch.Tensor, state=None):
+        return self.net(tokens, state)
+
+    # -- n-gram counting ---------------------------------------------------------------------
+
+    def _fit_ngram(self) -> None:
+        if self.hparams.family != "ngram" or self.net.fitted:
+            return
+        dm = self._datamodule()
+        if dm is None or not hasattr(dm, "streams"):
+            raise RuntimeError("the n-gram family counts the LMDataModule's training stream: "
+                               "pass datamodule= to trainer.fit/validate/test")
+        dm.prepare()
+        self.net.fit(dm.streams["train"])
+
+    def on_fit_start(self):
+        self._fit_ngram()
+
+    def on_validation_start(self):
+        self._fit_ngram()
+
+    def on_test_start(self):
+        self._fit_ngram()
+
+    def on_train_batch_start(self, batch, batch_idx):
+        if self.hparams.family == "ngram":
+            self.trainer.should_stop = True   # nothing to learn by gradient: one skipped epoch
+            return -1
+        return None
+
+    # -- training ----------------------------------------------------------------------------
+
+    def on_train_epoch_start(self):
+        self._state["train"] = None
+
+    def training_step(self, batch, batch_idx):
+        tokens, targets = batch["tokens"], batch["targets"]
+        logits, state = self.net(tokens, self._state.get("train"))
+        self._state["train"] = detach_state(state)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
+        self.train_tokens += targets.numel()
+        self.log("train_loss", loss, prog_bar=True, batch_size=targets.shape[0])
+        self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer):
+        every = self.hparams.grad_norm_every
+        if every and self.global_step % every == 0:
+            total = grad_norm(self.net, norm_type=2).get("grad_2.0_norm_total")
+            if total is not None:
+                self.log("grad_norm/total", total, batch_size=1)
+
+    def configure_optimizers(self):
+        if self.hparams.family == "ngram":
+            return None
+        h = self.hparams
+        opt = torch.optim.AdamW(self.parameters(), lr=h.lr, betas=tuple(h.betas),
+                                weight_decay=h.weight_decay)
+        total = self.trainer.estimated_stepping_batches
+        total = int(total) if math.isfinite(total) else 0
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(max(h.warmup, 1), total))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def _eval_start(self, split: str) -> None:
+        self._state[split] = None
+        self._eval[split] = [0.0, 0.0]
+
+    def _eval_step(self, split: str, batch) -> None:
+        logits, state = self.net(batch["tokens"], self._state[split])
+        self._state[split] = detach_state(state)
+        nll, n = token_nll(logits, batch["targets"])
+        self._eval[split][0] += float(nll)
+        self._eval[split][1] += float(n)
+
+    def _eval_end(self, split: str) -> None:
+        totals = torch.tensor(self._eval.pop(split), dtype=torch.float64)
+        if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
+            dist.all_reduce(totals)
+        nll, tokens = totals.tolist()
+        self.log(f"{split}_loss", nll / max(tokens, 1), batch_size=1)
+        self.log(f"{split}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
+
+    def on_validation_epoch_start(self):
+        self._eval_start("val")
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch)
+
+    def on_validation_epoch_end(self):
+        self._eval_end("val")
+
+    def on_test_epoch_start(self):
+        self._eval_start("test")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch)
+
+    def on_test_epoch_end(self):
+        self._eval_end("test")

@@ -1,0 +1,222 @@
+"""LightningModule for encoder-decoder translation: loss, optimiser, exact perplexity, BLEU/chrF.
+
+The nn.Module is built in ``configure_model`` from registry names once the data module has
+decided the vocabulary sizes, so one config line (``model.family``) swaps the whole architecture.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Literal, Optional
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from lightning.pytorch import LightningModule
+from lightning.pytorch.utilities import grad_norm
+
+from lit_attention import registry
+from lit_attention.data.vocab import PAD
+from lit_attention.metrics import bleu_chrf, perplexity, token_nll
+from lit_attention.models import build_seq2seq, count_parameters, match_width
+
+Family = Literal[registry.FAMILIES]
+Cell = Literal[registry.CELLS]
+Attention = Literal[registry.ATTENTION]
+Context = Literal[registry.CONTEXT]
+Scoring = Literal[tuple(registry.SCORING)]
+Positional = Literal[tuple(registry.POSITIONAL)]
+Norm = Literal[registry.NORM]
+
+# Options that describe the architecture (recorded in summary.json as the run's "model").
+ARCH_FIELDS = ("family", "cell", "attention", "scoring", "positional", "context", "d_model", "emb_size",
+               "heads", "enc_layers", "dec_layers", "ffn", "dropout", "norm", "tie_embeddings",
+               "bidirectional", "input_feeding", "rank", "teacher_forcing", "label_smoothing")
+
+
+def inverse_sqrt_warmup(warmup: int):
+    """Linear warm-up to the base rate, then decay with 1/sqrt(step)."""
+    def factor(step: int) -> float:
+        step = step + 1
+        return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
+    return factor
+
+
+class TranslationModule(LightningModule):
+    """Train and evaluate any registered encoder-decoder on a TranslationDataModule."""
+
+    def __init__(
+        self,
+        family: Family = "transformer",
+        cell: Cell = "lstm",
+        attention: Attention = "bahdanau",
+        scoring: Optional[Scoring] = None,
+        positional: Positional = "sinusoidal",
+        context: Context = "init",
+        d_model: int = 256,
+        emb_size: Optional[int] = None,
+        heads: int = 4,
+        enc_layers: int = 3,
+        dec_layers: int = 3,
+        ffn: int = 1024,
+        dropout: float = 0.1,
+        norm: Norm = "pre",
+        tie_embeddings: bool = True,
+        bidirectional: bool = True,
+        input_feeding: bool = True,
+        rank: int = 32,
+        teacher_forcing: float = 1.0,
+        match_params: Optional[int] = None,
+        label_smoothing: float = 0.1,
+        lr: float = 5e-4,
+        warmup: int = 400,
+        betas: tuple[float, float] = (0.9, 0.98),
+        weight_decay: float = 0.0,
+        max_len_a: float = 1.5,
+        max_len_b: int = 10,
+        val_bleu: bool = True,
+        grad_norm_every: int = 50,
+        src_vocab_size: int = 0,
+        tgt_vocab_size: int = 0,
+    ):
+        super().__init__()
+        if scoring is None:
+            scoring = "scaled_dot" if family == "transformer" else "additive"
+        registry.check_seq2seq(family, cell, attention, scoring, positional, context)
+        self.save_hyperparameters()
+        self.hparams.scoring = scoring
+        self.net = None
+        self._eval: dict[str, dict] = {}
+        self.hyps: dict[str, list[str]] = {}
+        self.train_tokens = 0
+        self.train_seconds = 0.0
+
+    # -- model construction ------------------------------------------------------------------
+
+    def _arch_options(self) -> dict:
+        h = self.hparams
+        return dict(cell=h.cell, attention=h.attention, scoring=h.scoring, positional=h.positional,
+                    context=h.context, d_model=h.d_model, hidden_size=h.d_model,
+                    emb_size=h.emb_size or h.d_model, heads=h.heads, enc_layers=h.enc_layers,
+                    dec_layers=h.dec_layers, ffn=h.ffn, dropout=h.dropout, norm=h.norm,
+                    tie_embeddings=h.tie_embeddings, bidirectional=h.bidirectional,
+                    input_feeding=h.input_feeding, rank=h.rank)
+
+    def configure_model(self) -> None:
+        if self.net is not None:
+            return
+        h = self.hparams
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        if dm is not None:
+            h.src_vocab_size, h.tgt_vocab_size = dm.src_vocab_size, dm.tgt_vocab_size
+        if not (h.src_vocab_size and h.tgt_vocab_size):
+            raise ValueError("vocabulary sizes are unknown: attach a data module or set model.src_vocab_size")
+        options = self._arch_options()
+        if h.match_params:
+            width = match_width(h.family, h.match_params, h.src_vocab_size, h.tgt_vocab_size,
+                                multiple=max(8, h.heads) if h.family == "transformer" else 8,
+                                ffn_ratio=h.ffn / h.d_model, **options)
+            h.d_model, h.emb_size, h.ffn = width, width, int(round(width * h.ffn / h.d_model))
+            h.match_params = None  # the checkpoint records the chosen width, not the search
+            options = self._arch_options()
+        self.net = build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **options)
+
+    def describe(self) -> dict:
+        h = self.hparams
+        model = {k: h[k] for k in ARCH_FIELDS if k in h}
+        return {"model": model, "params": count_parameters(self.net) if self.net is not None else None}
+
+    # -- training ----------------------------------------------------------------------------
+
+    def training_step(self, batch, batch_idx):
+        out = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing)
+        logits = out.logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
+                               ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
+        self.train_tokens += int((batch["tgt_out"] != PAD).sum())
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
+        self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
+        return loss
+
+    def on_before_optimizer_step(self, optimizer):
+        every = self.hparams.grad_norm_every
+        if every and self.global_step % every == 0:
+            norms = grad_norm(self.net, norm_type=2)
+            total = norms.get("grad_2.0_norm_total")
+            if total is not None:
+                self.log("grad_norm/total", total, batch_size=1)
+
+    def on_train_epoch_start(self):
+        self._epoch_start = time.perf_counter()
+
+    def on_train_epoch_end(self):
+        self.train_seconds += time.perf_counter() - self._epoch_start
+
+    def configure_optimizers(self):
+        h = self.hparams
+        opt = torch.optim.Adam(self.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(h.warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    def _eval_start(self, split: str) -> None:
+        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}}
+
+    def _eval_step(self, split: str, batch, decode: bool) -> None:
+        out = self.net(batch["src"], batch["tgt_in"])
+        nll, n = token_nll(out.logits, batch["tgt_out"])
+        acc = self._eval[split]
+        acc["nll"] += float(nll)
+        acc["tokens"] += int(n)
+        if decode:
+            from lit_attention.decoding.greedy import greedy_decode
+            ids = greedy_decode(self.net, batch["src"], self.hparams.max_len_a, self.hparams.max_len_b)
+            tok = self.trainer.datamodule.tgt_tokenizer
+            for i, row in zip(batch["idx"].tolist(), ids.tolist()):
+                acc["hyps"][i] = tok.decode(row)
+
+    def _eval_end(self, split: str, prefix: str, decode: bool) -> None:
+        acc = self._eval.pop(split)
+        totals = torch.tensor([acc["nll"], acc["tokens"]], dtype=torch.float64)
+        hyps = acc["hyps"]
+        if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
+            dist.all_reduce(totals)  # gloo and nccl both reduce float64 on the CPU tensor path
+            gathered = [None] * self.trainer.world_size
+            dist.all_gather_object(gathered, hyps)
+            hyps = {k: v for part in gathered for k, v in part.items()}
+        nll, tokens = totals.tolist()
+        self.log(f"{prefix}_loss", nll / max(tokens, 1), batch_size=1)
+        self.log(f"{prefix}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
+        if decode and hyps:
+            refs = self.trainer.datamodule.references(split)
+            ordered = [hyps.get(i, "") for i in range(len(refs))]
+            scores = bleu_chrf(ordered, refs)
+            self.hyps[split] = ordered
+            self.refs = getattr(self, "refs", {})
+            self.refs[split] = refs
+            self.sacrebleu_signature = scores["bleu_signature"]
+            self.chrf_signature = scores["chrf_signature"]
+            self.log(f"{prefix}_bleu", scores["bleu"], batch_size=1, prog_bar=True)
+            self.log(f"{prefix}_chrf", scores["chrf"], batch_size=1)
+
+    def on_validation_epoch_start(self):
+        self._eval_start("val")
+
+    def validation_step(self, batch, batch_idx):
+        self._eval_step("val", batch, decode=self.hparams.val_bleu and not self.trainer.sanity_checking)
+
+    def on_validation_epoch_end(self):
+        self._eval_end("val", "val", decode=self.hparams.val_bleu and not self.trainer.sanity_checking)
+
+    def on_test_epoch_start(self):
+        self._eval_start("test")
+
+    def test_step(self, batch, batch_idx):
+        self._eval_step("test", batch, decode=True)
+
+    def on_test_epoch_end(self):
+        self._eval_end("test", "test", decode=True)

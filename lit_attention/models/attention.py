@@ -1,0 +1,142 @@
+"""Multi-head attention with pluggable scoring, for the Transformer.
+
+Scores of query q_i and key k_j, per head (d = d_head):
+
+- ``scaled_dot``: q . k / sqrt(d)           (fused kernel)
+- ``dot``:        q . k                      (fused kernel, scale=1)
+- ``general``:    q^T W k                    (fused kernel on the transformed query q^T W, scale=1)
+- ``additive``:   v^T tanh(W1 q + W2 k)      (explicit path, [B, H, T, S, d] intermediate)
+
+Position hooks: ``rotary`` rotates queries and keys (after the ``general`` map, so q^T W k still
+depends only on i - j); additive biases (ALiBi, T5) come in as ``bias``; ``shaw`` relative key
+vectors make the score of (i, j) the score against k_j + a_(j-i) and force the explicit path.
+
+``torch.nn.functional.scaled_dot_product_attention`` computes the product whenever it can; the
+explicit path (softmax of the score matrix) serves additive scoring, Shaw, and need_weights=True.
+Both see the same float mask, so they agree to rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lit_attention.models.positional import ShawRelative, rotary
+
+
+def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype):
+    """One additive float mask from a bool ``blocked`` pattern (True = may not attend) and a bias.
+
+    Returns (mask, dead). ``dead`` [.., T, 1] marks query rows that see no key at all: their mask row
+    is left open (so softmax never computes 0/0) and the caller zeroes their output.
+    """
+    if blocked is None:
+        return bias, None
+    dead = blocked.all(dim=-1, keepdim=True)
+    mask = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
+    mask = mask.masked_fill(blocked & ~dead, float("-inf"))
+    if bias is not None:
+        mask = mask + bias.to(dtype)
+    return mask, dead
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention: queries from x, keys/values from ``keys_values`` (cacheable)."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, scoring: str = "scaled_dot",
+                 rotary: bool = False, shaw_clip: int = 0):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        self.heads, self.d_head = heads, d_model // heads
+        if rotary and self.d_head % 2:
+            raise ValueError(f"rotary needs an even head size, got {self.d_head}")
+        self.scoring, self.rotary, self.dropout = scoring, rotary, dropout
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model)
+        self.value = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+        d = self.d_head
+        if scoring == "general":
+            self.w = nn.Parameter(torch.empty(heads, d, d))
+        elif scoring == "additive":
+            self.w_query = nn.Parameter(torch.empty(heads, d, d))
+            self.w_key = nn.Parameter(torch.empty(heads, d, d))
+            self.v = nn.Parameter(torch.empty(heads, d))
+        elif scoring not in ("scaled_dot", "dot"):
+            raise ValueError(f"unknown transformer scoring {scoring!r}")
+        self.shaw = ShawRelative(shaw_clip, d) if shaw_clip else None
+        self.reset_scoring_parameters()
+
+    def reset_scoring_parameters(self) -> None:
+        bound = math.sqrt(6.0 / (2 * self.d_head))                        # Xavier bound of a d x d map
+        for name in ("w", "w_query", "w_key"):
+            if hasattr(self, name):
+                nn.init.uniform_(getattr(self, name), -bound, bound)
+        if hasattr(self, "v"):
+            nn.init.uniform_(self.v, -math.sqrt(6.0 / (self.d_head + 1)), math.sqrt(6.0 / (self.d_head + 1)))
+
+    @property
+    def fused(self) -> bool:
+        return self.scoring != "additive" and self.shaw is None
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
+        return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is)."""
+        k, v = self.split(self.key(x)), self.split(self.value(x))
+        if self.rotary:
+            k = rotary(k, positions)
+        return k, v
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
+                blocked: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                need_weights: bool = False):
+        """x [B, T, D]; k, v [B, H, S, d]; q_pos [T] and k_pos [S] (rotary/shaw only);
+        blocked bool broadcastable to [B, H, T, S]; bias float broadcastable to [B, H, T, S].
+        Returns (output [B, T, D], weights [B, H, T, S] or None)."""
+        q = self.split(self.query(x))
+        if self.scoring == "general":
+            q = q @ self.w                                                 # q^T W k = (q^T W) . k
+        if self.rotary:
+            q = rotary(q, q_pos)
+        mask, dead = combine_mask(blocked, bias, q.dtype)
+        dropout = self.dropout if self.training else 0.0
+        weights = None
+        if self.fused and not need_weights:
+            scale = None if self.scoring == "scaled_dot" else 1.0
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+        else:
+            scores = self.scores(q, k, q_pos, k_pos)
+            if mask is not None:
+                scores = scores + mask
+            weights = scores.softmax(dim=-1)
+            if dead is not None:
+                weights = weights.masked_fill(dead, 0.0)
+            out = F.dropout(weights, dropout, self.training) @ v
+        if dead is not None:
+            out = out.masked_fill(dead, 0.0)
+        out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        return self.out(out), weights
+
+    def scores(self, q, k, q_pos, k_pos) -> torch.Tensor:
+        """Explicit score matrix [B, H, T, S] (before masking)."""
+        relative = self.shaw(q_pos, k_pos) if self.shaw is not None else None  # [T, S, d]
+        if self.scoring == "additive":
+            q1 = torch.einsum("bhtd,hed->bhte", q, self.w_query)
+            k2 = torch.einsum("bhsd,hed->bhse", k, self.w_key)
+            hidden = q1.unsqueeze(3) + k2.unsqueeze(2)                     # [B, H, T, S, d]
+            if relative is not None:
+                hidden = hidden + torch.einsum("tsd,hed->htse", relative, self.w_key)
+            return torch.einsum("bhtse,he->bhts", torch.tanh(hidden), self.v)
+        scores = q @ k.transpose(-1, -2)
+        if relative is not None:
+            scores = scores + torch.einsum("bhtd,tsd->bhts", q, relative)
+        if self.scoring == "scaled_dot":
+            scores = scores / math.sqrt(self.d_head)
+        return scores

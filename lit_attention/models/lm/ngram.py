@@ -1,0 +1,146 @@
+"""Count-based n-gram language model: a proper distribution over the whole vocabulary.
+
+Two smoothings:
+- ``add``: add-delta on the highest order only, P(w|h) = (c(h,w) + d) / (c(h) + d V).
+- ``interp``: interpolated absolute discounting, bottoming out at an add-delta unigram:
+  P_k(w|h) = max(c(h,w) - D, 0) / c(h) + D N1+(h) / c(h) * P_{k-1}(w|h'),
+  with P_{k-1} used alone when the context h was never seen.
+Both sum to one over the vocabulary for every context, so perplexity is meaningful.
+
+The stream's first token is predicted from a context of BOS tokens. ``forward`` follows the
+language-model protocol: the returned "logits" are log-probabilities, and the state carries the
+last ``order - 1`` tokens so a stream cut into batches is scored exactly as if it were whole.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lit_attention.data.vocab import BOS
+
+SMOOTHING = ("add", "interp")
+
+
+class NGramLM(nn.Module):
+    def __init__(self, vocab_size: int, order: int = 3, delta: float = 1.0, discount: float = 0.75,
+                 smoothing: str = "interp"):
+        super().__init__()
+        if order < 1:
+            raise ValueError(f"order must be >= 1, got {order}")
+        if smoothing not in SMOOTHING:
+            raise ValueError(f"unknown smoothing {smoothing!r}; valid choices: {', '.join(SMOOTHING)}")
+        if delta <= 0:
+            raise ValueError(f"delta must be positive (unseen tokens need mass), got {delta}")
+        if not 0.0 <= discount < 1.0:
+            raise ValueError(f"discount must be in [0, 1), got {discount}")
+        self.vocab_size, self.order, self.delta = vocab_size, order, delta
+        self.discount, self.smoothing = discount, smoothing
+        # tables[k] for context length k = 0 .. order-1: context tuple -> row id, and per row the
+        # sparse counts of the next token, their total and the number of distinct next tokens.
+        self.tables: list[dict[tuple, int]] = []
+        self.counts: list[torch.Tensor] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tables = [{} for _ in range(self.order)]
+        self.counts = [torch.zeros(0, self.vocab_size).to_sparse() for _ in range(self.order)]
+
+    # ---------------------------------------------------------------- fitting
+    @torch.no_grad()
+    def fit(self, stream) -> "NGramLM":
+        """Count every n-gram of a 1-D token stream (list or tensor), replacing earlier counts."""
+        tokens = [BOS] * (self.order - 1) + [int(t) for t in stream]
+        self._reset()
+        for k in range(self.order):
+            rows: list[int] = []
+            cols: list[int] = []
+            table = self.tables[k]
+            for i in range(self.order - 1, len(tokens)):
+                context = tuple(tokens[i - k:i])
+                rows.append(table.setdefault(context, len(table)))
+                cols.append(tokens[i])
+            index = torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)
+            values = torch.ones(index.shape[1])
+            self.counts[k] = torch.sparse_coo_tensor(
+                index, values, (len(table), self.vocab_size), check_invariants=True).coalesce()
+        return self
+
+    @property
+    def fitted(self) -> bool:
+        return len(self.tables[0]) > 0
+
+    # ---------------------------------------------------------------- scoring
+    def _rows(self, k: int, contexts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Dense counts [P, V] for each context of length k, and a mask of the ones ever seen."""
+        table = self.tables[k]
+        ids = [table.get(c, -1) for c in contexts]
+        seen = torch.tensor([i >= 0 for i in ids], dtype=torch.bool)
+        index = torch.tensor([max(i, 0) for i in ids], dtype=torch.long)
+        dense = self.counts[k].index_select(0, index).to_dense()
+        return dense * seen[:, None], seen
+
+    def distributions(self, contexts: list[tuple]) -> torch.Tensor:
+        """Probabilities [P, V] of the next token after each context of ``order - 1`` tokens."""
+        if not self.fitted:
+            raise RuntimeError("NGramLM.fit must be called before scoring")
+        V, d = self.vocab_size, self.delta
+        n = self.order - 1
+        if self.smoothing == "add" or n == 0:
+            counts, _ = self._rows(n, contexts)
+            return (counts + d) / (counts.sum(1, keepdim=True) + d * V)
+        probs = None
+        for k in range(n + 1):
+            counts, seen = self._rows(k, [c[len(c) - k:] for c in contexts])
+            total = counts.sum(1, keepdim=True)
+            if k == 0:
+                probs = (counts + d) / (total + d * V)
+                continue
+            safe = total.clamp(min=1.0)
+            distinct = (counts > 0).sum(1, keepdim=True)
+            backoff = torch.where(seen[:, None], self.discount * distinct / safe, 1.0)
+            probs = (counts - self.discount).clamp(min=0.0) / safe + backoff * probs
+        return probs
+
+    def forward(self, tokens: torch.Tensor, state: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probabilities [B, T, V] of the token after each input position; state [B, order-1]."""
+        B, T = tokens.shape
+        n = self.order - 1
+        if state is None:
+            state = torch.full((B, n), BOS, dtype=torch.long, device=tokens.device)
+        joined = torch.cat([state, tokens], dim=1)
+        rows = joined.tolist()
+        contexts = [tuple(row[t + 1:t + 1 + n]) for row in rows for t in range(T)]
+        logp = self.distributions(contexts).log().view(B, T, self.vocab_size)
+        return logp.to(tokens.device), joined[:, T:]
+
+    @torch.no_grad()
+    def log_prob(self, stream) -> torch.Tensor:
+        """Log-probability of every token of a 1-D stream, its first token after BOS context."""
+        tokens = torch.as_tensor(list(map(int, stream)), dtype=torch.long)
+        n = self.order - 1
+        padded = torch.cat([torch.full((n,), BOS, dtype=torch.long), tokens]).tolist()
+        contexts = [tuple(padded[i:i + n]) for i in range(len(tokens))]
+        probs = self.distributions(contexts)
+        return probs.gather(1, tokens[:, None]).squeeze(1).log()
+
+    # Counts travel with the state_dict (checkpoints) as plain tensors.
+    def get_extra_state(self) -> dict:
+        state = {}
+        for k in range(self.order):
+            keys = sorted(self.tables[k], key=self.tables[k].get)
+            state[f"contexts_{k}"] = torch.tensor(keys, dtype=torch.long).reshape(len(keys), k)
+            state[f"index_{k}"] = self.counts[k].indices()
+            state[f"values_{k}"] = self.counts[k].values()
+        return state
+
+    def set_extra_state(self, state: dict) -> None:
+        self._reset()
+        for k in range(self.order):
+            contexts = state[f"contexts_{k}"].tolist()
+            self.tables[k] = {tuple(c): i for i, c in enumerate(contexts)}
+            self.counts[k] = torch.sparse_coo_tensor(
+                state[f"index_{k}"], state[f"values_{k}"],
+                (len(contexts), self.vocab_size), check_invariants=True).coalesce()
+

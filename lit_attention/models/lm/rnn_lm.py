@@ -1,0 +1,50 @@
+"""Recurrent language model: Elman (tanh/relu), GRU or LSTM, optionally with tied embeddings.
+
+Meant for truncated BPTT over a contiguous stream: the returned state is fed back with the next
+batch (the caller detaches it). States keep the batch on dim 0, as everywhere in the package:
+``[B, layers, H]``, or a pair of those for the LSTM.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lit_attention.models.rnn import make_rnn
+
+
+class RNNLM(nn.Module):
+    def __init__(self, vocab_size: int, cell: str = "lstm", d_embed: int = 128, d_hidden: int = 128,
+                 layers: int = 2, dropout: float = 0.1, tie_embeddings: bool = True):
+        super().__init__()
+        self.vocab_size, self.cell = vocab_size, cell
+        self.embed = nn.Embedding(vocab_size, d_embed)
+        self.rnn = make_rnn(cell, d_embed, d_hidden, layers, dropout)
+        self.drop = nn.Dropout(dropout)
+        # Tying needs the output layer's input to have the embedding size.
+        self.project = (nn.Linear(d_hidden, d_embed)
+                        if tie_embeddings and d_hidden != d_embed else nn.Identity())
+        self.out = nn.Linear(d_embed if tie_embeddings else d_hidden, vocab_size)
+        if tie_embeddings:
+            self.out.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor, state=None):
+        """Logits [B, T, V] and the final state (batch first)."""
+        x = self.drop(self.embed(tokens))
+        h, state = self.rnn(x, to_rnn(state))
+        return self.out(self.project(self.drop(h))), from_rnn(state)
+
+
+def to_rnn(state):
+    """Batch-first state -> the [layers, B, H] layout nn.RNN expects."""
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return tuple(s.transpose(0, 1).contiguous() for s in state)
+    return state.transpose(0, 1).contiguous()
+
+
+def from_rnn(state):
+    if isinstance(state, tuple):
+        return tuple(s.transpose(0, 1) for s in state)
+    return state.transpose(0, 1)

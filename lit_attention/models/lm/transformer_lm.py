@@ -1,0 +1,39 @@
+"""Causal (decoder-only) Transformer language model, built from the seq2seq model's pieces.
+
+``Embeddings`` (absolute positions, if any) + ``Stack(causal=True, cross=False)`` (relative
+positions inside self-attention) + an output projection tied to the token embedding. Every
+positional encoding of the registry works; each batch is its own context window (no state).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from lit_attention.models.transformer import Embeddings, Stack, init_weights
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, vocab_size: int, d_model: int = 128, heads: int = 4, layers: int = 4,
+                 ffn: int = 512, dropout: float = 0.1, norm: str = "pre",
+                 positional: str = "sinusoidal", scoring: str = "scaled_dot",
+                 tie_embeddings: bool = True, max_len: int = 512, rel_buckets: int = 32,
+                 rel_max_distance: int = 128, shaw_clip: int = 16):
+        super().__init__()
+        self.vocab_size, self.max_len = vocab_size, max_len
+        self.embed = Embeddings(vocab_size, d_model, positional, max_len, dropout)
+        self.stack = Stack(layers, d_model, heads, ffn, dropout, norm, scoring, positional,
+                           causal=True, cross=False, rel_buckets=rel_buckets,
+                           rel_max_distance=rel_max_distance, shaw_clip=shaw_clip)
+        self.out = nn.Linear(d_model, vocab_size, bias=False)
+        self.apply(lambda m: init_weights(m, d_model))
+        if tie_embeddings:
+            self.out.weight = self.embed.token.weight
+
+    def forward(self, tokens: torch.Tensor, state=None, need_weights: bool = False):
+        """Logits [B, T, V]; the state is always None (accepted for the common protocol)."""
+        if tokens.shape[1] > self.max_len and self.embed.position is not None:
+            raise ValueError(f"sequence of {tokens.shape[1]} tokens exceeds max_len={self.max_len}")
+        states, weights, _ = self.stack(self.embed(tokens), need_weights=need_weights)
+        logits = self.out(states)
+        return (logits, None, weights) if need_weights else (logits, None)

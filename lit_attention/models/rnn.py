@@ -1,0 +1,262 @@
+"""Recurrent encoder-decoder: Elman/GRU/LSTM cells, no attention or Bahdanau/Luong attention.
+
+Shapes: B batch, S source length, T target length, H hidden size, L layers, E embedding size.
+The encoder reads packed sequences, so padding never reaches its final states. A bidirectional
+encoder gives 2H states; a bridge (Linear + tanh per decoder layer) maps its final states to the
+decoder's size. Decoder wirings:
+
+- ``none``: the bridged final state initialises the decoder ("init"), and with
+  context="every-step" the top layer's bridged final state is also fed at every step (Cho 2014).
+- ``bahdanau``: query s_{t-1}; the context c_t joins the embedding at the RNN input;
+  readout tanh(W [s_t; c_t; e_t]).
+- ``luong``: query s_t; readout (attentional hidden) tanh(W [c_t; s_t]); with input feeding the
+  previous readout joins the next input.
+
+The decoder loops over target steps only where a step needs the previous one (attention on
+s_{t-1}, input feeding, scheduled sampling); otherwise it runs the RNN over the whole target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from lit_attention.data.vocab import PAD
+from lit_attention.models.base import DecoderOutput, Seq2SeqModel
+from lit_attention.models.scoring import attend, build_scorer
+from lit_attention.registry import ATTENTION, CELLS, CONTEXT, check
+
+
+def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout: float,
+             bidirectional: bool = False) -> nn.RNNBase:
+    check("cell", cell, CELLS)
+    kwargs = dict(num_layers=layers, batch_first=True, bidirectional=bidirectional,
+                  dropout=dropout if layers > 1 else 0.0)
+    if cell == "lstm":
+        return nn.LSTM(input_size, hidden_size, **kwargs)
+    if cell == "gru":
+        return nn.GRU(input_size, hidden_size, **kwargs)
+    nonlinearity = cell.split("-")[1]                      # elman-tanh / elman-relu
+    return nn.RNN(input_size, hidden_size, nonlinearity=nonlinearity, **kwargs)
+
+
+class Encoder(nn.Module):
+    """Embedding -> (bi)RNN over packed sequences."""
+
+    def __init__(self, vocab_size: int, cell: str, emb_size: int, hidden_size: int, layers: int,
+                 dropout: float, bidirectional: bool):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = make_rnn(cell, emb_size, hidden_size, layers, dropout, bidirectional)
+        self.layers, self.directions = layers, 2 if bidirectional else 1
+        self.output_size = hidden_size * self.directions
+
+    def forward(self, src: torch.Tensor, src_pad: torch.Tensor):
+        """Returns states [B, S, dirs*H] (zeros on padding) and final states per layer
+        [B, L, dirs*H]: (h,) or (h, c) for the LSTM."""
+        lengths = (~src_pad).sum(1).clamp(min=1)            # an all-padding row reads one PAD
+        x = self.dropout(self.embed(src))
+        packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, final = self.rnn(packed)
+        states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
+        finals = final if isinstance(final, tuple) else (final,)
+        finals = [self._per_layer(f) for f in finals]
+        # The top layer's final h equals the states at the sequence ends; reading it from
+        # `states` makes every decoder path go through memory["states"] (gradient diagnostics).
+        B, H = src.size(0), self.rnn.hidden_size
+        top = states[torch.arange(B, device=src.device), lengths - 1, :H]
+        if self.directions == 2:
+            top = torch.cat([top, states[:, 0, H:]], dim=-1)
+        finals[0] = torch.cat([finals[0][:, :-1], top.unsqueeze(1)], dim=1)
+        return states, tuple(finals)
+
+    def _per_layer(self, final: torch.Tensor) -> torch.Tensor:
+        """[L*dirs, B, H] -> [B, L, dirs*H] (forward and backward concatenated per layer)."""
+        L, D, B, H = self.layers, self.directions, final.size(1), final.size(2)
+        return final.view(L, D, B, H).permute(2, 0, 1, 3).reshape(B, L, D * H)
+
+
+class Bridge(nn.Module):
+    """Encoder final states [B, Le, De] -> decoder initial states [B, Ld, H].
+
+    Layers are aligned from the top (the top encoder layer feeds the top decoder layer); decoder
+    layers below the encoder's depth reuse the bottom encoder layer. With ``project`` each decoder
+    layer gets its own Linear + tanh, else the states are copied (sizes must match)."""
+
+    def __init__(self, enc_size: int, dec_size: int, enc_layers: int, dec_layers: int,
+                 project: bool):
+        super().__init__()
+        self.source_layer = [max(0, l + enc_layers - dec_layers) for l in range(dec_layers)]
+        self.proj = (nn.ModuleList(nn.Linear(enc_size, dec_size) for _ in range(dec_layers))
+                     if project else None)
+
+    def forward(self, finals: torch.Tensor) -> torch.Tensor:
+        layers = [finals[:, l] for l in self.source_layer]
+        if self.proj is not None:
+            layers = [torch.tanh(p(x)) for p, x in zip(self.proj, layers)]
+        return torch.stack(layers, dim=1)
+
+
+class RNNSeq2Seq(Seq2SeqModel):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str = "lstm",
+                 emb_size: int = 256, hidden_size: int = 256, enc_layers: int = 1,
+                 dec_layers: int = 1, dropout: float = 0.1, bidirectional: bool = True,
+                 attention: str = "bahdanau", scoring: str = "additive", context: str = "init",
+                 input_feeding: bool = True, rank: int = 32, tie_embeddings: bool = False):
+        super().__init__()
+        check("cell", cell, CELLS)
+        check("attention wiring", attention, ATTENTION)
+        check("context wiring", context, CONTEXT)
+        if context == "every-step" and attention != "none":
+            raise ValueError(f"context='every-step' is the no-attention wiring; attention="
+                             f"{attention!r} already feeds a context at every step")
+        self.cell, self.attention, self.context = cell, attention, context
+        self.input_feeding = input_feeding and attention == "luong"
+        H = hidden_size
+
+        self.encoder = Encoder(src_vocab_size, cell, emb_size, H, enc_layers, dropout,
+                               bidirectional)
+        K = self.encoder.output_size
+        n_states = 2 if cell == "lstm" else 1
+        self.bridges = nn.ModuleList(Bridge(K, H, enc_layers, dec_layers, project=bidirectional)
+                                     for _ in range(n_states))
+
+        # With tied embeddings the readout lives in embedding space, so it can share its weights.
+        self.out_size = emb_size if tie_embeddings else H
+        extra = {"none": H if context == "every-step" else 0, "bahdanau": K,
+                 "luong": self.out_size if self.input_feeding else 0}[attention]
+        self.embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
+        self.dropout = nn.Dropout(dropout)
+        self.rnn = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
+
+        if attention != "none":
+            self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
+        if attention == "none":
+            self.readout = (nn.Linear(H, self.out_size, bias=False) if self.out_size != H
+                            else nn.Identity())
+        elif attention == "bahdanau":
+            self.readout = nn.Linear(H + K + emb_size, self.out_size)
+        else:
+            self.readout = nn.Linear(K + H, self.out_size, bias=False)
+        self.generator = nn.Linear(self.out_size, tgt_vocab_size)
+        if tie_embeddings:
+            self.generator.weight = self.embed.weight
+
+    # ---- encoder -------------------------------------------------------------------------
+
+    def encode(self, src: torch.Tensor) -> dict[str, Any]:
+        src_pad = src == PAD
+        states, finals = self.encoder(src, src_pad)
+        memory = {"states": states, "src_pad": src_pad}
+        for name, bridge, final in zip(("init_h", "init_c"), self.bridges, finals):
+            memory[name] = bridge(final)                    # [B, L_dec, H]
+        if self.attention != "none":
+            memory["keys"] = self.scorer.precompute(states)
+        elif self.context == "every-step":
+            memory["context"] = memory["init_h"][:, -1]     # [B, H]
+        return memory
+
+    # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
+
+    def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
+        state = {"h": memory["init_h"]}
+        if self.cell == "lstm":
+            state["c"] = memory["init_c"]
+        if self.input_feeding:
+            state["feed"] = memory["init_h"].new_zeros(memory["init_h"].size(0), self.out_size)
+        return state
+
+    def _hidden(self, state):
+        """State dict ([B, L, H]) -> what nn.RNN/GRU/LSTM takes ([L, B, H])."""
+        h = state["h"].transpose(0, 1).contiguous()
+        return (h, state["c"].transpose(0, 1).contiguous()) if self.cell == "lstm" else h
+
+    def _state(self, hidden, **extra):
+        if self.cell == "lstm":
+            return {"h": hidden[0].transpose(0, 1), "c": hidden[1].transpose(0, 1), **extra}
+        return {"h": hidden.transpose(0, 1), **extra}
+
+    def _attend(self, memory, query):
+        """query [B, Tq, H] -> context [B, Tq, K], weights [B, Tq, S]."""
+        scores = self.scorer.score(query, memory["keys"])
+        return attend(scores, memory["states"], memory["src_pad"])
+
+    def _advance(self, memory, state, emb):
+        """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
+        or None, new state."""
+        inputs, weights = [emb], None
+        if self.attention == "bahdanau":
+            context, weights = self._attend(memory, state["h"][:, -1:])   # query s_{t-1}
+            inputs.append(context[:, 0])
+        elif self.input_feeding:
+            inputs.append(state["feed"])
+        elif self.context == "every-step":
+            inputs.append(memory["context"])
+        out, hidden = self.rnn(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
+        if self.attention == "bahdanau":
+            readout = torch.tanh(self.readout(torch.cat([out[:, 0], context[:, 0], emb], -1)))
+        else:
+            readout, weights = self._readout(memory, out)
+            readout = readout[:, 0]
+        extra = {"feed": readout} if self.input_feeding else {}
+        return readout, (None if weights is None else weights[:, 0]), self._state(hidden, **extra)
+
+    def _readout(self, memory, out):
+        """Readout of the wirings that need only s_t (none, luong) from out [B, T, H]:
+        readout [B, T, O] and attention weights [B, T, S] or None."""
+        if self.attention == "none":
+            return self.readout(out), None
+        context, weights = self._attend(memory, out)                       # query s_t
+        return torch.tanh(self.readout(torch.cat([context, out], -1))), weights
+
+    def step(self, memory, state, last_tokens):
+        emb = self.dropout(self.embed(last_tokens))
+        readout, _, state = self._advance(memory, state, emb)
+        return self.generator(self.dropout(readout)), state
+
+    # ---- decoder over a whole target --------------------------------------------------------
+
+    def decode(self, memory, tgt_in, need_weights=False, teacher_forcing=1.0):
+        sampling = self.training and teacher_forcing < 1.0
+        state = self.init_state(memory)
+        if not sampling and self.attention != "bahdanau" and not self.input_feeding:
+            readout, weights = self._decode_parallel(memory, state, tgt_in)
+        else:
+            readout, weights = self._decode_loop(memory, state, tgt_in,
+                                                 teacher_forcing if sampling else 1.0)
+        logits = self.generator(self.dropout(readout))
+        attention = None
+        if need_weights and weights is not None:
+            attention = {"cross": weights.unsqueeze(1)}                   # [B, 1, T, S]
+        return DecoderOutput(logits, attention)
+
+    def _decode_parallel(self, memory, state, tgt_in):
+        """Teacher forcing when no step depends on the previous one: one RNN call over T."""
+        emb = self.dropout(self.embed(tgt_in))
+        inputs = emb
+        if self.context == "every-step":
+            ctx = memory["context"].unsqueeze(1).expand(-1, tgt_in.size(1), -1)
+            inputs = torch.cat([emb, ctx], -1)
+        out, _ = self.rnn(inputs, self._hidden(state))
+        return self._readout(memory, out)
+
+    def _decode_loop(self, memory, state, tgt_in, teacher_forcing):
+        readouts, weights = [], []
+        tokens = tgt_in[:, 0]
+        for t in range(tgt_in.size(1)):
+            if t > 0:
+                tokens = tgt_in[:, t]
+                if teacher_forcing < 1.0:   # scheduled sampling: per example, gold or own argmax
+                    gold = torch.rand(tokens.shape, device=tokens.device) < teacher_forcing
+                    with torch.no_grad():
+                        own = self.generator(readouts[-1]).argmax(-1)
+                    tokens = torch.where(gold, tokens, own)
+            readout, w, state = self._advance(memory, state, self.dropout(self.embed(tokens)))
+            readouts.append(readout)
+            weights.append(w)
+        weights = None if weights[0] is None else torch.stack(weights, dim=1)
+        return torch.stack(readouts, dim=1), weights

@@ -1,0 +1,243 @@
+"""Transformer encoder-decoder (Vaswani et al., 2017) with ablation switches.
+
+Pieces, smallest first:
+
+- ``Embeddings``: token embedding * sqrt(d_model) (+ absolute positions) + dropout. The scaling keeps
+  token vectors (initialised with std d_model**-0.5, as suits a tied output projection) at unit
+  scale next to the unit-scale sinusoids.
+- ``Block``: self-attention [+ cross-attention] + feed-forward, pre-norm or post-norm.
+- ``Stack``: N blocks, the self-attention position bias (ALiBi/T5) shared by its blocks, the causal
+  mask, the key/value cache and, for pre-norm, the final LayerNorm.
+- ``TransformerSeq2Seq``: source ``Embeddings`` + encoder ``Stack`` + target ``Embeddings`` +
+  causal decoder ``Stack`` with cross-attention + output projection (the Seq2SeqModel protocol).
+
+A decoder-only language model is ``Embeddings`` + ``Stack(causal=True, cross=False)`` + a Linear
+(tied to the token embedding); ``Stack.init_cache`` / ``Stack(x, pad, cache=...)`` decode it
+incrementally exactly as the seq2seq decoder does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from lit_attention import registry
+from lit_attention.data.vocab import PAD
+from lit_attention.models.attention import MultiHeadAttention
+from lit_attention.models.base import DecoderOutput, Seq2SeqModel
+from lit_attention.models.positional import AbsolutePositions, AlibiBias, T5Bias
+
+
+class Embeddings(nn.Module):
+    """tokens [B, T] -> dropout(embedding * sqrt(d_model) + absolute position) [B, T, d_model]."""
+
+    def __init__(self, vocab_size: int, d_model: int, positional: str = "sinusoidal",
+                 max_len: int = 512, dropout: float = 0.1, token: nn.Embedding | None = None):
+        super().__init__()
+        self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
+        self.scale = math.sqrt(d_model)
+        self.position = (AbsolutePositions(positional, max_len, d_model)
+                         if positional in ("sinusoidal", "learned") else None)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        x = self.token(tokens) * self.scale
+        if self.position is not None:
+            x = x + self.position(torch.arange(offset, offset + tokens.shape[1], device=tokens.device))
+        return self.dropout(x)
+
+
+class Block(nn.Module):
+    """Self-attention [+ cross-attention] + feed-forward, each a residual branch (pre- or post-norm)."""
+
+    def __init__(self, d_model: int, heads: int, ffn: int, dropout: float, norm: str = "pre",
+                 scoring: str = "scaled_dot", positional: str = "none", cross: bool = False,
+                 shaw_clip: int = 16):
+        super().__init__()
+        self.pre_norm = registry.check("norm", norm, registry.NORM) == "pre"
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring,
+                                            rotary=positional == "rotary",
+                                            shaw_clip=shaw_clip if positional == "shaw" else 0)
+        self.self_norm = nn.LayerNorm(d_model)
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring) if cross else None
+        self.cross_norm = nn.LayerNorm(d_model) if cross else None
+        self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(ffn, d_model))
+        self.ffn_norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def residual(self, x, norm, branch):
+        """x + branch(norm(x)) (pre-norm) or norm(x + branch(x)) (post-norm); returns (x, branch extras)."""
+        out, extra = branch(norm(x) if self.pre_norm else x)
+        x = x + self.dropout(out)
+        return (x if self.pre_norm else norm(x)), extra
+
+    def forward(self, x, q_pos, k_pos, blocked, bias, past=None, cross_kv=None, cross_blocked=None,
+                need_weights=False):
+        """x [B, T, D]; past: cached self-attention (k, v) of earlier positions; cross_kv: (k, v) of
+        the memory. Returns (x, (k, v) of all self-attention keys so far, self weights, cross weights)."""
+        def self_attention(h):
+            k, v = self.self_attn.keys_values(h, q_pos)
+            if past is not None:
+                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+            out, weights = self.self_attn(h, k, v, q_pos, k_pos, blocked, bias, need_weights)
+            return out, ((k, v), weights)
+
+        x, (kv, self_weights) = self.residual(x, self.self_norm, self_attention)
+        cross_weights = None
+        if self.cross_attn is not None:
+            x, cross_weights = self.residual(
+                x, self.cross_norm,
+                lambda h: self.cross_attn(h, *cross_kv, blocked=cross_blocked, need_weights=need_weights))
+        x, _ = self.residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
+        return x, kv, self_weights, cross_weights
+
+
+class Stack(nn.Module):
+    """N blocks sharing one self-attention position bias; causal for decoders, cross for seq2seq."""
+
+    def __init__(self, layers: int, d_model: int, heads: int, ffn: int, dropout: float,
+                 norm: str = "pre", scoring: str = "scaled_dot", positional: str = "none",
+                 causal: bool = False, cross: bool = False, rel_buckets: int = 32,
+                 rel_max_distance: int = 128, shaw_clip: int = 16):
+        super().__init__()
+        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
+        registry.check("positional encoding", positional, registry.POSITIONAL)
+        self.causal, self.cross, self.heads, self.d_head = causal, cross, heads, d_model // heads
+        self.layers = nn.ModuleList(
+            Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)
+            for _ in range(layers))
+        if positional == "alibi":
+            self.bias = AlibiBias(heads)
+        elif positional == "t5_bias":
+            self.bias = T5Bias(heads, bidirectional=not causal, buckets=rel_buckets,
+                               max_distance=rel_max_distance)
+        else:
+            self.bias = None
+        self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+
+    def init_cache(self, batch: int, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Empty cache: per layer self-attention k/v [B, H, 0, d], ``pad`` [B, 0] (its length is the
+        number of positions decoded so far) and, given memory [B, S, D], cross-attention k/v."""
+        ref = next(self.parameters())
+        empty = ref.new_zeros(batch, self.heads, 0, self.d_head)
+        cache = {"pad": torch.zeros(batch, 0, dtype=torch.bool, device=ref.device)}
+        for i, block in enumerate(self.layers):
+            cache[f"self_k.{i}"], cache[f"self_v.{i}"] = empty, empty
+            if memory is not None and block.cross_attn is not None:
+                cache[f"cross_k.{i}"], cache[f"cross_v.{i}"] = block.cross_attn.keys_values(memory)
+        return cache
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_pad: torch.Tensor | None = None,
+                cache: dict[str, torch.Tensor] | None = None, need_weights: bool = False):
+        """x [B, T, D] embedded input at positions offset.. (offset = positions already cached);
+        pad [B, T] True on padding keys; memory [B, S, D] (cross, unless cached) and memory_pad [B, S].
+        Returns (states [B, T, D], weights {"self.i"/"cross.i": [B, H, T, S]}, updated cache or None)."""
+        B, T, _ = x.shape
+        if pad is None:
+            pad = torch.zeros(B, T, dtype=torch.bool, device=x.device)
+        offset = 0 if cache is None else cache["pad"].shape[1]
+        key_pad = pad if cache is None else torch.cat([cache["pad"], pad], dim=1)
+        q_pos = torch.arange(offset, offset + T, device=x.device)
+        k_pos = torch.arange(offset + T, device=x.device)
+        blocked = key_pad[:, None, None, :]                                # [B, 1, 1, S]
+        if self.causal:
+            blocked = blocked | (k_pos[None, :] > q_pos[:, None])          # [B, 1, T, S]
+        bias = self.bias(q_pos, k_pos) if self.bias is not None else None  # [H, T, S]
+        cross_blocked = memory_pad[:, None, None, :] if memory_pad is not None else None
+
+        weights, new_cache = {}, ({"pad": key_pad} if cache is not None else None)
+        for i, block in enumerate(self.layers):
+            past = (cache[f"self_k.{i}"], cache[f"self_v.{i}"]) if cache is not None else None
+            cross_kv = None
+            if self.cross:
+                cross_kv = ((cache[f"cross_k.{i}"], cache[f"cross_v.{i}"]) if cache is not None
+                            else block.cross_attn.keys_values(memory))
+            x, (k, v), self_w, cross_w = block(x, q_pos, k_pos, blocked, bias, past, cross_kv,
+                                               cross_blocked, need_weights)
+            if cache is not None:
+                new_cache[f"self_k.{i}"], new_cache[f"self_v.{i}"] = k, v
+                if self.cross:
+                    new_cache[f"cross_k.{i}"], new_cache[f"cross_v.{i}"] = cross_kv
+            if need_weights:
+                weights[f"self.{i}"] = self_w
+                if self.cross:
+                    weights[f"cross.{i}"] = cross_w
+        return self.norm(x), weights, new_cache
+
+
+def init_weights(module: nn.Module, d_model: int) -> None:
+    """Xavier-uniform linear weights with zero bias, normal(0, d_model**-0.5) embeddings.
+    Use as ``model.apply(lambda m: init_weights(m, d_model))``."""
+    if isinstance(module, nn.Linear):
+        nn.init.xavier_uniform_(module.weight)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, std=d_model ** -0.5)
+
+
+class TransformerSeq2Seq(Seq2SeqModel):
+    """Encoder-decoder Transformer following the Seq2SeqModel protocol.
+
+    tie_embeddings: the decoder input embedding is the output projection. share_embeddings: when
+    the vocabularies have the same size, the encoder uses the decoder's input embedding too.
+    ``teacher_forcing`` is accepted for the protocol and ignored: a Transformer decoder always reads
+    the given target prefix (in parallel).
+    """
+
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, heads: int = 4,
+                 enc_layers: int = 3, dec_layers: int = 3, ffn: int = 1024, dropout: float = 0.1,
+                 norm: str = "pre", tie_embeddings: bool = True, share_embeddings: bool = True,
+                 positional: str = "sinusoidal", scoring: str = "scaled_dot", max_len: int = 512,
+                 rel_buckets: int = 32, rel_max_distance: int = 128, shaw_clip: int = 16):
+        super().__init__()
+        common = dict(d_model=d_model, heads=heads, ffn=ffn, dropout=dropout, norm=norm,
+                      scoring=scoring, positional=positional, rel_buckets=rel_buckets,
+                      rel_max_distance=rel_max_distance, shaw_clip=shaw_clip)
+        self.encoder = Stack(enc_layers, causal=False, cross=False, **common)
+        self.decoder = Stack(dec_layers, causal=True, cross=True, **common)
+        self.tgt_embed = Embeddings(tgt_vocab_size, d_model, positional, max_len, dropout)
+        shared = self.tgt_embed.token if share_embeddings and src_vocab_size == tgt_vocab_size else None
+        self.src_embed = Embeddings(src_vocab_size, d_model, positional, max_len, dropout, token=shared)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.apply(lambda m: init_weights(m, d_model))
+        if tie_embeddings:
+            self.generator.weight = self.tgt_embed.token.weight
+
+    def encode(self, src: torch.Tensor, need_weights: bool = False) -> dict[str, Any]:
+        src_pad = src == PAD
+        states, weights, _ = self.encoder(self.src_embed(src), src_pad, need_weights=need_weights)
+        memory = {"states": states, "src_pad": src_pad}
+        if need_weights:
+            memory["attention"] = {f"enc_{name}": w for name, w in weights.items()}
+        return memory
+
+    def decode(self, memory: dict[str, Any], tgt_in: torch.Tensor, need_weights: bool = False,
+               teacher_forcing: float = 1.0) -> DecoderOutput:
+        states, weights, _ = self.decoder(self.tgt_embed(tgt_in), tgt_in == PAD, memory["states"],
+                                          memory["src_pad"], need_weights=need_weights)
+        attention = None
+        if need_weights:
+            attention = dict(memory.get("attention", {}))
+            attention.update({(f"dec_{n}" if n.startswith("self") else n): w for n, w in weights.items()})
+        return DecoderOutput(self.generator(states), attention)
+
+    def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False,
+                teacher_forcing: float = 1.0) -> DecoderOutput:
+        return self.decode(self.encode(src, need_weights), tgt_in, need_weights, teacher_forcing)
+
+    def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
+        states = memory["states"]
+        return self.decoder.init_cache(states.shape[0], states)
+
+    def step(self, memory: dict[str, Any], state: dict[str, Any],
+             last_tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
+        tokens = last_tokens[:, None]
+        x = self.tgt_embed(tokens, offset=state["pad"].shape[1])
+        states, _, state = self.decoder(x, tokens == PAD, memory_pad=memory["src_pad"], cache=state)
+        return self.generator(states[:, -1]), state

@@ -1,0 +1,98 @@
+"""`lit-attention sweep FILE [--workers N] [--storage URL] [--devices-per-trial G] [--resume]`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import optuna
+
+from lit_attention.sweep import driver, progress
+from lit_attention.sweep.schema import SweepError, load_sweep
+from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lit-attention sweep", description=(
+        "Run an Optuna study declared in a sweep YAML file; every trial is a `lit-attention fit` subprocess."))
+    p.add_argument("file", type=Path, help="sweep file, e.g. sweeps/demo.yaml")
+    p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
+    p.add_argument("--storage", default=None, help=(
+        f"study database URL (default: the file's `storage`, then ${STORAGE_ENV}, "
+        "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
+    p.add_argument("--devices-per-trial", type=int, default=1,
+                   help="G > 1: each trial trains with DDP on G devices (on CPU: G gloo processes)")
+    p.add_argument("--resume", action="store_true",
+                   help="re-queue cells of an existing study that have no finished trial (failed, interrupted)")
+    p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
+    p.add_argument("--tracking", choices=("none", "wandb"), default=None,
+                   help="override the file's tracking (one W&B run per trial)")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: one worker process
+    return p
+
+
+def _url(args, sweep) -> str:
+    if args.worker:
+        return os.environ[STORAGE_ENV]
+    return args.storage or sweep.storage or os.environ.get(STORAGE_ENV) or default_url(
+        args.root or sweep.root, sweep.study_name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.workers < 1 or args.devices_per_trial < 1:
+        print("lit-attention sweep: --workers and --devices-per-trial must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        sweep = load_sweep(args.file)
+    except SweepError as e:
+        print(f"lit-attention sweep: error: {e}", file=sys.stderr)
+        return 2
+    root = (args.root or sweep.root).resolve()
+    url = _url(args, sweep)
+    if args.worker:
+        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
+    print(f"[{sweep.study_name}] {sweep.sampler} sampler, {sweep.pruner} pruner, {total} trials "
+          f"({len(sweep.seeds)} seed(s) each), storage {mask_url(url)}, runs in {root / sweep.study_name}",
+          flush=True)
+    try:
+        study = driver.open_study(sweep, url, resume=args.resume)
+    except SweepError as e:
+        print(f"lit-attention sweep: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a database that cannot be reached: never echo the URL unmasked
+        print(f"lit-attention sweep: cannot open the study at {mask_url(url)}: "
+              f"{type(e).__name__}: {str(e).replace(url, mask_url(url))[:500]}", file=sys.stderr)
+        return 1
+
+    last = [""]
+
+    def show(s: optuna.Study) -> None:
+        line = progress.progress_line(s, sweep.objective, total)
+        if line != last[0]:
+            print(line, flush=True)
+            last[0] = line
+
+    procs = driver.spawn_workers(args.file, url, args.workers, root, args.devices_per_trial, args.tracking)
+    try:
+        codes = driver.wait_workers(procs, study, show)
+    except KeyboardInterrupt:
+        print(f"[{sweep.study_name}] stopped. Continue with: lit-attention sweep {args.file} --resume", flush=True)
+        return 130
+    print()
+    print(progress.format_table(progress.results_table(study, sweep.objective)), flush=True)
+    c = progress.counts(study)
+    if any(codes) and (c["running"] or c["waiting"]):
+        print(f"[{sweep.study_name}] a worker exited with {codes}; trials remain: rerun with --resume",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,324 @@
+"""The sweep driver: create the study once, then workers pull trials from it until it is done.
+
+Grid and brute force enumerate every configuration x seed cell up front and enqueue them all when
+the study is created; a worker pops a waiting trial atomically (Optuna marks it RUNNING in one
+database update), so two workers never run the same cell. Random and TPE sample a configuration
+and enqueue its other seeds. A worker that dies mid-trial stops sending heartbeats; the next worker
+to look fails that trial and re-queues its cell (RetryHeartbeatStaleTrialCallback).
+
+Workers do not leave while a trial of the study is still running somewhere: it might go stale and
+need running again.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from lit_attention.sweep import space as sp
+from lit_attention.sweep import trial as tr
+from lit_attention.sweep.schema import Sweep, SweepError
+from lit_attention.sweep.storage import STORAGE_ENV, make_storage
+
+READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
+SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
+WAIT_SECONDS = 2.0
+PENDING = (TrialState.WAITING, TrialState.RUNNING)
+DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+class StudyMismatch(SweepError):
+    pass
+
+
+def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
+    return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry)
+
+
+def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
+    seed = sweep.sampler_options.get("seed")
+    if sweep.sampler == "tpe":
+        kwargs = {k: v for k, v in sweep.sampler_options.items() if k == "n_startup_trials"}
+        base = optuna.samplers.TPESampler(seed=seed, **kwargs)
+    else:  # grid/bruteforce trials are all enqueued; random fills the rest
+        base = optuna.samplers.RandomSampler(seed=seed)
+    # A sampled configuration starts with the first seed; its other seeds are enqueued.
+    return optuna.samplers.PartialFixedSampler({"seed": sweep.seeds[0]}, base)
+
+
+def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
+    if sweep.pruner == "median":
+        return optuna.pruners.MedianPruner(**sweep.pruner_options)
+    if sweep.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(**sweep.pruner_options)
+    return optuna.pruners.NopPruner()  # `None` would mean MedianPruner in Optuna
+
+
+def planned_cells(sweep: Sweep) -> list[dict]:
+    """Grid: every configuration x seed, declaration order; brute force: the same, shuffled."""
+    cells = sp.cells(sweep.space, sweep.seeds)
+    if sweep.sampler == "bruteforce":
+        configs = sp.grid(sweep.space)
+        random.Random(sweep.sampler_options.get("seed", 0)).shuffle(configs)
+        cells = [{**c, "seed": s} for c in configs for s in sweep.seeds]
+    return cells[: sweep.n_trials] if sweep.n_trials else cells
+
+
+def trial_cell(t: optuna.trial.FrozenTrial) -> str | None:
+    params = t.system_attrs.get("fixed_params") or t.params
+    if "seed" not in params:
+        return t.user_attrs.get("cell")
+    return sp.cell_key({k: v for k, v in params.items() if k != "seed"}, params["seed"])
+
+
+def _counted(trials) -> list:
+    return [t for t in trials if not t.user_attrs.get(SKIPPED)]
+
+
+def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
+    """Enqueue every planned cell that has no finished or pending trial (also cells that failed)."""
+    trials = _counted(study.get_trials(deepcopy=False))
+    covered = {trial_cell(t) for t in trials if t.state in DONE + PENDING}
+    if sweep.enumerated:
+        wanted = planned_cells(sweep)
+    else:  # sampled configurations whose every attempt failed
+        wanted, seen = [], set()
+        for t in trials:
+            params = dict(t.system_attrs.get("fixed_params") or t.params)
+            key = trial_cell(t)
+            if "seed" in params and key not in seen:
+                seen.add(key)
+                wanted.append(params)
+    n = 0
+    for cell in wanted:
+        if sp.cell_key({k: v for k, v in cell.items() if k != "seed"}, cell["seed"]) not in covered:
+            study.enqueue_trial(cell)
+            n += 1
+    return n
+
+
+def open_study(sweep: Sweep, url: str, resume: bool = False, wait_ready: float = 120.0) -> optuna.Study:
+    """Create the study (and enqueue its cells) if it does not exist, else join it.
+
+    Called once by the driver before any worker starts. Machines joining a study just created
+    elsewhere wait until its cells are enqueued. With `resume`, cells without a finished or pending
+    trial (failed, interrupted, missing) are enqueued again.
+    """
+    storage = storage_for(sweep, url)
+    direction = sweep.direction
+    try:
+        study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=direction,
+                                    sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        created = False
+        study = optuna.load_study(study_name=sweep.study_name, storage=storage,
+                                  sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+    if created:
+        study.set_user_attr("spec", sweep.spec())
+        study.set_user_attr("spec_hash", sweep.spec_hash())
+        study.set_user_attr("sweep_file", str(sweep.path))
+        # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
+        study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
+                                        "optuna": optuna.__version__})
+        if sweep.enumerated:
+            for cell in planned_cells(sweep):
+                study.enqueue_trial(cell)
+        study.set_user_attr(READY, True)
+        return study
+    deadline = time.monotonic() + wait_ready
+    while not study.user_attrs.get(READY):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"study {sweep.study_name} exists but was never made ready "
+                               "(the process creating it died?); delete it or use another study_name")
+        time.sleep(1.0)
+    if study.user_attrs.get("spec_hash") != sweep.spec_hash():
+        raise StudyMismatch(sweep.path, "study_name",
+                            f"study {sweep.study_name!r} already exists with a different space, objective, "
+                            "sampler or seeds; choose another study_name (or delete the study)")
+    if study.direction.name.lower() != direction:
+        raise StudyMismatch(sweep.path, "objective.direction", f"the existing study {direction}s the other way")
+    if resume:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            optuna.storages.fail_stale_trials(study)
+        _enqueue_missing(study, sweep)
+    return study
+
+
+class Objective:
+    """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
+
+    def __init__(self, sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None):
+        self.sweep = sweep
+        self.root = Path(root).resolve()
+        self.devices = devices
+        self.tracking = tracking or sweep.tracking
+        self.base = self._base_path()
+
+    def _base_path(self) -> Path:
+        if isinstance(self.sweep.base, dict):
+            path = self.root / self.sweep.study_name / "base.yaml"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(yaml.safe_dump(self.sweep.base, sort_keys=False))
+            return path
+        return Path(self.sweep.base)
+
+    def _skip(self, trial: optuna.Trial, why: str) -> None:
+        trial.set_user_attr(SKIPPED, why)
+        raise tr.TrialFailed(f"skipped: {why}")
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        sweep = self.sweep
+        trials = trial.study.get_trials(deepcopy=False)
+        me = next(t for t in trials if t.number == trial.number)
+        enqueued = "fixed_params" in me.system_attrs
+        if sweep.enumerated and not enqueued:
+            # Another worker popped the last waiting trial between our look and our ask.
+            self._skip(trial, "no waiting cell left")
+        params = sp.suggest(trial, sweep.space)
+        seed = trial.suggest_categorical("seed", sweep.seeds)
+        cell = sp.cell_key(params, seed)
+        others = [t for t in trials if t.number != trial.number]
+        if any(trial_cell(t) == cell and t.state in DONE for t in _counted(others)):
+            self._skip(trial, f"duplicate of a finished cell {cell}")
+        if not enqueued:
+            configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
+                       for t in _counted(others) if t.number < trial.number}
+            if sp.config_key(params) in configs:
+                self._skip(trial, "the sampler proposed a configuration already in the study")
+            if len(configs) >= sweep.n_trials // len(sweep.seeds):
+                self._skip(trial, "budget of configurations reached")
+            for s in sweep.seeds[1:]:
+                trial.study.enqueue_trial({**params, "seed": s})
+
+        run_id = f"t{trial.number:04d}-s{seed}"
+        run_dir = self.root / sweep.study_name / run_id
+        name = f"{sweep.study_name}-t{trial.number}-s{seed}"
+        trial.set_user_attr("cell", cell)
+        trial.set_user_attr("run_id", run_id)
+        trial.set_user_attr("run_dir", str(run_dir))
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        if "failed_trial" in me.system_attrs:
+            trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
+        cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
+                               seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
+                               name=name, devices=self.devices)
+        print(f"[{sweep.study_name}] trial {trial.number} start: {_short(params)} seed={seed} -> {run_dir}",
+              flush=True)
+        try:
+            out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
+        except KeyboardInterrupt:
+            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
+            raise
+        s = out.summary
+        trial.set_user_attr("status", out.status)
+        trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
+        trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
+                                                               "test_bleu", "params", "train_seconds", "epochs")
+                                        if s.get(k) is not None})
+        print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
+              + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
+              + (f" ({out.error})" if out.error else ""), flush=True)
+        if out.status == "pruned":
+            raise optuna.TrialPruned(f"pruned after {out.reported} validations")
+        if out.status != "finished":
+            trial.set_user_attr("error", out.error)
+            raise tr.TrialFailed(out.error)
+        return out.value
+
+
+def _short(params: dict) -> str:
+    return " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in params.items())
+
+
+def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials):
+        return "run"
+    if not sweep.enumerated and skips < 20:
+        configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
+                   for t in _counted(trials) if t.params or t.system_attrs.get("fixed_params")}
+        if len(configs) < sweep.n_trials // len(sweep.seeds):
+            return "run"
+    if any(t.state == TrialState.RUNNING for t in trials):
+        return "wait"
+    return "done"
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None) -> int:
+    """Pull trials from the (existing) study until every cell is finished. Returns an exit code."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
+                              sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+    objective = Objective(sweep, root, devices, tracking)
+    skips = 0
+    try:
+        while True:
+            optuna.storages.fail_stale_trials(study)  # re-queues cells of dead workers
+            action = _next_action(sweep, study, skips)
+            if action == "done":
+                return 0
+            if action == "wait":
+                time.sleep(WAIT_SECONDS)
+                continue
+            before = len(study.get_trials(deepcopy=False))
+            study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
+            last = study.get_trials(deepcopy=False)[before:]
+            skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, tracking: str | None) -> list:
+    env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"})
+    procs = []
+    for i in range(n):
+        cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
+               sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
+               "--root", str(root), "--devices-per-trial", str(devices)]
+        if tracking:
+            cmd += ["--tracking", tracking]
+        # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
+        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
+    return procs
+
+
+def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
+    """Wait for the worker processes, printing progress; Ctrl-C stops them cleanly."""
+    try:
+        while any(p.poll() is None for p in procs):
+            progress(study)
+            time.sleep(WAIT_SECONDS)
+    except KeyboardInterrupt:
+        print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in procs:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        raise
+    progress(study)
+    return [p.returncode for p in procs]

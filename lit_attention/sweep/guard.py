@@ -1,0 +1,28 @@
+"""Exec a command that dies with its parent, so a worker killed with SIGKILL leaves no orphan trial.
+
+Usage: python -m lit_attention.sweep.guard PARENT_PID CMD...  (Linux PR_SET_PDEATHSIG; elsewhere
+it just execs). A wrapper process instead of `preexec_fn`, which is unsafe once the heartbeat
+thread runs.
+"""
+
+import ctypes
+import os
+import signal
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def main() -> None:
+    parent, cmd = int(sys.argv[1]), sys.argv[2:]
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        sys.exit(1)
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""What a sweep has done so far: a one-line progress report and the end-of-sweep table."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+SKIPPED = "skipped"
+
+
+def counted_trials(study: optuna.Study) -> list:
+    return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SKIPPED)]
+
+
+def counts(study: optuna.Study) -> dict:
+    trials = counted_trials(study)
+    by = {s: sum(t.state == s for t in trials) for s in TrialState}
+    return {"complete": by[TrialState.COMPLETE], "pruned": by[TrialState.PRUNED],
+            "failed": by[TrialState.FAIL], "running": by[TrialState.RUNNING],
+            "waiting": by[TrialState.WAITING]}
+
+
+def _short(params: dict) -> str:
+    return " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in params.items() if k != "seed")
+
+
+def best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
+    complete = [t for t in counted_trials(study) if t.state == TrialState.COMPLETE and t.value is not None]
+    if not complete:
+        return None
+    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
+    return pick(complete, key=lambda t: t.value)
+
+
+def progress_line(study: optuna.Study, metric: str, total: int | None = None) -> str:
+    c = counts(study)
+    finished = c["complete"] + c["pruned"]
+    line = (f"[{study.study_name}] {finished}{'/' + str(total) if total else ''} done "
+            f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
+    b = best(study)
+    if b is not None:
+        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {_short(b.params)} seed={b.params.get('seed')})"
+    return line
+
+
+def trials_frame(study: optuna.Study) -> pd.DataFrame:
+    rows = []
+    for t in counted_trials(study):
+        rows.append({"trial": t.number, "config": _short(t.params) or "(base)", "seed": t.params.get("seed"),
+                     "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
+                     "error": t.user_attrs.get("error")})
+    return pd.DataFrame(rows)
+
+
+def results_table(study: optuna.Study, metric: str) -> pd.DataFrame:
+    """One row per configuration: mean and std of the objective over its completed seeds."""
+    df = trials_frame(study)
+    if df.empty:
+        return df
+    df = df[df["state"] != "RUNNING"]
+    groups = []
+    for config, g in df.groupby("config", sort=False):
+        values = g.loc[g["state"] == "COMPLETE", "value"].astype(float)
+        groups.append({"configuration": config, f"{metric} mean": values.mean() if len(values) else math.nan,
+                       "std": values.std(ddof=1) if len(values) > 1 else math.nan,
+                       "seeds": len(values), "pruned": int((g["state"] == "PRUNED").sum()),
+                       "failed": int((g["state"] == "FAIL").sum())})
+    table = pd.DataFrame(groups)
+    ascending = study.direction != optuna.study.StudyDirection.MAXIMIZE
+    return table.sort_values(f"{metric} mean", ascending=ascending, na_position="last").reset_index(drop=True)
+
+
+def format_table(table: pd.DataFrame) -> str:
+    if table.empty:
+        return "(no trials)"
+    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")

@@ -1,0 +1,387 @@
+"""Sweep files: load a YAML sweep safely and validate it, with errors that name the file and key.
+
+A sweep file looks like::
+
+    study_name: demo
+    base: ../configs/toy-mt.yaml          # training config every trial starts from (or a mapping)
+    objective: {metric: val_bleu, direction: maximize}
+    sampler: grid                         # grid | random | tpe | bruteforce (or {name: tpe, seed: 0})
+    pruner: none                          # none | median | hyperband (or {name: median, n_startup_trials: 2})
+    seeds: 2                              # or an explicit list [1, 7]
+    fixed: {trainer.max_epochs: 3}        # passed to every trial
+    space:
+      model.family: {choices: [rnn, transformer]}
+      model.attention: {choices: [none, luong], when: {model.family: rnn}}
+      model.scoring: {choices: [dot, additive], when: {model.attention: {not: none}}}
+      model.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
+
+Every value naming a registry choice (family, cell, attention, scoring, positional, task, ...) is
+checked against `lit_attention.registry`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lit_attention import registry
+from lit_attention.sweep.space import Condition, Param
+
+SAMPLERS = ("grid", "random", "tpe", "bruteforce")
+PRUNERS = ("none", "median", "hyperband")
+DIRECTIONS = ("minimize", "maximize")
+KINDS = ("seq2seq", "lm")
+TRACKING = ("none", "wandb")
+PREFIXES = ("model.", "data.", "trainer.")
+
+TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
+            "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking")
+REQUIRED = ("study_name", "base", "objective", "space")
+PRUNER_OPTIONS = {
+    "none": {},
+    "median": {"n_startup_trials": int, "n_warmup_steps": int, "interval_steps": int, "n_min_trials": int},
+    "hyperband": {"min_resource": int, "max_resource": int, "reduction_factor": int},
+}
+SAMPLER_OPTIONS = {"seed": int, "n_startup_trials": int}
+HEARTBEAT_OPTIONS = {"interval": int, "grace_period": int, "max_retry": int}
+
+
+class SweepError(ValueError):
+    """A malformed sweep file; the message names the file and the key."""
+
+    def __init__(self, file: str | Path, key: str, message: str):
+        self.file, self.key = str(file), key
+        super().__init__(f"{file}: {key}: {message}")
+
+
+@dataclass
+class Sweep:
+    path: Path
+    study_name: str
+    base: Path | dict
+    objective: str
+    direction: str
+    space: list[Param]
+    sampler: str = "grid"
+    sampler_options: dict = field(default_factory=dict)
+    pruner: str = "none"
+    pruner_options: dict = field(default_factory=dict)
+    seeds: list[int] = field(default_factory=lambda: [0])
+    n_trials: int | None = None
+    storage: str | None = None
+    root: Path = Path("runs")
+    fixed: dict = field(default_factory=dict)
+    kind: str = "seq2seq"
+    tracking: str = "none"
+    heartbeat_interval: int = 10
+    grace_period: int = 30
+    max_retry: int = 2
+    description: str = ""
+
+    @property
+    def enumerated(self) -> bool:
+        """Grid and brute force enumerate every cell up front; random and TPE sample."""
+        return self.sampler in ("grid", "bruteforce")
+
+    def spec(self) -> dict:
+        """What defines the study (stored in it; a study of the same name must match)."""
+        return {
+            "objective": self.objective, "direction": self.direction, "sampler": self.sampler,
+            "sampler_options": self.sampler_options, "pruner": self.pruner,
+            "pruner_options": self.pruner_options, "seeds": self.seeds, "n_trials": self.n_trials,
+            "space": [p.as_dict() for p in self.space], "fixed": self.fixed, "kind": self.kind,
+        }
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tuple | None:
+    """Valid values of a registry-backed config key, or None when the key is free-form."""
+    prefix, _, name = key.rpartition(".")
+    if prefix not in ("model", "data"):
+        return None
+    if name == "family":
+        return tuple(registry.LM_FAMILIES if kind == "lm" else registry.FAMILIES)
+    if name == "scoring":
+        return tuple(registry.TRANSFORMER_SCORING if transformer_only else registry.SCORING)
+    table = {"cell": registry.CELLS, "attention": registry.ATTENTION, "context": registry.CONTEXT,
+             "positional": registry.POSITIONAL, "norm": registry.NORM, "task": registry.TASKS,
+             "tokenizer": registry.TOKENIZERS}
+    return tuple(table[name]) if name in table else None
+
+
+class _Checker:
+    def __init__(self, file: Path):
+        self.file = file
+
+    def fail(self, key: str, message: str):
+        raise SweepError(self.file, key, message)
+
+    def choice(self, key: str, value: Any, valid: tuple) -> str:
+        if value not in valid:
+            self.fail(key, f"unknown value {value!r}; valid: {', '.join(map(str, valid))}")
+        return value
+
+    def int(self, key: str, value: Any, minimum: int | None = None) -> int:
+        if not _is_int(value):
+            self.fail(key, f"must be an integer, got {type(value).__name__} {value!r}")
+        if minimum is not None and value < minimum:
+            self.fail(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def mapping(self, key: str, value: Any) -> dict:
+        if not isinstance(value, dict):
+            self.fail(key, f"must be a mapping, got {type(value).__name__}")
+        return value
+
+    def named(self, key: str, value: Any, valid: tuple, options: dict) -> tuple[str, dict]:
+        """`name` or `{name: ..., option: ...}` (sampler, pruner)."""
+        if isinstance(value, str):
+            value = {"name": value}
+        value = dict(self.mapping(key, value))
+        name = self.choice(f"{key}.name", value.pop("name", None), valid)
+        allowed = options[name] if name in options and isinstance(options[name], dict) else options
+        for opt, v in value.items():
+            if opt not in allowed:
+                self.fail(f"{key}.{opt}", f"unknown option for {name}; valid: {', '.join(allowed) or 'none'}")
+            self.int(f"{key}.{opt}", v)
+        return name, value
+
+
+def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict[str, Param]) -> Condition:
+    if ref not in declared:
+        ck.fail(key, f"condition refers to {ref!r}, which is not declared earlier in the space")
+    negate = isinstance(spec, dict)
+    if negate:
+        if set(spec) != {"not"}:
+            ck.fail(key, "a condition is a value, a list of values, or {not: value(s)}")
+        spec = spec["not"]
+    values = tuple(spec) if isinstance(spec, list) else (spec,)
+    if not values:
+        ck.fail(key, "empty list of values")
+    for v in values:
+        if not declared[ref].can_take(v):
+            ck.fail(key, f"{v!r} is not a possible value of {ref}")
+    return Condition(ref, values, negate)
+
+
+def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
+    key = f"space.{name}"
+    if not isinstance(name, str) or not name.startswith(PREFIXES) or name.count(".") < 1:
+        ck.fail(key, f"parameter names are dotted config keys starting with {', '.join(PREFIXES)}")
+    if isinstance(spec, list):
+        spec = {"choices": spec}
+    spec = dict(ck.mapping(key, spec))
+    when = spec.pop("when", {})
+    conditions = tuple(_parse_condition(ck, f"{key}.when.{ref}", ref, v, declared)
+                       for ref, v in ck.mapping(f"{key}.when", when).items())
+    if "choices" in spec:
+        extra = set(spec) - {"choices"}
+        if extra:
+            ck.fail(f"{key}.{sorted(extra)[0]}", "unknown key next to choices")
+        choices = spec["choices"]
+        if not isinstance(choices, list):
+            ck.fail(f"{key}.choices", f"must be a list, got {type(choices).__name__}")
+        if not choices:
+            ck.fail(f"{key}.choices", "must not be empty")
+        for c in choices:
+            if not _is_scalar(c):
+                ck.fail(f"{key}.choices", f"choices are scalars (str, int, float, bool), got {c!r}")
+        if len(set(map(repr, choices))) != len(choices):
+            ck.fail(f"{key}.choices", "duplicate values")
+        transformer_only = any(c.name.endswith(".family") and not c.negate and set(c.values) == {"transformer"}
+                               for c in conditions)
+        valid = registry_choices(name, kind, transformer_only)
+        if valid is not None:
+            for c in choices:
+                ck.choice(f"{key}.choices", c, valid)
+        return Param(name, choices=tuple(choices), when=conditions)
+    for k in spec:
+        if k not in ("low", "high", "log", "step", "type"):
+            ck.fail(f"{key}.{k}", "unknown key; a parameter has choices, or low/high (log, step, type)")
+    if "low" not in spec or "high" not in spec:
+        ck.fail(key, "needs choices, or low and high")
+    low, high = spec["low"], spec["high"]
+    for k, v in (("low", low), ("high", high)):
+        if not _is_number(v):
+            ck.fail(f"{key}.{k}", f"must be a number, got {v!r}")
+    if low >= high:
+        ck.fail(f"{key}.high", f"must be greater than low ({low})")
+    typ = spec.get("type", "int" if _is_int(low) and _is_int(high) and _is_int(spec.get("step", 1)) else "float")
+    ck.choice(f"{key}.type", typ, ("int", "float"))
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        ck.fail(f"{key}.log", "must be true or false")
+    step = spec.get("step")
+    if step is not None and (not _is_number(step) or step <= 0):
+        ck.fail(f"{key}.step", "must be a positive number")
+    if log and step is not None:
+        ck.fail(f"{key}.step", "log and step cannot be combined")
+    if log and low <= 0:
+        ck.fail(f"{key}.low", "must be > 0 with log: true")
+    if typ == "int":
+        for k, v in (("low", low), ("high", high), ("step", step if step is not None else 1)):
+            if not _is_int(v):
+                ck.fail(f"{key}.{k}", f"must be an integer for an int parameter, got {v!r}")
+    return Param(name, low=low, high=high, log=log, step=step, type=typ, when=conditions)
+
+
+def _check_cells(ck: _Checker, sweep: Sweep) -> None:
+    """Per-configuration registry checks the per-key checks cannot see (scoring x family)."""
+    from lit_attention.sweep.space import grid
+    if not all(p.finite for p in sweep.space):
+        return
+    for cell in grid(sweep.space):
+        family = cell.get("model.family", sweep.fixed.get("model.family"))
+        scoring = cell.get("model.scoring", sweep.fixed.get("model.scoring"))
+        if family == "transformer" and scoring is not None and scoring not in registry.TRANSFORMER_SCORING:
+            key = "space.model.scoring" if "model.scoring" in cell else "fixed.model.scoring"
+            ck.fail(key, f"{scoring!r} is not a Transformer scoring function "
+                         f"(valid: {', '.join(registry.TRANSFORMER_SCORING)}); add `when: {{model.family: rnn}}`")
+
+
+def parse_sweep(data: Any, path: Path | str) -> Sweep:
+    path = Path(path)
+    ck = _Checker(path)
+    if not isinstance(data, dict):
+        ck.fail("(top level)", "a sweep file is a mapping")
+    for k in data:
+        if k not in TOP_KEYS:
+            ck.fail(str(k), f"unknown key; valid keys: {', '.join(TOP_KEYS)}")
+    for k in REQUIRED:
+        if k not in data:
+            ck.fail(k, "missing (required)")
+
+    name = data["study_name"]
+    if not isinstance(name, str) or not name or any(c in name for c in "/\\ \t") or name.startswith("."):
+        ck.fail("study_name", "must be a non-empty name without slashes or spaces")
+    kind = ck.choice("kind", data.get("kind", "seq2seq"), KINDS)
+
+    base = data["base"]
+    if isinstance(base, str):
+        candidates = [(path.parent / base), Path(base)]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            ck.fail("base", f"training config {base!r} not found (relative to {path.parent} or the working directory)")
+        base = found.resolve()
+    elif not isinstance(base, dict):
+        ck.fail("base", "must be a path to a training config or a mapping")
+
+    objective = ck.mapping("objective", data["objective"])
+    for k in objective:
+        if k not in ("metric", "direction"):
+            ck.fail(f"objective.{k}", "unknown key; valid: metric, direction")
+    metric = objective.get("metric")
+    if not isinstance(metric, str) or not metric:
+        ck.fail("objective.metric", "must be a metric name such as val_bleu or val_ppl")
+    direction = ck.choice("objective.direction", objective.get("direction"), DIRECTIONS)
+
+    sampler, sampler_options = ck.named("sampler", data.get("sampler", "grid"), SAMPLERS, SAMPLER_OPTIONS)
+    pruner, pruner_options = ck.named("pruner", data.get("pruner", "none"), PRUNERS, PRUNER_OPTIONS)
+
+    seeds = data.get("seeds", 1)
+    if isinstance(seeds, list):
+        if not seeds:
+            ck.fail("seeds", "must not be empty")
+        for s in seeds:
+            ck.int("seeds", s, 0)
+        if len(set(seeds)) != len(seeds):
+            ck.fail("seeds", "duplicate seeds")
+        seeds = list(seeds)
+    else:
+        seeds = list(range(ck.int("seeds", seeds, 1)))
+
+    n_trials = data.get("n_trials")
+    if n_trials is not None:
+        ck.int("n_trials", n_trials, 1)
+
+    storage = data.get("storage")
+    if storage is not None and (not isinstance(storage, str) or "://" not in storage):
+        ck.fail("storage", "must be a database URL such as sqlite:///runs/x.db or postgresql+psycopg2://...")
+    root = data.get("root", "runs")
+    if not isinstance(root, str):
+        ck.fail("root", "must be a path")
+    tracking = ck.choice("tracking", data.get("tracking", "none"), TRACKING)
+
+    fixed = dict(ck.mapping("fixed", data.get("fixed") or {}))
+    for k, v in fixed.items():
+        if not isinstance(k, str) or not k.startswith(PREFIXES):
+            ck.fail(f"fixed.{k}", f"keys are dotted config keys starting with {', '.join(PREFIXES)}")
+        valid = registry_choices(k, kind, fixed.get("model.family") == "transformer")
+        if valid is not None:
+            ck.choice(f"fixed.{k}", v, valid)
+
+    heartbeat = dict(ck.mapping("heartbeat", data.get("heartbeat") or {}))
+    for k, v in heartbeat.items():
+        if k not in HEARTBEAT_OPTIONS:
+            ck.fail(f"heartbeat.{k}", f"unknown key; valid: {', '.join(HEARTBEAT_OPTIONS)}")
+        ck.int(f"heartbeat.{k}", v, 0 if k == "max_retry" else 1)
+    interval = heartbeat.get("interval", 10)
+    grace = heartbeat.get("grace_period", 3 * interval)
+    if grace <= interval:
+        ck.fail("heartbeat.grace_period", f"must be longer than the interval ({interval} s)")
+
+    space_data = ck.mapping("space", data["space"])
+    if not space_data:
+        ck.fail("space", "must declare at least one parameter")
+    declared: dict[str, Param] = {}
+    for pname, spec in space_data.items():
+        if pname in fixed:
+            ck.fail(f"space.{pname}", "also set in fixed")
+        declared[pname] = _parse_param(ck, pname, spec, declared, kind)
+    space = list(declared.values())
+
+    if sampler in ("grid", "bruteforce"):
+        for p in space:
+            if not p.finite:
+                ck.fail(f"space.{p.name}", f"the {sampler} sampler needs choices or a step (no continuous ranges)")
+    elif n_trials is None:
+        ck.fail("n_trials", f"required with the {sampler} sampler")
+    elif n_trials % len(seeds):
+        ck.fail("n_trials", f"must be a multiple of the number of seeds ({len(seeds)}): "
+                            "every sampled configuration runs once per seed")
+
+    sweep = Sweep(path=path, study_name=name, base=base, objective=metric, direction=direction,
+                  space=space, sampler=sampler, sampler_options=sampler_options, pruner=pruner,
+                  pruner_options=pruner_options, seeds=seeds, n_trials=n_trials, storage=storage,
+                  root=Path(root), fixed=fixed, kind=kind, tracking=tracking,
+                  heartbeat_interval=interval, grace_period=grace,
+                  max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")))
+    _check_cells(ck, sweep)
+    return sweep
+
+
+def load_sweep(path: Path | str) -> Sweep:
+    """Read and validate a sweep file; raises SweepError naming the file and key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SweepError(path, "(file)", "not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise SweepError(path, "(file)", f"cannot read: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(yaml)"
+        raise SweepError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+    return parse_sweep(data, path)

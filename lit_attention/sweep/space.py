@@ -1,0 +1,114 @@
+"""The search space: parameters with conditions, sampled through an Optuna trial or enumerated.
+
+A parameter is active only when all its conditions hold on the parameters before it, so
+`model.heads` exists only for Transformers and `model.scoring` only when attention is on; an inactive
+parameter is simply absent from the trial (the base config's value applies).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    values: tuple
+    negate: bool = False
+
+    def holds(self, params: dict) -> bool:
+        if self.name not in params:
+            return False  # the parameter it depends on is itself inactive
+        return (params[self.name] in self.values) != self.negate
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "values": list(self.values), "negate": self.negate}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    choices: tuple | None = None
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    type: str = "choice"  # choice | int | float
+    when: tuple[Condition, ...] = ()
+
+    @property
+    def finite(self) -> bool:
+        return self.choices is not None or self.type == "int" or self.step is not None
+
+    def values(self) -> list:
+        """Every value of a finite parameter, in order."""
+        if self.choices is not None:
+            return list(self.choices)
+        step = self.step if self.step is not None else 1
+        out, v, i = [], self.low, 0
+        while v <= self.high + 1e-12:
+            out.append(int(v) if self.type == "int" else round(v, 12))
+            i += 1
+            v = self.low + i * step
+        return out
+
+    def can_take(self, value: Any) -> bool:
+        if self.choices is not None:
+            return value in self.choices
+        return isinstance(value, (int, float)) and self.low <= value <= self.high
+
+    def active(self, params: dict) -> bool:
+        return all(c.holds(params) for c in self.when)
+
+    def suggest(self, trial) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.type == "int":
+            return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1, log=self.log)
+        return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "choices": list(self.choices) if self.choices is not None else None,
+                "low": self.low, "high": self.high, "log": self.log, "step": self.step,
+                "type": self.type, "when": [c.as_dict() for c in self.when]}
+
+
+def suggest(trial, space: list[Param]) -> dict:
+    """Sample the active parameters of `space` through `trial` (fixed/enqueued values win)."""
+    params: dict = {}
+    for p in space:
+        if p.active(params):
+            params[p.name] = p.suggest(trial)
+    return params
+
+
+def grid(space: list[Param]) -> list[dict]:
+    """The full factorial over the active parameters, in declaration order (first varies slowest)."""
+    cells: list[dict] = [{}]
+    for p in space:
+        grown = []
+        for cell in cells:
+            if p.active(cell):
+                grown.extend({**cell, p.name: v} for v in p.values())
+            else:
+                grown.append(cell)
+        cells = grown
+    return cells
+
+
+def config_key(params: dict) -> str:
+    """A canonical string for one configuration (parameters without the seed)."""
+    return json.dumps({k: v for k, v in sorted(params.items()) if k != "seed"}, sort_keys=True)
+
+
+def cell_key(params: dict, seed: int) -> str:
+    """A canonical string for one configuration x seed cell."""
+    return f"{config_key(params)}|seed={seed}"
+
+
+def cells(space: list[Param], seeds: list[int]) -> list[dict]:
+    """Every configuration x seed, seeds varying fastest: [{param: value, ..., "seed": s}, ...]."""
+    return [{**cell, "seed": s} for cell, s in itertools.product(grid(space), seeds)]

@@ -1,0 +1,174 @@
+"""One trial = one `lit-attention fit` subprocess, watched through its run store.
+
+The child appends validation rows to metrics.csv; we report them to the Optuna trial and, when the
+pruner says so, create the run's STOP file (the child stops at its next validation end and writes
+status `pruned`). Nothing of the child (process group, seed, env, W&B run) leaks into the worker.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lit_attention.sweep.storage import STORAGE_ENV
+
+FIT_COMMAND_ENV = "LIT_ATTENTION_FIT_COMMAND"  # JSON list overriding the trial command (tests, debugging)
+POLL_SECONDS = 0.5
+# Environment of the worker that must not reach a fresh training run.
+_SCRUB_ENV = (STORAGE_ENV, "LIT_ATTENTION_RUN_ID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
+              "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
+TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
+
+
+class TrialFailed(Exception):
+    """The training subprocess failed; the message is the reason recorded on the trial."""
+
+
+@dataclass
+class Outcome:
+    status: str  # finished | pruned | failed | interrupted
+    value: float | None
+    summary: dict
+    error: str | None
+    reported: int  # validation rows reported to the trial
+
+
+def fit_command() -> list[str]:
+    if os.environ.get(FIT_COMMAND_ENV):
+        return list(json.loads(os.environ[FIT_COMMAND_ENV]))
+    return [sys.executable, "-m", "lit_attention.cli", "fit"]
+
+
+def format_value(value) -> str:
+    """A config value as jsonargparse reads it on the command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
+                  fixed: dict, tracking: str, name: str, devices: int = 1) -> list[str]:
+    tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
+    cmd = fit_command() + [
+        "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,
+        "--seed_everything", str(seed), "--tracking", tracking,
+        "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
+    for key, value in {**fixed, **params}.items():  # the trial's own parameters win
+        cmd += [f"--{key}", format_value(value)]
+    if devices > 1:
+        # Lightning relaunches the ranks itself; Optuna stays in this (the worker) process.
+        cmd += ["--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.strategy", "ddp"]
+    return cmd
+
+
+def validation_values(metrics_csv: Path, metric: str) -> list[float]:
+    """The objective metric of every validation row so far, in order."""
+    try:
+        with open(metrics_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+    return [float(r[metric]) for r in rows if r.get(metric) not in (None, "")]
+
+
+def read_summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Outcome:
+    """Run one training subprocess to its end.
+
+    `report(value, step)` is called for every new validation value, then `should_prune()`; when it
+    says yes the STOP file is written. Ctrl-C (KeyboardInterrupt) interrupts the child and re-raises.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
+    env.setdefault("WANDB_SILENT", "true")
+    env["PYTHONUNBUFFERED"] = "1"
+    guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
+    reported, stop_sent = 0, False
+    with open(run_dir / "trial.log", "ab") as log:
+        # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
+        proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+        try:
+            while True:
+                done = proc.poll() is not None
+                values = validation_values(run_dir / "metrics.csv", metric)
+                for value in values[reported:]:
+                    if not stop_sent and math.isfinite(value):
+                        report(value, reported)
+                    reported += 1
+                if not done and not stop_sent and reported and should_prune():
+                    (run_dir / "STOP").write_text("pruned\n")
+                    stop_sent = True
+                if done:
+                    break
+                time.sleep(POLL_SECONDS)
+        except KeyboardInterrupt:
+            _stop_group(proc, signal.SIGINT, wait=60)
+            raise
+        finally:
+            if proc.poll() is None:
+                _stop_group(proc, signal.SIGKILL, wait=10)
+            else:
+                # DDP ranks or dataloader workers the child left behind.
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    summary = read_summary(run_dir)
+    status = summary.get("status")
+    if proc.returncode != 0 or status in ("failed", "interrupted", None, "running"):
+        error = summary.get("error") or f"exit code {proc.returncode}: {_tail(run_dir / 'trial.log')}"
+        if status in (None, "running"):
+            status = "failed"
+        return Outcome(status if status == "interrupted" else "failed", None, summary, error, reported)
+    if status == "pruned" or (stop_sent and status != "finished"):
+        return Outcome("pruned", None, summary, None, reported)
+    value = summary.get(metric)
+    if value is None:
+        values = validation_values(run_dir / "metrics.csv", metric)
+        value = values[-1] if values else None
+    if value is None or not math.isfinite(float(value)):
+        return Outcome("failed", None, summary, f"objective {metric} missing or not finite ({value})", reported)
+    return Outcome("finished", float(value), summary, None, reported)

@@ -1,0 +1,113 @@
+"""The callback that keeps a run's summary.json, hypotheses and stop file in step with training."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from lit_attention.tracking.run_store import RunDir, git_commit, now_iso, package_versions
+
+
+def _metrics(trainer: Trainer, prefix: str) -> dict:
+    return {k: float(v) for k, v in trainer.callback_metrics.items()
+            if k.startswith(prefix) and isinstance(v, (torch.Tensor, float, int))}
+
+
+class RunStoreCallback(Callback):
+    def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
+                 subcommand: str):
+        self.run_dir = run_dir
+        self.group = group
+        self.config_yaml = config_yaml
+        self.seed = seed
+        self.subcommand = subcommand
+        self.stop_reason: str | None = None
+        self._fit_start = None
+
+    def _task(self, trainer: Trainer) -> str | None:
+        dm = trainer.datamodule
+        task = getattr(dm, "task", None) or getattr(getattr(dm, "hparams", {}), "get", lambda k: None)("task")
+        if task == "files":
+            return getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
+        return task
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if not trainer.is_global_zero:
+            return
+        self.run_dir.path.mkdir(parents=True, exist_ok=True)
+        if self.config_yaml and (stage == "fit" or not (self.run_dir.path / "config.yaml").exists()):
+            from lit_attention.tracking.run_store import atomic_write
+            atomic_write(self.run_dir.path / "config.yaml", self.config_yaml)
+        fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
+                      task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
+                      versions=package_versions(), world_size=trainer.world_size)
+        if stage == "fit":
+            fields.update(status="running", error=None, started_at=now_iso())
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                fields["wandb_run_id"] = logger.experiment.id
+        self.run_dir.update_summary(**fields)
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._fit_start = time.perf_counter()
+        if trainer.is_global_zero:
+            self.run_dir.update_summary(**pl_module.describe())
+
+    def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
+        fields = _metrics(trainer, f"{split}_")
+        hyps = getattr(pl_module, "hyps", {}).get(split)
+        if hyps is not None:
+            self.run_dir.write_lines(f"hyps/{split}.txt", hyps)
+            self.run_dir.write_lines(f"hyps/{split}.ref.txt", pl_module.refs[split])
+            fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
+            fields["chrf_signature"] = pl_module.chrf_signature
+        fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)
+        self.run_dir.update_summary(**fields)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        if trainer.is_global_zero:
+            self._record_eval(trainer, pl_module, "val")
+        if trainer.state.fn != "fit":
+            return
+        # The sweep driver asks a trial to stop by creating STOP; rank zero reads it, all ranks obey.
+        reason = self.run_dir.stop_requested() if trainer.is_global_zero else None
+        reason = trainer.strategy.broadcast(reason, src=0)
+        if reason:
+            self.stop_reason = reason
+            trainer.should_stop = True
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.is_global_zero:
+            self._record_eval(trainer, pl_module, "test")
+            if self.run_dir.read_summary().get("status") in (None, "running"):
+                self.run_dir.update_summary(status="finished", finished_at=now_iso())
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        seconds = getattr(pl_module, "train_seconds", 0.0) or (time.perf_counter() - self._fit_start)
+        tokens = getattr(pl_module, "train_tokens", 0) * trainer.world_size
+        status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
+        best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
+        self.run_dir.update_summary(
+            status=status, finished_at=now_iso(), train_seconds=seconds,
+            tokens_per_second=tokens / seconds if seconds else None,
+            steps=trainer.global_step, epochs=trainer.current_epoch,
+            best_val_loss=float(best) if best is not None else None, **pl_module.describe())
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
+        if interrupted and trainer.state.fn == "fit":
+            # Leave a resumable checkpoint: `fit ... --ckpt_path last` continues from here.
+            trainer.save_checkpoint(self.run_dir.checkpoints / "last.ckpt")
+        if trainer.is_global_zero:
+            status = "interrupted" if interrupted else "failed"
+            self.run_dir.update_summary(status=status, finished_at=now_iso(),
+                                        error=f"{type(exception).__name__}: {exception}",
+                                        steps=trainer.global_step)

@@ -1,0 +1,34 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+CONFIGS = REPO / "configs"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (a fresh clone has no ../shared)")
+    return SHARED_DATA
+
+
+def cli_env(**extra) -> dict:
+    env = dict(os.environ)
+    env.pop("LIT_ATTENTION_RUN_ID", None)
+    env.pop("LOCAL_RANK", None)
+    env.setdefault("WANDB_SILENT", "true")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
+    """Run `lit-attention ARGS` in a fresh process, the way users and the sweep driver do."""
+    return subprocess.run([sys.executable, "-m", "lit_attention.cli", *map(str, args)],
+                          cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
+                          env=env or cli_env())

@@ -1,0 +1,111 @@
+"""The report on run stores written by REAL short training runs (`lit-attention fit` on the copy
+task): the table's means, stds and 95% CIs equal values computed here independently from the
+summary.json files, failed runs are excluded, significance and figures work on real hypotheses."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CONFIGS, REPO, cli_env
+from lit_attention.analysis import report
+
+pytestmark = pytest.mark.slow
+
+T_975 = {1: 12.7062, 2: 4.3027}  # two-sided 95% t critical values from printed tables
+RUNS = [("sinusoidal", 1), ("sinusoidal", 2), ("learned", 1), ("learned", 2)]
+TINY = ["--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
+        "--trainer.log_every_n_steps", "1", "--data.init_args.n_train", "200",
+        "--data.init_args.n_val", "30", "--data.init_args.n_test", "30",
+        "--model.init_args.d_model", "32", "--model.init_args.ffn", "64",
+        "--model.init_args.grad_norm_every", "1"]
+
+
+@pytest.fixture(scope="session")
+def real_study(tmp_path_factory):
+    """4 real training runs (2 positional encodings x 2 seeds), run side by side, plus a copy of
+    one real run marked failed the way the run store marks a crash."""
+    root = tmp_path_factory.mktemp("real_runs")
+    procs = []
+    for positional, seed in RUNS:
+        cmd = [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(CONFIGS / "copy.yaml"),
+               "--run.root", str(root), "--run.group", "g", "--run.id", f"{positional}-s{seed}",
+               "--seed_everything", str(seed), "--model.init_args.positional", positional, *TINY]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    for proc in procs:
+        output, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, output[-3000:]
+    failed = root / "g" / "sinusoidal-s9"
+    shutil.copytree(root / "g" / "sinusoidal-s1", failed)
+    summary = json.loads((failed / "summary.json").read_text())
+    summary.update(run_id="sinusoidal-s9", seed=9, status="failed", error="RuntimeError: boom",
+                   val_loss=0.001)
+    (failed / "summary.json").write_text(json.dumps(summary))
+    return root / "g"
+
+
+def _summaries(study):
+    return [json.loads(p.read_text()) for p in sorted(study.glob("*/summary.json"))]
+
+
+def test_real_runs_table_equals_independent_statistics(real_study, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert report.main([str(real_study), "--out", str(out), "--metric", "val_loss",
+                        "--rows", "model.positional", "--digits", "3"]) == 0
+    printed = capsys.readouterr().out
+    with open(out / "table.csv") as f:
+        table = {row["model.positional"]: row for row in csv.DictReader(f)}
+    assert set(table) == {"learned", "sinusoidal"}
+    summaries = _summaries(real_study)
+    for positional in ("learned", "sinusoidal"):
+        finished = [s for s in summaries if s["model"]["positional"] == positional and s["status"] == "finished"]
+        values = [s["val_loss"] for s in finished]
+        assert len(values) == 2 and values[0] != values[1]   # two seeds, really different
+        mean, sd = statistics.mean(values), statistics.stdev(values)
+        half = T_975[1] * sd / math.sqrt(2)
+        row = table[positional]
+        assert int(row["n"]) == 2
+        assert float(row["mean"]) == pytest.approx(mean, rel=1e-9)
+        assert float(row["std"]) == pytest.approx(sd, rel=1e-9)
+        assert float(row["ci_lo"]) == pytest.approx(mean - half, rel=1e-4)
+        assert float(row["ci_hi"]) == pytest.approx(mean + half, rel=1e-4)
+        assert float(row["params"]) == statistics.mean(s["params"] for s in finished)
+        assert set(row["run_ids"].split(";")) == {s["run_id"] for s in finished}
+        assert f"{mean:.3f} ± {sd:.3f}" in printed
+        # the median global grad norm comes from each run's metrics.csv
+        medians = []
+        for s in finished:
+            with open(real_study / s["run_id"] / "metrics.csv") as f:
+                norms = [float(r["grad_norm/total"]) for r in csv.DictReader(f) if r.get("grad_norm/total")]
+            medians.append(statistics.median(norms))
+        assert float(row["grad_norm_median"]) == pytest.approx(statistics.mean(medians))
+    # the failed copy (val_loss 0.001, best by far) is counted and never averaged in
+    assert int(table["sinusoidal"]["n_failed"]) == 1
+    assert "sinusoidal-s9:failed" in table["sinusoidal"]["excluded_ids"]
+    with open(out / "excluded.csv") as f:
+        assert [r["run_id"] for r in csv.DictReader(f)] == ["sinusoidal-s9"]
+    assert "1 failed, 0 pruned" in (out / "table.tex").read_text()
+    sig = [s["sacrebleu_signature"] for s in summaries][0]
+    assert sig.replace("|", r"\textbar{}") in (out / "table.tex").read_text()
+
+
+def test_real_runs_significance_and_figures(real_study, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert report.main([str(real_study), "--out", str(out), "--rows", "model.positional",
+                        "--baseline", "positional=sinusoidal", "--samples", "100"]) == 0
+    with open(out / "significance.csv") as f:
+        (learned,) = list(csv.DictReader(f))
+    assert learned["model.positional"] == "learned" and int(learned["seeds_compared"]) == 2
+    assert 0 < float(learned["p_max"]) <= 1 and 0 < float(learned["p_holm"]) <= 1
+    assert "p (Holm)" in capsys.readouterr().out
+    for name in ("ablation_bars.png", "learning_curves_ppl.png", "learning_curves_ppl.pdf"):
+        data = (out / name).read_bytes()
+        assert len(data) > 2000 and data[:4] in (b"\x89PNG", b"%PDF")

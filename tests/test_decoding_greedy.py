@@ -1,0 +1,55 @@
+import pytest
+import torch
+
+from decoding_toys import A, B_, C, TableModel
+from lit_attention.data.vocab import EOS, PAD
+from lit_attention.decoding import greedy_decode, max_output_lengths
+
+
+def test_greedy_follows_argmax_per_sentence_and_pads_after_eos():
+    table = {
+        (A, ()): {A: 0.6, B_: 0.4},
+        (A, (A,)): {C: 0.7, EOS: 0.3},
+        (B_, ()): {B_: 0.9, EOS: 0.1},
+        (B_, (B_,)): {EOS: 0.8, C: 0.2},
+    }
+    model = TableModel(table)
+    src = torch.tensor([[A, EOS], [B_, EOS]])
+    out = greedy_decode(model, src)
+    assert out.tolist() == [[A, C, EOS], [B_, EOS, PAD]]
+
+
+def test_greedy_respects_per_sentence_max_length():
+    model = TableModel({}, default={A: 0.9, EOS: 0.1})          # never chooses EOS
+    src = torch.tensor([[A, EOS, PAD, PAD], [A, B_, C, EOS]])   # non-pad lengths 2 and 4
+    budget = max_output_lengths(src, 1.5, 10)
+    assert budget.tolist() == [13, 16]
+    out = greedy_decode(model, src, max_len_a=1.5, max_len_b=10)
+    assert out.shape == (2, 16)
+    assert (out[0, :13] == A).all() and (out[0, 13:] == PAD).all()
+    assert (out[1] == A).all()
+    assert model.calls == 16
+
+
+def test_greedy_stops_when_every_row_has_eos():
+    model = TableModel({(A, ()): {A: 0.9, EOS: 0.1}})
+    out = greedy_decode(model, torch.tensor([[A, EOS], [B_, EOS]]), max_len_b=50)
+    assert out.tolist() == [[A, EOS], [EOS, PAD]]
+    assert model.calls == 2
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_greedy_keeps_mode_and_builds_no_graph(training):
+    class Linear(TableModel):
+        def __init__(self):
+            super().__init__({})
+            self.proj = torch.nn.Linear(1, 7)
+
+        def step(self, memory, state, last_tokens):
+            logits = self.proj(last_tokens[:, None].float())
+            assert not logits.requires_grad
+            return logits, state
+
+    model = Linear().train(training)
+    greedy_decode(model, torch.tensor([[A, EOS]]), max_len_b=3)
+    assert model.training is training

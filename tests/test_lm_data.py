@@ -1,0 +1,102 @@
+"""LMDataModule: token streams, classic batchify layout, splits, DDP partition."""
+
+import gzip
+from pathlib import Path
+
+import pytest
+import torch
+
+from lit_attention.data.lm import LMDataModule, batchify
+from lit_attention.data.text import DataError
+from lit_attention.data.vocab import EOS
+
+SHAKESPEARE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+
+
+@pytest.fixture
+def text_file(tmp_path):
+    lines = [f"line {i} says {'ab' * (i % 5)}" for i in range(100)]
+    path = tmp_path / "corpus.txt.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return path, lines
+
+
+def test_batches_are_consecutive_windows_of_parallel_streams():
+    stream = torch.arange(103)
+    data = batchify(stream, 4)                       # 4 streams of 25 tokens, 3 dropped
+    assert data.shape == (4, 25) and torch.equal(data[1], torch.arange(25, 50))
+    from lit_attention.data.lm import StreamBatches
+    batches = list(StreamBatches(data, bptt=7))
+    assert len(batches) == len(StreamBatches(data, bptt=7)) == 4     # 24 targets: 7+7+7+3
+    for b in batches:
+        assert torch.equal(b["targets"], b["tokens"] + 1)            # next token of the stream
+    for prev, nxt in zip(batches, batches[1:]):
+        assert torch.equal(prev["targets"][:, -1], nxt["tokens"][:, 0])  # state can carry over
+    rebuilt = torch.cat([b["tokens"] for b in batches] + [batches[-1]["targets"][:, -1:]], 1)
+    assert torch.equal(rebuilt, data)
+
+
+def test_file_is_split_contiguously_and_lines_end_with_eos(text_file, tmp_path):
+    path, lines = text_file
+    dm = LMDataModule(path=str(path), tokenizer="char", batch_size=2, bptt=5,
+                      val_fraction=0.1, test_fraction=0.2, cache_dir=str(tmp_path / "cache"))
+    split = dm.split_lines()
+    assert split["train"] == lines[:70] and split["val"] == lines[70:80] and split["test"] == lines[80:]
+    dm.setup("fit")
+    val = dm.streams["val"].tolist()
+    assert val.count(EOS) == 10 and val[-1] == EOS
+    first = val[:val.index(EOS)]
+    assert dm.tokenizer.decode(first) == lines[70]
+    assert dm.vocab_size_actual == dm.tokenizer.vocab_size
+    assert dm.n_tokens("test") == len(dm.streams["test"])
+
+
+def test_ddp_ranks_read_disjoint_streams(text_file, tmp_path):
+    path, _ = text_file
+    dm = LMDataModule(path=str(path), tokenizer="char", batch_size=3, bptt=8,
+                      cache_dir=str(tmp_path / "cache"))
+    one = dm.batches("train", rank=0, world=1)
+    both = batchify(dm.streams["train"], 6)
+    ranks = [dm.batches("train", rank=r, world=2) for r in (0, 1)]
+    assert torch.equal(torch.cat([r.data for r in ranks]), both)
+    assert len(ranks[0]) == len(ranks[1])          # same number of batches: collectives line up
+    assert one.data.shape[0] == 3
+
+
+def test_synthetic_corpus_is_deterministic(tmp_path):
+    make = lambda: LMDataModule(task="toy-mt", tokenizer="word", n_sentences=200, seed=3,
+                                batch_size=4, bptt=8, cache_dir=str(tmp_path / "cache"))
+    a, b = make(), make()
+    a.setup("fit")
+    b.setup("fit")
+    for split in ("train", "val", "test"):
+        assert torch.equal(a.streams[split], b.streams[split])
+    assert not torch.equal(a.streams["val"][:50], a.streams["train"][:50])
+    batch = next(iter(a.train_dataloader()))
+    assert batch["tokens"].shape == (4, 8) and batch["targets"].shape == (4, 8)
+
+
+def test_bad_configuration_fails_with_the_valid_choices(tmp_path):
+    with pytest.raises(ValueError, match="char, sentencepiece"):
+        LMDataModule(path="x", tokenizer="bytes")
+    with pytest.raises(ValueError, match="files, copy"):
+        LMDataModule(task="wiki")
+    with pytest.raises(ValueError, match="data.path"):
+        LMDataModule(task="files")
+    with pytest.raises(DataError, match="missing data file"):
+        LMDataModule(path=str(tmp_path / "nope.txt")).setup("fit")
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("a b\nc d\n")
+    with pytest.raises(DataError, match="too few"):
+        LMDataModule(path=str(tiny), cache_dir=str(tmp_path / "c")).setup("fit")
+
+
+@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare not found at {SHAKESPEARE}")
+def test_tiny_shakespeare_char_streams(tmp_path):
+    dm = LMDataModule(path=str(SHAKESPEARE), tokenizer="char", batch_size=16, bptt=32,
+                      cache_dir=str(tmp_path / "cache"))
+    assert 60 <= dm.vocab_size_actual <= 70       # 65 characters + specials (newline is EOS)
+    sizes = {k: dm.n_tokens(k) for k in ("train", "val", "test")}
+    assert sizes["train"] > 15 * sizes["val"] and sizes["val"] > 40_000
+    assert dm.tokenizer.decode(dm.streams["train"][:20].tolist()) == "First Citizen:"

@@ -1,0 +1,240 @@
+"""Recurrent encoder-decoder: every cell x wiring x scoring trains, decodes incrementally,
+masks padding, and handles teacher forcing."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from lit_attention.data.vocab import BOS, EOS, PAD
+from lit_attention.models.base import select
+from lit_attention.models.rnn import RNNSeq2Seq
+from lit_attention.registry import CELLS, SCORING
+
+V = 16
+TINY = dict(emb_size=8, hidden_size=12, dropout=0.0, rank=4)
+
+# (attention, scoring, context, input_feeding) for every wiring the model supports
+WIRINGS = ([("none", "additive", "init", False), ("none", "additive", "every-step", False)]
+           + [("bahdanau", s, "init", False) for s in SCORING]
+           + [("luong", s, "init", f) for s in SCORING for f in (True, False)])
+WIRING_IDS = [f"{a}-{s}-{c}-{'feed' if f else 'nofeed'}" for a, s, c, f in WIRINGS]
+
+
+def make(cell="lstm", wiring=("bahdanau", "additive", "init", False), **kw):
+    attention, scoring, context, feed = wiring
+    return RNNSeq2Seq(V, V, cell=cell, attention=attention, scoring=scoring, context=context,
+                      input_feeding=feed, **{**TINY, **kw})
+
+
+def batch(seed=0, B=4, S=7, T=6):
+    """Random src/tgt with ragged lengths: PAD-padded, EOS-terminated source, BOS-first target."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, V, (B, S), generator=g)
+    tgt = torch.randint(4, V, (B, T + 1), generator=g)
+    for b in range(B):
+        n = S - b % 3
+        src[b, n - 1], src[b, n:] = EOS, PAD
+        m = T - b % 2
+        tgt[b, m], tgt[b, m + 1:] = EOS, PAD
+    return src, torch.cat([torch.full((B, 1), BOS), tgt[:, :-1]], 1), tgt
+
+
+def loss_of(model, src, tgt_in, tgt_out, **kw):
+    logits = model(src, tgt_in, **kw).logits
+    return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=PAD)
+
+
+@pytest.mark.parametrize("wiring", WIRINGS, ids=WIRING_IDS)
+@pytest.mark.parametrize("cell", CELLS)
+def test_every_configuration_trains(cell, wiring):
+    torch.manual_seed(0)
+    # alternate encoder direction and depth so both paths meet every cell/wiring somewhere
+    variant = WIRINGS.index(wiring) + CELLS.index(cell)
+    model = make(cell, wiring, bidirectional=variant % 2 == 0, enc_layers=1 + variant % 2,
+                 dec_layers=1 + (variant // 2) % 2)
+    src, tgt_in, tgt_out = batch()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = loss_of(model, src, tgt_in, tgt_out)
+    assert torch.isfinite(first)
+    for _ in range(8):
+        opt.zero_grad()
+        loss = loss_of(model, src, tgt_in, tgt_out)
+        loss.backward()
+        opt.step()
+    assert loss_of(model, src, tgt_in, tgt_out) < first - 0.05
+
+
+@pytest.mark.parametrize("bidirectional", [True, False], ids=["bi", "uni"])
+def test_step_by_step_matches_teacher_forced_decode(bidirectional):
+    src, tgt_in, _ = batch(1)
+    for cell in CELLS:
+        for wiring in WIRINGS:
+            torch.manual_seed(0)
+            model = make(cell, wiring, bidirectional=bidirectional, enc_layers=2,
+                         dec_layers=2).eval()
+            memory = model.encode(src)
+            expected = model.decode(memory, tgt_in).logits
+            state, steps = model.init_state(memory), []
+            for t in range(tgt_in.size(1)):
+                logits, state = model.step(memory, state, tgt_in[:, t])
+                steps.append(logits)
+            torch.testing.assert_close(torch.stack(steps, 1), expected, atol=1e-5, rtol=1e-5,
+                                       msg=f"{cell} {wiring}")
+
+
+def test_memory_and_state_keep_batch_first_for_beam_reordering():
+    torch.manual_seed(0)
+    model = make("lstm", ("luong", "general", "init", True), enc_layers=2, dec_layers=3).eval()
+    src, tgt_in, _ = batch(2)
+    memory = model.encode(src)
+    state = model.init_state(memory)
+    assert state["h"].shape == state["c"].shape == (4, 3, 12)
+    index = torch.tensor([2, 2, 0, 1])
+    # stepping a reordered batch equals reordering a stepped batch
+    logits, _ = model.step(select(memory, index), select(state, index), tgt_in[index, 0])
+    expected, _ = model.step(memory, state, tgt_in[:, 0])
+    torch.testing.assert_close(logits, expected[index])
+
+
+@pytest.mark.parametrize("wiring", [w for w in WIRINGS if w[0] != "none"],
+                         ids=[i for i, w in zip(WIRING_IDS, WIRINGS) if w[0] != "none"])
+def test_attention_weights_sum_to_one_and_ignore_padding(wiring):
+    torch.manual_seed(0)
+    model = make("gru", wiring).eval()
+    src, tgt_in, _ = batch(3)
+    out = model(src, tgt_in, need_weights=True)
+    weights = out.attention["cross"]
+    assert weights.shape == (4, 1, tgt_in.size(1), src.size(1))
+    pad = (src == PAD)[:, None, None, :].expand_as(weights)
+    assert pad.any()
+    assert (weights[pad] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+@pytest.mark.parametrize("attention", ["bahdanau", "luong"])
+def test_query_is_previous_state_for_bahdanau_and_current_for_luong(attention):
+    """Bahdanau scores with s_{t-1}, so the first step's weights cannot depend on the first
+    input token; Luong scores with s_t, which has read it."""
+    torch.manual_seed(0)
+    model = make("lstm", (attention, "general", "init", False)).eval()
+    src, tgt_in, _ = batch(7)
+    first = model(src, tgt_in, need_weights=True).attention["cross"][:, 0, 0]
+    other = tgt_in.clone()
+    other[:, 0] = 5
+    changed = model(src, other, need_weights=True).attention["cross"][:, 0, 0]
+    assert torch.equal(first, changed) == (attention == "bahdanau")
+
+
+def test_no_attention_returns_no_weights():
+    src, tgt_in, _ = batch()
+    assert make(wiring=WIRINGS[0])(src, tgt_in, need_weights=True).attention is None
+    assert make()(src, tgt_in).attention is None
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("wiring", [WIRINGS[1], ("bahdanau", "dot", "init", False),
+                                    ("luong", "concat", "init", True)], ids=str)
+def test_extra_padding_changes_nothing(cell, wiring):
+    torch.manual_seed(0)
+    model = make(cell, wiring, enc_layers=2).eval()
+    src, tgt_in, _ = batch(4)
+    longer = torch.cat([src, torch.full((src.size(0), 3), PAD)], 1)
+    short_mem, long_mem = model.encode(src), model.encode(longer)
+    S = src.size(1)
+    torch.testing.assert_close(long_mem["states"][:, :S], short_mem["states"])
+    assert (long_mem["states"][:, S:] == 0).all()
+    torch.testing.assert_close(long_mem["init_h"], short_mem["init_h"])
+    torch.testing.assert_close(model.decode(long_mem, tgt_in).logits,
+                               model.decode(short_mem, tgt_in).logits)
+    # a padded sentence in a batch encodes as it does alone, unpadded
+    n = int((src[2] != PAD).sum())
+    alone = model.encode(src[2:3, :n])
+    torch.testing.assert_close(short_mem["states"][2:3, :n], alone["states"])
+    torch.testing.assert_close(short_mem["init_h"][2:3], alone["init_h"])
+
+
+def test_teacher_forcing_ratio():
+    torch.manual_seed(0)
+    model = make("lstm", ("luong", "additive", "init", False))    # dropout 0: train == eval
+    src, tgt_in, _ = batch(5)
+    model.train()
+    default = model(src, tgt_in).logits
+    torch.testing.assert_close(model(src, tgt_in, teacher_forcing=1.0).logits, default)
+    torch.manual_seed(1)
+    sampled = model(src, tgt_in, teacher_forcing=0.5).logits
+    assert sampled.shape == default.shape and torch.isfinite(sampled).all()
+    assert not torch.allclose(sampled, default)
+    loss = F.cross_entropy(sampled.reshape(-1, V), tgt_in.reshape(-1))
+    loss.backward()
+    # evaluation ignores the ratio
+    model.eval()
+    torch.testing.assert_close(model(src, tgt_in, teacher_forcing=0.0).logits, default)
+
+
+def test_teacher_forcing_zero_feeds_own_argmax():
+    torch.manual_seed(0)
+    model = make("gru", ("bahdanau", "general", "init", False)).train()
+    src, tgt_in, _ = batch(6)
+    free_running = model(src, tgt_in, teacher_forcing=0.0).logits
+    memory = model.encode(src)
+    state, tokens, greedy = model.init_state(memory), tgt_in[:, 0], []
+    for _ in range(tgt_in.size(1)):
+        logits, state = model.step(memory, state, tokens)
+        greedy.append(logits)
+        tokens = logits.argmax(-1)
+    torch.testing.assert_close(free_running, torch.stack(greedy, 1))
+
+
+@pytest.mark.parametrize("wiring", [WIRINGS[0], WIRINGS[1], ("bahdanau", "additive", "init", False),
+                                    ("luong", "dot", "init", True)], ids=str)
+def test_tied_embeddings_share_the_output_matrix(wiring):
+    torch.manual_seed(0)
+    model = make("lstm", wiring, tie_embeddings=True)              # emb 8 != hidden 12
+    assert model.generator.weight is model.embed.weight
+    src, tgt_in, tgt_out = batch()
+    loss_of(model, src, tgt_in, tgt_out).backward()
+    assert model.embed.weight.grad is not None
+
+
+def test_states_carry_gradient_without_attention():
+    """memory["states"] is where gradient-flow diagnostics read dL/dh_t: every wiring must
+    reach it, the no-attention ones through the final states."""
+    torch.manual_seed(0)
+    model = make("lstm", WIRINGS[0])
+    src, tgt_in, tgt_out = batch()
+    memory = model.encode(src)
+    memory["states"].retain_grad()
+    logits = model.decode(memory, tgt_in).logits
+    F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=PAD).backward()
+    grad = memory["states"].grad.norm(dim=-1)                      # [B, S]
+    assert (grad[:, 0] > 0).all()                                  # backward final state
+
+
+def test_invalid_configurations_are_rejected():
+    with pytest.raises(ValueError, match="valid choices"):
+        RNNSeq2Seq(V, V, cell="transformer")
+    with pytest.raises(ValueError, match="valid choices"):
+        RNNSeq2Seq(V, V, attention="local")
+    with pytest.raises(ValueError, match="every-step"):
+        RNNSeq2Seq(V, V, attention="luong", context="every-step")
+
+
+def test_default_model_overfits_a_reverse_task():
+    torch.manual_seed(0)
+    n, length = 8, 5
+    body = torch.randint(4, V, (n, length))
+    src = torch.cat([body, torch.full((n, 1), EOS)], 1)
+    tgt_out = torch.cat([body.flip(1), torch.full((n, 1), EOS)], 1)
+    tgt_in = torch.cat([torch.full((n, 1), BOS), body.flip(1)], 1)
+    model = RNNSeq2Seq(V, V, emb_size=32, hidden_size=64, dropout=0.0)   # lstm + additive bahdanau
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        loss = loss_of(model, src, tgt_in, tgt_out)
+        loss.backward()
+        opt.step()
+        if loss.item() < 0.01:
+            break
+    model.eval()
+    assert loss_of(model, src, tgt_in, tgt_out).item() < 0.05
+    assert torch.equal(model(src, tgt_in).logits.argmax(-1), tgt_out)
