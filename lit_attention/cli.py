@@ -115,19 +115,25 @@ def _choices(argv: list[str]) -> int:
 
 
 def _train(argv: list[str]) -> int:
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
     from lit_attention.data.text import DataError
     from lit_attention.tracking.wandb import finish
 
     cli_class, module_base, data_base = _build_cli_class()
     try:
         cli_class(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
-                  save_config_callback=None, seed_everything_default=1, args=argv,
+                  save_config_callback=None, seed_everything_default=1,
+                  args=None if argv == sys.argv[1:] else argv,
                   auto_configure_optimizers=False,
                   trainer_defaults={"use_distributed_sampler": False, "gradient_clip_val": 1.0,
                                     "log_every_n_steps": 10})
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except SIGTERMException:
+        print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
+        return 143
     except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

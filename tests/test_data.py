@@ -1,6 +1,5 @@
-"""Data pipeline: text reading, synthetic tasks, tokenizers, batching, the translation DataModule."""
+"""Data pipeline: text files, synthetic tasks, tokenizers, batching, the translation DataModule."""
 
-import collections
 import gzip
 import os
 import subprocess
@@ -164,6 +163,10 @@ def test_toy_mt_corpus_properties():
 def test_synthetic_rejects_bad_task():
     with pytest.raises(ValueError, match="valid choices: copy, reverse, sort, toy-mt"):
         generate("files", 3, 0)
+    with pytest.raises(ValueError, match="max_len >= 3"):
+        generate("toy-mt", 3, 0, min_len=1, max_len=2)
+    with pytest.raises(ValueError, match="min_len <= max_len"):
+        generate("copy", 3, 0, min_len=5, max_len=4)
 
 
 def test_split_seeds_differ():
@@ -237,7 +240,7 @@ def test_concurrent_builds_share_one_model(tmp_path):
     assert all(p.returncode == 0 for p in procs)
     assert sorted(hit for hit, _ in outputs) == ["False", "True"]    # one trained, one waited
     assert outputs[0][1] == outputs[1][1]
-    assert [p for p in os.listdir(cache) if not p.endswith(".lock")] == \
+    assert [p for p in os.listdir(cache) if p != ".lock"] == \
         [os.path.basename(outputs[0][1])]
 
 
@@ -423,6 +426,7 @@ def test_datamodule_synthetic_splits_are_seeded(tmp_path):
     assert a.sources("train") == b.sources("train") and a.references("val") == b.references("val")
     assert a.sources("train") != other.sources("train")
     assert a.sources("val") != a.sources("test") != a.sources("train")[:50]
+    assert not a.src_tokenizer.cache_hit
     assert b.src_tokenizer.cache_hit                       # same training text: cached vocab
 
 
@@ -468,7 +472,8 @@ def test_datamodule_rank_from_trainer(tmp_path):
     assert dm.batch_sampler("train", train=True).num_replicas == 1
     counts = []
     for rank in range(2):
-        dm.trainer = type("TwoRanks", (), {"world_size": 2, "global_rank": rank})()
+        dm.trainer = type("TwoRanks", (), {"world_size": 2, "global_rank": rank,
+                                         "current_epoch": 0})()
         loader = dm.train_dataloader()
         assert loader.batch_sampler.rank == rank
         counts.append(len(loader))

@@ -166,3 +166,30 @@ def test_ddp_perplexity_sums_over_ranks(tmp_path):
     [spread] = ddp.validate(LanguageModelModule(family="ngram"), two, verbose=False)
     assert spread["val_ppl"] == pytest.approx(single["val_ppl"], rel=1e-6)
     assert spread["val_loss"] == pytest.approx(single["val_loss"], rel=1e-6)
+
+
+def test_match_params_picks_the_closest_width():
+    for family in ("window", "rnn", "transformer"):
+        module = LanguageModelModule(family=family, match_params=60_000, vocab_size=70)
+        module.configure_model()
+        params = module.describe()["params"]
+        assert abs(params - 60_000) < 0.25 * 60_000, (family, params)
+        wider = LanguageModelModule(family=family, d_model=module.hparams.d_model + 8,
+                                    ffn=module.hparams.ffn, vocab_size=70)
+        wider.configure_model()
+        assert abs(wider.describe()["params"] - 60_000) >= abs(params - 60_000)
+
+
+@pytest.mark.parametrize("family", ["ngram", "rnn"])
+def test_checkpoint_restores_the_model(family, tmp_path):
+    seed_everything(0)
+    dm = toy_data(tmp_path)
+    module = LanguageModelModule(family=family, **SMALL)
+    fit = trainer(max_steps=3, limit_val_batches=0)
+    fit.fit(module, dm)
+    [before] = trainer().validate(module, dm, verbose=False)
+    path = tmp_path / "model.ckpt"
+    fit.save_checkpoint(path)
+    restored = LanguageModelModule.load_from_checkpoint(path)
+    [after] = trainer().validate(restored, dm, verbose=False)
+    assert after["val_ppl"] == pytest.approx(before["val_ppl"], rel=1e-6)

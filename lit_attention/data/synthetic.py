@@ -130,8 +130,9 @@ def generate(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 40,
     check("synthetic task", task, SYNTHETIC_TASKS)
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    if task == "toy-mt" and min_len > 30:
-        raise ValueError(f"toy-mt rarely makes sentences longer than 30 words; min_len={min_len}")
+    if task == "toy-mt" and not (min_len <= 30 and max_len >= 3):
+        raise ValueError(f"toy-mt sentences have 3 to about 40 words: need min_len <= 30 and "
+                         f"max_len >= 3, got min_len={min_len}, max_len={max_len}")
     rng = random.Random(seed)
     if task == "toy-mt":
         return _toy_mt(n, rng, min_len, max_len)

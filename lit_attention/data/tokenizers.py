@@ -193,6 +193,7 @@ def atomic_write(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, 0o644)     # mkstemp creates 0600 files
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -238,7 +239,7 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir):
     cls = _CLASSES[kind]
     if not os.path.isfile(path):
         os.makedirs(cache_dir, exist_ok=True)
-        with _file_lock(path + ".lock"):
+        with _file_lock(os.path.join(cache_dir, ".lock")):
             if not os.path.isfile(path):     # another rank may have trained it while we waited
                 tok = _train(kind, [line for text in texts for line in text], vocab_size,
                              model_type)

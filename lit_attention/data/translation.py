@@ -58,7 +58,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.sizes = {"train": n_train, "val": n_val, "test": n_test}
         self.min_len, self.max_len_words, self.n_symbols = min_len, max_len_words, n_symbols
         self.data_seed = data_seed
-        self.tokenizer, self.spm_model = tokenizer, spm_model
+        self.tokenizer_kind, self.spm_model = tokenizer, spm_model
         self.vocab_size, self.joint_vocab, self.cache_dir = vocab_size, joint_vocab, cache_dir
         self.max_tokens, self.max_len, self.num_workers = max_tokens, max_len, num_workers
         self.limit_train = limit_train
@@ -108,8 +108,9 @@ class TranslationDataModule(L.LightningDataModule):
         if self._tokenizers is None:
             src, tgt = self._load_raw("train")
             self._tokenizers = build_tokenizers(
-                self.tokenizer, src, tgt, vocab_size=self.vocab_size, model_type=self.spm_model,
-                joint=self.joint_vocab, cache_dir=os.path.join(self.cache_dir, "tokenizers"))
+                self.tokenizer_kind, src, tgt, vocab_size=self.vocab_size,
+                model_type=self.spm_model, joint=self.joint_vocab,
+                cache_dir=os.path.join(self.cache_dir, "tokenizers"))
         return self._tokenizers
 
     @property

@@ -24,7 +24,7 @@ from lightning.pytorch.utilities import grad_norm
 from lit_attention import registry
 from lit_attention.metrics import perplexity, token_nll
 from lit_attention.models.base import count_parameters
-from lit_attention.models.lm import build_lm, detach_state
+from lit_attention.models.lm import build_lm, closest_width, detach_state
 from lit_attention.models.lm.ngram import SMOOTHING
 
 Family = Literal[registry.LM_FAMILIES]
@@ -75,6 +75,7 @@ class LanguageModelModule(LightningModule):
         dropout: float = 0.1,
         tie_embeddings: bool = True,
         max_len: int = 512,
+        match_params: Optional[int] = None,
         lr: float = 1e-3,
         warmup: int = 100,
         betas: tuple[float, float] = (0.9, 0.99),
@@ -121,7 +122,22 @@ class LanguageModelModule(LightningModule):
             h.max_len = max(h.max_len, dm.hparams.bptt)
         if not h.vocab_size:
             raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.vocab_size")
+        if h.match_params and h.family != "ngram":
+            self._match_width(h.match_params)
         self.net = build_lm(h.family, h.vocab_size, **self._arch_options())
+
+    def _match_width(self, target: int) -> None:
+        """Set d_model (and ffn in proportion) so the model has about ``target`` parameters."""
+        h = self.hparams
+        ratio = h.ffn / h.d_model
+
+        def params(width: int) -> int:
+            h.d_model, h.ffn = width, max(1, round(width * ratio))
+            return count_parameters(build_lm(h.family, h.vocab_size, **self._arch_options()))
+
+        width = closest_width(params, target, multiple=max(8, h.heads) if h.family == "transformer" else 8)
+        h.d_model, h.ffn = width, max(1, round(width * ratio))
+        h.match_params = None  # the checkpoint records the chosen width, not the search
 
     def _datamodule(self):
         trainer = self._trainer

@@ -1,0 +1,15 @@
+"""A callback for tests: the process sends itself a real SIGTERM after N optimizer steps."""
+
+import os
+import signal
+
+from lightning.pytorch import Callback
+
+
+class SigtermAfterSteps(Callback):
+    def __init__(self, steps: int = 10):
+        self.steps = steps
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.global_step == self.steps:
+            os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,69 @@
+"""Training behaviour: exact perplexity, interruption and resumption."""
+
+import json
+import math
+
+import pytest
+import torch
+from lightning.pytorch import Trainer
+
+from conftest import CONFIGS, REPO, cli_env, run_cli
+from lit_attention.data.translation import TranslationDataModule
+from lit_attention.data.vocab import PAD
+from lit_attention.lightning.translation import TranslationModule
+
+
+def test_validation_perplexity_is_exp_of_mean_token_nll_over_all_batches():
+    torch.manual_seed(0)
+    dm = TranslationDataModule(task="reverse", n_train=60, n_val=23, n_test=5, min_len=2, max_len_words=9,
+                               max_tokens=64, tokenizer="word")
+    module = TranslationModule(family="transformer", d_model=16, heads=2, enc_layers=1, dec_layers=1,
+                               ffn=32, dropout=0.0, val_bleu=False)
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False)
+    reported = trainer.validate(module, dm, verbose=False)[0]["val_ppl"]
+
+    # Independently: log-softmax and gather, token by token, over every validation batch.
+    module.eval()
+    total, count, per_batch_ppl = 0.0, 0, []
+    with torch.no_grad():
+        for batch in dm.val_dataloader():
+            logp = torch.log_softmax(module.net(batch["src"], batch["tgt_in"]).logits, dim=-1)
+            gold = logp.gather(-1, batch["tgt_out"].unsqueeze(-1)).squeeze(-1)
+            mask = batch["tgt_out"] != PAD
+            total -= float(gold[mask].sum())
+            count += int(mask.sum())
+            per_batch_ppl.append(math.exp(-float(gold[mask].mean())))
+    assert len(per_batch_ppl) > 1, "the check needs several batches of different sizes"
+    assert count == sum(len(t.split()) + 1 for t in dm.references("val"))
+    assert reported == pytest.approx(math.exp(total / count), rel=1e-5)
+    assert reported != pytest.approx(sum(per_batch_ppl) / len(per_batch_ppl), rel=1e-4)
+
+
+RESUME_ARGS = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "600", "--data.n_val", "50",
+               "--data.n_test", "20", "--model.d_model", "32", "--model.ffn", "64",
+               "--model.val_bleu", "false", "--trainer.max_epochs", "3",
+               "--trainer.enable_progress_bar", "false"]
+
+
+@pytest.mark.slow
+def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
+    full = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "full")
+    assert full.returncode == 0, full.stderr[-3000:]
+
+    env = cli_env(PYTHONPATH=str(REPO / "tests"))
+    # A real SIGTERM in the middle of the second epoch.
+    cut = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut",
+                  "--trainer.callbacks+=interrupt.SigtermAfterSteps", "--trainer.callbacks.steps", "17",
+                  env=env)
+    assert cut.returncode == 143, cut.stderr[-3000:]
+    cut_dir = tmp_path / "default" / "cut"
+    assert json.loads((cut_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (cut_dir / "checkpoints" / "last.ckpt").exists()
+
+    resumed = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a = json.loads((tmp_path / "default" / "full" / "summary.json").read_text())
+    b = json.loads((cut_dir / "summary.json").read_text())
+    assert b["status"] == "finished" and b["steps"] == a["steps"]
+    assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-6)
