@@ -127,7 +127,9 @@ def _train(argv: list[str]) -> int:
                   args=None if argv == sys.argv[1:] else argv,
                   auto_configure_optimizers=False,
                   trainer_defaults={"use_distributed_sampler": False, "gradient_clip_val": 1.0,
-                                    "log_every_n_steps": 10})
+                                    "log_every_n_steps": 10,
+                                    # token batches are re-bucketed each epoch, so their count varies
+                                    "reload_dataloaders_every_n_epochs": 1})
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -12,6 +12,9 @@ FAMILIES = ("transformer", "rnn")
 # Language-model families.
 LM_FAMILIES = ("ngram", "window", "rnn", "transformer")
 
+# n-gram smoothing: add-delta, or interpolated absolute discounting down to an add-delta unigram.
+NGRAM_SMOOTHING = ("add", "interp")
+
 # Recurrent cells, shared by the rnn seq2seq family and the rnn language model.
 CELLS = ("elman-tanh", "elman-relu", "gru", "lstm")
 
@@ -87,6 +90,7 @@ def as_dict() -> dict:
     return {
         "families": list(FAMILIES),
         "lm_families": list(LM_FAMILIES),
+        "ngram_smoothing": list(NGRAM_SMOOTHING),
         "cells": list(CELLS),
         "attention": list(ATTENTION),
         "context": list(CONTEXT),

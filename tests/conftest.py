@@ -32,3 +32,13 @@ def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProce
     return subprocess.run([sys.executable, "-m", "lit_attention.cli", *map(str, args)],
                           cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
                           env=env or cli_env())
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Tiny models run faster on one thread, and CI shares two cores with the subprocesses tests start."""
+    import torch
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

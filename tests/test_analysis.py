@@ -109,6 +109,13 @@ def test_aggregate_means_stds_cis_over_finished_runs_only(runs):
     assert excluded.set_index("run_id").loc["luong-dot-s4", "error"].startswith("FloatingPointError")
 
 
+def test_hidden_differences_between_averaged_runs_are_found(runs):
+    assert aggregate.hidden_differences(runs, KEYS) == []
+    swept = runs.assign(**{"config.model.lr": [0.001] * 10 + [0.003]})
+    assert aggregate.hidden_differences(swept, KEYS) == ["config.model.lr"]
+    assert aggregate.hidden_differences(swept, KEYS + ["config.model.lr"]) == []
+
+
 def test_single_seed_has_no_std_or_ci():
     stats = aggregate.seed_stats([3.0])
     assert stats["n"] == 1 and stats["mean"] == 3.0
@@ -161,6 +168,8 @@ def test_compare_to_baseline_with_holm(runs):
         [fixed["p_holm"], same["p_holm"]])
     with pytest.raises(ValueError, match="no finished run matches"):
         significance.compare_to_baseline(runs, KEYS, {"model.attention": "bahdanau"})
+    with pytest.raises(ValueError, match="more than one configuration"):
+        significance.compare_to_baseline(runs, KEYS, {"model.scoring": "dot"})
 
 
 def _labelled_table():
@@ -189,13 +198,18 @@ def test_latex_booktabs_escaped_bold_and_caption():
     assert "_" not in body.replace("tab:x", "") and "%" not in body
 
 
-def test_latex_compiles_with_pdflatex(tmp_path):
+def test_latex_compiles_with_pdflatex(study, tmp_path):
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not installed (apt-get install --no-install-recommends "
                     "texlive-latex-base texlive-latex-recommended)")
     _, cells, best, caption = _labelled_table()
-    latex = tables.to_latex(cells, best, caption)
-    doc = "\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n" + latex + "\\end{document}\n"
+    report.main([str(study), "--out", str(tmp_path / "r"), "--baseline", "attention=none",
+                 "scoring=dot", "--samples", "50", "--rows", "model.scoring", "--cols", "model.attention",
+                 "--no-figures"])
+    latex = [tables.to_latex(cells, best, caption), (tmp_path / "r" / "table.tex").read_text(),
+             (tmp_path / "r" / "pivot.tex").read_text()]   # flat and two-level index, a pivot grid
+    doc = ("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
+           + "\n".join(latex) + "\\end{document}\n")
     (tmp_path / "t.tex").write_text(doc)
     done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -280,12 +294,26 @@ def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, caps
     assert "22.3 ± 2.5†" in md
 
 
-def test_report_refuses_to_average_over_a_hidden_varying_key(study, tmp_path):
-    with pytest.raises(SystemExit, match="vary across the runs"):
-        report.main([str(study), "--out", str(tmp_path), "--rows", "model.scoring"])
+def test_report_defaults_to_the_no_attention_baseline(study, tmp_path, capsys):
+    out = tmp_path / "auto"
+    assert report.main([str(study), "--out", str(out), "--samples", "50", "--no-figures"]) == 0
+    assert "model.attention=none" in capsys.readouterr().err
+    assert (out / "significance.csv").is_file()
+    assert report.main([str(study), "--out", str(tmp_path / "off"), "--baseline", "off", "--no-figures"]) == 0
+    assert not (tmp_path / "off" / "significance.csv").exists()
+    assert not list((tmp_path / "off").glob("*.png"))
+
+
+def test_report_refuses_to_average_over_a_hidden_varying_key(study, tmp_path, capsys):
+    assert report.main([str(study), "--out", str(tmp_path), "--rows", "model.scoring"]) == 2
+    assert "vary across the runs" in capsys.readouterr().err
+    assert report.main([str(study), "--out", str(tmp_path), "--metric", "bleu_typo"]) == 2
+    assert "bleu_typo" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 2
+    assert "no run stores" in capsys.readouterr().err
     # filtering the other key away makes it valid
     assert report.main([str(study), "--out", str(tmp_path), "--rows", "model.scoring",
-                        "--where", "attention=luong"]) == 0
+                        "--where", "attention=luong", "--no-figures"]) == 0
 
 
 def test_wandb_runs_convert_to_the_run_store_shape():

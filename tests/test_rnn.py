@@ -200,10 +200,10 @@ def test_teacher_forcing_zero_feeds_own_argmax():
 def test_tied_embeddings_share_the_output_matrix(wiring):
     torch.manual_seed(0)
     model = make("lstm", wiring, tie_embeddings=True)              # emb 8 != hidden 12
-    assert model.generator.weight is model.embed.weight
+    assert model.generator.weight is model.tgt_embed.weight
     src, tgt_in, tgt_out = batch()
     loss_of(model, src, tgt_in, tgt_out).backward()
-    assert model.embed.weight.grad is not None
+    assert model.tgt_embed.weight.grad is not None
 
 
 def test_states_carry_gradient_without_attention():
@@ -248,3 +248,11 @@ def test_default_model_overfits_a_reverse_task():
     model.eval()
     assert loss_of(model, src, tgt_in, tgt_out).item() < 0.05
     assert torch.equal(model(src, tgt_in).logits.argmax(-1), tgt_out)
+    # free-running greedy decoding reproduces the reversed sources too
+    memory = model.encode(src)
+    state, tokens, output = model.init_state(memory), tgt_in[:, 0], []
+    for _ in range(tgt_out.size(1)):
+        logits, state = model.step(memory, state, tokens)
+        tokens = logits.argmax(-1)
+        output.append(tokens)
+    assert torch.equal(torch.stack(output, 1), tgt_out)

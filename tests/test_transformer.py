@@ -17,6 +17,15 @@ SCORING = list(registry.TRANSFORMER_SCORING)
 VARIANTS = list(itertools.product(POSITIONAL, SCORING))
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: a second intra-op thread only adds contention on the shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
     args = dict(d_model=32, heads=2, enc_layers=2, dec_layers=2, ffn=64, dropout=0.0, max_len=64)
@@ -81,7 +90,7 @@ def test_default_config_overfits_copy_task():
     tgt_in = torch.cat([torch.full((8, 1), BOS), src[:, :-1]], dim=1)
     model = tiny()
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    for _ in range(200):
+    for _ in range(120):
         opt.zero_grad()
         loss = loss_of(model, src, tgt_in, src)
         loss.backward()

@@ -147,6 +147,23 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     return pd.DataFrame(rows)
 
 
+# Config fields that may differ between seeds of one configuration without changing the result.
+BOOKKEEPING = ("config.run.", "config.seed_everything", "config.ckpt_path", "config.tracking",
+               "config.trainer.logger", "config.trainer.callbacks", "config.trainer.default_root_dir",
+               "config.trainer.enable_progress_bar", "config.data.cache_dir", "config.data.num_workers")
+
+
+def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
+    fields = [c for c in runs.columns if c.startswith(("config.model.", "config.data.", "config.trainer."))
+              and not c.startswith(BOOKKEEPING) and c not in keys]
+    if not fields:
+        return []
+    text = runs[fields].astype(str)
+    counts = text.groupby([runs[k].astype(str) for k in keys]).nunique()
+    return [c for c in fields if (counts[c] > 1).any()]
+
+
 def excluded_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The runs left out of every mean, with their status and error (for the report footnote)."""
     cols = [c for c in ("group", "run_id", "status", "error", "run_dir") if c in runs]

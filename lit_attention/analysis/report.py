@@ -1,8 +1,8 @@
 """`lit-attention report RUNS_DIR --out DIR`: tables, significance and figures from run stores.
 
 Writes into DIR: table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
-table_trace.csv (cell -> run ids), excluded.csv, significance.csv (with --baseline), runs.csv,
-and the figures (PNG + PDF). Prints the Markdown table.
+table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/other runs), runs.csv,
+significance.csv (when a baseline is tested) and the figures (PNG + PDF). Prints the Markdown table.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import load, plots, significance, tables
 
 
+class ReportError(Exception):
+    """A problem with the user's request (unknown key, ambiguous table...): message, exit code 2."""
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
@@ -28,57 +32,70 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
     p.add_argument("--baseline", nargs="+", default=None, metavar="KEY=VALUE",
-                   help="the configuration every other one is tested against (paired bootstrap)")
+                   help="the configuration every other one is tested against (paired bootstrap); "
+                        "default: attention=none when exactly one configuration has it; 'off': no test")
     p.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
                    help="keep only runs matching every KEY=VALUE")
-    p.add_argument("--split", default=None, help="hypotheses used for significance (default: "
-                                                 "test if stored, else val)")
+    p.add_argument("--split", default=None,
+                   help="hypotheses used for significance (default: test if stored, else val)")
     p.add_argument("--samples", type=int, default=significance.N_SAMPLES, help="bootstrap resamples")
-    p.add_argument("--digits", type=int, default=1)
+    p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
+    p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
                    help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
-    p.add_argument("--group", default=None, help="W&B group (study) to read")
+    p.add_argument("--group", default=None, help="the W&B group (study) to read")
     args = p.parse_args(argv)
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     return args
 
 
-def _selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
-    selector = {}
+def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
+    """['attention=none'] -> {'model.attention': 'none'}."""
+    found = {}
     for pair in pairs:
         if "=" not in pair:
-            raise SystemExit(f"error: expected KEY=VALUE, got {pair!r}")
+            raise ReportError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        selector[load.resolve_key(runs, key)] = value
-    return selector
+        found[load.resolve_key(runs, key)] = value
+    return found
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
     """Resolve --rows/--cols; every configuration key that varies must be among them."""
-    config = load.config_columns(runs)
-    moving = load.varying(runs, config)
+    moving = load.varying(runs, load.config_columns(runs))
     cols = [load.resolve_key(runs, k) for k in cols or []]
     if rows:
         rows = [load.resolve_key(runs, k) for k in rows]
     else:
-        rows = [k for k in moving if k not in cols] or [c for c in ("model.family", "task") if c in runs][:1]
+        fallback = [c for c in ("model.family", "task") if c in runs][:1]  # a single configuration
+        rows = [k for k in moving if k not in cols] or fallback
     missing = [k for k in moving if k not in rows + cols]
     if missing:
-        raise SystemExit(f"error: configuration keys {missing} vary across the runs but are not in "
-                         "--rows/--cols: seeds of different configurations would be averaged; "
-                         "add them or filter with --where")
+        raise ReportError(f"configuration keys {missing} vary across the runs but are not in "
+                          "--rows/--cols: seeds of different configurations would be averaged; "
+                          "add them or filter with --where")
     return rows, cols
 
 
-def _signature(runs: pd.DataFrame) -> str | None:
-    if "sacrebleu_signature" not in runs:
+def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
+    """attention=none (the model without attention) when it is one configuration of the table."""
+    if "model.attention" in keys and (agg["model.attention"] == "none").sum() == 1:
+        print("significance against the configuration without attention (model.attention=none); "
+              "choose another with --baseline KEY=VALUE", file=sys.stderr)
+        return ["model.attention=none"]
+    return None
+
+
+def signature(runs: pd.DataFrame, metric: str) -> str | None:
+    """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
+    column = "chrf_signature" if "chrf" in metric else "sacrebleu_signature"
+    if column not in runs:
         return None
-    found = sorted(set(runs["sacrebleu_signature"].dropna()))
-    return "; ".join(found) or None
+    return "; ".join(sorted(set(runs[column].dropna()))) or None
 
 
-def _split(runs: pd.DataFrame, wanted: str | None) -> str:
+def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     if wanted:
         return wanted
     has_test = any((Path(d) / "hyps" / "test.txt").is_file() for d in runs["run_dir"])
@@ -88,77 +105,104 @@ def _split(runs: pd.DataFrame, wanted: str | None) -> str:
 def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     if args.wandb:
         from lit_attention.analysis.wandb_export import load_wandb
-        return load_wandb(args.wandb, args.group, args.metric)
-    runs = load.load_runs(args.runs_dir)
-    return runs, load.load_metrics(runs)
+        runs, metrics = load_wandb(args.wandb, args.group, args.metric)
+    else:
+        runs = load.load_runs(args.runs_dir)
+        metrics = load.load_metrics(runs)
+    if args.where:
+        runs = runs[significance.matches(runs, selector(runs, args.where))]
+        if runs.empty:
+            raise ReportError(f"no run matches --where {' '.join(args.where)}")
+        if not metrics.empty:
+            metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
+    if args.metric not in runs:
+        raise ReportError(f"metric {args.metric!r} is in no run summary")
+    return agg_mod.add_gradient_stats(runs), metrics
+
+
+def significance_vs_baseline(args, runs, agg, keys) -> tuple:
+    """(significance table, which agg row is the baseline, baseline text), or Nones."""
+    pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
+    if not pairs or pairs == ["off"]:
+        return None, None, None
+    chosen = selector(runs, pairs)
+    outside = [k for k in chosen if k not in keys]
+    if outside:
+        raise ReportError(f"baseline keys {outside} are not among the table keys {keys}")
+    sig = significance.compare_to_baseline(
+        runs, keys, chosen, split=hyps_split(runs, args.split),
+        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
+    text = ", ".join(f"{k}={v}" for k, v in chosen.items())
+    return sig, significance.matches(agg, chosen), text
+
+
+def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline) -> list[str]:
+    """Every table file; returns the Markdown tables to print."""
+    keys = rows + cols
+    caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
+                                  significance.method(args.samples) if sig is not None else None,
+                                  baseline)
+    runs.to_csv(out / "runs.csv", index=False)
+    agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)
+    tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
+    numeric = agg
+    if sig is not None:
+        sig.to_csv(out / "significance.csv", index=False)
+        numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
+    numeric.to_csv(out / "table.csv", index=False)
+
+    summary = tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits)
+    layouts = [("table", "tab:results", summary)]
+    if cols:
+        grid = tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits)
+        layouts.append(("pivot", "tab:grid", grid))
+    printed = []
+    for name, tex_label, (cells, best) in layouts:
+        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption, label=tex_label))
+        markdown = tables.to_markdown(cells, best, caption)
+        (out / f"{name}.md").write_text(markdown)
+        printed.append(markdown)
+    return printed
+
+
+def write_figures(args, out: Path, runs, metrics, agg, keys) -> list[Path]:
+    m = args.metric
+    figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars")
+    # against the step, and against wall-clock time when metrics.csv records it
+    xs = ["step"] + [x for x in ("time", "wall_time", "elapsed") if x in metrics][:1]
+    for x in xs:
+        for y in ("val_ppl", "val_bleu"):
+            stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_time"))
+            figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
+    if not args.wandb:  # these read files that only run stores hold
+        figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,
+                                             out / "bleu_by_length", metric=m)
+        figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow", metric=m)
+        figures += plots.plot_attention_grid(runs, keys, out / "attention_grid", metric=m)
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    runs, metrics = load_input(args)
-    if args.where:
-        runs = runs[significance.matches(runs, _selector(runs, args.where))]
-        metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics
-        if runs.empty:
-            raise SystemExit(f"error: no run matches --where {' '.join(args.where)}")
-    rows, cols = choose_keys(runs, args.rows, args.cols)
-    keys = rows + cols
-    if args.metric not in runs:
-        raise SystemExit(f"error: metric {args.metric!r} is in no summary.json")
-    runs = agg_mod.add_gradient_stats(runs)
-    agg = agg_mod.aggregate(runs, keys, args.metric)
-    runs.to_csv(out / "runs.csv", index=False)
-    agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)
-
-    sig, is_base, baseline_text = None, None, None
-    if args.baseline:
-        selector = _selector(runs, args.baseline)
-        outside = [k for k in selector if k not in keys]
-        if outside:
-            raise SystemExit(f"error: baseline keys {outside} are not among the table keys {keys}")
-        sig = significance.compare_to_baseline(
-            runs, keys, selector, split=_split(runs, args.split),
-            metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
-        sig.to_csv(out / "significance.csv", index=False)
-        is_base = significance.matches(agg, selector)
-        baseline_text = ", ".join(f"{k}={v}" for k, v in selector.items())
-
-    caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, _signature(runs),
-                                  significance.METHOD if sig is not None else None, baseline_text)
-    numeric = agg if sig is None else agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
-    numeric.to_csv(out / "table.csv", index=False)
-    tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
-
-    cells, best = tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits)
-    (out / "table.tex").write_text(tables.to_latex(cells, best, caption, label="tab:results"))
-    markdown = tables.to_markdown(cells, best, caption)
-    (out / "table.md").write_text(markdown)
-    printed = [markdown]
-    if cols:
-        pcells, pbest = tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits)
-        (out / "pivot.tex").write_text(tables.to_latex(pcells, pbest, caption, label="tab:grid"))
-        pmarkdown = tables.to_markdown(pcells, pbest, caption)
-        (out / "pivot.md").write_text(pmarkdown)
-        printed.append(pmarkdown)
-
-    figures = []
-    figures += plots.plot_ablation_bars(agg, keys, args.metric, out / "ablation_bars")
-    figures += plots.plot_learning_curves(metrics, runs, keys, out / "learning_curves_ppl",
-                                          y="val_ppl", metric=args.metric)
-    figures += plots.plot_learning_curves(metrics, runs, keys, out / "learning_curves_bleu",
-                                          y="val_bleu", metric=args.metric)
-    if not args.wandb:
-        figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,
-                                             out / "bleu_by_length", metric=args.metric)
-        figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow",
-                                       metric=args.metric)
-        figures += plots.plot_attention_grid(runs, keys, out / "attention_grid", metric=args.metric)
-
+    try:
+        runs, metrics = load_input(args)
+        rows, cols = choose_keys(runs, args.rows, args.cols)
+        agg = agg_mod.aggregate(runs, rows + cols, args.metric)
+        hidden = agg_mod.hidden_differences(runs[agg_mod.usable(runs, args.metric)], rows + cols)
+        if hidden:
+            print(f"warning: runs averaged together differ in {', '.join(hidden)}; add them to "
+                  "--rows/--cols or filter with --where if they matter", file=sys.stderr)
+        sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
+        out.mkdir(parents=True, exist_ok=True)
+        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline)
+    except (ReportError, KeyError, ValueError, FileNotFoundError) as exc:
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+    figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols)
     print("\n".join(printed))
-    n_excluded = int((agg[["n_failed", "n_pruned", "n_other"]].sum()).sum())
-    print(f"{len(runs)} runs, {len(agg)} configurations, {n_excluded} runs excluded "
+    excluded = int(agg[["n_failed", "n_pruned", "n_other"]].to_numpy().sum())
+    print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded "
           f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
     return 0
 

@@ -18,8 +18,12 @@ from lit_attention.analysis.load import read_hyps
 
 N_SAMPLES = 1000
 ALPHA = 0.05
-METHOD = (f"paired bootstrap resampling (sacreBLEU PairedTest, {N_SAMPLES} resamples) per seed "
-          "vs the baseline, largest p over seeds, Holm-corrected across comparisons")
+
+
+def method(n_samples: int = N_SAMPLES) -> str:
+    """How the p-values were obtained, for the table caption."""
+    return (f"paired bootstrap resampling (sacreBLEU PairedTest, {n_samples} resamples) per seed "
+            "vs the baseline, largest p over seeds, Holm-corrected across comparisons")
 
 
 def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
@@ -83,6 +87,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     is_base = matches(runs, baseline)
     if not is_base.any():
         raise ValueError(f"no finished run matches the baseline {baseline}")
+    if runs[is_base].groupby(keys, dropna=False).ngroups > 1:
+        raise ValueError(f"the baseline {baseline} matches more than one configuration: "
+                         "give more KEY=VALUE pairs")
     base_by_seed = {r.seed: r.run_dir for r in runs[is_base].itertuples()}
     rows = []
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
@@ -91,8 +98,11 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         for run in group.itertuples():
             if run.seed not in base_by_seed:
                 continue
-            hyps, refs = read_hyps(run.run_dir, split)
-            base_hyps, base_refs = read_hyps(base_by_seed[run.seed], split)
+            try:
+                hyps, refs = read_hyps(run.run_dir, split)
+                base_hyps, base_refs = read_hyps(base_by_seed[run.seed], split)
+            except FileNotFoundError:  # no stored hypotheses (e.g. runs read from W&B)
+                continue
             refs = refs or base_refs
             if refs is None:
                 continue

@@ -62,7 +62,8 @@ def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
 def _significant(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[bool]:
     if sig is None or sig.empty:
         return [False] * len(agg)
-    marked = {tuple(label(v) for v in r[:-1]) for r in sig[keys + ["significant"]].itertuples(index=False) if r[-1]}
+    rows = sig[keys + ["significant"]].itertuples(index=False)
+    marked = {tuple(label(v) for v in r[:-1]) for r in rows if r[-1]}
     return [tuple(label(v) for v in r) in marked for r in agg[keys].itertuples(index=False)]
 
 
@@ -81,7 +82,7 @@ def mean_std(mean, std, digits: int, significant: bool = False) -> str:
 
 
 def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None = None,
-                  baseline: pd.Series | None = None, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+                  baseline: pd.Series | None = None, digits: int = 1) -> tuple:
     """One row per configuration: metric mean ± std, 95% CI, n, excluded runs, costs, gradients, p."""
     marks = _significant(agg, keys, sig)
     columns = {
@@ -149,7 +150,8 @@ def to_latex(cells: pd.DataFrame, best: pd.DataFrame, caption: str, label: str |
     styler = styler.apply(lambda _: best.map(lambda b: "textbf:--rwrap;" if b else ""), axis=None)
     column_format = "l" * cells.index.nlevels + "r" * cells.shape[1]
     return styler.to_latex(hrules=True, column_format=column_format, caption=latex_text(caption),
-                           label=label, position_float="centering", multicol_align="c")
+                           label=label, position_float="centering", multicol_align="c",
+                           sparse_index=False)  # repeated labels: no \\multirow package needed
 
 
 def _flat(value) -> str:
@@ -174,7 +176,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
-    parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seeds per "
+    parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
              f"configuration; {ci_method}. Best value per column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     if failed or pruned or other:

@@ -152,6 +152,9 @@ class TranslationModule(LightningModule):
     def on_train_epoch_start(self):
         self._epoch_start = time.perf_counter()
 
+    def on_fit_start(self):
+        self._epoch_start = time.perf_counter()  # a run resumed mid-epoch skips on_train_epoch_start
+
     def on_train_epoch_end(self):
         self.train_seconds += time.perf_counter() - self._epoch_start
 

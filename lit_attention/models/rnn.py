@@ -102,6 +102,16 @@ class Bridge(nn.Module):
 
 
 class RNNSeq2Seq(Seq2SeqModel):
+    """Recurrent encoder-decoder (see the module docstring for the wirings).
+
+    Submodules: encoder (embed, rnn), bridges (h, and c for the LSTM), tgt_embed, decoder (the
+    decoder RNN), scorer (with attention), readout, generator. Dot-product scorers project the
+    2H keys of a bidirectional encoder to the decoder's H (see scoring.Dot); the values attended
+    over are always the raw encoder states. With ``tie_embeddings`` the readout has the embedding
+    size (a bias-free projection when there is no attention and E != H), so the generator can use
+    the target embedding matrix.
+    """
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str = "lstm",
                  emb_size: int = 256, hidden_size: int = 256, enc_layers: int = 1,
                  dec_layers: int = 1, dropout: float = 0.1, bidirectional: bool = True,
@@ -129,9 +139,9 @@ class RNNSeq2Seq(Seq2SeqModel):
         self.out_size = emb_size if tie_embeddings else H
         extra = {"none": H if context == "every-step" else 0, "bahdanau": K,
                  "luong": self.out_size if self.input_feeding else 0}[attention]
-        self.embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
+        self.decoder = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
 
         if attention != "none":
             self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
@@ -144,7 +154,7 @@ class RNNSeq2Seq(Seq2SeqModel):
             self.readout = nn.Linear(K + H, self.out_size, bias=False)
         self.generator = nn.Linear(self.out_size, tgt_vocab_size)
         if tie_embeddings:
-            self.generator.weight = self.embed.weight
+            self.generator.weight = self.tgt_embed.weight
 
     # ---- encoder -------------------------------------------------------------------------
 
@@ -196,7 +206,7 @@ class RNNSeq2Seq(Seq2SeqModel):
             inputs.append(state["feed"])
         elif self.context == "every-step":
             inputs.append(memory["context"])
-        out, hidden = self.rnn(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
+        out, hidden = self.decoder(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
         if self.attention == "bahdanau":
             readout = torch.tanh(self.readout(torch.cat([out[:, 0], context[:, 0], emb], -1)))
         else:
@@ -214,7 +224,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         return torch.tanh(self.readout(torch.cat([context, out], -1))), weights
 
     def step(self, memory, state, last_tokens):
-        emb = self.dropout(self.embed(last_tokens))
+        emb = self.dropout(self.tgt_embed(last_tokens))
         readout, _, state = self._advance(memory, state, emb)
         return self.generator(self.dropout(readout)), state
 
@@ -236,12 +246,12 @@ class RNNSeq2Seq(Seq2SeqModel):
 
     def _decode_parallel(self, memory, state, tgt_in):
         """Teacher forcing when no step depends on the previous one: one RNN call over T."""
-        emb = self.dropout(self.embed(tgt_in))
+        emb = self.dropout(self.tgt_embed(tgt_in))
         inputs = emb
         if self.context == "every-step":
             ctx = memory["context"].unsqueeze(1).expand(-1, tgt_in.size(1), -1)
             inputs = torch.cat([emb, ctx], -1)
-        out, _ = self.rnn(inputs, self._hidden(state))
+        out, _ = self.decoder(inputs, self._hidden(state))
         return self._readout(memory, out)
 
     def _decode_loop(self, memory, state, tgt_in, teacher_forcing):
@@ -255,7 +265,8 @@ class RNNSeq2Seq(Seq2SeqModel):
                     with torch.no_grad():
                         own = self.generator(readouts[-1]).argmax(-1)
                     tokens = torch.where(gold, tokens, own)
-            readout, w, state = self._advance(memory, state, self.dropout(self.embed(tokens)))
+            emb = self.dropout(self.tgt_embed(tokens))
+            readout, w, state = self._advance(memory, state, emb)
             readouts.append(readout)
             weights.append(w)
         weights = None if weights[0] is None else torch.stack(weights, dim=1)

@@ -38,6 +38,7 @@ class Embeddings(nn.Module):
                  max_len: int = 512, dropout: float = 0.1, token: nn.Embedding | None = None):
         super().__init__()
         self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
+        self.max_len = max_len
         self.scale = math.sqrt(d_model)
         self.position = (AbsolutePositions(positional, max_len, d_model)
                          if positional in ("sinusoidal", "learned") else None)
@@ -46,6 +47,8 @@ class Embeddings(nn.Module):
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         x = self.token(tokens) * self.scale
         if self.position is not None:
+            if offset + tokens.shape[1] > self.max_len:
+                raise ValueError(f"position {offset + tokens.shape[1] - 1} beyond max_len {self.max_len}")
             x = x + self.position(torch.arange(offset, offset + tokens.shape[1], device=tokens.device))
         return self.dropout(x)
 
@@ -69,31 +72,32 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def residual(self, x, norm, branch):
-        """x + branch(norm(x)) (pre-norm) or norm(x + branch(x)) (post-norm); returns (x, branch extras)."""
-        out, extra = branch(norm(x) if self.pre_norm else x)
-        x = x + self.dropout(out)
-        return (x if self.pre_norm else norm(x)), extra
-
     def forward(self, x, q_pos, k_pos, blocked, bias, past=None, cross_kv=None, cross_blocked=None,
                 need_weights=False):
         """x [B, T, D]; past: cached self-attention (k, v) of earlier positions; cross_kv: (k, v) of
         the memory. Returns (x, (k, v) of all self-attention keys so far, self weights, cross weights)."""
-        def self_attention(h):
-            k, v = self.self_attn.keys_values(h, q_pos)
-            if past is not None:
-                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-            out, weights = self.self_attn(h, k, v, q_pos, k_pos, blocked, bias, need_weights)
-            return out, ((k, v), weights)
-
-        x, (kv, self_weights) = self.residual(x, self.self_norm, self_attention)
+        h = self.branch_input(x, self.self_norm)
+        k, v = self.self_attn.keys_values(h, q_pos)
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, blocked, bias, need_weights)
+        x = self.add(x, out, self.self_norm)
         cross_weights = None
         if self.cross_attn is not None:
-            x, cross_weights = self.residual(
-                x, self.cross_norm,
-                lambda h: self.cross_attn(h, *cross_kv, blocked=cross_blocked, need_weights=need_weights))
-        x, _ = self.residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))
-        return x, kv, self_weights, cross_weights
+            h = self.branch_input(x, self.cross_norm)
+            out, cross_weights = self.cross_attn(h, *cross_kv, blocked=cross_blocked,
+                                                 need_weights=need_weights)
+            x = self.add(x, out, self.cross_norm)
+        x = self.add(x, self.ffn(self.branch_input(x, self.ffn_norm)), self.ffn_norm)
+        return x, (k, v), self_weights, cross_weights
+
+    def branch_input(self, x, norm):
+        return norm(x) if self.pre_norm else x
+
+    def add(self, x, out, norm):
+        """Residual connection: x + out (pre-norm) or norm(x + out) (post-norm)."""
+        x = x + self.dropout(out)
+        return x if self.pre_norm else norm(x)
 
 
 class Stack(nn.Module):

@@ -28,11 +28,11 @@ from optuna.trial import TrialState
 
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
+from lit_attention.sweep.progress import SKIPPED, short_params
 from lit_attention.sweep.schema import Sweep, SweepError
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
-SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -215,7 +215,7 @@ class Objective:
         cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
                                name=name, devices=self.devices)
-        print(f"[{sweep.study_name}] trial {trial.number} start: {_short(params)} seed={seed} -> {run_dir}",
+        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
               flush=True)
         try:
             out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
@@ -238,10 +238,6 @@ class Objective:
             trial.set_user_attr("error", out.error)
             raise tr.TrialFailed(out.error)
         return out.value
-
-
-def _short(params: dict) -> str:
-    return " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in params.items())
 
 
 def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:

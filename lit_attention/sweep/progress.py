@@ -8,7 +8,9 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-SKIPPED = "skipped"
+from lit_attention.sweep.space import config_name
+
+SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
 
 
 def counted_trials(study: optuna.Study) -> list:
@@ -23,8 +25,9 @@ def counts(study: optuna.Study) -> dict:
             "waiting": by[TrialState.WAITING]}
 
 
-def _short(params: dict) -> str:
-    return " ".join(f"{k.rpartition('.')[2]}={v}" for k, v in params.items() if k != "seed")
+def short_params(params: dict) -> str:
+    """`family=rnn cell=gru` for {"model.family": "rnn", "model.cell": "gru", "seed": 0}."""
+    return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items() if k != "seed")
 
 
 def best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -42,14 +45,14 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
             f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
     b = best(study)
     if b is not None:
-        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {_short(b.params)} seed={b.params.get('seed')})"
+        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={b.params.get('seed')})"
     return line
 
 
 def trials_frame(study: optuna.Study) -> pd.DataFrame:
     rows = []
     for t in counted_trials(study):
-        rows.append({"trial": t.number, "config": _short(t.params) or "(base)", "seed": t.params.get("seed"),
+        rows.append({"trial": t.number, "config": short_params(t.params) or "(base)", "seed": t.params.get("seed"),
                      "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
                      "error": t.user_attrs.get("error")})
     return pd.DataFrame(rows)

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from lit_attention import registry
-from lit_attention.sweep.space import Condition, Param
+from lit_attention.sweep.space import Condition, Param, config_name
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
@@ -185,7 +185,7 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
 
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
     key = f"space.{name}"
-    if not isinstance(name, str) or not name.startswith(PREFIXES) or name.count(".") < 1:
+    if not isinstance(name, str) or not name.startswith(PREFIXES) or not config_name(name).rpartition(".")[2]:
         ck.fail(key, f"parameter names are dotted config keys starting with {', '.join(PREFIXES)}")
     if isinstance(spec, list):
         spec = {"choices": spec}
@@ -209,7 +209,7 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
             ck.fail(f"{key}.choices", "duplicate values")
         transformer_only = any(c.name.endswith(".family") and not c.negate and set(c.values) == {"transformer"}
                                for c in conditions)
-        valid = registry_choices(name, kind, transformer_only)
+        valid = registry_choices(config_name(name), kind, transformer_only)
         if valid is not None:
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
@@ -250,10 +250,16 @@ def _check_cells(ck: _Checker, sweep: Sweep) -> None:
     if not all(p.finite for p in sweep.space):
         return
     for cell in grid(sweep.space):
-        family = cell.get("model.family", sweep.fixed.get("model.family"))
-        scoring = cell.get("model.scoring", sweep.fixed.get("model.scoring"))
+        keys: dict[str, str] = {}
+        for name in cell:
+            if config_name(name) in keys:
+                ck.fail(f"space.{name}", f"active together with space.{keys[config_name(name)]} "
+                                         "(both set the same config key); make their conditions exclusive")
+            keys[config_name(name)] = name
+        values = {**sweep.fixed, **{config_name(k): v for k, v in cell.items()}}
+        family, scoring = values.get("model.family"), values.get("model.scoring")
         if family == "transformer" and scoring is not None and scoring not in registry.TRANSFORMER_SCORING:
-            key = "space.model.scoring" if "model.scoring" in cell else "fixed.model.scoring"
+            key = f"space.{keys['model.scoring']}" if "model.scoring" in keys else "fixed.model.scoring"
             ck.fail(key, f"{scoring!r} is not a Transformer scoring function "
                          f"(valid: {', '.join(registry.TRANSFORMER_SCORING)}); add `when: {{model.family: rnn}}`")
 
@@ -344,7 +350,7 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
         ck.fail("space", "must declare at least one parameter")
     declared: dict[str, Param] = {}
     for pname, spec in space_data.items():
-        if pname in fixed:
+        if isinstance(pname, str) and config_name(pname) in fixed:
             ck.fail(f"space.{pname}", "also set in fixed")
         declared[pname] = _parse_param(ck, pname, spec, declared, kind)
     space = list(declared.values())

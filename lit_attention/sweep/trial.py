@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
 
 FIT_COMMAND_ENV = "LIT_ATTENTION_FIT_COMMAND"  # JSON list overriding the trial command (tests, debugging)
@@ -60,6 +61,7 @@ def format_value(value) -> str:
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
                   fixed: dict, tracking: str, name: str, devices: int = 1) -> list[str]:
+    params = {config_name(k): v for k, v in params.items()}
     tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
     cmd = fit_command() + [
         "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,

@@ -19,7 +19,7 @@ from torch import nn
 
 from lit_attention.data.vocab import BOS
 
-SMOOTHING = ("add", "interp")
+from lit_attention.registry import NGRAM_SMOOTHING as SMOOTHING
 
 
 class NGramLM(nn.Module):
@@ -50,20 +50,29 @@ class NGramLM(nn.Module):
     @torch.no_grad()
     def fit(self, stream) -> "NGramLM":
         """Count every n-gram of a 1-D token stream (list or tensor), replacing earlier counts."""
-        tokens = [BOS] * (self.order - 1) + [int(t) for t in stream]
+        stream = torch.as_tensor(stream, dtype=torch.long).flatten().cpu()
+        if stream.numel() == 0:
+            raise ValueError("cannot fit an n-gram model on an empty stream")
+        n = self.order - 1
+        tokens = torch.cat([torch.full((n,), BOS, dtype=torch.long), stream])
+        grams = tokens.unfold(0, n + 1, 1)                     # [N, order]: context, next token
         self._reset()
+        positions = torch.arange(len(grams))
+        rows = torch.zeros(len(grams), dtype=torch.long)      # id of the empty context
         for k in range(self.order):
-            rows: list[int] = []
-            cols: list[int] = []
-            table = self.tables[k]
-            for i in range(self.order - 1, len(tokens)):
-                context = tuple(tokens[i - k:i])
-                rows.append(table.setdefault(context, len(table)))
-                cols.append(tokens[i])
-            index = torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)
-            values = torch.ones(index.shape[1])
+            if k > 0:
+                # Context of length k = one more token before the context of length k - 1: number
+                # pairs (token, shorter id) and renumber them (1-D unique is fast, rows are not).
+                key = grams[:, n - k] * (int(rows.max()) + 1) + rows
+                _, rows = torch.unique(key, return_inverse=True)
+            n_contexts = int(rows.max()) + 1
+            first = torch.full((n_contexts,), len(grams)).scatter_reduce(0, rows, positions, "amin")
+            contexts = grams[first, n - k:n].tolist()
+            self.tables[k] = {tuple(c): i for i, c in enumerate(contexts)}
+            index = torch.stack([rows, grams[:, n]])
             self.counts[k] = torch.sparse_coo_tensor(
-                index, values, (len(table), self.vocab_size), check_invariants=True).coalesce()
+                index, torch.ones(index.shape[1]), (n_contexts, self.vocab_size),
+                check_invariants=True).coalesce()
         return self
 
     @property
