@@ -40,17 +40,35 @@ class RunOptions:
     project: str = "lit-attention"
 
 
+@dataclass
+class DiagnosticsOptions:
+    """Gradient and attention diagnostics (0 turns one off).
+
+    Args:
+        module_norm_every: log per-module gradient norms every N steps.
+        module_depth: module path depth of those norms (2: encoder.layers.0).
+        gradflow_every: measure gradient flow through time every N steps (gradflow.csv).
+        heatmaps: attention heatmaps saved at the end of fit.
+    """
+    module_norm_every: int = 50
+    module_depth: int = 2
+    gradflow_every: int = 100
+    heatmaps: int = 4
+
+
 def _build_cli_class():
     from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.cli import LightningCLI
 
+    from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.tracking.callback import RunStoreCallback
     from lit_attention.tracking.run_store import RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run, new_run_id
 
     class LitAttentionCLI(LightningCLI):
         def add_arguments_to_parser(self, parser):
             parser.add_class_arguments(RunOptions, "run")
+            parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
             parser.add_argument("--tracking", type=Literal["none", "wandb"], default="none",
                                 help="also log to Weights & Biases (offline without a key or network)")
 
@@ -85,6 +103,7 @@ def _build_cli_class():
             callbacks = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
             callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
                                               cfg.get("seed_everything"), self.subcommand))
+            callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
             callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
                                              monitor="val_loss", mode="min", save_last=True,
                                              save_top_k=1, enable_version_counter=False))

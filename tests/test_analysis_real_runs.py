@@ -25,8 +25,7 @@ TINY = ["--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
         "--trainer.num_sanity_val_steps", "0",
         "--trainer.log_every_n_steps", "1", "--data.init_args.n_train", "200",
         "--data.init_args.n_val", "30", "--data.init_args.n_test", "30",
-        "--model.init_args.d_model", "32", "--model.init_args.ffn", "64",
-        "--model.init_args.grad_norm_every", "1"]
+        "--model.init_args.d_model", "32", "--model.init_args.ffn", "64"]
 
 
 @pytest.fixture(scope="session")

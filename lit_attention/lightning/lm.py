@@ -19,7 +19,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import grad_norm
 
 from lit_attention import registry
 from lit_attention.metrics import perplexity, token_nll
@@ -80,7 +79,6 @@ class LanguageModelModule(LightningModule):
         warmup: int = 100,
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
-        grad_norm_every: int = 50,
         vocab_size: int = 0,
     ):
         super().__init__()
@@ -196,13 +194,6 @@ class LanguageModelModule(LightningModule):
         self.log("train_loss", loss, prog_bar=True, batch_size=targets.shape[0])
         self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
-
-    def on_before_optimizer_step(self, optimizer):
-        every = self.hparams.grad_norm_every
-        if every and self.global_step % every == 0:
-            total = grad_norm(self.net, norm_type=2).get("grad_2.0_norm_total")
-            if total is not None:
-                self.log("grad_norm/total", total, batch_size=1)
 
     def configure_optimizers(self):
         if self.hparams.family == "ngram":

@@ -14,10 +14,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
-from lightning.pytorch.utilities import grad_norm
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
+from lit_attention.decoding import beam_search, greedy_decode
+from lit_attention.diagnostics import bleu_by_length
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
@@ -76,7 +77,9 @@ class TranslationModule(LightningModule):
         max_len_a: float = 1.5,
         max_len_b: int = 10,
         val_bleu: bool = True,
-        grad_norm_every: int = 50,
+        beam_size: int = 5,
+        length_penalty: float = 1.0,
+        length_buckets: tuple[int, ...] = (10, 20, 30),
         src_vocab_size: int = 0,
         tgt_vocab_size: int = 0,
     ):
@@ -89,6 +92,8 @@ class TranslationModule(LightningModule):
         self.net = None
         self._eval: dict[str, dict] = {}
         self.hyps: dict[str, list[str]] = {}
+        self.refs: dict[str, list[str]] = {}
+        self.eval_extras: dict[str, dict] = {}
         self.train_tokens = 0
         self.train_seconds = 0.0
 
@@ -141,14 +146,6 @@ class TranslationModule(LightningModule):
         self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
 
-    def on_before_optimizer_step(self, optimizer):
-        every = self.hparams.grad_norm_every
-        if every and self.global_step % every == 0:
-            norms = grad_norm(self.net, norm_type=2)
-            total = norms.get("grad_2.0_norm_total")
-            if total is not None:
-                self.log("grad_norm/total", total, batch_size=1)
-
     def on_train_epoch_start(self):
         self._epoch_start = time.perf_counter()
 
@@ -167,30 +164,42 @@ class TranslationModule(LightningModule):
     # -- evaluation --------------------------------------------------------------------------
 
     def _eval_start(self, split: str) -> None:
-        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}}
+        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}, "src_len": {}, "seconds": 0.0}
 
-    def _eval_step(self, split: str, batch, decode: bool) -> None:
+    def decode(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
+        h = self.hparams
+        if beam_size > 1:
+            return beam_search(self.net, src, beam_size, h.length_penalty, h.max_len_a, h.max_len_b)
+        return greedy_decode(self.net, src, h.max_len_a, h.max_len_b)
+
+    def _eval_step(self, split: str, batch, decode: bool, beam_size: int = 1) -> None:
         out = self.net(batch["src"], batch["tgt_in"])
         nll, n = token_nll(out.logits, batch["tgt_out"])
         acc = self._eval[split]
         acc["nll"] += float(nll)
         acc["tokens"] += int(n)
         if decode:
-            from lit_attention.decoding.greedy import greedy_decode
-            ids = greedy_decode(self.net, batch["src"], self.hparams.max_len_a, self.hparams.max_len_b)
+            start = time.perf_counter()
+            ids = self.decode(batch["src"], beam_size)
+            acc["seconds"] += time.perf_counter() - start
             tok = self.trainer.datamodule.tgt_tokenizer
-            for i, row in zip(batch["idx"].tolist(), ids.tolist()):
+            src_len = ((batch["src"] != PAD).sum(1) - 1).tolist()   # source tokens without EOS
+            for i, row, m in zip(batch["idx"].tolist(), ids.tolist(), src_len):
                 acc["hyps"][i] = tok.decode(row)
+                acc["src_len"][i] = m
 
     def _eval_end(self, split: str, prefix: str, decode: bool) -> None:
         acc = self._eval.pop(split)
         totals = torch.tensor([acc["nll"], acc["tokens"]], dtype=torch.float64)
-        hyps = acc["hyps"]
+        hyps, src_len, seconds = acc["hyps"], acc["src_len"], acc["seconds"]
         if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
-            dist.all_reduce(totals)  # gloo and nccl both reduce float64 on the CPU tensor path
+            totals = totals.to(self.device)
+            dist.all_reduce(totals)
             gathered = [None] * self.trainer.world_size
-            dist.all_gather_object(gathered, hyps)
-            hyps = {k: v for part in gathered for k, v in part.items()}
+            dist.all_gather_object(gathered, (hyps, src_len, seconds))
+            hyps = {k: v for part in gathered for k, v in part[0].items()}
+            src_len = {k: v for part in gathered for k, v in part[1].items()}
+            seconds = max(part[2] for part in gathered)
         nll, tokens = totals.tolist()
         self.log(f"{prefix}_loss", nll / max(tokens, 1), batch_size=1)
         self.log(f"{prefix}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
@@ -199,8 +208,13 @@ class TranslationModule(LightningModule):
             ordered = [hyps.get(i, "") for i in range(len(refs))]
             scores = bleu_chrf(ordered, refs)
             self.hyps[split] = ordered
-            self.refs = getattr(self, "refs", {})
             self.refs[split] = refs
+            lengths = [src_len.get(i, 0) for i in range(len(refs))]
+            self.eval_extras[split] = {
+                f"{prefix}_bleu_by_length": bleu_by_length(lengths, ordered, refs, self.hparams.length_buckets),
+                f"{prefix}_decode_seconds": seconds,
+                f"{prefix}_sentences_per_second": len(hyps) / seconds if seconds else None,
+            }
             self.sacrebleu_signature = scores["bleu_signature"]
             self.chrf_signature = scores["chrf_signature"]
             self.log(f"{prefix}_bleu", scores["bleu"], batch_size=1, prog_bar=True)
@@ -219,7 +233,7 @@ class TranslationModule(LightningModule):
         self._eval_start("test")
 
     def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch, decode=True)
+        self._eval_step("test", batch, decode=True, beam_size=self.hparams.beam_size)
 
     def on_test_epoch_end(self):
         self._eval_end("test", "test", decode=True)

@@ -194,6 +194,8 @@ class TransformerSeq2Seq(Seq2SeqModel):
     the given target prefix (in parallel).
     """
 
+    source_embedding = "src_embed"
+
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, heads: int = 4,
                  enc_layers: int = 3, dec_layers: int = 3, ffn: int = 1024, dropout: float = 0.1,
                  norm: str = "pre", tie_embeddings: bool = True, share_embeddings: bool = True,

@@ -18,12 +18,15 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lit-attention sweep", description=(
         "Run an Optuna study declared in a sweep YAML file; every trial is a `lit-attention fit` subprocess."))
     p.add_argument("file", type=Path, help="sweep file, e.g. sweeps/demo.yaml")
-    p.add_argument("--workers", type=int, default=1, help="worker processes on this machine (default 1)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes on this machine (default: the file's `workers`, else 1)")
     p.add_argument("--storage", default=None, help=(
         f"study database URL (default: the file's `storage`, then ${STORAGE_ENV}, "
         "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
     p.add_argument("--devices-per-trial", type=int, default=1,
                    help="G > 1: each trial trains with DDP on G devices (on CPU: G gloo processes)")
+    p.add_argument("--accelerator", default="cpu",
+                   help="accelerator of DDP trials (--devices-per-trial > 1): cpu (gloo), gpu, auto")
     p.add_argument("--resume", action="store_true",
                    help="re-queue cells of an existing study that have no finished trial (failed, interrupted)")
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
@@ -42,7 +45,7 @@ def _url(args, sweep) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if args.workers < 1 or args.devices_per_trial < 1:
+    if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1:
         print("lit-attention sweep: --workers and --devices-per-trial must be >= 1", file=sys.stderr)
         return 2
     try:
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     root = (args.root or sweep.root).resolve()
     url = _url(args, sweep)
     if args.worker:
-        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking)
+        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
@@ -78,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             last[0] = line
 
-    procs = driver.spawn_workers(args.file, url, args.workers, root, args.devices_per_trial, args.tracking)
+    workers = args.workers or sweep.workers
+    procs = driver.spawn_workers(args.file, url, workers, root, args.devices_per_trial, args.tracking,
+                                 args.accelerator)
     try:
         codes = driver.wait_workers(procs, study, show)
     except KeyboardInterrupt:

@@ -160,8 +160,10 @@ def open_study(sweep: Sweep, url: str, resume: bool = False, wait_ready: float =
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
-    def __init__(self, sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None):
+    def __init__(self, sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
+                 accelerator: str = "cpu"):
         self.sweep = sweep
+        self.accelerator = accelerator
         self.root = Path(root).resolve()
         self.devices = devices
         self.tracking = tracking or sweep.tracking
@@ -214,7 +216,7 @@ class Objective:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
         cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
-                               name=name, devices=self.devices)
+                               name=name, devices=self.devices, accelerator=self.accelerator)
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
               flush=True)
         try:
@@ -258,14 +260,15 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None) -> int:
+def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
+               accelerator: str = "cpu") -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    objective = Objective(sweep, root, devices, tracking)
+    objective = Objective(sweep, root, devices, tracking, accelerator)
     skips = 0
     try:
         while True:
@@ -284,13 +287,17 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
         return 130
 
 
-def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, tracking: str | None) -> list:
+def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, tracking: str | None,
+                  accelerator: str = "cpu") -> list:
     env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"})
+    # Trials running side by side must not each spawn a thread per core: on a small CPU box that
+    # oversubscription made a trial 5-10x slower.
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // (n * devices))))
     procs = []
     for i in range(n):
         cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
                sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
-               "--root", str(root), "--devices-per-trial", str(devices)]
+               "--root", str(root), "--devices-per-trial", str(devices), "--accelerator", accelerator]
         if tracking:
             cmd += ["--tracking", tracking]
         # Own session: Ctrl-C reaches the driver only, which then stops each worker once.

@@ -40,7 +40,7 @@ TRACKING = ("none", "wandb")
 PREFIXES = ("model.", "data.", "trainer.")
 
 TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
-            "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking")
+            "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking", "workers")
 REQUIRED = ("study_name", "base", "objective", "space")
 PRUNER_OPTIONS = {
     "none": {},
@@ -82,6 +82,7 @@ class Sweep:
     grace_period: int = 30
     max_retry: int = 2
     description: str = ""
+    workers: int = 1
 
     @property
     def enumerated(self) -> bool:
@@ -121,7 +122,7 @@ def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tup
     if name == "family":
         return tuple(registry.LM_FAMILIES if kind == "lm" else registry.FAMILIES)
     if name == "scoring":
-        return tuple(registry.TRANSFORMER_SCORING if transformer_only else registry.SCORING)
+        return tuple(registry.TRANSFORMER_SCORING if transformer_only or kind == "lm" else registry.SCORING)
     table = {"cell": registry.CELLS, "attention": registry.ATTENTION, "context": registry.CONTEXT,
              "positional": registry.POSITIONAL, "norm": registry.NORM, "task": registry.TASKS,
              "tokenizer": registry.TOKENIZERS}
@@ -326,6 +327,7 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
     if not isinstance(root, str):
         ck.fail("root", "must be a path")
     tracking = ck.choice("tracking", data.get("tracking", "none"), TRACKING)
+    workers = ck.int("workers", data.get("workers", 1), 1)
 
     fixed = dict(ck.mapping("fixed", data.get("fixed") or {}))
     for k, v in fixed.items():
@@ -370,7 +372,8 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
                   pruner_options=pruner_options, seeds=seeds, n_trials=n_trials, storage=storage,
                   root=Path(root), fixed=fixed, kind=kind, tracking=tracking,
                   heartbeat_interval=interval, grace_period=grace,
-                  max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")))
+                  max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")),
+                  workers=workers)
     _check_cells(ck, sweep)
     return sweep
 

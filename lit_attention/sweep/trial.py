@@ -60,7 +60,8 @@ def format_value(value) -> str:
 
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
-                  fixed: dict, tracking: str, name: str, devices: int = 1) -> list[str]:
+                  fixed: dict, tracking: str, name: str, devices: int = 1,
+                  accelerator: str = "cpu") -> list[str]:
     params = {config_name(k): v for k, v in params.items()}
     tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
     cmd = fit_command() + [
@@ -71,7 +72,8 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
         cmd += [f"--{key}", format_value(value)]
     if devices > 1:
         # Lightning relaunches the ranks itself; Optuna stays in this (the worker) process.
-        cmd += ["--trainer.accelerator", "cpu", "--trainer.devices", str(devices), "--trainer.strategy", "ddp"]
+        cmd += ["--trainer.accelerator", accelerator, "--trainer.devices", str(devices),
+                "--trainer.strategy", "ddp"]
     return cmd
 
 

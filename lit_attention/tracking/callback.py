@@ -65,6 +65,7 @@ class RunStoreCallback(Callback):
             self.run_dir.write_lines(f"hyps/{split}.ref.txt", pl_module.refs[split])
             fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
             fields["chrf_signature"] = pl_module.chrf_signature
+        fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)
         self.run_dir.update_summary(**fields)
 

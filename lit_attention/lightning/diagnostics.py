@@ -1,0 +1,125 @@
+"""Gradient and attention diagnostics during training, written to the run store (and any logger).
+
+- global gradient norm every step (before clipping) and the fraction of steps that were clipped;
+- per-module gradient norms every ``module_norm_every`` steps (`grad_norm/encoder.layers.0`);
+- gradient flow through time every ``gradflow_every`` steps on a fixed validation batch:
+  ||dL/dx_t|| at the encoder's per-position input, by distance from the end of the source
+  (`gradflow.csv`: step, position, distance, norm);
+- at the end of fit: attention entropy per layer/head and heatmaps for a few validation sentences
+  (`attention/*.png`, also W&B images).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+
+import torch
+from lightning.pytorch import Callback, LightningModule, Trainer
+from lightning.pytorch.loggers import WandbLogger
+
+from lit_attention.data.vocab import PAD
+from lit_attention.diagnostics import (attention_entropy, global_grad_norm, gradient_flow,
+                                       per_module_grad_norms, save_heatmap)
+from lit_attention.tracking.run_store import RunDir, atomic_write
+
+
+class DiagnosticsCallback(Callback):
+    def __init__(self, run_dir: RunDir, module_norm_every: int = 50, module_depth: int = 2,
+                 gradflow_every: int = 100, heatmaps: int = 4):
+        self.run_dir = run_dir
+        self.module_norm_every = module_norm_every
+        self.module_depth = module_depth
+        self.gradflow_every = gradflow_every
+        self.heatmaps = heatmaps
+        self.norms: list[float] = []
+        self.clipped = 0
+        self.gradflow_rows: list[dict] = []
+        self._fixed_batch = None
+
+    @staticmethod
+    def _net(pl_module: LightningModule):
+        return getattr(pl_module, "net", None)
+
+    def _batch(self, trainer: Trainer, pl_module: LightningModule):
+        if self._fixed_batch is None:
+            loader = trainer.datamodule.val_dataloader()
+            self._fixed_batch = {k: v.to(pl_module.device) for k, v in next(iter(loader)).items()}
+        return self._fixed_batch
+
+    def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
+        net = self._net(pl_module)
+        if net is None:
+            return
+        total = global_grad_norm(net.parameters())
+        self.norms.append(total)
+        clip = trainer.gradient_clip_val
+        self.clipped += bool(clip) and total > clip
+        pl_module.log("grad_norm/total", total, batch_size=1)
+        pl_module.log("clip_fraction", self.clipped / len(self.norms), batch_size=1)
+        if self.module_norm_every and trainer.global_step % self.module_norm_every == 0:
+            for name, value in per_module_grad_norms(net, self.module_depth).items():
+                pl_module.log(f"grad_norm/{name}", value, batch_size=1)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch,
+                           batch_idx: int) -> None:
+        net = self._net(pl_module)
+        step = trainer.global_step
+        if net is None or not self.gradflow_every or step % self.gradflow_every != 0:
+            return
+        if not trainer.is_global_zero or not hasattr(net, "encode"):
+            return
+        rows = gradient_flow(net, self._batch(trainer, pl_module), by="distance",
+                             wrt=net.source_embedding)
+        self.gradflow_rows += [{"step": step, "position": r["position"], "distance": r["distance"],
+                                "norm": r["norm"]} for r in rows]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=["step", "position", "distance", "norm"],
+                                lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self.gradflow_rows)
+        atomic_write(self.run_dir.path / "gradflow.csv", buf.getvalue())
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        net = self._net(pl_module)
+        if not trainer.is_global_zero or net is None or not hasattr(net, "encode"):
+            return
+        fields = {}
+        if self.norms:
+            fields.update(grad_norm_median=statistics.median(self.norms),
+                          clip_fraction=self.clipped / len(self.norms))
+        if self.heatmaps:
+            fields["attention_entropy"] = self._attention(trainer, pl_module, net)
+        self.run_dir.update_summary(**fields)
+
+    @torch.no_grad()
+    def _attention(self, trainer: Trainer, pl_module: LightningModule, net) -> dict:
+        batch = self._batch(trainer, pl_module)
+        was_training = net.training
+        net.eval()
+        out = net(batch["src"], batch["tgt_in"], need_weights=True)
+        net.train(was_training)
+        if not out.attention:
+            return {}
+        src_pad, tgt_pad = batch["src"] == PAD, batch["tgt_in"] == PAD
+        entropy = {name: attention_entropy(w, src_pad if w.size(-1) == src_pad.size(1) else tgt_pad,
+                                           tgt_pad).tolist()
+                   for name, w in out.attention.items()}
+        cross = sorted(k for k in out.attention if k.startswith("cross"))
+        if not cross:
+            return entropy
+        weights = out.attention[cross[-1]].mean(dim=1)            # last cross-attention, head mean
+        dm = trainer.datamodule
+        paths = []
+        for i in range(min(self.heatmaps, batch["src"].size(0))):
+            src = [t for t in batch["src"][i].tolist() if t != PAD]
+            tgt = [t for t in batch["tgt_out"][i].tolist() if t != PAD]
+            path = self.run_dir.path / "attention" / f"val-{i}.png"
+            save_heatmap(weights[i, :len(tgt), :len(src)], dm.src_tokenizer.pieces(src),
+                         dm.tgt_tokenizer.pieces(tgt), path, title=f"{cross[-1]} (mean over heads)")
+            paths.append(str(path))
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                logger.log_image("attention", paths, step=trainer.global_step)
+        return entropy
