@@ -170,12 +170,12 @@ def test_ddp_perplexity_sums_over_ranks(tmp_path):
 
 def test_match_params_picks_the_closest_width():
     for family in ("window", "rnn", "transformer"):
-        module = LanguageModelModule(family=family, match_params=60_000, vocab_size=70)
+        module = LanguageModelModule(family=family, match_params=60_000, n_vocab=70)
         module.configure_model()
         params = module.describe()["params"]
         assert abs(params - 60_000) < 0.25 * 60_000, (family, params)
         wider = LanguageModelModule(family=family, d_model=module.hparams.d_model + 8,
-                                    ffn=module.hparams.ffn, vocab_size=70)
+                                    ffn=module.hparams.ffn, n_vocab=70)
         wider.configure_model()
         assert abs(wider.describe()["params"] - 60_000) >= abs(params - 60_000)
 

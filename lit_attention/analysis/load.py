@@ -16,7 +16,8 @@ import yaml
 SUMMARY = "summary.json"
 FINISHED = "finished"
 # Summary fields that are not scalars and live in their own tables (or nowhere).
-NESTED = ("model", "versions", "bleu_by_length")
+NESTED = ("model", "versions", "bleu_by_length", "test_bleu_by_length", "val_bleu_by_length",
+          "attention_entropy")
 
 
 def find_run_dirs(root: Path | str) -> list[Path]:
@@ -118,11 +119,14 @@ def load_gradflow(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
-    """summary.json `bleu_by_length` of every run, one row per (run, bucket)."""
+    """BLEU by source length of every run (test split if evaluated, else validation), one row per
+    (run, bucket)."""
     rows = []
     for run in runs.itertuples():
         summary = json.loads((Path(run.run_dir) / SUMMARY).read_text())
-        for bucket in summary.get("bleu_by_length") or []:
+        buckets = (summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length")
+                   or summary.get("bleu_by_length") or [])
+        for bucket in buckets:
             rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
     return pd.DataFrame(rows)
 

@@ -79,7 +79,7 @@ class LanguageModelModule(LightningModule):
         warmup: int = 100,
         betas: tuple[float, float] = (0.9, 0.99),
         weight_decay: float = 0.0,
-        vocab_size: int = 0,
+        n_vocab: int = 0,
     ):
         super().__init__()
         registry.check("language-model family", family, registry.LM_FAMILIES)
@@ -89,7 +89,7 @@ class LanguageModelModule(LightningModule):
         registry.check("n-gram smoothing", smoothing, SMOOTHING)
         self.save_hyperparameters()
         self.net = None
-        self.automatic_optimization = family != "ngram"
+        # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
         self._state = {}           # carried state per stream: "train", "val", "test"
         self._eval: dict[str, list[float]] = {}
         self.train_tokens = 0
@@ -116,13 +116,13 @@ class LanguageModelModule(LightningModule):
         h = self.hparams
         dm = self._datamodule()
         if dm is not None:
-            h.vocab_size = dm.vocab_size_actual
+            h.n_vocab = dm.vocab_size_actual
             h.max_len = max(h.max_len, dm.hparams.bptt)
-        if not h.vocab_size:
-            raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.vocab_size")
+        if not h.n_vocab:
+            raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.n_vocab")
         if h.match_params and h.family != "ngram":
             self._match_width(h.match_params)
-        self.net = build_lm(h.family, h.vocab_size, **self._arch_options())
+        self.net = build_lm(h.family, h.n_vocab, **self._arch_options())
 
     def _match_width(self, target: int) -> None:
         """Set d_model (and ffn in proportion) so the model has about ``target`` parameters."""
@@ -131,7 +131,7 @@ class LanguageModelModule(LightningModule):
 
         def params(width: int) -> int:
             h.d_model, h.ffn = width, max(1, round(width * ratio))
-            return count_parameters(build_lm(h.family, h.vocab_size, **self._arch_options()))
+            return count_parameters(build_lm(h.family, h.n_vocab, **self._arch_options()))
 
         width = closest_width(params, target, multiple=max(8, h.heads) if h.family == "transformer" else 8)
         h.d_model, h.ffn = width, max(1, round(width * ratio))
@@ -172,18 +172,18 @@ class LanguageModelModule(LightningModule):
     def on_test_start(self):
         self._fit_ngram()
 
-    def on_train_batch_start(self, batch, batch_idx):
-        if self.hparams.family == "ngram":
-            self.trainer.should_stop = True   # nothing to learn by gradient: one skipped epoch
-            return -1
-        return None
-
     # -- training ----------------------------------------------------------------------------
 
     def on_train_epoch_start(self):
         self._state["train"] = None
 
+    def on_train_epoch_end(self):
+        if self.hparams.family == "ngram":
+            self.trainer.should_stop = True   # counted once; its validation has run: nothing more to learn
+
     def training_step(self, batch, batch_idx):
+        if self.hparams.family == "ngram":
+            return None   # no gradient: the counts were taken in on_fit_start
         tokens, targets = batch["tokens"], batch["targets"]
         logits, state = self.net(tokens, self._state.get("train"))
         self._state["train"] = detach_state(state)

@@ -90,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] stopped. Continue with: lit-attention sweep {args.file} --resume", flush=True)
         return 130
     print()
-    print(progress.format_table(progress.results_table(study, sweep.objective)), flush=True)
+    constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
+    print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
     c = progress.counts(study)
     if any(codes) and (c["running"] or c["waiting"]):
         print(f"[{sweep.study_name}] a worker exited with {codes}; trials remain: rerun with --resume",

@@ -25,9 +25,10 @@ def counts(study: optuna.Study) -> dict:
             "waiting": by[TrialState.WAITING]}
 
 
-def short_params(params: dict) -> str:
+def short_params(params: dict, hide: tuple = ()) -> str:
     """`family=rnn cell=gru` for {"model.family": "rnn", "model.cell": "gru", "seed": 0}."""
-    return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items() if k != "seed")
+    return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items()
+                    if k != "seed" and k not in hide)
 
 
 def best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
@@ -49,18 +50,21 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
     return line
 
 
-def trials_frame(study: optuna.Study) -> pd.DataFrame:
+def trials_frame(study: optuna.Study, hide: tuple = ()) -> pd.DataFrame:
     rows = []
     for t in counted_trials(study):
-        rows.append({"trial": t.number, "config": short_params(t.params) or "(base)", "seed": t.params.get("seed"),
+        rows.append({"trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": t.params.get("seed"),
                      "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
                      "error": t.user_attrs.get("error")})
     return pd.DataFrame(rows)
 
 
-def results_table(study: optuna.Study, metric: str) -> pd.DataFrame:
-    """One row per configuration: mean and std of the objective over its completed seeds."""
-    df = trials_frame(study)
+def results_table(study: optuna.Study, metric: str, hide: tuple = ()) -> pd.DataFrame:
+    """One row per configuration: mean and std of the objective over its completed seeds.
+
+    `hide`: parameters left out of the configuration label (those with a single possible value).
+    """
+    df = trials_frame(study, hide)
     if df.empty:
         return df
     df = df[df["state"] != "RUNNING"]

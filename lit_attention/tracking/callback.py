@@ -17,6 +17,14 @@ def _metrics(trainer: Trainer, prefix: str) -> dict:
             if k.startswith(prefix) and isinstance(v, (torch.Tensor, float, int))}
 
 
+def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
+    """Mirror the run store's summary into the W&B run summary (so a W&B export groups the same)."""
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger):
+            logger.experiment.summary.update(
+                {k: v for k, v in summary.items() if k not in ("versions", "run_dir")})
+
+
 class RunStoreCallback(Callback):
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
                  subcommand: str):
@@ -88,6 +96,7 @@ class RunStoreCallback(Callback):
             self._record_eval(trainer, pl_module, "test")
             if self.run_dir.read_summary().get("status") in (None, "running"):
                 self.run_dir.update_summary(status="finished", finished_at=now_iso())
+            _push_to_wandb(trainer, self.run_dir.read_summary())
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
@@ -96,11 +105,12 @@ class RunStoreCallback(Callback):
         tokens = getattr(pl_module, "train_tokens", 0) * trainer.world_size
         status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
-        self.run_dir.update_summary(
+        summary = self.run_dir.update_summary(
             status=status, finished_at=now_iso(), train_seconds=seconds,
             tokens_per_second=tokens / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None, **pl_module.describe())
+        _push_to_wandb(trainer, summary)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))

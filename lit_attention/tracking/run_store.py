@@ -133,8 +133,9 @@ class RunStoreLogger(Logger):
         super().__init__()
         self.run_dir = run_dir
         self.rows: list[dict] = []
-        self._columns: list[str] = ["step", "epoch"]
+        self._columns: list[str] = ["step", "epoch", "time"]
         self._last_flush = 0.0
+        self._start = time.monotonic()
         self._load_existing()
 
     def _load_existing(self) -> None:
@@ -171,7 +172,7 @@ class RunStoreLogger(Logger):
 
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
-        row = {"step": step}
+        row = {"step": step, "time": round(time.monotonic() - self._start, 3)}
         row.update({k: float(v) for k, v in metrics.items()})
         for k in row:
             if k not in self._columns:

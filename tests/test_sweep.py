@@ -1,0 +1,304 @@
+"""Sweeps with real processes and real databases: every trial is a real `lit-attention fit`.
+
+Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-4 epochs) keep a trial at a
+few seconds of CPU; most of it is importing torch and Lightning.
+"""
+
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+REPO = Path(__file__).resolve().parents[1]
+COPY = REPO / "configs" / "copy.yaml"
+TINY = {
+    "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
+    "model.d_model": 32, "model.ffn": 64, "model.enc_layers": 1, "model.dec_layers": 1,
+    "model.dropout": 0.0, "model.val_bleu": False, "model.warmup": 1,
+    "trainer.max_epochs": 2, "trainer.enable_progress_bar": False,
+}
+TWO_FAMILIES = {"model.family": {"choices": ["transformer", "rnn"]},
+                "model.cell": {"choices": ["gru"], "when": {"model.family": "rnn"}}}
+
+pytestmark = pytest.mark.slow
+
+
+def env(**extra) -> dict:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("LIT_ATTENTION_", "WANDB_"))}
+    e.update(WANDB_MODE="offline", WANDB_SILENT="true", PYTHONUNBUFFERED="1")
+    e.update(extra)
+    return e
+
+
+def sweep_file(tmp_path: Path, name: str, space: dict, **top) -> Path:
+    data = {"study_name": name, "base": str(COPY), "root": str(tmp_path / "runs"),
+            "objective": {"metric": "val_loss", "direction": "minimize"},
+            "sampler": "grid", "pruner": "none", "seeds": 1, "heartbeat": {"interval": 1, "grace_period": 4},
+            **top}
+    data["fixed"] = {**TINY, **top.get("fixed", {})}
+    data["space"] = space
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sweep_cmd(path: Path, *args) -> list[str]:
+    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+
+
+def run_sweep(path: Path, *args, timeout=400) -> subprocess.CompletedProcess:
+    return subprocess.run(sweep_cmd(path, *args), capture_output=True, text=True, timeout=timeout,
+                          env=env(), cwd=REPO)
+
+
+def load(url: str, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=url)
+
+
+def sqlite_url(tmp_path: Path, name: str) -> str:
+    return f"sqlite:///{tmp_path / 'runs' / name / 'study.db'}"
+
+
+def cells(trials) -> list[tuple]:
+    return [tuple(sorted(t.params.items())) for t in trials]
+
+
+def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(complete) == n, [(t.number, t.state, t.user_attrs) for t in trials]
+    assert len(set(cells(complete))) == n  # no grid cell x seed ran twice
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for t in complete:
+        run_dir = Path(t.user_attrs["run_dir"])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["seed"] == t.params["seed"]
+        assert summary["val_loss"] == pytest.approx(t.value)
+        assert "wandb_run_id" in t.user_attrs
+    return complete
+
+
+def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(tmp_path):
+    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2)
+    out = run_sweep(path, "--workers", 2)
+    assert out.returncode == 0, out.stdout + out.stderr
+    study = load(sqlite_url(tmp_path, "duo"), "duo")
+    complete = assert_complete_without_duplicates(study, 4)
+    assert len({t.user_attrs["worker"] for t in complete}) == 2  # both workers took trials
+    assert "family=rnn cell=gru" in out.stdout and "family=transformer" in out.stdout  # the table
+    again = run_sweep(path, "--resume")
+    assert again.returncode == 0, again.stderr
+    assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 4
+
+
+# -- PostgreSQL: a private server on a free port, started by the test ---------------------------
+
+def _pg_bin() -> Path | None:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return found[-1].parent if found else None
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL server; yields a function making a fresh database URL."""
+    bindir = _pg_bin()
+    if bindir is None:
+        pytest.skip("PostgreSQL server binaries not found (.ci/run installs them: apt-get install -y postgresql)")
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        pytest.skip("starting a private PostgreSQL server needs root (to run initdb as the postgres user)")
+    try:
+        pg_user = pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no postgres system user")
+    data = Path(tempfile.mkdtemp(prefix="lit-attention-pg-"))
+    os.chown(data, pg_user.pw_uid, pg_user.pw_gid)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def as_postgres(*cmd):
+        return subprocess.run(["runuser", "-u", "postgres", "--", *map(str, cmd)], capture_output=True,
+                              text=True, timeout=120)
+
+    init = as_postgres(bindir / "initdb", "-D", data / "db", "-A", "trust", "-U", "postgres")
+    assert init.returncode == 0, init.stderr
+    start = as_postgres(bindir / "pg_ctl", "-D", data / "db", "-l", data / "server.log", "-w", "start",
+                        "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data}")
+    assert start.returncode == 0, start.stderr + (data / "server.log").read_text()
+    import psycopg2
+    counter = iter(range(1000))
+
+    def new_database(password: str = "pw") -> str:
+        name = f"study{next(counter)}"
+        conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
+        conn.autocommit = True
+        conn.cursor().execute(f"CREATE DATABASE {name}")
+        conn.close()
+        # trust authentication ignores the password; it is there to prove it never leaks
+        return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}/{name}"
+
+    try:
+        yield new_database
+    finally:
+        as_postgres(bindir / "pg_ctl", "-D", data / "db", "-m", "fast", "-w", "stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
+    secret = "Sup3rSecretPw"
+    url = postgres(secret)
+    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2)
+    out = run_sweep(path, "--workers", 2, "--storage", url)
+    assert out.returncode == 0, out.stdout + out.stderr
+    complete = assert_complete_without_duplicates(load(url, "pg"), 4)
+    assert len({t.user_attrs["worker"] for t in complete}) == 2
+    assert "***" in out.stdout and secret not in out.stdout + out.stderr
+    for f in (tmp_path / "runs").rglob("*"):
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+
+
+# -- failures ------------------------------------------------------------------------------------
+
+def _wait_running(url: str, name: str, timeout: float = 240) -> optuna.trial.FrozenTrial:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            for t in load(url, name).get_trials(deepcopy=False):
+                if t.state == TrialState.RUNNING and "worker" in t.user_attrs:
+                    return t
+        except (KeyError, Exception):  # the study may not exist yet
+            pass
+        time.sleep(0.5)
+    raise AssertionError("no trial started")
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_path):
+    path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
+                      fixed={"trainer.max_epochs": 3})
+    url = sqlite_url(tmp_path, "kill")
+    proc = subprocess.Popen(sweep_cmd(path, "--workers", 2), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
+    try:
+        victim = _wait_running(url, "kill")
+        os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
+        output, _ = proc.communicate(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output
+    trials = load(url, "kill").get_trials(deepcopy=False)
+    assert trials[victim.number].state == TrialState.FAIL  # failed by the heartbeat, not left RUNNING
+    retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
+    assert [t.state for t in retries] == [TrialState.COMPLETE]
+    assert retries[0].params == victim.params
+    assert sorted(t.params["seed"] for t in trials if t.state == TrialState.COMPLETE) == [0, 1, 2]
+    assert not _processes_mentioning(victim.user_attrs["run_dir"])  # its training process died with it
+
+
+def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
+    path = sweep_file(tmp_path, "nan", {"model.lr": {"choices": [3.0e-3, 1.0e30]}})
+    out = run_sweep(path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = load(sqlite_url(tmp_path, "nan"), "nan").get_trials()
+    by_lr = {t.params["model.lr"]: t for t in trials}
+    assert by_lr[3.0e-3].state == TrialState.COMPLETE
+    bad = by_lr[1.0e30]
+    assert bad.state == TrialState.FAIL
+    assert "non-finite" in bad.user_attrs["error"]
+    assert json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())["status"] == "failed"
+
+
+def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
+    path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
+                      fixed={"trainer.max_epochs": 3})
+    url = sqlite_url(tmp_path, "intr")
+    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env(), cwd=REPO)
+    try:
+        first = _wait_running(url, "intr")
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "--resume" in output
+    t = load(url, "intr").get_trials()[first.number]
+    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"]
+    assert not _processes_mentioning(first.user_attrs["run_dir"])
+    out = run_sweep(path, "--resume")
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = load(url, "intr").get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert sorted(t.params["seed"] for t in complete) == [0, 1]
+    assert len(trials) == 3  # the interrupted cell ran once more, nothing else
+
+
+def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path):
+    path = sweep_file(tmp_path, "prune", {"model.lr": {"choices": [1.0e-2, 5.0e-3, 1.0e-9]}},
+                      pruner={"name": "median", "n_startup_trials": 2},
+                      fixed={"trainer.max_epochs": 5})
+    out = run_sweep(path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    trials = {t.params["model.lr"]: t for t in load(sqlite_url(tmp_path, "prune"), "prune").get_trials()}
+    assert trials[1.0e-2].state == trials[5.0e-3].state == TrialState.COMPLETE
+    bad = trials[1.0e-9]
+    assert bad.state == TrialState.PRUNED
+    summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert summary["status"] == "pruned"
+    assert summary["epochs"] < 4 and len(bad.intermediate_values) < 5
+
+
+def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tmp_path):
+    path = sweep_file(tmp_path, "ddp", {"model.family": {"choices": ["transformer"]}})
+    # The same global batch on one process: DDP rank r takes batches r, r+2, ... of one global list,
+    # so two accumulated batches per step are exactly one DDP step.
+    single = [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(COPY),
+              "--run.root", str(tmp_path / "single"), "--run.group", "ref", "--run.id", "ref",
+              "--seed_everything", "0", "--model.family", "transformer",
+              "--trainer.accumulate_grad_batches", "2"]
+    for k, v in TINY.items():
+        single += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
+    ref = subprocess.Popen(single, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env=env(OMP_NUM_THREADS="1"), cwd=REPO)
+    out = run_sweep(path, "--devices-per-trial", 2, "--tracking", "wandb")
+    _, ref_err = ref.communicate(timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert ref.returncode == 0, ref_err
+    (trial,) = load(sqlite_url(tmp_path, "ddp"), "ddp").get_trials()
+    assert trial.state == TrialState.COMPLETE
+    run_dirs = [p for p in (tmp_path / "runs" / "ddp").iterdir() if p.is_dir()]
+    assert run_dirs == [Path(trial.user_attrs["run_dir"])]
+    summary = json.loads((run_dirs[0] / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["status"] == "finished"
+    assert "[rank: 1]" in (run_dirs[0] / "trial.log").read_text()  # the second gloo process ran
+    assert summary["wandb_run_id"] and trial.user_attrs["wandb_run_id"] == summary["wandb_run_id"]
+    assert len(list((run_dirs[0] / "wandb").glob("offline-run-*"))) == 1
+    reference = json.loads((tmp_path / "single" / "ref" / "ref" / "summary.json").read_text())
+    assert summary["val_loss"] == pytest.approx(reference["val_loss"], abs=1e-4)

@@ -1,0 +1,187 @@
+"""Sweep files, search spaces and the study bookkeeping: fast tests, no training."""
+
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from lit_attention import registry
+from lit_attention.sweep import cli, driver, progress, space
+from lit_attention.sweep.schema import SweepError, load_sweep
+from lit_attention.sweep.storage import mask_url
+from lit_attention.sweep.trial import build_command, validation_values
+
+REPO = Path(__file__).resolve().parents[1]
+COPY = REPO / "configs" / "copy.yaml"
+
+GOOD = {
+    "study_name": "s",
+    "base": str(COPY),
+    "objective": {"metric": "val_loss", "direction": "minimize"},
+    "seeds": 2,
+    "space": {
+        "model.family": {"choices": ["rnn", "transformer"]},
+        "model.attention": {"choices": ["none", "luong"], "when": {"model.family": "rnn"}},
+        "model.scoring": {"choices": ["dot", "additive"], "when": {"model.attention": {"not": "none"}}},
+        "model.heads": {"choices": [2, 4], "when": {"model.family": "transformer"}},
+    },
+}
+
+
+def write(tmp_path, data, name="sweep.yaml") -> Path:
+    data = dict(data)
+    data.setdefault("root", str(tmp_path / "runs"))
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
+def test_shipped_sweeps_validate(name):
+    sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")
+    assert sweep.study_name == name
+    for p in sweep.space:
+        valid = None
+        key = space.config_name(p.name)
+        if key.endswith(".family"):
+            valid = registry.LM_FAMILIES if sweep.kind == "lm" else registry.FAMILIES
+        if valid and p.choices:
+            assert set(p.choices) <= set(valid)
+
+
+def test_demo_is_four_configurations_times_two_seeds():
+    sweep = load_sweep(REPO / "sweeps" / "demo.yaml")
+    cells = driver.planned_cells(sweep)
+    assert len(cells) == 8
+    configs = {space.config_key(c) for c in cells}
+    assert len(configs) == 4
+    assert {c.get("model.scoring") for c in cells} == {None, "dot", "additive"}
+    assert sum(c["model.family"] == "transformer" for c in cells) == 2
+
+
+def test_conditions_enumerate_only_active_parameters(tmp_path):
+    sweep = load_sweep(write(tmp_path, GOOD))
+    configs = space.grid(sweep.space)
+    # rnn: none, luong x {dot, additive}; transformer: heads 2, 4
+    assert len(configs) == 5
+    assert {"model.family": "rnn", "model.attention": "none"} in configs
+    assert all("model.heads" not in c for c in configs if c["model.family"] == "rnn")
+    assert all("model.scoring" not in c for c in configs if c.get("model.attention") == "none")
+    assert len(space.cells(sweep.space, sweep.seeds)) == 10
+
+
+def test_suggest_follows_conditions_and_enqueued_values():
+    sweep_space = load_sweep_from_dict(GOOD).space
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for cell in space.grid(sweep_space):
+        study.enqueue_trial(cell)
+    seen = []
+    for _ in range(5):
+        t = study.ask()
+        seen.append(space.suggest(t, sweep_space))
+        study.tell(t, 0.0)
+    assert seen == space.grid(sweep_space)
+    for _ in range(20):  # sampled trials respect the conditions too
+        t = study.ask()
+        p = space.suggest(t, sweep_space)
+        assert ("model.heads" in p) == (p["model.family"] == "transformer")
+        assert ("model.scoring" in p) == (p.get("model.attention") == "luong")
+        study.tell(t, 0.0)
+
+
+def load_sweep_from_dict(data):
+    from lit_attention.sweep.schema import parse_sweep
+    return parse_sweep(data, "inline.yaml")
+
+
+BAD = [
+    ("unknown top-level key", {"sampel": "grid"}, "sampel"),
+    ("wrong type", {"seeds": "two"}, "seeds"),
+    ("empty choices", {"space": {"model.family": {"choices": []}}}, "space.model.family.choices"),
+    ("unknown model choice", {"space": {"model.family": {"choices": ["rnn", "lstm-transformer"]}}},
+     "space.model.family.choices"),
+    ("unknown scoring", {"space": {"model.scoring": ["dot", "cosine"]}}, "space.model.scoring.choices"),
+    ("transformer scoring", {"space": {"model.family": ["transformer"], "model.scoring": ["low_rank"]}},
+     "space.model.scoring"),
+    ("unknown task", {"fixed": {"data.task": "cipher"}}, "fixed.data.task"),
+    ("condition on undeclared", {"space": {"model.heads": {"choices": [2], "when": {"model.family": "transformer"}}}},
+     "space.model.heads.when.model.family"),
+    ("unknown sampler", {"sampler": "cmaes"}, "sampler.name"),
+    ("unknown pruner option", {"pruner": {"name": "median", "patience": 3}}, "pruner.patience"),
+    ("continuous range in a grid", {"space": {"model.lr": {"low": 1e-4, "high": 1e-2, "log": True}}},
+     "space.model.lr"),
+    ("random without n_trials", {"sampler": "random"}, "n_trials"),
+    ("missing base", {"base": "nowhere/config.yaml"}, "base"),
+    ("bad direction", {"objective": {"metric": "val_bleu", "direction": "up"}}, "objective.direction"),
+    ("not a config key", {"space": {"lr": [1, 2]}}, "space.lr"),
+]
+
+
+@pytest.mark.parametrize("case,patch,key", BAD, ids=[b[0] for b in BAD])
+def test_malformed_sweep_exits_2_naming_file_and_key_without_a_study(tmp_path, capsys, case, patch, key):
+    data = {**GOOD, **patch}
+    path = write(tmp_path, data, name=f"bad-{case.replace(' ', '_')}.yaml")
+    with pytest.raises(SweepError) as err:
+        load_sweep(path)
+    assert err.value.key == key
+    assert cli.main([str(path)]) == 2
+    stderr = capsys.readouterr().err
+    assert path.name in stderr and key in stderr
+    assert not (tmp_path / "runs").exists()  # no study database, no run directory
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path, capsys):
+    path = tmp_path / "broken.yaml"
+    path.write_text("study_name: x\nspace: {model.family: [rnn\n")
+    assert cli.main([str(path)]) == 2
+    assert "broken.yaml: line" in capsys.readouterr().err
+
+
+def test_mask_url_hides_the_password():
+    url = "postgresql+psycopg2://alice:s3cr3t-pw@db.example:5432/studies"
+    masked = mask_url(url)
+    assert "s3cr3t-pw" not in masked and "alice" in masked and "db.example" in masked
+    assert mask_url("sqlite:////tmp/x/study.db") == "sqlite:////tmp/x/study.db"
+
+
+def test_trial_command_follows_the_contract(tmp_path):
+    cmd = build_command(base=COPY, root=tmp_path, study="s", run_id="t0003-s1", seed=1,
+                        params={"model.family": "rnn", "model.scoring@rnn": "dot", "model.lr": 0.001},
+                        fixed={"model.lr": 0.5, "trainer.max_epochs": 2, "trainer.enable_progress_bar": False},
+                        tracking="wandb", name="s-t3-s1", devices=2)
+    joined = " ".join(cmd)
+    assert "--run.group s --run.id t0003-s1 --seed_everything 1 --tracking wandb" in joined
+    assert "--run.name s-t3-s1" in joined and "--run.job_type trial" in joined
+    assert "--model.scoring dot" in joined  # the @suffix only names the Optuna parameter
+    assert "--model.lr 0.001" in joined and "0.5" not in cmd  # the trial's value wins over fixed
+    assert "--trainer.enable_progress_bar false" in joined
+    assert "--trainer.accelerator cpu --trainer.devices 2 --trainer.strategy ddp" in joined
+    tags = cmd[cmd.index("--run.tags") + 1].split(",")
+    assert set(tags) == {"family:rnn", "scoring:dot"}
+
+
+def test_validation_rows_are_read_from_metrics_csv(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("step,epoch,train_loss,val_loss\n9,0,4.0,\n9,0,,3.5\n19,1,3.0,\n19,1,,2.5\n")
+    assert validation_values(path, "val_loss") == [3.5, 2.5]
+    assert validation_values(tmp_path / "missing.csv", "val_loss") == []
+
+
+def test_results_table_means_over_seeds(tmp_path):
+    study = optuna.create_study(direction="maximize")
+    dist = {"model.family": optuna.distributions.CategoricalDistribution(["rnn", "transformer"]),
+            "seed": optuna.distributions.CategoricalDistribution([0, 1])}
+    for family, seed, value in [("rnn", 0, 10.0), ("rnn", 1, 14.0), ("transformer", 0, 30.0),
+                                ("transformer", 1, 34.0)]:
+        study.add_trial(optuna.create_trial(params={"model.family": family, "seed": seed},
+                                            distributions=dist, value=value))
+    study.add_trial(optuna.create_trial(params={"model.family": "rnn", "seed": 0}, distributions=dist,
+                                        state=optuna.trial.TrialState.FAIL,
+                                        user_attrs={"skipped": "duplicate"}))
+    table = progress.results_table(study, "val_bleu")
+    assert list(table["configuration"]) == ["family=transformer", "family=rnn"]
+    assert list(table["val_bleu mean"]) == [32.0, 12.0]
+    assert list(table["seeds"]) == [2, 2] and list(table["failed"]) == [0, 0]
+    line = progress.progress_line(study, "val_bleu", total=4)
+    assert "4/4 done" in line and "best val_bleu=34" in line
