@@ -1,8 +1,8 @@
 """Side by side with Joey NMT 2.3: training target tokens/s of the same Transformer on the same data.
 
 Joey NMT is installed by this script into its own virtualenv (.cache/bench/joeynmt-venv; it pins
-protobuf < 3.21, so it cannot share ours). Both toolkits get the same SentencePiece model (our
-joint 8k unigram model of Multi30k de->en, its pieces as Joey's vocabulary), the same Transformer
+protobuf < 3.21, so it cannot share ours). Both toolkits get the same SentencePiece pieces (our joint
+8k unigram model of Multi30k de->en; Joey reads the pieces, space-separated, at word level), the same Transformer
 (3+3 layers, d_model 256, 8 heads, FFN 512, pre-norm, tied embeddings, dropout 0.1), Adam with
 inverse-sqrt warm-up, label smoothing 0.1, clipping at 1.0 and 4,096-token batches (padded size;
 Joey fills batches in random order, we bucket by length). Both train ``--steps`` updates; the
@@ -56,15 +56,19 @@ def _base_python() -> str:
 
 
 def write_joey_data(tokenizer) -> Path:
-    """Plain-text copies of the Multi30k splits, our SentencePiece model and its pieces as a vocab."""
+    """The Multi30k splits as our SentencePiece pieces joined by spaces, and the pieces as a vocab.
+
+    Joey NMT reads them at word level, so it trains on exactly our token sequences. (Its own
+    SentencePiece path calls SetVocabulary, which the sentencepiece 0.2.3 it installs here lacks.)
+    """
     data = WORK / "data"
     data.mkdir(parents=True, exist_ok=True)
     for split in SPLITS.values():
         for lang in ("de", "en"):
             with gzip.open(B.MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                (data / f"{split}.{lang}").write_text(f.read(), encoding="utf-8")
-    (data / "spm.model").write_bytes(tokenizer.to_bytes())
-    n_specials = 4   # our <pad> <unk> <s> </s>; Joey adds its own specials in front
+                lines = [" ".join(tokenizer.pieces(tokenizer.encode(line.strip()))) for line in f]
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    n_specials = 4   # our <pad> <unk> <s> </s>; Joey puts its own specials in front
     pieces = [tokenizer.sp.id_to_piece(i) for i in range(n_specials, tokenizer.vocab_size)]
     (data / "vocab.txt").write_text("\n".join(pieces) + "\n", encoding="utf-8")
     return data
@@ -73,13 +77,13 @@ def write_joey_data(tokenizer) -> Path:
 def joey_config(data: Path, model_dir: Path, steps: int, log_every: int, fp16: bool = False) -> str:
     side = lambda lang: f"""
     lang: {lang}
-    level: bpe
+    level: word
     lowercase: false
+    normalize: false
     max_length: 128
     voc_file: {data}/vocab.txt
-    tokenizer_type: sentencepiece
     tokenizer_cfg:
-      model_file: {data}/spm.model"""
+      pretokenizer: none"""
     layers = """
     type: transformer
     num_layers: 3

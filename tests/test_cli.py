@@ -126,3 +126,16 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert summary["wandb_run_id"]
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
+
+
+def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path):
+    result = run_cli("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
+                     "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
+                     "--data.cache_dir", tmp_path / "cache", "--trainer.max_steps", "3",
+                     "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
+                     "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
+                     "--trainer.enable_progress_bar", "false", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 3
+    assert summary["val_ppl"] > 1 and "multi30k" in summary["task"]

@@ -12,15 +12,6 @@ from lit_attention.diagnostics import attention_entropy, gradient_flow
 V = 24
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # tiny models: thread hand-offs cost more than the arithmetic on a shared 2-core machine
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def model_class(module, name):
     try:
         return getattr(importlib.import_module(f"lit_attention.models.{module}"), name)

@@ -12,15 +12,6 @@ from lit_attention.models.lm import build_lm, detach_state
 from lit_attention.registry import CELLS, POSITIONAL
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Other jobs share the two cores; small models run fastest (and steadiest) on one thread.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def toy_stream():
     lines = generate("toy-mt", 300, seed=1)[1]

@@ -13,14 +13,6 @@ from lit_attention.registry import CELLS, SCORING
 V = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run faster on one thread, and other jobs share the machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 TINY = dict(emb_size=8, hidden_size=12, dropout=0.0, rank=4)
 
 # (attention, scoring, context, input_feeding) for every wiring the model supports

@@ -17,15 +17,6 @@ SCORING = list(registry.TRANSFORMER_SCORING)
 VARIANTS = list(itertools.product(POSITIONAL, SCORING))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: a second intra-op thread only adds contention on the shared 2-core machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
     args = dict(d_model=32, heads=2, enc_layers=2, dec_layers=2, ffn=64, dropout=0.0, max_len=64)

@@ -11,14 +11,6 @@ from lit_attention.models.positional import AlibiBias, T5Bias, alibi_slopes, sin
 from lit_attention.models.transformer import Embeddings, Stack, init_weights
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # rotary with additive scoring is not relative: tanh(W1 q + W2 k) does not reduce to q . k
 RELATIVE = [(kind, scoring) for kind in ("rotary", "shaw") for scoring in registry.TRANSFORMER_SCORING
             if (kind, scoring) != ("rotary", "additive")]

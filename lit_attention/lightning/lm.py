@@ -23,7 +23,8 @@ from lightning.pytorch import LightningModule
 from lit_attention import registry
 from lit_attention.metrics import perplexity, token_nll
 from lit_attention.models.base import count_parameters
-from lit_attention.models.lm import build_lm, closest_width, detach_state
+from lit_attention.models.base import closest_width
+from lit_attention.models.lm import build_lm, detach_state
 from lit_attention.models.lm.ngram import SMOOTHING
 
 Family = Literal[registry.LM_FAMILIES]

@@ -6,7 +6,7 @@ import inspect
 from typing import Any
 
 from lit_attention import registry
-from lit_attention.models.base import Seq2SeqModel, count_parameters
+from lit_attention.models.base import Seq2SeqModel, closest_width, count_parameters
 
 
 def _model_class(family: str) -> type[Seq2SeqModel]:
@@ -39,22 +39,8 @@ def build_seq2seq(family: str, src_vocab_size: int, tgt_vocab_size: int, **optio
 
 def match_width(family: str, target_params: int, src_vocab_size: int, tgt_vocab_size: int,
                 multiple: int = 8, **options: Any) -> int:
-    """The width (multiple of ``multiple``) whose model has the parameter count closest to the target.
-
-    Parameter count grows monotonically with width, so a bisection over widths needs only a
-    handful of model constructions.
-    """
+    """The width (multiple of ``multiple``) whose model has the parameter count closest to the target."""
     def params(width: int) -> int:
         return count_parameters(build_seq2seq(family, src_vocab_size, tgt_vocab_size,
                                               width=width, **options))
-
-    lo, hi = 1, 2
-    while params(hi * multiple) < target_params and hi < 1024:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if params(mid * multiple) < target_params:
-            lo = mid
-        else:
-            hi = mid
-    return min((lo * multiple, hi * multiple), key=lambda w: abs(params(w) - target_params))
+    return closest_width(params, target_params, multiple)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -54,3 +54,18 @@ def select(obj: Any, index: torch.Tensor) -> Any:
 
 def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def closest_width(params: Callable[[int], int], target: int, multiple: int = 8) -> int:
+    """The width (a multiple of ``multiple``) whose parameter count ``params(width)`` is closest to
+    ``target``. The count grows with width, so doubling then bisection needs few model builds."""
+    lo, hi = 1, 2
+    while params(hi * multiple) < target and hi < 1024:
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if params(mid * multiple) < target:
+            lo = mid
+        else:
+            hi = mid
+    return min((lo * multiple, hi * multiple), key=lambda w: abs(params(w) - target))

@@ -10,7 +10,7 @@ The n-gram model has no parameters; its "logits" are normalised log-probabilitie
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any
 
 from torch import nn
 
@@ -47,18 +47,3 @@ def detach_state(state: Any) -> Any:
     if isinstance(state, (tuple, list)):
         return type(state)(detach_state(s) for s in state)
     return state.detach()
-
-
-def closest_width(params: Callable[[int], int], target: int, multiple: int = 8) -> int:
-    """The width (a multiple of ``multiple``) whose parameter count ``params(width)`` is closest to
-    ``target``; the count grows with width, so a doubling then bisection search suffices."""
-    lo, hi = 1, 2
-    while params(hi * multiple) < target and hi < 1024:
-        lo, hi = hi, hi * 2
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if params(mid * multiple) < target:
-            lo = mid
-        else:
-            hi = mid
-    return min((lo * multiple, hi * multiple), key=lambda w: abs(params(w) - target))
