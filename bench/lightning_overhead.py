@@ -74,7 +74,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=4096)
     args = p.parse_args()
     if args.quick:
-        args.steps, args.warmup, args.rounds, args.max_tokens = 5, 2, 1, 256
+        args.steps, args.warmup, args.rounds, args.max_tokens = 3, 1, 1, 128
     B.setup(args)
     dm, data_desc = B.translation_data(args.quick, args.max_tokens)
     batches = B.train_batches(dm, args.warmup + args.steps)

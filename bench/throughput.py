@@ -64,7 +64,7 @@ def main() -> None:
     p.add_argument("--no-bf16", action="store_true")
     args = p.parse_args()
     if args.quick:
-        args.steps, args.warmup, args.max_tokens = 2, 1, 256
+        args.steps, args.warmup, args.max_tokens = 1, 1, 128
     B.setup(args)
     dm, desc = B.translation_data(args.quick, args.max_tokens, require_real=True)
     batches = B.train_batches(dm, args.warmup + args.steps)

@@ -139,3 +139,28 @@ def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path)
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3
     assert summary["val_ppl"] > 1 and "multi30k" in summary["task"]
+
+
+@pytest.mark.slow
+def test_ddp_validation_sums_exactly_over_two_gloo_ranks(tmp_path):
+    """Perplexity and BLEU over 2 CPU ranks equal one process's (an odd number of batches, so one
+    rank also gets a marked padding batch that must not count)."""
+    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "m",
+                  *TINY, "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    ckpt = tmp_path / "default" / "m" / "checkpoints" / "best.ckpt"
+    results = {}
+    for devices in (1, 2):
+        run_id = f"v{devices}"
+        args = ["validate", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", run_id,
+                *TINY, "--data.n_val", "45", "--data.max_tokens", "150", "--ckpt_path", ckpt,
+                "--trainer.accelerator", "cpu", "--trainer.devices", devices]
+        if devices > 1:
+            args += ["--trainer.strategy", "ddp"]   # a subprocess script: Lightning relaunches rank 1
+        result = run_cli(*args, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        summary = json.loads((tmp_path / "default" / run_id / "summary.json").read_text())
+        assert summary["world_size"] == devices
+        results[devices] = (summary["val_ppl"], summary["val_bleu"])
+    assert results[2][0] == pytest.approx(results[1][0], rel=1e-6)
+    assert results[2][1] == pytest.approx(results[1][1], abs=1e-6)

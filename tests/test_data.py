@@ -372,7 +372,8 @@ def test_collate_shapes_and_specials():
     assert batch["tgt_in"].tolist() == [[BOS, 20, PAD, PAD, PAD], [BOS, 21, 22, 23, 24]]
     assert batch["tgt_out"].tolist() == [[20, EOS, PAD, PAD, PAD], [21, 22, 23, 24, EOS]]
     assert batch["idx"].tolist() == [7, 3]
-    assert all(v.dtype == torch.long for v in batch.values())
+    assert all(batch[k].dtype == torch.long for k in ("src", "tgt_in", "tgt_out", "idx"))
+    assert batch["keep"].tolist() == [True, True]
     assert padded_length([1, 2, 3], [1]) == 4
 
 
@@ -496,3 +497,16 @@ def test_multi30k_smoke(tmp_path):
     i = batch["idx"][0].item()
     assert dm.tgt_tokenizer.decode(batch["tgt_out"][0]) == dm.references("train")[i]
     assert dm.references("test_2016_flickr")[0].startswith("A man in an orange hat")
+
+
+def test_evaluation_padding_for_ranks_is_marked_and_never_counted():
+    from lit_attention.data.batching import MarkedExamples, TokenBatchSampler, collate
+    examples = [{"src": [10], "tgt": [20], "idx": i} for i in range(3)]
+    seen = []
+    for rank in (0, 1):
+        sampler = TokenBatchSampler([3, 3, 3], max_tokens=100, shuffle=False, num_replicas=2,
+                                    rank=rank, mark_padding=True)
+        batches = [collate([MarkedExamples(examples)[i] for i in b]) for b in sampler]
+        assert len(batches) == 1, "every rank gets a batch, even with one batch in all"
+        seen += [i for b in batches for i, k in zip(b["idx"].tolist(), b["keep"].tolist()) if k]
+    assert sorted(seen) == [0, 1, 2]

@@ -34,7 +34,8 @@ class TokenBatchSampler:
 
     def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool = True,
                  seed: int = 0, num_replicas: int = 1, rank: int = 0,
-                 bucket_size_multiplier: int = 100, pad_to_equal: bool = True):
+                 bucket_size_multiplier: int = 100, pad_to_equal: bool = True,
+                 mark_padding: bool = False):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if not 0 <= rank < num_replicas:
@@ -47,6 +48,9 @@ class TokenBatchSampler:
         self.rank = rank
         self.bucket_size_multiplier = bucket_size_multiplier
         self.pad_to_equal = pad_to_equal
+        # Evaluation pads too (a rank with no batch breaks DDP), but marks the repeats by offsetting
+        # their indices by len(lengths): `MarkedExamples` turns them into examples with dup=True.
+        self.mark_padding = mark_padding
         self.epoch = 0
         self.start = 0            # batches of this epoch to skip when iteration (re)starts
         self.first = 0            # where the current iteration started
@@ -98,7 +102,9 @@ class TokenBatchSampler:
             remainder = len(batches) % self.num_replicas
             if self.pad_to_equal and remainder and batches:
                 missing = self.num_replicas - remainder
-                batches = batches + [batches[i % len(batches)] for i in range(missing)]
+                offset = len(self.lengths) if self.mark_padding else 0
+                batches = batches + [[j + offset for j in batches[i % len(batches)]]
+                                     for i in range(missing)]
             self._cache = (self.epoch, batches[self.rank::self.num_replicas])
         return self._cache[1]
 
@@ -146,8 +152,24 @@ class ResumableDataLoader(DataLoader):
         self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
 
 
+class MarkedExamples:
+    """Examples indexed as usual; index i >= len marks a padding repeat of example i - len."""
+
+    def __init__(self, examples: Sequence[dict]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, i: int) -> dict:
+        if i >= len(self.examples):
+            return {**self.examples[i - len(self.examples)], "dup": True}
+        return self.examples[i]
+
+
 def collate(examples: Sequence[dict]) -> dict:
-    """Batch dict: ``src`` = x EOS, ``tgt_in`` = BOS y, ``tgt_out`` = y EOS, PAD-padded; ``idx``."""
+    """Batch dict: ``src`` = x EOS, ``tgt_in`` = BOS y, ``tgt_out`` = y EOS, PAD-padded; ``idx``;
+    ``keep`` is False on padding repeats (evaluation under DDP), which metrics must skip."""
     size = len(examples)
     src_len = max(len(ex["src"]) for ex in examples) + 1
     tgt_len = max(len(ex["tgt"]) for ex in examples) + 1
@@ -161,4 +183,5 @@ def collate(examples: Sequence[dict]) -> dict:
         tgt_in[b, 0], tgt_in[b, 1:len(y) + 1] = BOS, y
         tgt_out[b, :len(y)], tgt_out[b, len(y)] = y, EOS
     idx = torch.tensor([ex["idx"] for ex in examples], dtype=torch.long)
-    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx}
+    keep = torch.tensor([not ex.get("dup", False) for ex in examples])
+    return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx, "keep": keep}

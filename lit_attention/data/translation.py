@@ -14,7 +14,7 @@ import lightning.pytorch as L
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate,
+from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
                                          padded_length)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import read_parallel, resolve
@@ -174,7 +174,8 @@ class TranslationDataModule(L.LightningDataModule):
         world_size, rank = self._replicas()
         sampler = TokenBatchSampler([padded_length(ex["src"], ex["tgt"]) for ex in examples],
                                     self.max_tokens, shuffle=train, seed=self.data_seed,
-                                    num_replicas=world_size, rank=rank, pad_to_equal=train)
+                                    num_replicas=world_size, rank=rank, pad_to_equal=True,
+                                    mark_padding=not train)
         if self.trainer is not None:
             # The batch count varies a little between epochs and Lightning reads len() only when
             # it (re)loads the loader: with reload_dataloaders_every_n_epochs=1 it stays exact.
@@ -194,5 +195,5 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _eval_loader(self, role: str) -> DataLoader:
         sampler = self.batch_sampler(role, train=False)
-        return DataLoader(self.datasets[role], batch_sampler=sampler, collate_fn=collate,
+        return DataLoader(MarkedExamples(self.datasets[role]), batch_sampler=sampler, collate_fn=collate,
                           num_workers=self.num_workers)

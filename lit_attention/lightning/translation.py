@@ -173,6 +173,11 @@ class TranslationModule(LightningModule):
         return greedy_decode(self.net, src, h.max_len_a, h.max_len_b)
 
     def _eval_step(self, split: str, batch, decode: bool, beam_size: int = 1) -> None:
+        if "keep" in batch and not batch["keep"].all():
+            # padding repeats that give every DDP rank a batch: not part of the metrics
+            batch = {k: v[batch["keep"]] for k, v in batch.items()}
+            if batch["src"].size(0) == 0:
+                return
         out = self.net(batch["src"], batch["tgt_in"])
         nll, n = token_nll(out.logits, batch["tgt_out"])
         acc = self._eval[split]
