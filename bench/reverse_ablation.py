@@ -26,12 +26,13 @@ CONFIGS = {
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--n-train", type=int, default=4000)
     parser.add_argument("--root", default="runs")
     parser.add_argument("--quick", action="store_true", help="tiny data, one epoch (a smoke test)")
     args = parser.parse_args()
     repo = Path(__file__).resolve().parents[1]
-    n_train, epochs = ("300", "1") if args.quick else ("8000", str(args.epochs))
+    n_train, epochs = ("300", "1") if args.quick else (str(args.n_train), str(args.epochs))
     rows = []
     for i, (name, extra) in enumerate(CONFIGS.items()):
         cmd = [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(repo / "configs" / "copy.yaml"),

@@ -85,6 +85,38 @@ def check_seq2seq(family: str, cell: str, attention: str, scoring: str, position
         check("context wiring", context, CONTEXT)
 
 
+def variant_fields(family: str, attention: str = "none", scoring: str | None = None) -> tuple[str, ...]:
+    """The config fields that describe an encoder-decoder of this family (what a results table shows).
+
+    A Transformer has no cell and a recurrent model no positional encoding: recording only the
+    fields that act keeps two runs of the same model in one row of a table.
+    """
+    common = ("family", "d_model", "enc_layers", "dec_layers", "dropout", "label_smoothing")
+    if family == "transformer":
+        return common + ("positional", "scoring", "heads", "ffn", "norm", "tie_embeddings")
+    fields = common + ("cell", "attention", "emb_size", "bidirectional", "teacher_forcing", "tie_embeddings")
+    if attention == "none":
+        return fields + ("context",)
+    fields += ("scoring",)
+    if attention == "luong":
+        fields += ("input_feeding",)
+    if scoring == "low_rank":
+        fields += ("rank",)
+    return fields
+
+
+def lm_variant_fields(family: str) -> tuple[str, ...]:
+    """The config fields that describe a language model of this family."""
+    if family == "ngram":
+        return ("family", "order", "smoothing", "delta", "discount")
+    if family == "window":
+        return ("family", "window", "d_model", "emb_size", "ffn", "dropout")
+    if family == "rnn":
+        return ("family", "cell", "d_model", "emb_size", "layers", "dropout", "tie_embeddings")
+    return ("family", "positional", "scoring", "norm", "d_model", "heads", "layers", "ffn", "dropout",
+            "tie_embeddings")
+
+
 def as_dict() -> dict:
     """The registry as JSON-ready data (for `lit-attention choices --json`)."""
     return {

@@ -160,7 +160,7 @@ def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     if not fields:
         return []
     text = runs[fields].astype(str)
-    counts = text.groupby([runs[k].astype(str) for k in keys]).nunique()
+    counts = text.groupby([runs[k].astype(str) for k in keys], dropna=False).nunique()
     return [c for c in fields if (counts[c] > 1).any()]
 
 

@@ -87,6 +87,21 @@ def varying(runs: pd.DataFrame, columns: list[str]) -> list[str]:
     return [c for c in columns if runs[c].astype(str).nunique(dropna=False) > 1]
 
 
+def distinguishing(runs: pd.DataFrame, columns: list[str], given: list[str] = ()) -> list[str]:
+    """The columns, in order, that split the runs into more configurations than `given` and the
+    columns kept before them. A field that only restates another (a Transformer has no `cell`,
+    so `cell` splits nothing once `family` is there) is left out."""
+    text = runs[[c for c in dict.fromkeys([*given, *columns]) if c in runs]].astype(str)
+    keys = list(given)
+    for column in columns:
+        if column in keys:
+            continue
+        before = text.groupby(keys, dropna=False).ngroups if keys else 1
+        if text.groupby(keys + [column], dropna=False).ngroups > before:
+            keys.append(column)
+    return keys[len(given):]
+
+
 def resolve_key(runs: pd.DataFrame, key: str) -> str:
     """Map a user key (`model.scoring`, `scoring`, `data.max_len`) to a column of `runs`."""
     for name in (key, f"model.{key}", f"config.{key}"):

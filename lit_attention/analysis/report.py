@@ -63,14 +63,16 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
     """Resolve --rows/--cols; every configuration key that varies must be among them."""
-    moving = load.varying(runs, load.config_columns(runs))
+    columns = load.config_columns(runs)
+    columns = sorted(columns, key=lambda c: c != "model.family")     # family first: it explains most
+    moving = load.distinguishing(runs, columns)
     cols = [load.resolve_key(runs, k) for k in cols or []]
     if rows:
         rows = [load.resolve_key(runs, k) for k in rows]
     else:
         fallback = [c for c in ("model.family", "task") if c in runs][:1]  # a single configuration
         rows = [k for k in moving if k not in cols] or fallback
-    missing = [k for k in moving if k not in rows + cols]
+    missing = load.distinguishing(runs, columns, given=rows + cols)
     if missing:
         raise ReportError(f"configuration keys {missing} vary across the runs but are not in "
                           "--rows/--cols: seeds of different configurations would be averaged; "

@@ -34,10 +34,6 @@ Scoring = Literal[registry.TRANSFORMER_SCORING]
 Norm = Literal[registry.NORM]
 Smoothing = Literal[SMOOTHING]
 
-# Options that describe the architecture (recorded in summary.json as the run's "model").
-ARCH_FIELDS = ("family", "cell", "positional", "scoring", "norm", "order", "smoothing", "delta",
-               "discount", "window", "d_model", "emb_size", "heads", "layers", "ffn", "dropout",
-               "tie_embeddings")
 
 
 def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
@@ -146,7 +142,7 @@ class LanguageModelModule(LightningModule):
         h = self.hparams
         dm = self._datamodule()
         task = dm.hparams.task if dm is not None and hasattr(dm, "hparams") else None
-        return {"task": task, "model": {k: h[k] for k in ARCH_FIELDS},
+        return {"task": task, "model": {k: h[k] for k in registry.lm_variant_fields(h.family)},
                 "params": count_parameters(self.net) if self.net is not None else None}
 
     def forward(self, tokens: torch.Tensor, state=None):
@@ -184,7 +180,9 @@ class LanguageModelModule(LightningModule):
 
     def training_step(self, batch, batch_idx):
         if self.hparams.family == "ngram":
-            return None   # no gradient: the counts were taken in on_fit_start
+            # No gradient: the counts were taken in on_fit_start. The epoch still runs (doing
+            # nothing) because returning -1 from on_train_batch_start would skip its validation.
+            return None
         tokens, targets = batch["tokens"], batch["targets"]
         logits, state = self.net(tokens, self._state.get("train"))
         self._state["train"] = detach_state(state)

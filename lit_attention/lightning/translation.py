@@ -30,12 +30,6 @@ Scoring = Literal[tuple(registry.SCORING)]
 Positional = Literal[tuple(registry.POSITIONAL)]
 Norm = Literal[registry.NORM]
 
-# Options that describe the architecture (recorded in summary.json as the run's "model").
-ARCH_FIELDS = ("family", "cell", "attention", "scoring", "positional", "context", "d_model", "emb_size",
-               "heads", "enc_layers", "dec_layers", "ffn", "dropout", "norm", "tie_embeddings",
-               "bidirectional", "input_feeding", "rank", "teacher_forcing", "label_smoothing")
-
-
 def inverse_sqrt_warmup(warmup: int):
     """Linear warm-up to the base rate, then decay with 1/sqrt(step)."""
     def factor(step: int) -> float:
@@ -129,7 +123,7 @@ class TranslationModule(LightningModule):
 
     def describe(self) -> dict:
         h = self.hparams
-        model = {k: h[k] for k in ARCH_FIELDS if k in h}
+        model = {k: h[k] for k in registry.variant_fields(h.family, h.attention, h.scoring)}
         return {"model": model, "params": count_parameters(self.net) if self.net is not None else None}
 
     # -- training ----------------------------------------------------------------------------

@@ -43,6 +43,17 @@ def _url(args, sweep) -> str:
         args.root or sweep.root, sweep.study_name)
 
 
+def report_study(study_dir: Path, metric: str) -> int:
+    """The paper table of a finished study, from its run store (tables and plots in study_dir/report)."""
+    from lit_attention.analysis.report import main as report_main
+    try:
+        return report_main([str(study_dir), "--out", str(study_dir / "report"), "--metric", metric])
+    except Exception as exc:  # the sweep's results are safe in the run store; say why there is no table
+        print(f"lit-attention sweep: the report failed ({type(exc).__name__}: {exc}); "
+              f"the study's own table follows", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1:
@@ -90,8 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] stopped. Continue with: lit-attention sweep {args.file} --resume", flush=True)
         return 130
     print()
-    constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
-    print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
+    if report_study(root / sweep.study_name, sweep.objective) != 0:
+        constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
+        print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
     c = progress.counts(study)
     if any(codes) and (c["running"] or c["waiting"]):
         print(f"[{sweep.study_name}] a worker exited with {codes}; trials remain: rerun with --resume",
