@@ -174,8 +174,8 @@ def run_joey(python: Path, steps: int, log_every: int, threads: int) -> dict:
             "params": int(params.group(1).replace(",", "")) if params else None}
 
 
-def run_ours(dm, batches, warmup: int, precision: str) -> float:
-    """Target tokens/s of TranslationModule under a Lightning Trainer on ``batches``."""
+def run_ours(dm, batches, warmup: int, precision: str):
+    """(target tokens/s, module) of TranslationModule under a Lightning Trainer on ``batches``."""
     import lightning.pytorch as L
     from torch.utils.data import DataLoader
 
@@ -224,9 +224,11 @@ def main() -> None:
         write_joey_data(dm.src_tokenizer)
         joey = run_joey(python, args.steps, log_every=max(1, args.steps // 6), threads=args.threads)
         rows.append([f"Joey NMT {JOEY_VERSION} fp32", joey["tokens_per_s"], 1.0])
+        print(f"Joey NMT: {joey['tokens_per_s']:,.0f} target tokens/s ({joey['wall']:.0f} s wall)", flush=True)
     ours, module = run_ours(dm, batches, args.warmup, "32-true")
     base = joey["tokens_per_s"] if joey else ours
     rows.append(["lit-attention fp32", ours, ours / base])
+    print(f"lit-attention fp32: {ours:,.0f} target tokens/s", flush=True)
     bf16 = None
     if not args.no_bf16:
         bf16, _ = run_ours(dm, batches, args.warmup, "bf16-mixed")

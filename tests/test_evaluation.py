@@ -15,8 +15,13 @@ def _summary(run_dir):
 
 
 def test_beam_5_is_no_worse_than_greedy_on_toy_mt(tmp_path):
+    # the demo sweep's attention GRU: it learns toy-mt in a few CPU epochs
     common = ["--config", CONFIGS / "toy-mt.yaml", "--run.root", tmp_path, "--data.n_train", "3000",
-              "--data.n_val", "100", "--data.n_test", "150", "--trainer.max_epochs", "4",
+              "--data.n_val", "100", "--data.n_test", "150", "--data.max_len_words", "20",
+              "--data.max_tokens", "1024", "--model.family", "rnn", "--model.cell", "gru",
+              "--model.attention", "bahdanau", "--model.scoring", "dot", "--model.enc_layers", "1",
+              "--model.dec_layers", "1", "--model.d_model", "64", "--model.lr", "3e-3",
+              "--model.warmup", "100", "--trainer.max_epochs", "4",
               "--trainer.enable_progress_bar", "false", "--diagnostics.heatmaps", "0"]
     fit = run_cli("fit", *common, "--run.id", "m")
     assert fit.returncode == 0, fit.stderr[-3000:]
