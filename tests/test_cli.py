@@ -132,6 +132,7 @@ def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path)
     result = run_cli("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
                      "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
                      "--data.cache_dir", tmp_path / "cache", "--trainer.max_steps", "3",
+                     "--trainer.val_check_interval", "3",
                      "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
                      "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
                      "--trainer.enable_progress_bar", "false", timeout=600)

@@ -301,7 +301,7 @@ def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tm
     assert ref.returncode == 0, ref_err
     (trial,) = load(sqlite_url(tmp_path, "ddp"), "ddp").get_trials()
     assert trial.state == TrialState.COMPLETE
-    run_dirs = [p for p in (tmp_path / "runs" / "ddp").iterdir() if p.is_dir()]
+    run_dirs = [p for p in (tmp_path / "runs" / "ddp").iterdir() if (p / "summary.json").exists()]
     assert run_dirs == [Path(trial.user_attrs["run_dir"])]
     summary = json.loads((run_dirs[0] / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["status"] == "finished"
