@@ -10,6 +10,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import select
 from lit_attention.models.transformer import TransformerSeq2Seq
+from seq2seq_training import loss_of, train_on_batch
 
 V = 16
 POSITIONAL = list(registry.POSITIONAL)
@@ -38,11 +39,6 @@ def batch(seed=1, B=3, S=7, T=6):
     return src, tgt_in, tgt_out
 
 
-def loss_of(model, src, tgt_in, tgt_out):
-    logits = model(src, tgt_in).logits
-    return F.cross_entropy(logits.reshape(-1, V), tgt_out.reshape(-1), ignore_index=PAD)
-
-
 def test_shapes_memory_and_attention_names():
     model = tiny().eval()
     src, tgt_in, _ = batch()
@@ -62,16 +58,8 @@ def test_shapes_memory_and_attention_names():
 @pytest.mark.parametrize("positional,scoring", VARIANTS)
 def test_every_variant_gives_finite_loss_that_training_reduces(positional, scoring):
     model = tiny(positional=positional, scoring=scoring)
-    src, tgt_in, tgt_out = batch()
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    first = loss_of(model, src, tgt_in, tgt_out)
-    assert torch.isfinite(first)
-    for _ in range(8):
-        opt.zero_grad()
-        loss = loss_of(model, src, tgt_in, tgt_out)
-        loss.backward()
-        opt.step()
-    assert loss_of(model, src, tgt_in, tgt_out) < first.item() - 0.2
+    first, last = train_on_batch(model, *batch(), steps=8, lr=3e-3)
+    assert last < first - 0.2
 
 
 def test_default_config_overfits_copy_task():

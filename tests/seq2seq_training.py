@@ -1,0 +1,24 @@
+"""Shared by the model tests: the teacher-forced loss and a few optimiser steps on one batch."""
+
+import torch
+import torch.nn.functional as F
+
+from lit_attention.data.vocab import PAD
+
+
+def loss_of(model, src, tgt_in, tgt_out, **kw):
+    logits = model(src, tgt_in, **kw).logits
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD)
+
+
+def train_on_batch(model, src, tgt_in, tgt_out, steps: int, lr: float) -> tuple[float, float]:
+    """(loss before, loss after) `steps` Adam steps on the same batch."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    first = loss_of(model, src, tgt_in, tgt_out)
+    assert torch.isfinite(first)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = loss_of(model, src, tgt_in, tgt_out)
+        loss.backward()
+        opt.step()
+    return first.item(), loss_of(model, src, tgt_in, tgt_out).item()
