@@ -119,8 +119,10 @@ def postgres():
     if bindir is None and os.environ.get("CI") and os.geteuid() == 0 and shutil.which("apt-get"):
         # CI machines start without a server: install Debian's (about 10 s from the package registry).
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "install", "-y", "-q", "postgresql"], env=env, capture_output=True,
-                       timeout=600)
+        install = ["apt-get", "install", "-y", "-q", "postgresql"]
+        if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
+            subprocess.run(install, env=env, capture_output=True, timeout=600)
         bindir = _pg_bin()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries not found (CI installs them; elsewhere: apt-get install -y postgresql)")
