@@ -47,7 +47,7 @@ def main() -> int:
         print(f"{name:28s} val BLEU {summary.get('val_bleu') or 0:6.2f}  params {summary.get('params')}"
               f"  train {summary.get('train_seconds') or 0:6.1f}s  exit {done.returncode}", flush=True)
     best = max(rows, key=lambda r: r[1] or 0)
-    print(f"summary: best {best[0]} (val BLEU {best[1]:.2f}); "
+    print(f"SUMMARY reverse_ablation: best {best[0]} (val BLEU {best[1]:.2f}); "
           f"attention gain over no attention (lstm) {(rows[2][1] or 0) - (rows[1][1] or 0):+.2f} BLEU")
     return 0 if all(r[4] == 0 for r in rows) else 1
 
