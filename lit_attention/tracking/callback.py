@@ -74,7 +74,8 @@ class RunStoreCallback(Callback):
             fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
             fields["chrf_signature"] = pl_module.chrf_signature
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
-        fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)
+        if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
+            fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)
         self.run_dir.update_summary(**fields)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
