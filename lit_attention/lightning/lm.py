@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 
 from lit_attention import registry
+from lit_attention.lightning.optim import adam
 from lit_attention.metrics import perplexity, token_nll
 from lit_attention.models.base import count_parameters
 from lit_attention.models.base import closest_width
@@ -198,8 +199,7 @@ class LanguageModelModule(LightningModule):
         if self.hparams.family == "ngram":
             return None
         h = self.hparams
-        opt = torch.optim.AdamW(self.parameters(), lr=h.lr, betas=tuple(h.betas),
-                                weight_decay=h.weight_decay)
+        opt = adam(self, h.lr, h.betas, h.weight_decay, decoupled=True)
         total = self.trainer.estimated_stepping_batches
         total = int(total) if math.isfinite(total) else 0
         sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(max(h.warmup, 1), total))

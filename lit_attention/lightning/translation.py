@@ -19,6 +19,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics import bleu_by_length
+from lit_attention.lightning.optim import adam
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
@@ -151,7 +152,7 @@ class TranslationModule(LightningModule):
 
     def configure_optimizers(self):
         h = self.hparams
-        opt = torch.optim.Adam(self.parameters(), lr=h.lr, betas=tuple(h.betas), weight_decay=h.weight_decay)
+        opt = adam(self, h.lr, h.betas, h.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(h.warmup))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

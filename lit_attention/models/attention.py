@@ -19,6 +19,7 @@ Both see the same float mask, so they agree to rounding.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -27,20 +28,36 @@ from torch import nn
 from lit_attention.models.positional import ShawRelative, rotary
 
 
-def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype):
-    """One additive float mask from a bool ``blocked`` pattern (True = may not attend) and a bias.
+class AttentionMask(NamedTuple):
+    """What a query may see, prepared once per stack and shared by its layers.
 
-    Returns (mask, dead). ``dead`` [.., T, 1] marks query rows that see no key at all: their mask row
-    is left open (so softmax never computes 0/0) and the caller zeroes their output.
+    ``additive`` is a float mask (``-inf`` where blocked, plus any position bias) or None;
+    ``dead`` [.., T, 1] marks query rows that see no key at all: their mask row is left open (so
+    softmax never computes 0/0) and the attention zeroes their output; ``causal`` means "query i
+    sees keys 0..i and nothing else is blocked", which lets the fused kernel skip the masked half.
     """
+    additive: torch.Tensor | None = None
+    dead: torch.Tensor | None = None
+    causal: bool = False
+
+    def explicit(self, t: int, s: int, device) -> torch.Tensor | None:
+        """The additive mask as a tensor, the causal triangle included."""
+        if not self.causal:
+            return self.additive
+        return torch.full((t, s), float("-inf"), device=device).triu(s - t + 1)
+
+
+def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None,
+                 dtype: torch.dtype) -> AttentionMask:
+    """One additive float mask from a bool ``blocked`` pattern (True = may not attend) and a bias."""
     if blocked is None:
-        return bias, None
+        return AttentionMask(bias)
     dead = blocked.all(dim=-1, keepdim=True)
     mask = torch.zeros(blocked.shape, dtype=dtype, device=blocked.device)
     mask = mask.masked_fill(blocked & ~dead, float("-inf"))
     if bias is not None:
         mask = mask + bias.to(dtype)
-    return mask, dead
+    return AttentionMask(mask, dead if dead.any() else None)
 
 
 class MultiHeadAttention(nn.Module):
@@ -96,25 +113,30 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
                 blocked: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                need_weights: bool = False):
+                need_weights: bool = False, mask: AttentionMask | None = None):
         """x [B, T, D]; k, v [B, H, S, d]; q_pos [T] and k_pos [S] (rotary/shaw only);
-        blocked bool broadcastable to [B, H, T, S]; bias float broadcastable to [B, H, T, S].
+        blocked bool broadcastable to [B, H, T, S]; bias float broadcastable to [B, H, T, S];
+        or, instead of those two, ``mask`` already combined (see ``Stack``).
         Returns (output [B, T, D], weights [B, H, T, S] or None)."""
         q = self.split(self.query(x))
         if self.scoring == "general":
             q = q @ self.w                                                 # q^T W k = (q^T W) . k
         if self.rotary:
             q = rotary(q, q_pos)
-        mask, dead = combine_mask(blocked, bias, q.dtype)
+        if mask is None:
+            mask = combine_mask(blocked, bias, q.dtype)
+        dead = mask.dead
         dropout = self.dropout if self.training else 0.0
         weights = None
         if self.fused and not need_weights:
             scale = None if self.scoring == "scaled_dot" else 1.0
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scale)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive, dropout_p=dropout,
+                                                 is_causal=mask.causal, scale=scale)
         else:
             scores = self.scores(q, k, q_pos, k_pos)
-            if mask is not None:
-                scores = scores + mask
+            additive = mask.explicit(q.shape[2], k.shape[2], q.device)
+            if additive is not None:
+                scores = scores + additive
             weights = scores.softmax(dim=-1)
             if dead is not None:
                 weights = weights.masked_fill(dead, 0.0)

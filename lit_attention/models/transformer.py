@@ -26,7 +26,7 @@ from torch import nn
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
-from lit_attention.models.attention import MultiHeadAttention
+from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.positional import AbsolutePositions, AlibiBias, T5Bias
 
@@ -72,21 +72,21 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x, q_pos, k_pos, blocked, bias, past=None, cross_kv=None, cross_blocked=None,
-                need_weights=False):
+    def forward(self, x, q_pos, k_pos, mask: AttentionMask, past=None, cross_kv=None,
+                cross_mask: AttentionMask | None = None, need_weights=False):
         """x [B, T, D]; past: cached self-attention (k, v) of earlier positions; cross_kv: (k, v) of
         the memory. Returns (x, (k, v) of all self-attention keys so far, self weights, cross weights)."""
         h = self.branch_input(x, self.self_norm)
         k, v = self.self_attn.keys_values(h, q_pos)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, blocked, bias, need_weights)
+        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, need_weights=need_weights, mask=mask)
         x = self.add(x, out, self.self_norm)
         cross_weights = None
         if self.cross_attn is not None:
             h = self.branch_input(x, self.cross_norm)
-            out, cross_weights = self.cross_attn(h, *cross_kv, blocked=cross_blocked,
-                                                 need_weights=need_weights)
+            out, cross_weights = self.cross_attn(h, *cross_kv, need_weights=need_weights,
+                                                 mask=cross_mask)
             x = self.add(x, out, self.cross_norm)
         x = self.add(x, self.ffn(self.branch_input(x, self.ffn_norm)), self.ffn_norm)
         return x, (k, v), self_weights, cross_weights
@@ -148,11 +148,16 @@ class Stack(nn.Module):
         key_pad = pad if cache is None else torch.cat([cache["pad"], pad], dim=1)
         q_pos = torch.arange(offset, offset + T, device=x.device)
         k_pos = torch.arange(offset + T, device=x.device)
-        blocked = key_pad[:, None, None, :]                                # [B, 1, 1, S]
-        if self.causal:
-            blocked = blocked | (k_pos[None, :] > q_pos[:, None])          # [B, 1, T, S]
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None  # [H, T, S]
-        cross_blocked = memory_pad[:, None, None, :] if memory_pad is not None else None
+        if self.causal and offset == 0 and bias is None and not key_pad.any():
+            mask = AttentionMask(causal=True)                              # the fused kernel's fast path
+        else:
+            blocked = key_pad[:, None, None, :]                            # [B, 1, 1, S]
+            if self.causal:
+                blocked = blocked | (k_pos[None, :] > q_pos[:, None])      # [B, 1, T, S]
+            mask = combine_mask(blocked, bias, x.dtype)
+        cross_mask = (combine_mask(memory_pad[:, None, None, :], None, x.dtype)
+                      if memory_pad is not None else AttentionMask())
 
         weights, new_cache = {}, ({"pad": key_pad} if cache is not None else None)
         for i, block in enumerate(self.layers):
@@ -161,8 +166,8 @@ class Stack(nn.Module):
             if self.cross:
                 cross_kv = ((cache[f"cross_k.{i}"], cache[f"cross_v.{i}"]) if cache is not None
                             else block.cross_attn.keys_values(memory))
-            x, (k, v), self_w, cross_w = block(x, q_pos, k_pos, blocked, bias, past, cross_kv,
-                                               cross_blocked, need_weights)
+            x, (k, v), self_w, cross_w = block(x, q_pos, k_pos, mask, past, cross_kv, cross_mask,
+                                               need_weights)
             if cache is not None:
                 new_cache[f"self_k.{i}"], new_cache[f"self_v.{i}"] = k, v
                 if self.cross:
