@@ -48,10 +48,13 @@ def load_checkpoint(path: str):
     from lit_attention.data.translation import TranslationDataModule
     from lit_attention.lightning.translation import TranslationModule
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    module = TranslationModule(**ckpt["hyper_parameters"])
+    # LightningCLI records the class path next to the init arguments
+    hparams = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
+    module = TranslationModule(**hparams)
     module.configure_model()
     module.load_state_dict(ckpt["state_dict"])
-    dm = TranslationDataModule(**ckpt["datamodule_hyper_parameters"])
+    dm = TranslationDataModule(**{k: v for k, v in ckpt["datamodule_hyper_parameters"].items()
+                                  if not k.startswith("_")})
     dm.setup("test")
     return module.net, dm
 

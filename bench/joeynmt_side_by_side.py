@@ -124,7 +124,7 @@ training:
   batch_type: token
   epochs: 100
   updates: {steps}
-  validation_freq: 1000000
+  validation_freq: {log_every * 100000}   # never within the run; Joey wants a multiple of logging_freq
   logging_freq: {log_every}
   eval_metrics: [bleu]
   early_stopping_metric: ppl
