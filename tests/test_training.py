@@ -67,3 +67,20 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     b = json.loads((cut_dir / "summary.json").read_text())
     assert b["status"] == "finished" and b["steps"] == a["steps"]
     assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("precision,fused", [("32-true", True), ("bf16-mixed", False)])
+def test_adam_is_fused_unless_a_mixed_precision_plugin_clips(precision, fused):
+    torch.manual_seed(0)
+    dm = TranslationDataModule(task="copy", n_train=40, n_val=8, n_test=4, min_len=2, max_len_words=6,
+                               max_tokens=64, tokenizer="word")
+    module = TranslationModule(family="transformer", d_model=16, heads=2, enc_layers=1, dec_layers=1,
+                               ffn=32, dropout=0.0, val_bleu=False)
+    trainer = Trainer(accelerator="cpu", devices=1, precision=precision, max_steps=3,
+                      gradient_clip_val=1.0, logger=False, enable_checkpointing=False,
+                      enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    trainer.fit(module, dm)
+    opt = trainer.optimizers[0]
+    assert bool(opt.defaults["fused"]) is fused
+    assert trainer.global_step == 3
+    assert all(torch.isfinite(p).all() for p in module.parameters())
