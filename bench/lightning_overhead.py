@@ -5,7 +5,7 @@ with the same Adam, inverse-sqrt warm-up schedule, label-smoothed loss and gradi
 Rows: the plain loop (baseline); the Trainer with no logger and no progress bar; the Trainer as
 `lit-attention fit` runs it (run-store logger every 10 steps, progress bar). Goal: >= 0.95.
 
-    .venv/bin/python bench/lightning_overhead.py [--quick] [--steps 20] [--rounds 2]
+    .venv/bin/python bench/lightning_overhead.py [--quick] [--steps 20] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=20, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=3, help="untimed first steps per run")
-    p.add_argument("--rounds", type=int, default=2, help="alternating rounds (best is kept)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds (best is kept)")
     p.add_argument("--max-tokens", type=int, default=4096)
     args = p.parse_args()
     if args.quick:
