@@ -282,7 +282,8 @@ def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path)
     assert bad.state == TrialState.PRUNED
     summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
     assert summary["status"] == "pruned"
-    assert summary["epochs"] < 4 and len(bad.intermediate_values) < 5
+    # the driver stops it between polls, so how far it got depends on speed: only "not all 5 epochs"
+    assert summary["epochs"] < 5 and len(bad.intermediate_values) < 5
 
 
 def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tmp_path):
