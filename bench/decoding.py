@@ -48,13 +48,14 @@ def load_checkpoint(path: str):
     from lit_attention.data.translation import TranslationDataModule
     from lit_attention.lightning.translation import TranslationModule
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    # LightningCLI records the class path next to the init arguments
-    hparams = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
-    module = TranslationModule(**hparams)
+
+    def init_args(hparams: dict) -> dict:           # LightningCLI also records "_class_path"
+        return {k: v for k, v in hparams.items() if not k.startswith("_")}
+
+    module = TranslationModule(**init_args(ckpt["hyper_parameters"]))
     module.configure_model()
     module.load_state_dict(ckpt["state_dict"])
-    dm = TranslationDataModule(**{k: v for k, v in ckpt["datamodule_hyper_parameters"].items()
-                                  if not k.startswith("_")})
+    dm = TranslationDataModule(**init_args(ckpt["datamodule_hyper_parameters"]))
     dm.setup("test")
     return module.net, dm
 

@@ -14,7 +14,7 @@ from lightning.pytorch import LightningModule
 
 def adam(module: LightningModule, lr: float, betas, weight_decay: float,
          decoupled: bool = False) -> torch.optim.Optimizer:
-    precision = str(getattr(module.trainer, "precision", "32-true")) if module._trainer else "32-true"
+    precision = str(module.trainer.precision) if module._trainer is not None else "32-true"
     fused = module.device.type in ("cpu", "cuda") and "mixed" not in precision
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
     return cls(module.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay, fused=fused)
