@@ -182,39 +182,45 @@ def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgr
 
 # -- failures ------------------------------------------------------------------------------------
 
-def _wait_running(url: str, name: str, timeout: float = 240) -> optuna.trial.FrozenTrial:
+def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 240) -> optuna.trial.FrozenTrial:
+    """The first trial a worker has taken and whose training process has started."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             for t in load(url, name).get_trials(deepcopy=False):
-                if t.state == TrialState.RUNNING and "worker" in t.user_attrs:
+                if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t):
                     return t
         except (KeyError, Exception):  # the study may not exist yet
             pass
         time.sleep(0.5)
-    raise AssertionError("no trial started")
+    proc.kill()
+    raise AssertionError(f"no trial started (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
 
 
-def _processes_mentioning(text: str) -> list[int]:
+def _training_processes(trial: optuna.trial.FrozenTrial) -> list[int]:
+    """Processes whose command line is this trial's `lit-attention fit` (its run id under its root)."""
+    run_dir = Path(trial.user_attrs["run_dir"])
+    wanted = [f"\0--run.root\0{run_dir.parents[1]}\0".encode(), f"\0--run.id\0{run_dir.name}\0".encode()]
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if text.encode() in (proc / "cmdline").read_bytes():
-                    pids.append(int(proc.name))
+                cmdline = (proc / "cmdline").read_bytes()
             except OSError:
-                pass
+                continue
+            if all(w in cmdline for w in wanted):
+                pids.append(int(proc.name))
     return pids
 
 
 def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_path):
     path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
-                      fixed={"trainer.max_epochs": 3})
+                      fixed={"trainer.max_epochs": 3, "data.n_train": 1000})  # a trial outlives the kill
     url = sqlite_url(tmp_path, "kill")
     proc = subprocess.Popen(sweep_cmd(path, "--workers", 2), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
     try:
-        victim = _wait_running(url, "kill")
+        victim = _wait_running(url, "kill", proc)
         os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
         output, _ = proc.communicate(timeout=400)
     finally:
@@ -222,12 +228,13 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
             proc.kill()
     assert proc.returncode == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
-    assert trials[victim.number].state == TrialState.FAIL  # failed by the heartbeat, not left RUNNING
+    # Failed by the heartbeat of another worker, not left RUNNING.
+    assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params
     assert sorted(t.params["seed"] for t in trials if t.state == TrialState.COMPLETE) == [0, 1, 2]
-    assert not _processes_mentioning(victim.user_attrs["run_dir"])  # its training process died with it
+    assert not _training_processes(victim)  # its training process died with it
 
 
 def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
@@ -250,7 +257,7 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env(), cwd=REPO)
     try:
-        first = _wait_running(url, "intr")
+        first = _wait_running(url, "intr", proc)
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=180)
@@ -261,7 +268,7 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert "--resume" in output
     t = load(url, "intr").get_trials()[first.number]
     assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"]
-    assert not _processes_mentioning(first.user_attrs["run_dir"])
+    assert not _training_processes(first)
     out = run_sweep(path, "--resume")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = load(url, "intr").get_trials()
