@@ -22,6 +22,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import (attention_entropy, global_grad_norm, gradient_flow,
                                        per_module_grad_norms, save_heatmap)
+from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
 
 
@@ -56,8 +57,9 @@ class DiagnosticsCallback(Callback):
         self.norms.append(total)
         clip = trainer.gradient_clip_val
         self.clipped += bool(clip) and total > clip
-        pl_module.log("grad_norm/total", total, batch_size=1)
-        pl_module.log("clip_fraction", self.clipped / len(self.norms), batch_size=1)
+        if logs_this_step(pl_module):
+            pl_module.log("grad_norm/total", total, batch_size=1)
+            pl_module.log("clip_fraction", self.clipped / len(self.norms), batch_size=1)
         if self.module_norm_every and trainer.global_step % self.module_norm_every == 0:
             for name, value in per_module_grad_norms(net, self.module_depth).items():
                 pl_module.log(f"grad_norm/{name}", value, batch_size=1)

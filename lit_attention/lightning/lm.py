@@ -22,6 +22,7 @@ from lightning.pytorch import LightningModule
 
 from lit_attention import registry
 from lit_attention.lightning.optim import adam
+from lit_attention.lightning.steps import logs_this_step
 from lit_attention.metrics import perplexity, token_nll
 from lit_attention.models.base import count_parameters
 from lit_attention.models.base import closest_width
@@ -191,8 +192,9 @@ class LanguageModelModule(LightningModule):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
         self.train_tokens += targets.numel()
-        self.log("train_loss", loss, prog_bar=True, batch_size=targets.shape[0])
-        self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
+        if logs_this_step(self):
+            self.log("train_loss", loss, prog_bar=True, batch_size=targets.shape[0])
+            self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
 
     def configure_optimizers(self):

@@ -20,6 +20,7 @@ from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics import bleu_by_length
 from lit_attention.lightning.optim import adam
+from lit_attention.lightning.steps import logs_this_step
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
@@ -137,8 +138,9 @@ class TranslationModule(LightningModule):
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
         self.train_tokens += int((batch["tgt_out"] != PAD).sum())
-        self.log("train_loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
-        self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
+        if logs_this_step(self):
+            self.log("train_loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
+            self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
 
     def on_train_epoch_start(self):
