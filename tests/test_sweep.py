@@ -252,13 +252,13 @@ def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
     path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
-                      fixed={"trainer.max_epochs": 3})
+                      fixed={"trainer.max_epochs": 3, "data.n_train": 1000})  # outlives the wait below
     url = sqlite_url(tmp_path, "intr")
     proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env(), cwd=REPO)
     try:
         first = _wait_running(url, "intr", proc)
-        time.sleep(3)
+        time.sleep(1)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=180)
     finally:
