@@ -183,18 +183,31 @@ def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgr
 # -- failures ------------------------------------------------------------------------------------
 
 def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 240) -> optuna.trial.FrozenTrial:
-    """The first trial a worker has taken and whose training process has started."""
+    """The first trial a worker has taken whose training process has started and validated once.
+
+    Waiting for a validation row means the process is past its imports and inside `fit`, so a signal
+    sent now meets a trial that is training, not one that is starting or already writing its summary.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
-            for t in load(url, name).get_trials(deepcopy=False):
-                if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t):
-                    return t
-        except (KeyError, Exception):  # the study may not exist yet
-            pass
-        time.sleep(0.5)
+            trials = load(url, name).get_trials(deepcopy=False)
+        except Exception:  # no study yet, or the database is locked by a writer for a moment
+            trials = []
+        for t in trials:
+            if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t) \
+                    and _validated(Path(t.user_attrs["run_dir"])):
+                return t
+        time.sleep(0.2)
     proc.kill()
-    raise AssertionError(f"no trial started (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
+    raise AssertionError(f"no trial seen training (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
+
+
+def _validated(run_dir: Path) -> bool:
+    try:
+        return "val_loss" in (run_dir / "metrics.csv").read_text()
+    except FileNotFoundError:
+        return False
 
 
 def _training_processes(trial: optuna.trial.FrozenTrial) -> list[int]:
@@ -215,7 +228,7 @@ def _training_processes(trial: optuna.trial.FrozenTrial) -> list[int]:
 
 def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_path):
     path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
-                      fixed={"trainer.max_epochs": 3, "data.n_train": 1000})  # a trial outlives the kill
+                      fixed={"trainer.max_epochs": 8, "data.n_train": 1000})  # a trial outlives the kill
     url = sqlite_url(tmp_path, "kill")
     proc = subprocess.Popen(sweep_cmd(path, "--workers", 2), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
@@ -252,13 +265,12 @@ def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
     path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
-                      fixed={"trainer.max_epochs": 3, "data.n_train": 1000})  # outlives the wait below
+                      fixed={"trainer.max_epochs": 12, "data.n_train": 1000})  # outlives the wait below
     url = sqlite_url(tmp_path, "intr")
     proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env(), cwd=REPO)
     try:
         first = _wait_running(url, "intr", proc)
-        time.sleep(1)
         proc.send_signal(signal.SIGINT)
         output, _ = proc.communicate(timeout=180)
     finally:
