@@ -292,7 +292,9 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
 def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path):
     path = sweep_file(tmp_path, "prune", {"model.lr": {"choices": [1.0e-2, 5.0e-3, 1.0e-9]}},
                       pruner={"name": "median", "n_startup_trials": 2},
-                      fixed={"trainer.max_epochs": 5})
+                      # epochs of ~1 s: the driver polls metrics.csv, so a trial that trains in half
+                      # a second can finish before the driver has seen its first validation
+                      fixed={"trainer.max_epochs": 5, "data.n_train": 2000})
     out = run_sweep(path)
     assert out.returncode == 0, out.stdout + out.stderr
     trials = {t.params["model.lr"]: t for t in load(sqlite_url(tmp_path, "prune"), "prune").get_trials()}
