@@ -1,5 +1,6 @@
 """Training behaviour: exact perplexity, interruption and resumption."""
 
+import csv
 import json
 import math
 
@@ -42,8 +43,17 @@ def test_validation_perplexity_is_exp_of_mean_token_nll_over_all_batches():
 
 RESUME_ARGS = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "600", "--data.n_val", "50",
                "--data.n_test", "20", "--model.d_model", "32", "--model.ffn", "64",
-               "--model.val_bleu", "false", "--trainer.max_epochs", "3",
+               "--model.val_bleu", "false", "--trainer.max_epochs", "3", "--diagnostics.gradflow_every", "2",
                "--trainer.enable_progress_bar", "false"]
+
+
+def _record(run_dir):
+    """What a run leaves behind that must not depend on interruptions: logged values, gradient flow, counts."""
+    with open(run_dir / "metrics.csv") as f:
+        rows = [{k: v for k, v in r.items() if k != "time" and v} for r in csv.DictReader(f)]
+    gradflow = (run_dir / "gradflow.csv").read_text()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return rows, gradflow, summary
 
 
 @pytest.mark.slow
@@ -59,14 +69,39 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     assert cut.returncode == 143, cut.stderr[-3000:]
     cut_dir = tmp_path / "default" / "cut"
     assert json.loads((cut_dir / "summary.json").read_text())["status"] == "interrupted"
-    assert (cut_dir / "checkpoints" / "last.ckpt").exists()
+    last = cut_dir / "checkpoints" / "last.ckpt"
+    at_step_7 = last.read_bytes()
 
     resumed = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    a = json.loads((tmp_path / "default" / "full" / "summary.json").read_text())
-    b = json.loads((cut_dir / "summary.json").read_text())
-    assert b["status"] == "finished" and b["steps"] == a["steps"]
-    assert b["val_loss"] == pytest.approx(a["val_loss"], abs=1e-6)
+    rows, gradflow, summary = _record(tmp_path / "default" / "full")
+    rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
+    assert summary_cut["status"] == "finished" and summary_cut["steps"] == summary["steps"]
+    assert summary_cut["val_loss"] == pytest.approx(summary["val_loss"], abs=1e-6)
+    assert summary_cut["train_tokens"] == summary["train_tokens"] > 0
+    assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
+    assert gradflow_cut == gradflow and gradflow.count("\n") > 10
+
+    # A hard kill (no checkpoint at the kill) after the resumed run had logged to its end: resuming
+    # from the step-7 checkpoint replays steps 8.. instead of logging them twice.
+    last.write_bytes(at_step_7)
+    replayed = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
+    assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
+    assert [float(r["train_loss"]) for r in rows_cut if "train_loss" in r] == pytest.approx(
+        [float(r["train_loss"]) for r in rows if "train_loss" in r], abs=1e-5)
+    assert gradflow_cut == gradflow
+    assert summary_cut["train_tokens"] == summary["train_tokens"]
+
+    # Training time and tokens count every process's training: resuming a finished run trains
+    # nothing more and reports what its checkpoint had trained.
+    again = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    assert again.returncode == 0, again.stderr[-3000:]
+    _, _, summary_again = _record(cut_dir)
+    assert summary_again["steps"] == summary["steps"]
+    assert summary_again["train_tokens"] == summary["train_tokens"]
+    assert summary_again["train_seconds"] >= 0.8 * summary_cut["train_seconds"] > 0
 
 
 @pytest.mark.parametrize("precision,fused", [("32-true", True), ("bf16-mixed", False)])

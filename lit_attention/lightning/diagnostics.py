@@ -39,6 +39,19 @@ class DiagnosticsCallback(Callback):
         self.gradflow_rows: list[dict] = []
         self._fixed_batch = None
 
+    # A run resumed from a checkpoint keeps the norms and gradient-flow rows measured before it.
+    def state_dict(self) -> dict:
+        return {"norms": self.norms, "clipped": self.clipped, "gradflow_rows": self.gradflow_rows}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.norms = list(state.get("norms", []))
+        self.clipped = state.get("clipped", 0)
+        self.gradflow_rows = list(state.get("gradflow_rows", []))
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.gradflow_rows and trainer.is_global_zero:
+            self._write_gradflow()   # drops rows a killed run wrote after its checkpoint
+
     @staticmethod
     def _net(pl_module: LightningModule):
         return getattr(pl_module, "net", None)
@@ -76,6 +89,9 @@ class DiagnosticsCallback(Callback):
                              wrt=net.source_embedding)
         self.gradflow_rows += [{"step": step, "position": r["position"], "distance": r["distance"],
                                 "norm": r["norm"]} for r in rows]
+        self._write_gradflow()
+
+    def _write_gradflow(self) -> None:
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=["step", "position", "distance", "norm"],
                                 lineterminator="\n")

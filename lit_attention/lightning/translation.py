@@ -91,7 +91,6 @@ class TranslationModule(LightningModule):
         self.refs: dict[str, list[str]] = {}
         self.eval_extras: dict[str, dict] = {}
         self.train_tokens = 0
-        self.train_seconds = 0.0
 
     # -- model construction ------------------------------------------------------------------
 
@@ -142,15 +141,6 @@ class TranslationModule(LightningModule):
             self.log("train_loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
             self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
-
-    def on_train_epoch_start(self):
-        self._epoch_start = time.perf_counter()
-
-    def on_fit_start(self):
-        self._epoch_start = time.perf_counter()  # a run resumed mid-epoch skips on_train_epoch_start
-
-    def on_train_epoch_end(self):
-        self.train_seconds += time.perf_counter() - self._epoch_start
 
     def configure_optimizers(self):
         h = self.hparams

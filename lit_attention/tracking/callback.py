@@ -9,7 +9,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from lit_attention.tracking.run_store import RunDir, git_commit, now_iso, package_versions
+from lit_attention.tracking.run_store import RunDir, RunStoreLogger, git_commit, now_iso, package_versions
 
 
 def _metrics(trainer: Trainer, prefix: str) -> dict:
@@ -34,7 +34,11 @@ class RunStoreCallback(Callback):
         self.seed = seed
         self.subcommand = subcommand
         self.stop_reason: str | None = None
-        self._fit_start = None
+        # Training time spans on_train_start..on_train_end (the window of Trainer(max_time)); a
+        # resumed run adds the time its checkpoint had already trained.
+        self._seconds_before = 0.0
+        self._train_start: float | None = None
+        self.train_seconds = 0.0
 
     def _task(self, trainer: Trainer) -> str | None:
         dm = trainer.datamodule
@@ -60,8 +64,33 @@ class RunStoreCallback(Callback):
                 fields["wandb_run_id"] = logger.experiment.id
         self.run_dir.update_summary(**fields)
 
+    def _elapsed(self) -> float:
+        if self._train_start is None:
+            return self._seconds_before
+        return self._seconds_before + time.perf_counter() - self._train_start
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._train_start = time.perf_counter()
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.train_seconds = self._elapsed()
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        checkpoint["run_store"] = {"train_seconds": self._elapsed(),
+                                   "train_tokens": getattr(pl_module, "train_tokens", 0)}
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
+        if trainer.state.fn != "fit":
+            return
+        saved = checkpoint.get("run_store", {})
+        self._seconds_before = saved.get("train_seconds", 0.0)
+        pl_module.train_tokens = saved.get("train_tokens", 0)
+        # Rows logged after this checkpoint (a run killed before its next one) are replayed now.
+        for logger in trainer.loggers:
+            if isinstance(logger, RunStoreLogger):
+                logger.rewind(checkpoint.get("global_step", 0))
+
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._fit_start = time.perf_counter()
         if trainer.is_global_zero:
             self.run_dir.update_summary(**pl_module.describe())
 
@@ -102,12 +131,12 @@ class RunStoreCallback(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        seconds = getattr(pl_module, "train_seconds", 0.0) or (time.perf_counter() - self._fit_start)
+        seconds = self.train_seconds or self._elapsed()
         tokens = getattr(pl_module, "train_tokens", 0) * trainer.world_size
         status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         summary = self.run_dir.update_summary(
-            status=status, finished_at=now_iso(), train_seconds=seconds,
+            status=status, finished_at=now_iso(), train_seconds=seconds, train_tokens=tokens,
             tokens_per_second=tokens / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None, **pl_module.describe())

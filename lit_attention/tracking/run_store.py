@@ -149,6 +149,14 @@ class RunStoreLogger(Logger):
                         if k not in self._columns:
                             self._columns.append(k)
 
+    @rank_zero_only
+    def rewind(self, step: int) -> None:
+        """Forget rows logged after `step`: a run resumed from a checkpoint at `step` logs them again."""
+        self.rows = [r for r in self.rows if float(r.get("step") or 0) <= step]
+        kept = float(self.rows[-1].get("time") or 0) if self.rows else 0.0
+        self._start = time.monotonic() - kept   # the time column continues where the kept rows end
+        self.save()
+
     @property
     def name(self) -> str:
         return "run_store"
