@@ -42,3 +42,16 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(autouse=True)
+def python_sigint_handler():
+    """Each test starts with Python's Ctrl-C handler.
+
+    A Trainer that sees a KeyboardInterrupt in this process sets SIGINT to SIG_IGN and leaves it so;
+    every process a later test starts would inherit the ignored SIGINT, and a test that interrupts
+    a sweep with SIGINT would watch it run to the end.
+    """
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield

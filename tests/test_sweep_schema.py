@@ -1,11 +1,15 @@
 """Sweep files, search spaces and the study bookkeeping: fast tests, no training."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 
+from conftest import REPO
 from lit_attention import registry
 from lit_attention.sweep import cli, driver, progress, space
 from lit_attention.sweep.schema import SweepError, load_sweep
@@ -185,3 +189,14 @@ def test_results_table_means_over_seeds(tmp_path):
     assert list(table["seeds"]) == [2, 2] and list(table["failed"]) == [0, 0]
     line = progress.progress_line(study, "val_bleu", total=4)
     assert "4/4 done" in line and "best val_bleu=34" in line
+
+
+def test_guarded_processes_take_sigint_even_when_their_parent_ignores_it():
+    # A sweep started as a script's background job inherits SIGINT ignored; the workers and trials
+    # it starts through the guard must still stop on the SIGINT the driver sends them.
+    show = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    guarded = f"exec {sys.executable} -m lit_attention.sweep.guard {os.getpid()} {sys.executable} -c '{show}'"
+    plain = f"exec {sys.executable} -c '{show}'"
+    out = {name: subprocess.run(["bash", "-c", f"trap '' INT; {cmd}"], capture_output=True, text=True,
+                                cwd=REPO).stdout.strip() for name, cmd in (("guarded", guarded), ("plain", plain))}
+    assert out == {"guarded": "True", "plain": "False"}

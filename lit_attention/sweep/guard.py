@@ -1,4 +1,5 @@
-"""Exec a command that dies with its parent, so a worker killed with SIGKILL leaves no orphan trial.
+"""Exec a command that dies with its parent (so a worker killed with SIGKILL leaves no orphan trial)
+and takes SIGINT as Ctrl-C.
 
 Usage: python -m lit_attention.sweep.guard PARENT_PID CMD...  (Linux PR_SET_PDEATHSIG; elsewhere
 it just execs). A wrapper process instead of `preexec_fn`, which is unsafe once the heartbeat
@@ -21,6 +22,9 @@ def main() -> None:
         pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         sys.exit(1)
+    # The driver stops workers (and they their trials) with SIGINT: a driver started with SIGINT
+    # ignored (a background job of a script) must not pass that on to them.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     os.execvp(cmd[0], cmd)
 
 
