@@ -1,4 +1,5 @@
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,5 @@ def python_sigint_handler():
     every process a later test starts would inherit the ignored SIGINT, and a test that interrupts
     a sweep with SIGINT would watch it run to the end.
     """
-    import signal
     signal.signal(signal.SIGINT, signal.default_int_handler)
     yield

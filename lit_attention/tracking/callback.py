@@ -35,10 +35,9 @@ class RunStoreCallback(Callback):
         self.subcommand = subcommand
         self.stop_reason: str | None = None
         # Training time spans on_train_start..on_train_end (the window of Trainer(max_time)); a
-        # resumed run adds the time its checkpoint had already trained.
-        self._seconds_before = 0.0
+        # resumed run starts from the time its checkpoint had already trained.
+        self._trained_seconds = 0.0
         self._train_start: float | None = None
-        self.train_seconds = 0.0
 
     def _task(self, trainer: Trainer) -> str | None:
         dm = trainer.datamodule
@@ -66,14 +65,14 @@ class RunStoreCallback(Callback):
 
     def _elapsed(self) -> float:
         if self._train_start is None:
-            return self._seconds_before
-        return self._seconds_before + time.perf_counter() - self._train_start
+            return self._trained_seconds
+        return self._trained_seconds + time.perf_counter() - self._train_start
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._train_start = time.perf_counter()
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.train_seconds = self._elapsed()
+        self._trained_seconds, self._train_start = self._elapsed(), None
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         checkpoint["run_store"] = {"train_seconds": self._elapsed(),
@@ -83,7 +82,7 @@ class RunStoreCallback(Callback):
         if trainer.state.fn != "fit":
             return
         saved = checkpoint.get("run_store", {})
-        self._seconds_before = saved.get("train_seconds", 0.0)
+        self._trained_seconds = saved.get("train_seconds", 0.0)
         pl_module.train_tokens = saved.get("train_tokens", 0)
         # Rows logged after this checkpoint (a run killed before its next one) are replayed now.
         for logger in trainer.loggers:
@@ -131,7 +130,7 @@ class RunStoreCallback(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        seconds = self.train_seconds or self._elapsed()
+        seconds = self._elapsed()
         tokens = getattr(pl_module, "train_tokens", 0) * trainer.world_size
         status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
