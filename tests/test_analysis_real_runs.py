@@ -83,6 +83,8 @@ def test_real_runs_table_equals_independent_statistics(real_study, tmp_path, cap
             assert float(row["ci_hi"]) == pytest.approx(mean + half, rel=1e-4)
             assert f"{mean:.3f} ± {sd:.3f}" in printed
         assert float(row["params"]) == statistics.mean(s["params"] for s in finished)
+        assert float(row["machine_gflops"]) == pytest.approx(
+            statistics.mean(statistics.median(s["machine_gflops_probes"]) for s in finished), rel=0.01)
         assert set(row["run_ids"].split(";")) == {s["run_id"] for s in finished}
         # the median global grad norm comes from each run's metrics.csv
         medians = []

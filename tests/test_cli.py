@@ -2,6 +2,7 @@
 
 import json
 import math
+import statistics
 
 import pytest
 import yaml
@@ -10,7 +11,7 @@ from conftest import CONFIGS, run_cli
 
 SUMMARY_KEYS = {"run_id", "status", "task", "model", "seed", "params", "train_seconds",
                 "tokens_per_second", "val_ppl", "val_bleu", "test_bleu", "test_chrf",
-                "sacrebleu_signature", "git_commit", "versions"}
+                "sacrebleu_signature", "git_commit", "versions", "machine_gflops"}
 
 TINY = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40",
         "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
@@ -42,6 +43,10 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert summary["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
     assert summary["model"]["family"] == "transformer" and summary["task"] == "copy"
     assert summary["seed"] == 1 and summary["params"] > 0
+    # the machine-speed probe: once at the start of training and after every epoch
+    probes = summary["machine_gflops_probes"]
+    assert len(probes) == summary["epochs"] + 1 and min(probes) > 0, (probes, summary["epochs"])
+    assert summary["machine_gflops"] == pytest.approx(statistics.median(probes), rel=0.01)
     assert math.isclose(summary["val_ppl"], math.exp(summary["val_loss"]), rel_tol=1e-6)
 
     config = yaml.safe_load((copy_run / "config.yaml").read_text())

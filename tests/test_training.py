@@ -12,6 +12,7 @@ from conftest import CONFIGS, REPO, cli_env, run_cli
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import PAD
 from lit_attention.lightning.translation import TranslationModule
+from lit_attention.tracking import machine_speed
 
 
 def test_validation_perplexity_is_exp_of_mean_token_nll_over_all_batches():
@@ -81,6 +82,8 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     assert summary_cut["train_tokens"] == summary["train_tokens"] > 0
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
     assert gradflow_cut == gradflow and gradflow.count("\n") > 10
+    # machine-speed probes carry over too: the resumed process adds its own start probe
+    assert len(summary_cut["machine_gflops_probes"]) == len(summary["machine_gflops_probes"]) + 1
 
     # A hard kill (no checkpoint at the kill) after the resumed run had logged to its end: resuming
     # from the step-7 checkpoint replays steps 8.. instead of logging them twice.
@@ -119,3 +122,13 @@ def test_adam_is_fused_unless_a_mixed_precision_plugin_clips(precision, fused):
     assert bool(opt.defaults["fused"]) is fused
     assert trainer.global_step == 3
     assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+def test_machine_speed_probe_measures_without_moving_the_random_stream():
+    torch.manual_seed(3)
+    expected = torch.rand(4)
+    torch.manual_seed(3)
+    gflops = machine_speed.sustained_matmul_gflops(n=128, seconds=0.02)
+    assert torch.equal(torch.rand(4), expected)
+    # 2 * 128^3 flops per product, many products in 20 ms on any machine that can run the suite
+    assert 0.05 < gflops < 10_000

@@ -17,7 +17,7 @@ from lit_attention.analysis.load import FINISHED
 CONFIDENCE = 0.95
 CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
 # Per-run quantities averaged per configuration beside the metric.
-COSTS = ("params", "train_seconds", "tokens_per_second")
+COSTS = ("params", "train_seconds", "tokens_per_second", "machine_gflops")
 GRADIENT = ("grad_norm_median", "clip_fraction", "gradflow_ratio", "gradflow_decay")
 # Distances compared by the gradient-flow ratio ‖∂L/∂h‖ at distance 1 over distance 20.
 NEAR, FAR = 1, 20

@@ -17,7 +17,7 @@ SUMMARY = "summary.json"
 FINISHED = "finished"
 # Summary fields that are not scalars and live in their own tables (or nowhere).
 NESTED = ("model", "versions", "bleu_by_length", "test_bleu_by_length", "val_bleu_by_length",
-          "attention_entropy")
+          "attention_entropy", "machine_gflops_probes")
 
 
 def find_run_dirs(root: Path | str) -> list[Path]:

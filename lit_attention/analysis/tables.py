@@ -95,6 +95,7 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     }
     optional = {"params": ("params", count), "train s": ("train_seconds", lambda x: number(x, 0)),
                 "tok/s": ("tokens_per_second", count),
+                "machine GFLOP/s": ("machine_gflops", lambda x: number(x, 0)),
                 "grad norm": ("grad_norm_median", lambda x: number(x, 2)),
                 "clip %": ("clip_fraction", lambda x: number(100 * x, 0)),
                 "‖g‖ d1/d20": ("gradflow_ratio", lambda x: "" if pd.isna(x) else f"{x:.3g}"),

@@ -9,6 +9,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_attention.tracking import machine_speed
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, git_commit, now_iso, package_versions
 
 
@@ -38,6 +39,7 @@ class RunStoreCallback(Callback):
         # resumed run starts from the time its checkpoint had already trained.
         self._trained_seconds = 0.0
         self._train_start: float | None = None
+        self._machine_gflops: list[float] = []
 
     def _task(self, trainer: Trainer) -> str | None:
         dm = trainer.datamodule
@@ -68,15 +70,24 @@ class RunStoreCallback(Callback):
             return self._trained_seconds
         return self._trained_seconds + time.perf_counter() - self._train_start
 
+    def _probe_machine(self, trainer: Trainer) -> None:
+        if trainer.is_global_zero:
+            self._machine_gflops.append(machine_speed.sustained_matmul_gflops())
+
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._probe_machine(trainer)
         self._train_start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._probe_machine(trainer)
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._trained_seconds, self._train_start = self._elapsed(), None
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         checkpoint["run_store"] = {"train_seconds": self._elapsed(),
-                                   "train_tokens": getattr(pl_module, "train_tokens", 0)}
+                                   "train_tokens": getattr(pl_module, "train_tokens", 0),
+                                   "machine_gflops": list(self._machine_gflops)}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
         if trainer.state.fn != "fit":
@@ -84,6 +95,7 @@ class RunStoreCallback(Callback):
         saved = checkpoint.get("run_store", {})
         self._trained_seconds = saved.get("train_seconds", 0.0)
         pl_module.train_tokens = saved.get("train_tokens", 0)
+        self._machine_gflops = list(saved.get("machine_gflops", []))
         # Rows logged after this checkpoint (a run killed before its next one) are replayed now.
         for logger in trainer.loggers:
             if isinstance(logger, RunStoreLogger):
@@ -138,7 +150,8 @@ class RunStoreCallback(Callback):
             status=status, finished_at=now_iso(), train_seconds=seconds, train_tokens=tokens,
             tokens_per_second=tokens / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
-            best_val_loss=float(best) if best is not None else None, **pl_module.describe())
+            best_val_loss=float(best) if best is not None else None,
+            **machine_speed.summarise(self._machine_gflops), **pl_module.describe())
         _push_to_wandb(trainer, summary)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:

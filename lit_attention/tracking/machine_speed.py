@@ -1,0 +1,41 @@
+"""How fast the machine is right now, so runs under a wall-clock budget can be compared.
+
+A shared or virtual machine's speed drifts by tens of per cent over a day; two runs of the same
+config with the same `max_time` then train different numbers of steps. The run store records a
+short matmul probe at the start of training and after every epoch, so a report can tell a slow
+machine from a slow model.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+PROBE_SIZE = 512
+PROBE_SECONDS = 0.05
+
+
+def sustained_matmul_gflops(n: int = PROBE_SIZE, seconds: float = PROBE_SECONDS) -> float:
+    """fp32 n x n matmul GFLOP/s averaged over a window of `seconds` at the current thread count.
+
+    An average rather than a best-of: time the machine lends to others is what slows training.
+    """
+    # A private generator: the probe must not move the training run's random stream.
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.rand(n, n, generator=generator), torch.rand(n, n, generator=generator)
+    a @ b
+    done, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds:
+        a @ b
+        done += 1
+    return 2 * n ** 3 * done / elapsed / 1e9
+
+
+def summarise(probes: list[float]) -> dict:
+    """Summary fields of a run's probes: their median and the probes themselves (rounded)."""
+    if not probes:
+        return {}
+    return {"machine_gflops": statistics.median(probes),
+            "machine_gflops_probes": [round(p, 1) for p in probes]}
