@@ -27,6 +27,31 @@ def attention_entropy(weights: torch.Tensor, src_pad: torch.Tensor,
     return (entropy * valid).sum(dim=(0, 2)) / valid.sum(dim=(0, 2)).clamp(min=1.0)
 
 
+def entropy_by_name(attention: dict[str, torch.Tensor], src_pad: torch.Tensor,
+                    tgt_pad: torch.Tensor) -> dict[str, list[float]]:
+    """`attention_entropy` per head for a model's named weights (Seq2SeqOutput.attention).
+
+    The name says which side the queries and keys come from: ``enc_self.*`` source over source,
+    ``dec_self.*`` target over target, anything else (``cross.*``, ``cross``) target over source.
+    """
+    entropy = {}
+    for name, weights in attention.items():
+        if name.startswith("enc_self"):
+            keys, queries = src_pad, src_pad
+        elif name.startswith("dec_self"):
+            keys, queries = tgt_pad, tgt_pad
+        else:
+            keys, queries = src_pad, tgt_pad
+        entropy[name] = attention_entropy(weights, keys, queries).tolist()
+    return entropy
+
+
+def last_layer(names, prefix: str) -> str | None:
+    """The deepest ``<prefix>.<i>`` (or plain ``<prefix>``) among names, by layer number."""
+    layers = [n for n in names if n == prefix or n.startswith(prefix + ".")]
+    return max(layers, key=lambda n: int(n.rpartition(".")[2]) if "." in n else -1, default=None)
+
+
 def heatmap_size(n_src: int, n_tgt: int) -> tuple[int, int]:
     """(width, height) in pixels of `save_heatmap`'s PNG: 200 + 40 * tokens on each axis."""
     return MARGIN_PX + CELL_PX * n_src, MARGIN_PX + CELL_PX * n_tgt

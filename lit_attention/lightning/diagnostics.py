@@ -20,7 +20,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 
 from lit_attention.data.vocab import PAD
-from lit_attention.diagnostics import (attention_entropy, global_grad_norm, gradient_flow,
+from lit_attention.diagnostics import (entropy_by_name, global_grad_norm, gradient_flow, last_layer,
                                        per_module_grad_norms, save_heatmap)
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
@@ -120,14 +120,11 @@ class DiagnosticsCallback(Callback):
         net.train(was_training)
         if not out.attention:
             return {}
-        src_pad, tgt_pad = batch["src"] == PAD, batch["tgt_in"] == PAD
-        entropy = {name: attention_entropy(w, src_pad if w.size(-1) == src_pad.size(1) else tgt_pad,
-                                           tgt_pad).tolist()
-                   for name, w in out.attention.items()}
-        cross = sorted(k for k in out.attention if k.startswith("cross"))
-        if not cross:
+        entropy = entropy_by_name(out.attention, batch["src"] == PAD, batch["tgt_in"] == PAD)
+        cross = last_layer(out.attention, "cross")
+        if cross is None:
             return entropy
-        weights = out.attention[cross[-1]].mean(dim=1)            # last cross-attention, head mean
+        weights = out.attention[cross].mean(dim=1)                 # last cross-attention, head mean
         dm = trainer.datamodule
         paths = []
         for i in range(min(self.heatmaps, batch["src"].size(0))):
@@ -135,7 +132,7 @@ class DiagnosticsCallback(Callback):
             tgt = [t for t in batch["tgt_out"][i].tolist() if t != PAD]
             path = self.run_dir.path / "attention" / f"val-{i}.png"
             save_heatmap(weights[i, :len(tgt), :len(src)], dm.src_tokenizer.pieces(src),
-                         dm.tgt_tokenizer.pieces(tgt), path, title=f"{cross[-1]} (mean over heads)")
+                         dm.tgt_tokenizer.pieces(tgt), path, title=f"{cross} (mean over heads)")
             paths.append(str(path))
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
