@@ -43,7 +43,7 @@ def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, st
                    tokens_per_second=5000.0, steps=100, epochs=1, val_loss=1.0, val_ppl=2.7,
                    val_bleu=val_bleu, val_chrf=None, sacrebleu_signature=SIGNATURE)
     if buckets is not None:
-        summary["bleu_by_length"] = buckets
+        summary["val_bleu_by_length"] = buckets      # the key the translation module writes
     (run_dir / "summary.json").write_text(json.dumps(summary))
     (run_dir / "config.yaml").write_text(
         f"seed_everything: {seed}\ntrainer:\n  gradient_clip_val: {clip}\n"

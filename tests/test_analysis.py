@@ -76,7 +76,7 @@ def test_load_runs_one_row_per_run_with_flattened_model_and_config(runs):
     assert load.config_columns(runs)[0] == "task" and "seed" not in load.config_columns(runs)
     assert load.varying(runs, load.config_columns(runs)) == KEYS
     assert load.resolve_key(runs, "scoring") == "model.scoring"
-    with pytest.raises(KeyError, match="configuration keys"):
+    with pytest.raises(load.AnalysisError, match="configuration keys"):
         load.resolve_key(runs, "nonsense")
 
 
@@ -311,9 +311,27 @@ def test_report_refuses_to_average_over_a_hidden_varying_key(study, tmp_path, ca
     assert "bleu_typo" in capsys.readouterr().err
     assert report.main([str(tmp_path / "nothing"), "--out", str(tmp_path)]) == 2
     assert "no run stores" in capsys.readouterr().err
+    assert report.main([str(study), "--out", str(tmp_path), "--where", "nonsense=1"]) == 2
+    assert "unknown key 'nonsense'" in capsys.readouterr().err
     # filtering the other key away makes it valid
     assert report.main([str(study), "--out", str(tmp_path), "--rows", "model.scoring",
                         "--where", "attention=luong", "--no-figures"]) == 0
+
+
+def test_report_writes_beside_the_runs_by_default_and_names_a_corrupt_summary(study, tmp_path, capsys):
+    copy = tmp_path / "study"
+    shutil.copytree(study, copy)
+    assert report.main([str(copy), "--baseline", "off", "--no-figures"]) == 0
+    assert (copy / "report" / "table.md").is_file()
+    # the report directory is not a run: a second report sees the same runs
+    assert report.main([str(copy), "--baseline", "off", "--no-figures"]) == 0
+    assert f"{len(load.find_run_dirs(study))} runs" in capsys.readouterr().out
+
+    broken = load.find_run_dirs(copy)[0] / "summary.json"
+    broken.write_text(broken.read_text()[:40])
+    assert report.main([str(copy), "--no-figures"]) == 2
+    err = capsys.readouterr().err
+    assert str(broken) in err and "not valid JSON" in err
 
 
 def test_wandb_runs_convert_to_the_run_store_shape():

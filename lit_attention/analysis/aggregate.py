@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention.analysis.load import FINISHED
+from lit_attention.analysis.load import FINISHED, AnalysisError
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
@@ -126,7 +126,7 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     and excluded_ids (`run_id:status`), both ';'-separated.
     """
     if metric not in runs:
-        raise KeyError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
+        raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
     runs = runs.assign(_usable=usable(runs, metric))
     rows = []
     for values, group in runs.groupby(keys, dropna=False, sort=True):

@@ -15,8 +15,14 @@ import yaml
 
 SUMMARY = "summary.json"
 FINISHED = "finished"
+
+
+class AnalysisError(ValueError):
+    """A problem with the runs or the request that the user can fix (unknown key, unreadable
+    summary, ambiguous table...): `lit-attention report` prints the message and exits 2."""
+
 # Summary fields that are not scalars and live in their own tables (or nowhere).
-NESTED = ("model", "versions", "bleu_by_length", "test_bleu_by_length", "val_bleu_by_length",
+NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
           "attention_entropy", "machine_gflops_probes")
 
 
@@ -53,7 +59,7 @@ def flatten(tree: dict, prefix: str) -> dict:
 def load_run(run_dir: Path | str) -> dict:
     """One run as a flat dict (the row `load_runs` builds)."""
     run_dir = Path(run_dir)
-    summary = json.loads((run_dir / SUMMARY).read_text())
+    summary = read_summary(run_dir)
     row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
     row.update(flatten(summary.get("model") or {}, "model"))
     row["run_id"] = summary.get("run_id") or run_dir.name
@@ -64,6 +70,15 @@ def load_run(run_dir: Path | str) -> dict:
     if config.is_file():
         row.update(flatten(yaml.safe_load(config.read_text()) or {}, "config"))
     return row
+
+
+def read_summary(run_dir: Path | str) -> dict:
+    path = Path(run_dir) / SUMMARY
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise AnalysisError(f"{path} is not valid JSON ({exc}); move the run away or repair "
+                            "the file") from exc
 
 
 def load_runs(root: Path | str) -> pd.DataFrame:
@@ -108,7 +123,7 @@ def resolve_key(runs: pd.DataFrame, key: str) -> str:
         if name in runs.columns:
             return name
     known = ", ".join(config_columns(runs))
-    raise KeyError(f"unknown key {key!r}; configuration keys: {known}")
+    raise AnalysisError(f"unknown key {key!r}; configuration keys: {known}")
 
 
 def _read_csv_per_run(runs: pd.DataFrame, filename: str) -> pd.DataFrame:
@@ -138,9 +153,8 @@ def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
     (run, bucket)."""
     rows = []
     for run in runs.itertuples():
-        summary = json.loads((Path(run.run_dir) / SUMMARY).read_text())
-        buckets = (summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length")
-                   or summary.get("bleu_by_length") or [])
+        summary = read_summary(run.run_dir)
+        buckets = summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length") or []
         for bucket in buckets:
             rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
     return pd.DataFrame(rows)

@@ -1,6 +1,6 @@
-"""`lit-attention report RUNS_DIR --out DIR`: tables, significance and figures from run stores.
+"""`lit-attention report RUNS_DIR [--out DIR]`: tables, significance and figures from run stores.
 
-Writes into DIR: table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
+Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/other runs), runs.csv,
 significance.csv (when a baseline is tested) and the figures (PNG + PDF). Prints the Markdown table.
 """
@@ -15,16 +15,14 @@ import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import load, plots, significance, tables
-
-
-class ReportError(Exception):
-    """A problem with the user's request (unknown key, ambiguous table...): message, exit code 2."""
+from lit_attention.analysis.load import AnalysisError
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
-    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: RUNS_DIR/report; needed with --wandb)")
     p.add_argument("--rows", nargs="+", default=None,
                    help="configuration keys for the rows (e.g. model.scoring); default: every "
                         "configuration key that varies")
@@ -47,6 +45,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
+    if args.out is None:
+        if args.wandb:
+            p.error("give --out DIR with --wandb")
+        args.out = str(Path(args.runs_dir) / "report")
     return args
 
 
@@ -55,7 +57,7 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
     found = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ReportError(f"expected KEY=VALUE, got {pair!r}")
+            raise AnalysisError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         found[load.resolve_key(runs, key)] = value
     return found
@@ -74,7 +76,7 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
         rows = [k for k in moving if k not in cols] or fallback
     missing = load.distinguishing(runs, columns, given=rows + cols)
     if missing:
-        raise ReportError(f"configuration keys {missing} vary across the runs but are not in "
+        raise AnalysisError(f"configuration keys {missing} vary across the runs but are not in "
                           "--rows/--cols: seeds of different configurations would be averaged; "
                           "add them or filter with --where")
     return rows, cols
@@ -114,11 +116,11 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
     if args.where:
         runs = runs[significance.matches(runs, selector(runs, args.where))]
         if runs.empty:
-            raise ReportError(f"no run matches --where {' '.join(args.where)}")
+            raise AnalysisError(f"no run matches --where {' '.join(args.where)}")
         if not metrics.empty:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
-        raise ReportError(f"metric {args.metric!r} is in no run summary")
+        raise AnalysisError(f"metric {args.metric!r} is in no run summary")
     return agg_mod.add_gradient_stats(runs), metrics
 
 
@@ -130,7 +132,7 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     chosen = selector(runs, pairs)
     outside = [k for k in chosen if k not in keys]
     if outside:
-        raise ReportError(f"baseline keys {outside} are not among the table keys {keys}")
+        raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
     sig = significance.compare_to_baseline(
         runs, keys, chosen, split=hyps_split(runs, args.split),
         metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
@@ -198,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         out.mkdir(parents=True, exist_ok=True)
         printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline)
-    except (ReportError, KeyError, ValueError, FileNotFoundError) as exc:
+    except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols)

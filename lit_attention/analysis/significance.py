@@ -14,7 +14,7 @@ import pandas as pd
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from lit_attention.analysis.load import read_hyps
+from lit_attention.analysis.load import AnalysisError, read_hyps
 
 N_SAMPLES = 1000
 ALPHA = 0.05
@@ -30,7 +30,7 @@ def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], me
                      n_samples: int = N_SAMPLES) -> dict:
     """Baseline score, system score and the p-value of their difference (sacreBLEU's test)."""
     if not (len(baseline) == len(system) == len(refs)):
-        raise ValueError(f"paired test needs equal lengths: baseline {len(baseline)}, "
+        raise AnalysisError(f"paired test needs equal lengths: baseline {len(baseline)}, "
                          f"system {len(system)}, references {len(refs)}")
     scorer = {"bleu": BLEU, "chrf": CHRF}[metric]()
     if list(system) == list(baseline):
@@ -86,9 +86,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     runs = runs[runs["status"] == "finished"]
     is_base = matches(runs, baseline)
     if not is_base.any():
-        raise ValueError(f"no finished run matches the baseline {baseline}")
+        raise AnalysisError(f"no finished run matches the baseline {baseline}")
     if runs[is_base].groupby(keys, dropna=False).ngroups > 1:
-        raise ValueError(f"the baseline {baseline} matches more than one configuration: "
+        raise AnalysisError(f"the baseline {baseline} matches more than one configuration: "
                          "give more KEY=VALUE pairs")
     base_by_seed = {r.seed: r.run_dir for r in runs[is_base].itertuples()}
     rows = []

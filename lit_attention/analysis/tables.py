@@ -13,6 +13,7 @@ import math
 import pandas as pd
 
 from lit_attention.analysis.aggregate import usable
+from lit_attention.analysis.load import AnalysisError
 
 DAGGER = "†"
 LOWER_IS_BETTER = ("loss", "ppl", "ter")
@@ -121,7 +122,7 @@ def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str
     """rows x cols grid of "mean ± std" (with † where significant); best per column in bold."""
     keys = rows + cols
     if agg.duplicated(keys).any():
-        raise ValueError(f"rows {rows} x cols {cols} do not identify a configuration: "
+        raise AnalysisError(f"rows {rows} x cols {cols} do not identify a configuration: "
                          "add the varying keys to --rows or --cols")
     frame = agg.assign(_cell=[mean_std(m, s, digits, k) for m, s, k in
                               zip(agg["mean"], agg["std"], _significant(agg, keys, sig))],
