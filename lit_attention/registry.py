@@ -47,8 +47,11 @@ POSITIONAL = {
     "shaw": "relative key embeddings, clipped distance (self-attention)",
 }
 
-# Positional encodings that can use the fused scaled_dot_product_attention kernel.
-FUSED_POSITIONAL = ("none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias")
+# What can run on the fused scaled_dot_product_attention kernel: every scoring that is a dot
+# product of (projected) queries and keys, and every positional encoding that only moves the
+# queries/keys or adds a bias; Shaw's per-pair key embeddings need the explicit path.
+FUSED_SCORING = ("scaled_dot", "dot", "general")
+FUSED_POSITIONAL = tuple(p for p in POSITIONAL if p != "shaw")
 
 NORM = ("pre", "post")
 
@@ -129,8 +132,10 @@ def as_dict() -> dict:
         "scoring": list(SCORING),
         "transformer_scoring": list(TRANSFORMER_SCORING),
         "positional": list(POSITIONAL),
+        "fused_scoring": list(FUSED_SCORING),
         "fused_positional": list(FUSED_POSITIONAL),
         "norm": list(NORM),
         "tasks": list(TASKS),
         "tokenizers": list(TOKENIZERS),
+        "spm_models": list(SPM_MODELS),
     }

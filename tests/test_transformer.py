@@ -122,7 +122,8 @@ def test_encoder_is_permutation_equivariant_only_without_positions(positional):
         assert gap > 1e-3
 
 
-FUSED_VARIANTS = [(p, s) for p, s in VARIANTS if p in registry.FUSED_POSITIONAL and s != "additive"]
+FUSED_VARIANTS = [(p, s) for p, s in VARIANTS
+                  if p in registry.FUSED_POSITIONAL and s in registry.FUSED_SCORING]
 
 
 @pytest.mark.parametrize("norm", registry.NORM)

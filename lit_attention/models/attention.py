@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lit_attention import registry
 from lit_attention.models.positional import ShawRelative, rotary
 
 
@@ -66,6 +67,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, dropout: float = 0.0, scoring: str = "scaled_dot",
                  rotary: bool = False, shaw_clip: int = 0):
         super().__init__()
+        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_head = heads, d_model // heads
@@ -83,8 +85,6 @@ class MultiHeadAttention(nn.Module):
             self.w_query = nn.Parameter(torch.empty(heads, d, d))
             self.w_key = nn.Parameter(torch.empty(heads, d, d))
             self.v = nn.Parameter(torch.empty(heads, d))
-        elif scoring not in ("scaled_dot", "dot"):
-            raise ValueError(f"unknown transformer scoring {scoring!r}")
         self.shaw = ShawRelative(shaw_clip, d) if shaw_clip else None
         self.reset_scoring_parameters()
 
@@ -98,7 +98,7 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def fused(self) -> bool:
-        return self.scoring != "additive" and self.shaw is None
+        return self.scoring in registry.FUSED_SCORING and self.shaw is None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)

@@ -125,7 +125,8 @@ def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tup
         return tuple(registry.TRANSFORMER_SCORING if transformer_only or kind == "lm" else registry.SCORING)
     table = {"cell": registry.CELLS, "attention": registry.ATTENTION, "context": registry.CONTEXT,
              "positional": registry.POSITIONAL, "norm": registry.NORM, "task": registry.TASKS,
-             "tokenizer": registry.TOKENIZERS}
+             "tokenizer": registry.TOKENIZERS, "spm_model": registry.SPM_MODELS,
+             "smoothing": registry.NGRAM_SMOOTHING}
     return tuple(table[name]) if name in table else None
 
 
