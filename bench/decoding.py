@@ -5,15 +5,24 @@ TranslationModule) or, without one, the reference Transformer trained here for `
 updates (an undertrained model writes longer, repetitive output, so prefer a real checkpoint).
 Baseline of the last table: greedy decoding without the cache, recomputing the whole prefix at
 every step (what a decoder without incremental state does), on the first ``--uncached`` sentences.
-Joey NMT's beam-5 time on the 1,000 test sentences (~89 s on this kind of machine, issue 7) is the
-external anchor: goal >= 5x, i.e. >= 56 sentences/s.
+External baseline, same run: Joey NMT 2.3 (installed into its own virtualenv, see
+joeynmt_side_by_side.py) decodes test2016 with beam 5 using the *same weights*: the reference
+Transformer's tensors are renamed to Joey's parameter names and loaded there (strictly), so both
+toolkits search the same model and their outputs can be compared line by line (BLEU of each, share
+of identical hypotheses). Joey's time is its own "Generation took" figure. Goal: >= 5x Joey NMT
+with beam 5. ``--no-joey`` skips it (and ``--quick`` always does).
 
-    .venv/bin/python bench/decoding.py [--quick] [--ckpt PATH] [--train-steps 150]
+    .venv/bin/python bench/decoding.py [--quick] [--ckpt PATH] [--train-steps 150] [--no-joey]
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 
@@ -22,7 +31,24 @@ from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.decoding import beam_search, greedy_decode, max_output_lengths
 from lit_attention.models import build_seq2seq
 
-JOEY_BEAM5_SENTENCES_PER_S = 1000 / 89   # issue 7's measurement on this kind of machine
+# Our parameter names -> Joey NMT 2.3's (Transformer, pre-norm, tied embeddings), applied in order.
+JOEY_NAMES = [
+    (r"^src_embed\.token\.", "src_embed.lut."), (r"^tgt_embed\.token\.", "trg_embed.lut."),
+    (r"^generator\.", "decoder.output_layer."),
+    (r"^(encoder|decoder)\.norm\.", r"\1.layer_norm."),
+    (r"^encoder\.(layers\.\d+)\.self_norm\.", r"encoder.\1.layer_norm."),
+    (r"^encoder\.(layers\.\d+)\.self_attn\.", r"encoder.\1.src_src_att."),
+    (r"^decoder\.(layers\.\d+)\.self_norm\.", r"decoder.\1.x_layer_norm."),
+    (r"^decoder\.(layers\.\d+)\.self_attn\.", r"decoder.\1.trg_trg_att."),
+    (r"^decoder\.(layers\.\d+)\.cross_norm\.", r"decoder.\1.dec_layer_norm."),
+    (r"^decoder\.(layers\.\d+)\.cross_attn\.", r"decoder.\1.src_trg_att."),
+    (r"\.ffn_norm\.", ".feed_forward.layer_norm."), (r"\.ffn\.(\d)\.", r".feed_forward.pwff_layer.\1."),
+    (r"\.query\.", ".q_layer."), (r"\.key\.", ".k_layer."), (r"\.value\.", ".v_layer."),
+    (r"\.out\.", ".output_layer."),
+]
+# What Joey's Transformer can hold: the reference size with sinusoids, scaled dot, pre-norm, tied.
+JOEY_COMPATIBLE = dict(B.TRANSFORMER_SIZE, family="transformer", positional="sinusoidal",
+                       scoring="scaled_dot")
 
 
 @torch.no_grad()
@@ -44,7 +70,7 @@ def greedy_uncached(net, src, max_len_a=1.5, max_len_b=10):
 
 
 def load_checkpoint(path: str):
-    """(net, datamodule) from a TranslationModule checkpoint."""
+    """(net, datamodule, model hyperparameters) from a TranslationModule checkpoint."""
     from lit_attention.data.translation import TranslationDataModule
     from lit_attention.lightning.translation import TranslationModule
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
@@ -52,16 +78,18 @@ def load_checkpoint(path: str):
     def init_args(hparams: dict) -> dict:           # LightningCLI also records "_class_path"
         return {k: v for k, v in hparams.items() if not k.startswith("_")}
 
-    module = TranslationModule(**init_args(ckpt["hyper_parameters"]))
+    hparams = init_args(ckpt["hyper_parameters"])
+    module = TranslationModule(**hparams)
     module.configure_model()
     module.load_state_dict(ckpt["state_dict"])
     dm = TranslationDataModule(**init_args(ckpt["datamodule_hyper_parameters"]))
     dm.setup("test")
-    return module.net, dm
+    return module.net, dm, hparams
 
 
 def train_model(args):
-    """The reference (or, with --quick, tiny) Transformer after args.train_steps plain updates."""
+    """(net, datamodule, model settings): the reference (or, with --quick, tiny) Transformer after
+    args.train_steps plain updates."""
     dm, desc = B.translation_data(args.quick, 256 if args.quick else 4096, require_real=True)
     size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
     torch.manual_seed(args.seed)
@@ -76,17 +104,71 @@ def train_model(args):
     print(f"trained {desc} transformer {size} for {args.train_steps} steps "
           f"({time.perf_counter() - start:.0f} s)")
     dm.setup("test")
-    return net, dm
+    return net, dm, dict(size, family="transformer", positional="sinusoidal", scoring="scaled_dot")
 
 
-def decode_all(batches, fn) -> tuple[float, float]:
-    """(sentences/s, mean output length in tokens) of fn(src) over batches."""
-    sentences, lengths, start = 0, 0, time.perf_counter()
+def decode_all(batches, fn) -> tuple[float, float, list[torch.Tensor]]:
+    """(sentences/s, mean output length in tokens, outputs per batch) of fn(src) over batches."""
+    sentences, lengths, outputs, start = 0, 0, [], time.perf_counter()
     for src in batches:
-        ids = fn(src)
+        outputs.append(fn(src))
         sentences += src.size(0)
-        lengths += int((ids != PAD).sum())
-    return sentences / (time.perf_counter() - start), lengths / max(sentences, 1)
+        lengths += int((outputs[-1] != PAD).sum())
+    return sentences / (time.perf_counter() - start), lengths / max(sentences, 1), outputs
+
+
+def in_split_order(outputs, order: list[int], tokenizer) -> list[str]:
+    """Detokenized hypotheses, in the split's order, from per-batch id tensors and batch indices."""
+    texts = [tokenizer.decode(row.tolist()) for ids in outputs for row in ids]
+    ordered = [""] * len(texts)
+    for i, text in zip(order, texts):
+        ordered[i] = text
+    return ordered
+
+
+def joey_state(net) -> dict[str, torch.Tensor]:
+    """Our Transformer's tensors under Joey NMT 2.3's parameter names."""
+    state = {}
+    for name, tensor in net.state_dict().items():
+        for pattern, joey in JOEY_NAMES:
+            name = re.sub(pattern, joey, name)
+        state[name] = tensor
+    return state
+
+
+def joey_beam(net, dm, beam: int, threads: int) -> dict:
+    """Joey NMT's beam search over the test split with our weights: seconds, hypotheses in order."""
+    from joeynmt_side_by_side import WORK, joey_config, joey_python, write_joey_data
+
+    python = joey_python()
+    tokenizer = dm.tgt_tokenizer
+    data = write_joey_data(tokenizer)
+    out_dir = WORK / "decode"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = out_dir / "weights.pt"
+    pieces = [tokenizer.sp.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+    torch.save({"state": joey_state(net), "pieces": pieces}, weights)
+    config = out_dir / "config.yaml"
+    config.write_text(joey_config(data, out_dir / "model", steps=1, log_every=1, beam=beam))
+    (out_dir / "model").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    proc = subprocess.run([str(python), str(Path(__file__).with_name("joeynmt_decode_driver.py")),
+                           str(config), str(weights), str(out_dir / "hyps")],
+                          capture_output=True, text=True, env=env)
+    (out_dir / "decode-output.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise SystemExit(f"Joey NMT decoding failed (exit {proc.returncode}); see "
+                         f"{out_dir / 'decode-output.log'}:\n" + (proc.stdout + proc.stderr)[-2000:])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    lines = Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()
+    result["hyps"] = [tokenizer.sp.decode_pieces(line.split()) for line in lines]
+    return result
+
+
+def joey_mismatch(hparams: dict) -> str | None:
+    """Why Joey NMT cannot hold this model, or None."""
+    wrong = {k: hparams.get(k) for k, v in JOEY_COMPATIBLE.items() if hparams.get(k) != v}
+    return f"not the reference Transformer ({wrong})" if wrong else None
 
 
 def main() -> None:
@@ -96,37 +178,55 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--uncached", type=int, default=200, help="sentences for the cache comparison")
     p.add_argument("--sentences", type=int, default=None, help="only the first N test sentences")
+    p.add_argument("--no-joey", action="store_true", help="skip Joey NMT's beam search")
     args = p.parse_args()
     if args.quick:
         args.train_steps, args.uncached, args.sentences = 30, 40, 40
     B.setup(args)
-    net, dm = load_checkpoint(args.ckpt) if args.ckpt else train_model(args)
+    net, dm, hparams = load_checkpoint(args.ckpt) if args.ckpt else train_model(args)
     net.eval()
-    batches = [b["src"] for b in dm.test_dataloader()]
+    loaded = list(dm.test_dataloader())
+    batches = [b["src"] for b in loaded]
     if args.sentences:
         batches = first_sentences(batches, args.sentences)
     n = sum(b.size(0) for b in batches)
     print(f"{B.machine()}\ntest split {dm.split_names['test']!r}: {n} sentences in {len(batches)} "
           f"token batches of <= {dm.max_tokens} tokens")
 
-    greedy, greedy_len = decode_all(batches, lambda s: greedy_decode(net, s))
-    beam, beam_len = decode_all(batches, lambda s: beam_search(net, s, beam_size=args.beam))
-    B.table(["decoder", "sentences/s", "mean output tokens", "seconds for the split"],
-            [["greedy", greedy, greedy_len, n / greedy],
-             [f"beam {args.beam}", beam, beam_len, n / beam]])
+    greedy, greedy_len, _ = decode_all(batches, lambda s: greedy_decode(net, s))
+    beam, beam_len, beam_out = decode_all(batches, lambda s: beam_search(net, s, beam_size=args.beam))
+    rows = [["lit-attention greedy", greedy, greedy_len, n / greedy],
+            [f"lit-attention beam {args.beam}", beam, beam_len, n / beam]]
+    skip_joey = ("--quick" if args.quick else "--no-joey" if args.no_joey
+                 else "--sentences (Joey decodes the whole split)" if args.sentences
+                 else joey_mismatch(hparams))
+    joey = None
+    if skip_joey is None:
+        joey = joey_beam(net, dm, args.beam, args.threads)
+        joey_rate = n / joey["seconds"]
+        rows.append([f"Joey NMT 2.3 beam {args.beam}, same weights", joey_rate, float("nan"),
+                     joey["seconds"]])
+    B.table(["decoder", "sentences/s", "mean output tokens", "seconds for the split"], rows)
+    if joey:
+        from lit_attention.metrics import bleu_chrf
+        refs = dm.references("test")
+        ours = in_split_order(beam_out, [int(i) for b in loaded for i in b["idx"]], dm.tgt_tokenizer)
+        same = sum(a == b for a, b in zip(ours, joey["hyps"])) / n
+        print(f"beam {args.beam}, test BLEU: ours {bleu_chrf(ours, refs)['bleu']:.1f}, "
+              f"Joey NMT {bleu_chrf(joey['hyps'], refs)['bleu']:.1f}; identical hypotheses: {same:.0%}")
     print()
 
     subset = first_sentences(batches, args.uncached)
-    cached, _ = decode_all(subset, lambda s: greedy_decode(net, s))
-    uncached, _ = decode_all(subset, lambda s: greedy_uncached(net, s))
+    cached, _, _ = decode_all(subset, lambda s: greedy_decode(net, s))
+    uncached, _, _ = decode_all(subset, lambda s: greedy_uncached(net, s))
     same = all(torch.equal(greedy_decode(net, s), greedy_uncached(net, s)) for s in subset[:2])
     B.table(["greedy on the first sentences", "sentences/s", "vs uncached"],
             [["uncached (full recomputation)", uncached, 1.0], ["key/value cache", cached, cached / uncached]])
     print(f"cached and uncached outputs identical on the first batches: {'yes' if same else 'NO'}")
-    vs_joey = beam / JOEY_BEAM5_SENTENCES_PER_S
+    versus = (f"beam vs Joey NMT's {joey_rate:.1f}/s with the same weights: {beam / joey_rate:.1f}x, "
+              f"goal >= 5" if joey else f"Joey NMT not run: {skip_joey}")
     B.summary(f"decoding: greedy {greedy:.1f} and beam-{args.beam} {beam:.1f} sentences/s "
-              f"(beam vs Joey NMT's recorded 11.2/s: {vs_joey:.1f}x, goal >= 5); "
-              f"cached/uncached greedy = {cached / uncached:.2f}x")
+              f"({versus}); cached/uncached greedy = {cached / uncached:.2f}x")
 
 
 def first_sentences(batches, n: int):

@@ -74,7 +74,8 @@ def write_joey_data(tokenizer) -> Path:
     return data
 
 
-def joey_config(data: Path, model_dir: Path, steps: int, log_every: int, fp16: bool = False) -> str:
+def joey_config(data: Path, model_dir: Path, steps: int, log_every: int, fp16: bool = False,
+                beam: int = 5) -> str:
     side = lambda lang: f"""
     lang: {lang}
     level: word
@@ -133,7 +134,7 @@ training:
   keep_best_ckpts: 1
   num_workers: 0
 testing:
-  beam_size: 5
+  beam_size: {beam}
   beam_alpha: 1.0
   batch_size: 4096
   batch_type: token

@@ -1,0 +1,76 @@
+"""Runs inside Joey NMT's virtualenv (not ours): beam search with our trained weights, timed by Joey.
+
+    <joey venv>/bin/python bench/joeynmt_decode_driver.py CONFIG WEIGHTS OUTPUT
+
+WEIGHTS is a torch file written by bench/decoding.py: ``state`` (our Transformer's tensors under
+Joey NMT's parameter names, embedding rows in our token-id order) and ``pieces`` (our piece string
+of each token id). This script reorders the embedding rows into Joey's vocabulary (built from the
+same pieces), adds Joey's own fixed sinusoid tables, and loads them with ``load_state_dict``
+(strict: a name or shape that does not match stops here), and runs ``joeynmt test`` on the test split only. Joey's own "Generation took" time is
+what bench/decoding.py reads back, from the last line printed here (JSON). Imports only Joey NMT
+and torch: our package is not installed in this virtualenv.
+"""
+
+import copy
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+import torch
+from joeynmt.config import load_config, parse_global_args
+from joeynmt.data import load_data
+from joeynmt.model import build_model
+from joeynmt.prediction import test
+
+EMBEDDING_ROWS = ("src_embed.lut.weight", "trg_embed.lut.weight", "decoder.output_layer.weight")
+
+
+class GenerationTime(logging.Handler):
+    """Keeps the seconds of Joey's 'Generation took X[sec].' log line."""
+
+    def __init__(self):
+        super().__init__()
+        self.seconds = []
+
+    def emit(self, record):
+        found = re.search(r"Generation took ([\d.]+)\[sec\]", record.getMessage())
+        if found:
+            self.seconds.append(float(found.group(1)))
+
+
+def main() -> None:
+    config, weights, output = (Path(a) for a in sys.argv[1:4])
+    cfg = load_config(config)
+    cfg["data"].pop("dev", None)                        # decode the test split only
+    saved = torch.load(weights, map_location="cpu")
+    our_id = {piece: i for i, piece in enumerate(saved["pieces"])}
+
+    args = parse_global_args(copy.deepcopy(cfg), rank=0, mode="test")   # fills Joey's defaults
+    src_vocab, trg_vocab, *_ = load_data(args.data, datasets=["test"])
+    if src_vocab._itos != trg_vocab._itos:              # pylint: disable=protected-access
+        sys.exit("the side by side uses one joint vocabulary; Joey built two different ones")
+    missing = [t for t in trg_vocab._itos if t not in our_id]  # pylint: disable=protected-access
+    if missing:
+        sys.exit(f"Joey's vocabulary has tokens ours lacks: {missing[:10]}")
+    order = torch.tensor([our_id[t] for t in trg_vocab._itos])  # pylint: disable=protected-access
+    state = {k: (v[order] if k in EMBEDDING_ROWS else v) for k, v in saved["state"].items()}
+    fresh = build_model(args.model, src_vocab=src_vocab, trg_vocab=trg_vocab).state_dict()
+    for name, tensor in fresh.items():
+        if name not in state and name.endswith(".pe.pe"):   # Joey's fixed sinusoid tables (buffers)
+            state[name] = tensor
+
+    ckpt = output.parent / "ported.ckpt"
+    torch.save({"model_state": state}, ckpt)
+    cfg["testing"]["load_model"] = str(ckpt)
+    timer = GenerationTime()
+    logging.getLogger("joeynmt.prediction").addHandler(timer)   # Joey's loggers do not propagate
+    test(cfg, output_path=str(output))
+    if len(timer.seconds) != 1:
+        sys.exit(f"expected one 'Generation took' line from Joey NMT, saw {len(timer.seconds)}")
+    print(json.dumps({"seconds": timer.seconds[0], "hypotheses": f"{output}.test"}))
+
+
+if __name__ == "__main__":
+    main()
