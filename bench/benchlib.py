@@ -126,14 +126,27 @@ def train_step(net, opt, sched, batch, autocast: bool = False, clip: float = 1.0
     opt.zero_grad(set_to_none=True)
 
 
+def add_bf16_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--bf16", dest="bf16", action="store_true", default=None,
+                   help="run the bf16 rows (default: only on a CPU with native bf16)")
+    g.add_argument("--no-bf16", dest="bf16", action="store_false", help="skip the bf16 rows")
+
+
+def want_bf16(args) -> bool:
+    """Whether to run the bf16 rows: as asked, else only where the CPU has bf16 hardware. Emulated
+    bf16 matmuls ran at ~1/70 of fp32 on an AVX2 CPU here, which turned a default run into hours."""
+    if args.bf16 is None:
+        args.bf16 = bf16_native()
+        if not args.bf16:
+            print("note: bf16 rows skipped: this CPU has no native bf16 (AVX512-BF16/AMX) and emulates "
+                  "it far slower than fp32 (--bf16 runs them anyway)")
+    return args.bf16
+
+
 def bf16_native() -> bool:
-    """Whether the CPU has native bf16 arithmetic (AVX512-BF16 or AMX); bf16 autocast runs
-    everywhere, but without these instructions it is usually slower than fp32."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
+    return cpu_has_native_bf16()
 
 
 # ---- timing and FLOPs -------------------------------------------------------------------------

@@ -202,11 +202,12 @@ def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=60, help="training updates for each toolkit")
     p.add_argument("--warmup", type=int, default=5, help="our untimed first steps")
-    p.add_argument("--no-bf16", action="store_true", help="skip our bf16-mixed run")
+    B.add_bf16_flags(p)
     args = p.parse_args()
     if args.quick:
         args.steps, args.warmup = 4, 2
     B.setup(args)
+    B.want_bf16(args)
     if args.quick:
         print(f"--quick: Joey NMT is not installed or run (the side by side needs minutes); "
               f"running only our side on tiny synthetic batches")
@@ -231,19 +232,18 @@ def main() -> None:
     rows.append(["lit-attention fp32", ours, ours / base])
     print(f"lit-attention fp32: {ours:,.0f} target tokens/s", flush=True)
     bf16 = None
-    if not args.no_bf16:
+    if args.bf16:
         bf16, _ = run_ours(dm, batches, args.warmup, "bf16-mixed")
         rows.append(["lit-attention bf16-mixed", bf16, bf16 / base])
     from lit_attention.models import count_parameters
     print(f"model: {size}; our parameters {count_parameters(module.net):,}"
           + (f", Joey NMT's {joey['params']:,}" if joey and joey["params"] else ""))
     B.table(["toolkit", "target tokens/s", "vs Joey NMT" if joey else "vs ours fp32"], rows)
-    if not B.bf16_native():
+    if args.bf16 and not B.bf16_native():
         print("note: this CPU has no native bf16 (AVX512-BF16/AMX): bf16-mixed is emulated here")
     if joey:
         text = f"ours/Joey NMT fp32 = {ours / base:.2f}x (goal >= 2.5)"
-        if bf16:
-            text += f", bf16-mixed = {bf16 / base:.2f}x (goal >= 4)"
+        text += f", bf16-mixed = {bf16 / base:.2f}x (goal >= 4)" if bf16 else ", bf16-mixed not run"
         B.summary(f"joeynmt_side_by_side: {text}; Joey NMT {base:,.0f} target tokens/s, "
                   f"{args.steps} steps each")
     else:

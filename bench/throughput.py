@@ -1,9 +1,9 @@
 """Training throughput (target tokens/s) of every encoder-decoder family on Multi30k de->en batches.
 
-Rows: the reference Transformer (fp32, and bf16 autocast unless --no-bf16) and the recurrent
-family for every cell x attention wiring (none / Bahdanau-additive / Luong-general), at the
-reference RNN size (embedding and hidden 256, one bidirectional encoder layer, one decoder layer).
-Each row runs the same batches through forward, label-smoothed loss, backward, clipping and Adam.
+Rows: the reference Transformer (fp32, and bf16 autocast on a CPU with native bf16 or with
+--bf16) and the recurrent family for every cell x attention wiring (none / Bahdanau-additive /
+Luong-general), at the reference RNN size (embedding and hidden 256, one bidirectional encoder
+layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss, backward, clipping and Adam.
 MFU is model FLOP/s (matmul-class FLOPs counted by torch's FlopCounterMode on the timed batches)
 over an fp32 GEMM measured in the same run at the same thread count.
 
@@ -61,11 +61,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=8, help="timed steps per row")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--no-bf16", action="store_true")
+    B.add_bf16_flags(p)
     args = p.parse_args()
     if args.quick:
         args.steps, args.warmup, args.max_tokens = 1, 1, 128
     B.setup(args)
+    bf16_rows = B.want_bf16(args)
     dm, desc = B.translation_data(args.quick, args.max_tokens, require_real=True)
     batches = B.train_batches(dm, args.warmup + args.steps)
     gemm = B.matmul_gflops(512 if args.quick else 1024, 0.3 if args.quick else 2.0) * 1e9
@@ -74,7 +75,7 @@ def main() -> None:
 
     rows, rates = [], {}
     for name, family, options, bf16 in families(args.quick):
-        if bf16 and args.no_bf16:
+        if bf16 and not bf16_rows:
             continue
         torch.manual_seed(args.seed)
         net = build_seq2seq(family, dm.src_vocab_size, dm.tgt_vocab_size, **options)
@@ -84,7 +85,7 @@ def main() -> None:
     base = rates["transformer"]
     rows = [r + [rates[r[0]] / base] for r in rows]
     B.table(["model", "params", "tgt tokens/s", "GFLOP/s", "MFU %", "vs transformer"], rows)
-    if not B.bf16_native():
+    if bf16_rows and not B.bf16_native():
         print("note: this CPU has no native bf16 (AVX512-BF16/AMX): bf16 autocast is emulated here")
     mfu = rows[0][4]
     fastest_rnn = max((n for n in rates if n.startswith("rnn")), key=rates.get)

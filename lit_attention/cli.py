@@ -115,11 +115,24 @@ def _build_cli_class():
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
                     run.job_type, [t for t in run.tags.split(",") if t], wandb_id))
             trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+            warn_emulated_bf16(trainer_config)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
             return self._instantiate_trainer(trainer_config, callbacks)
 
     return LitAttentionCLI, LightningModule, LightningDataModule
+
+
+def warn_emulated_bf16(trainer_config: dict) -> None:
+    """bf16 precision on a CPU without bf16 hardware trains, but far slower than fp32: say so."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
+    on_cpu = trainer_config.get("accelerator") == "cpu" or not torch.cuda.is_available()
+    if str(trainer_config.get("precision")).startswith("bf16") and on_cpu and not cpu_has_native_bf16():
+        print("warning: bf16 is emulated on this CPU (no AVX512-BF16 or AMX): bf16 precision will "
+              "train slower than --trainer.precision 32-true, on an AVX2-only CPU dozens of times "
+              "slower", file=sys.stderr)
 
 
 def _choices(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ printed by the scripts, never asserted here.
 
 import contextlib
 import io
+import re
 import runpy
 import sys
 from pathlib import Path
@@ -42,6 +43,16 @@ def test_bench_script_quick_prints_summary(name, monkeypatch):
     assert "nan" not in summary[0].lower()
 
 
+def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
+    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
+
+    default = run_script("throughput", monkeypatch, "--quick")
+    forced = run_script("throughput", monkeypatch, "--quick", "--bf16")
+    assert "transformer bf16" in forced
+    assert ("transformer bf16" in default) == cpu_has_native_bf16()
+    assert ("bf16 rows skipped" in default) != cpu_has_native_bf16()
+
+
 def test_joey_quick_skips_the_install_and_says_so(monkeypatch):
     text = run_script("joeynmt_side_by_side", monkeypatch, "--quick", "--no-bf16")
     assert "Joey NMT is not installed or run" in text
@@ -71,3 +82,30 @@ def test_reference_config_parses(config, monkeypatch):
     text = out.getvalue()
     assert "class_path: lit_attention.lightning." in text
     assert "seed_everything: 1" in text
+
+
+# Joey NMT 2.3's parameter names for the reference Transformer (pre-norm, tied embeddings).
+JOEY_PARAMETER = re.compile(
+    r"(src_embed|trg_embed)\.lut\.weight|decoder\.output_layer\.weight"
+    r"|(encoder|decoder)\.layer_norm\.(weight|bias)"
+    r"|(encoder|decoder)\.layers\.\d+\.feed_forward\.(layer_norm|pwff_layer\.[03])\.(weight|bias)"
+    r"|encoder\.layers\.\d+\.(layer_norm|src_src_att\.[qkv]_layer|src_src_att\.output_layer)\.(weight|bias)"
+    r"|decoder\.layers\.\d+\.(x_layer_norm|dec_layer_norm|(trg_trg_att|src_trg_att)\.([qkv]|output)_layer)"
+    r"\.(weight|bias)")
+
+
+def test_every_reference_transformer_tensor_gets_a_joey_name(monkeypatch):
+    """bench/decoding.py hands our weights to Joey NMT under its names; a renamed module of ours
+    must fail here, not an hour into a benchmark."""
+    from lit_attention.models import build_seq2seq
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    decoding = runpy.run_path(str(BENCH / "decoding.py"))
+    size = decoding["B"].TRANSFORMER_SIZE
+    net = build_seq2seq("transformer", 50, 50, positional="sinusoidal", **size)
+    names = list(decoding["joey_state"](net))
+    assert len(names) == len(set(names)) == len(net.state_dict())
+    unmapped = [n for n in names if not JOEY_PARAMETER.fullmatch(n)]
+    assert not unmapped
+    per_encoder_layer, per_decoder_layer = 16, 26      # norms and linears, weight + bias each
+    assert len(names) == 3 + 4 + size["enc_layers"] * per_encoder_layer + size["dec_layers"] * per_decoder_layer

@@ -115,6 +115,20 @@ def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
     assert "non-finite" in summary["error"]
 
 
+def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
+    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
+
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "bf16",
+                     "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "2",
+                     "--trainer.limit_val_batches", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    warned = "bf16 is emulated on this CPU" in result.stderr
+    assert warned != cpu_has_native_bf16()
+    fp32 = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
+                   "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
+    assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
+
+
 def test_wandb_offline_run_without_key(tmp_path):
     env_extra = {"WANDB_API_KEY": "", "WANDB_MODE": ""}
     from conftest import cli_env

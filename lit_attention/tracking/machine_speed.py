@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -39,3 +40,14 @@ def summarise(probes: list[float]) -> dict:
         return {}
     return {"machine_gflops": statistics.median(probes),
             "machine_gflops_probes": [round(p, 1) for p in probes]}
+
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU does bf16 arithmetic in hardware (AVX512-BF16 or AMX). Without it torch
+    emulates bf16 matmuls: slower than fp32 with AVX512, and about 70x slower on an AVX2-only CPU
+    (1.3 vs 91 GFLOP/s on one thread, measured on an AMD EPYC)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
