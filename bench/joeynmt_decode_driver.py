@@ -49,12 +49,13 @@ def main() -> None:
 
     args = parse_global_args(copy.deepcopy(cfg), rank=0, mode="test")   # fills Joey's defaults
     src_vocab, trg_vocab, *_ = load_data(args.data, datasets=["test"])
-    if src_vocab._itos != trg_vocab._itos:              # pylint: disable=protected-access
+    tokens = trg_vocab._itos                            # Joey's id -> token list
+    if src_vocab._itos != tokens:
         sys.exit("the side by side uses one joint vocabulary; Joey built two different ones")
-    missing = [t for t in trg_vocab._itos if t not in our_id]  # pylint: disable=protected-access
+    missing = [t for t in tokens if t not in our_id]
     if missing:
         sys.exit(f"Joey's vocabulary has tokens ours lacks: {missing[:10]}")
-    order = torch.tensor([our_id[t] for t in trg_vocab._itos])  # pylint: disable=protected-access
+    order = torch.tensor([our_id[t] for t in tokens])
     state = {k: (v[order] if k in EMBEDDING_ROWS else v) for k, v in saved["state"].items()}
     fresh = build_model(args.model, src_vocab=src_vocab, trg_vocab=trg_vocab).state_dict()
     for name, tensor in fresh.items():
