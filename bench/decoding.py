@@ -46,9 +46,10 @@ JOEY_NAMES = [
     (r"\.query\.", ".q_layer."), (r"\.key\.", ".k_layer."), (r"\.value\.", ".v_layer."),
     (r"\.out\.", ".output_layer."),
 ]
-# What Joey's Transformer can hold: the reference size with sinusoids, scaled dot, pre-norm, tied.
-JOEY_COMPATIBLE = dict(B.TRANSFORMER_SIZE, family="transformer", positional="sinusoidal",
-                       scoring="scaled_dot")
+# What Joey's Transformer can hold: the reference size with sinusoids, scaled dot, pre-norm, tied
+# (dropout does not act when decoding).
+JOEY_COMPATIBLE = {**{k: v for k, v in B.TRANSFORMER_SIZE.items() if k != "dropout"},
+                   "family": "transformer", "positional": "sinusoidal", "scoring": "scaled_dot"}
 
 
 @torch.no_grad()
