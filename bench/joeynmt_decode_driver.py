@@ -5,10 +5,11 @@
 WEIGHTS is a torch file written by bench/decoding.py: ``state`` (our Transformer's tensors under
 Joey NMT's parameter names, embedding rows in our token-id order) and ``pieces`` (our piece string
 of each token id). This script reorders the embedding rows into Joey's vocabulary (built from the
-same pieces), adds Joey's own fixed sinusoid tables, and loads them with ``load_state_dict``
-(strict: a name or shape that does not match stops here), and runs ``joeynmt test`` on the test split only. Joey's own "Generation took" time is
-what bench/decoding.py reads back, from the last line printed here (JSON). Imports only Joey NMT
-and torch: our package is not installed in this virtualenv.
+same pieces), adds Joey's own fixed sinusoid tables, saves the result as a Joey checkpoint and runs
+``joeynmt test`` on the test split only; Joey loads it with a strict ``load_state_dict``, so a name
+or shape that does not match stops the run. Joey's own "Generation took" time is what
+bench/decoding.py reads back, from the last line printed here (JSON). Imports only Joey NMT and
+torch: our package is not installed in this virtualenv.
 """
 
 import copy

@@ -3,7 +3,8 @@
 Rows: the reference Transformer (fp32, and bf16 autocast on a CPU with native bf16 or with
 --bf16) and the recurrent family for every cell x attention wiring (none / Bahdanau-additive /
 Luong-general), at the reference RNN size (embedding and hidden 256, one bidirectional encoder
-layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss, backward, clipping and Adam.
+layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss,
+backward, clipping and Adam.
 MFU is model FLOP/s (matmul-class FLOPs counted by torch's FlopCounterMode on the timed batches)
 over an fp32 GEMM measured in the same run at the same thread count.
 
