@@ -22,7 +22,7 @@ from lit_attention import registry
 from lit_attention.models import build_seq2seq, count_parameters
 
 RNN_SIZE = dict(emb_size=256, hidden_size=256, enc_layers=1, dec_layers=1, dropout=0.2,
-                bidirectional=True, input_feeding=True, tie_embeddings=True)
+                bidirectional=True, tie_embeddings=True)
 TINY_RNN = dict(RNN_SIZE, emb_size=32, hidden_size=32)
 SCORING = {"none": "additive", "bahdanau": "additive", "luong": "general"}
 
@@ -36,7 +36,8 @@ def families(quick: bool):
     for cell in registry.CELLS:
         for attention in registry.ATTENTION:
             name = f"rnn {cell} {attention}" + (f"/{SCORING[attention]}" if attention != "none" else "")
-            yield name, "rnn", dict(rnn, cell=cell, attention=attention, scoring=SCORING[attention]), False
+            yield name, "rnn", dict(rnn, cell=cell, attention=attention, scoring=SCORING[attention],
+                                    input_feeding=attention == "luong"), False
 
 
 def measure(net, batches, warmup: int, bf16: bool) -> tuple[float, float]:

@@ -18,13 +18,18 @@ NGRAM_SMOOTHING = ("add", "interp")
 # Recurrent cells, shared by the rnn seq2seq family and the rnn language model.
 CELLS = ("elman-tanh", "elman-relu", "gru", "lstm")
 
-# How a recurrent decoder sees the source: no attention, or one of the two classic wirings.
+# How a recurrent decoder sees the source: no attention, or one of the two classic wirings
+# (where attention enters the decoder). Input feeding (the previous attentional readout joins the
+# next input, Luong 2015) is a separate on/off factor, valid with either wiring.
 ATTENTION = ("none", "bahdanau", "luong")
 
 # Without attention: the encoder's final state only initialises the decoder ("init"),
 # or its context vector is also fed at every decoder step ("every-step").
 CONTEXT = ("init", "every-step")
 
+# Recurrent attention scoring of a decoder query s (size Dq) against a key h (size Dk); the
+# parameters each scorer owns are exactly those of its formula (no bias), A = attention size:
+# dot, scaled_dot 0; general Dq*Dk; low_rank r*(Dq+Dk); additive and concat A*(Dq+Dk+1).
 SCORING = {
     "dot": "s^T h",
     "scaled_dot": "s^T h / sqrt(d)",
@@ -32,6 +37,19 @@ SCORING = {
     "low_rank": "(U s)^T (V h), rank r",
     "additive": "v^T tanh(W1 h + W2 s) (Bahdanau)",
     "concat": "v^T tanh(W [s; h]) (Luong)",
+}
+
+# Scorers without parameters: query and key must have the same size.
+PARAMETER_FREE_SCORING = ("dot", "scaled_dot")
+
+# What attention attends over (keys and values, the same for every scorer) when the encoder is
+# bidirectional: the interface between encoder and attention is its own choice, so that scoring
+# arms differ in the scoring function only. Unidirectional encoders give H states; "project"
+# still maps them (H -> H), so its arms own the same parameters either way.
+ENC_OUTPUT = {
+    "concat": "forward and backward states side by side (2H per position)",
+    "sum": "forward + backward states (H per position), no parameters",
+    "project": "bias-free Linear from the concatenated states to H, shared by every scorer",
 }
 
 # Scoring functions the Transformer's self-attention supports.
@@ -47,11 +65,22 @@ POSITIONAL = {
     "shaw": "relative key embeddings, clipped distance (self-attention)",
 }
 
+# Encodings that claim the attention scores depend on relative positions only (i - j).
+RELATIVE_POSITIONAL = ("rotary", "alibi", "t5_bias", "shaw")
+
 # What can run on the fused scaled_dot_product_attention kernel: every scoring that is a dot
 # product of (projected) queries and keys, and every positional encoding that only moves the
 # queries/keys or adds a bias; Shaw's per-pair key embeddings need the explicit path.
 FUSED_SCORING = ("scaled_dot", "dot", "general")
 FUSED_POSITIONAL = tuple(p for p in POSITIONAL if p != "shaw")
+
+# (positional, scoring) pairs refused everywhere: the encoding claims relative positions, the
+# scoring breaks that (shifting every position would change the scores).
+INCOMPATIBLE_POSITIONAL_SCORING = {
+    ("rotary", "additive"): "rotary makes scores depend on i - j only through a dot product of "
+                            "rotated queries and keys; additive scoring tanh(W1 q_i + W2 k_j) of "
+                            "rotated vectors depends on the absolute positions",
+}
 
 NORM = ("pre", "post")
 
@@ -74,18 +103,56 @@ def check(name: str, value: str, valid) -> str:
     return value
 
 
+def check_positional_scoring(positional: str, scoring: str) -> None:
+    """Refuse a Transformer (positional, scoring) pair listed in INCOMPATIBLE_POSITIONAL_SCORING."""
+    check("transformer scoring", scoring, TRANSFORMER_SCORING)
+    check("positional encoding", positional, POSITIONAL)
+    why = INCOMPATIBLE_POSITIONAL_SCORING.get((positional, scoring))
+    if why:
+        ok = [s for s in TRANSFORMER_SCORING if (positional, s) not in INCOMPATIBLE_POSITIONAL_SCORING]
+        raise ValueError(f"positional {positional!r} does not go with scoring {scoring!r}: {why}; "
+                         f"use scoring {', '.join(ok)}, or another positional encoding")
+
+
+def transformer_variants() -> list[tuple[str, str]]:
+    """Every (positional, scoring) pair a Transformer may be built with."""
+    return [(p, s) for p in POSITIONAL for s in TRANSFORMER_SCORING
+            if (p, s) not in INCOMPATIBLE_POSITIONAL_SCORING]
+
+
+def check_rnn(cell: str, attention: str, scoring: str, context: str = "init",
+              input_feeding: bool = False, bidirectional: bool = True,
+              enc_output: str = "concat") -> None:
+    """Validate one recurrent encoder-decoder configuration: choices and how they combine."""
+    check("cell", cell, CELLS)
+    check("attention wiring", attention, ATTENTION)
+    check("scoring", scoring, SCORING)
+    check("context wiring", context, CONTEXT)
+    check("encoder output", enc_output, ENC_OUTPUT)
+    if attention == "none":
+        if input_feeding:
+            raise ValueError("input_feeding feeds the previous attentional readout to the decoder; "
+                             "attention 'none' has none: set input_feeding false or choose an attention wiring")
+        return
+    if context != "init":
+        raise ValueError(f"context={context!r} is the no-attention wiring; attention={attention!r} "
+                         f"already feeds a context at every step: set context 'init'")
+    if scoring in PARAMETER_FREE_SCORING and bidirectional and enc_output == "concat":
+        raise ValueError(f"scoring {scoring!r} has no parameters, so keys must have the decoder's size, "
+                         f"but a bidirectional encoder with enc_output 'concat' gives 2H: set "
+                         f"enc_output 'sum' or 'project' (for every arm of the comparison), or "
+                         f"bidirectional false")
+
+
 def check_seq2seq(family: str, cell: str, attention: str, scoring: str, positional: str,
-                  context: str = "init") -> None:
+                  context: str = "init", input_feeding: bool = False, bidirectional: bool = True,
+                  enc_output: str = "concat") -> None:
     """Validate one encoder-decoder configuration against the registry."""
     check("family", family, FAMILIES)
     if family == "transformer":
-        check("transformer scoring", scoring, TRANSFORMER_SCORING)
-        check("positional encoding", positional, POSITIONAL)
+        check_positional_scoring(positional, scoring)
     else:
-        check("cell", cell, CELLS)
-        check("attention wiring", attention, ATTENTION)
-        check("scoring", scoring, SCORING)
-        check("context wiring", context, CONTEXT)
+        check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
 
 
 def variant_fields(family: str, attention: str = "none", scoring: str | None = None) -> tuple[str, ...]:
@@ -100,9 +167,7 @@ def variant_fields(family: str, attention: str = "none", scoring: str | None = N
     fields = common + ("cell", "attention", "emb_size", "bidirectional", "teacher_forcing", "tie_embeddings")
     if attention == "none":
         return fields + ("context",)
-    fields += ("scoring",)
-    if attention == "luong":
-        fields += ("input_feeding",)
+    fields += ("scoring", "enc_output", "input_feeding")
     if scoring == "low_rank":
         fields += ("rank",)
     return fields
@@ -130,8 +195,11 @@ def as_dict() -> dict:
         "attention": list(ATTENTION),
         "context": list(CONTEXT),
         "scoring": list(SCORING),
+        "parameter_free_scoring": list(PARAMETER_FREE_SCORING),
+        "enc_output": list(ENC_OUTPUT),
         "transformer_scoring": list(TRANSFORMER_SCORING),
         "positional": list(POSITIONAL),
+        "incompatible_positional_scoring": ["+".join(pair) for pair in INCOMPATIBLE_POSITIONAL_SCORING],
         "fused_scoring": list(FUSED_SCORING),
         "fused_positional": list(FUSED_POSITIONAL),
         "norm": list(NORM),

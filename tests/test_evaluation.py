@@ -19,7 +19,8 @@ def test_beam_5_is_no_worse_than_greedy_on_toy_mt(tmp_path):
     common = ["--config", CONFIGS / "toy-mt.yaml", "--run.root", tmp_path, "--data.n_train", "3000",
               "--data.n_val", "100", "--data.n_test", "150", "--data.max_len_words", "20",
               "--data.max_tokens", "1024", "--model.family", "rnn", "--model.cell", "gru",
-              "--model.attention", "bahdanau", "--model.scoring", "dot", "--model.enc_layers", "1",
+              "--model.attention", "bahdanau", "--model.scoring", "dot", "--model.enc_output", "project",
+              "--model.enc_layers", "1",
               "--model.dec_layers", "1", "--model.d_model", "64", "--model.lr", "3e-3",
               "--model.warmup", "100", "--trainer.max_epochs", "4",
               "--trainer.enable_progress_bar", "false", "--diagnostics.heatmaps", "0"]

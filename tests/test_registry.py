@@ -1,5 +1,7 @@
 """The one registry: every choice is buildable, unknown ones fail with the valid list."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -7,26 +9,150 @@ from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.lightning.translation import TranslationModule
 from lit_attention.models import build_seq2seq, count_parameters
+from lit_attention.models.attention import MultiHeadAttention
 from seq2seq_training import train_on_batch
 
 
-def _valid_seq2seq():
-    for positional in registry.POSITIONAL:
-        for scoring in registry.TRANSFORMER_SCORING:
-            yield dict(family="transformer", positional=positional, scoring=scoring)
-    for cell in registry.CELLS:
-        for context in registry.CONTEXT:
-            yield dict(family="rnn", cell=cell, attention="none", context=context)
-        for attention in ("bahdanau", "luong"):
-            for scoring in registry.SCORING:
-                yield dict(family="rnn", cell=cell, attention=attention, scoring=scoring)
+H = 16          # hidden size / d_model of the models built below
+SMALL = dict(d_model=H, heads=2, enc_layers=1, dec_layers=1, ffn=32, hidden_size=H, emb_size=H,
+             rank=4)
 
 
-@pytest.mark.parametrize("choice", list(_valid_seq2seq()), ids=lambda c: "-".join(c.values()))
+def _rnn_configs():
+    """Every recurrent configuration the registry allows (options that do not act are left out:
+    scoring and enc_output without attention)."""
+    for cell, attention, context, feeding, bidirectional in itertools.product(
+            registry.CELLS, registry.ATTENTION, registry.CONTEXT, (False, True), (False, True)):
+        scorings = registry.SCORING if attention != "none" else ("additive",)
+        outputs = registry.ENC_OUTPUT if attention != "none" else ("concat",)
+        for scoring, enc_output in itertools.product(scorings, outputs):
+            config = dict(family="rnn", cell=cell, attention=attention, scoring=scoring,
+                          context=context, input_feeding=feeding, bidirectional=bidirectional,
+                          enc_output=enc_output)
+            try:
+                registry.check_seq2seq(positional="none", **config)
+            except ValueError:
+                continue
+            yield config
+
+
+def _transformer_configs():
+    for positional, scoring in registry.transformer_variants():
+        yield dict(family="transformer", positional=positional, scoring=scoring)
+
+
+def _name(config):
+    return "-".join(str(v) for v in config.values())
+
+
+def _build(config):
+    torch.manual_seed(0)
+    return build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, **SMALL, **config)
+
+
+def _shapes(net, leave_out=lambda name: False):
+    return {n: tuple(p.shape) for n, p in net.named_parameters() if not leave_out(n)}
+
+
+def _neighbours(configs, factor):
+    """Pairs of configurations that differ in ``factor`` only."""
+    groups = {}
+    for config in configs:
+        rest = tuple((k, v) for k, v in config.items() if k != factor)
+        groups.setdefault(rest, []).append(config)
+    for group in groups.values():
+        yield from itertools.combinations(group, 2)
+
+
+RNN_CONFIGS = list(_rnn_configs())
+
+
+@pytest.mark.parametrize("choice", RNN_CONFIGS + list(_transformer_configs()), ids=_name)
 def test_every_registered_combination_builds_through_the_factory(choice):
-    net = build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, d_model=16, heads=2, enc_layers=1,
-                        dec_layers=1, ffn=32, hidden_size=16, emb_size=16, **choice)
-    assert count_parameters(net) > 0
+    assert count_parameters(_build(choice)) > 0
+
+
+def test_the_registry_allows_every_scoring_with_some_encoder_output():
+    for scoring in registry.SCORING:
+        assert any(c["scoring"] == scoring and c["bidirectional"] for c in RNN_CONFIGS)
+    refused = dict(family="rnn", cell="gru", attention="luong", scoring="dot", positional="none",
+                   bidirectional=True, enc_output="concat")
+    with pytest.raises(ValueError, match="enc_output 'sum' or 'project'"):
+        registry.check_seq2seq(**refused)
+
+
+def _scorer_parameters(config):
+    """What the registry documents each recurrent scorer to own, Dq = H, Dk = size of the keys."""
+    dq = H
+    dk = 2 * H if config["bidirectional"] and config["enc_output"] == "concat" else H
+    a, r = H, SMALL["rank"]
+    return {"dot": 0, "scaled_dot": 0, "general": dq * dk, "low_rank": r * (dq + dk),
+            "additive": a * (dq + dk + 1), "concat": a * (dq + dk + 1)}[config["scoring"]]
+
+
+def test_rnn_scoring_arms_differ_in_the_scorer_only():
+    """Over every allowed configuration: two arms that differ in scoring own the same parameters
+    outside the scorer, and each scorer owns exactly what its formula has (dot: nothing)."""
+    pairs = list(_neighbours([c for c in RNN_CONFIGS if c["attention"] != "none"], "scoring"))
+    assert len(pairs) > 100
+    outside = lambda name: name.startswith("scorer.")
+    for a, b in pairs:
+        net_a, net_b = _build(a), _build(b)
+        assert _shapes(net_a, outside) == _shapes(net_b, outside), (a, b)
+        for config, net in ((a, net_a), (b, net_b)):
+            assert count_parameters(net.scorer) == _scorer_parameters(config), config
+        if {a["scoring"], b["scoring"]} == {"dot", "general"}:
+            dk = 2 * H if a["bidirectional"] and a["enc_output"] == "concat" else H
+            assert abs(count_parameters(net_a) - count_parameters(net_b)) == H * dk
+
+
+def test_input_feeding_arms_differ_in_the_decoder_input_only():
+    pairs = list(_neighbours(RNN_CONFIGS, "input_feeding"))
+    assert {a["attention"] for a, _ in pairs} == {"bahdanau", "luong"}
+    for a, b in pairs:
+        net_a, net_b = _build(a), _build(b)
+        first_input = lambda name: name == "decoder.weight_ih_l0"
+        assert _shapes(net_a, first_input) == _shapes(net_b, first_input)
+        width = lambda net: net.decoder.weight_ih_l0.shape[1]
+        assert abs(width(net_a) - width(net_b)) == net_a.out_size
+
+
+def test_wiring_arms_differ_where_attention_enters_the_decoder_only():
+    pairs = [(a, b) for a, b in _neighbours(RNN_CONFIGS, "attention")
+             if {a["attention"], b["attention"]} == {"bahdanau", "luong"}]
+    assert pairs
+    where = lambda name: name == "decoder.weight_ih_l0" or name.startswith("readout.")
+    for a, b in pairs:
+        assert _shapes(_build(a), where) == _shapes(_build(b), where), (a, b)
+
+
+def _mha_count(net):
+    return sum(isinstance(m, MultiHeadAttention) for m in net.modules())
+
+
+def test_transformer_scoring_arms_differ_in_the_scoring_parameters_only():
+    """dot/scaled_dot own nothing beyond the projections every arm shares; general one d x d map
+    per head (h d^2 per attention module); additive two maps and a vector (2 h d^2 + h d)."""
+    heads, d = SMALL["heads"], H // SMALL["heads"]
+    own = {"scaled_dot": 0, "dot": 0, "general": heads * d * d,
+           "additive": 2 * heads * d * d + heads * d}
+    scoring_parameter = lambda name: name.rsplit(".", 1)[-1] in ("w", "w_query", "w_key", "v")
+    pairs = list(_neighbours(list(_transformer_configs()), "scoring"))
+    assert len(pairs) > 20
+    for a, b in pairs:
+        net_a, net_b = _build(a), _build(b)
+        assert _shapes(net_a, scoring_parameter) == _shapes(net_b, scoring_parameter)
+        for config, net in ((a, net_a), (b, net_b)):
+            extra = sum(p.numel() for n, p in net.named_parameters() if scoring_parameter(n))
+            assert extra == _mha_count(net) * own[config["scoring"]], config
+
+
+def test_transformer_positional_arms_differ_in_position_parameters_only():
+    def positional_parameter(name):
+        modules = name.split(".")[:-1]
+        return bool({"position", "bias", "shaw"} & set(modules))
+    for a, b in _neighbours(list(_transformer_configs()), "positional"):
+        assert _shapes(_build(a), positional_parameter) == _shapes(_build(b), positional_parameter)
 
 
 @pytest.mark.parametrize("field,value,valid", [("family", "cnn", "transformer"),
@@ -76,13 +202,12 @@ def _reverse_pairs(n=8, vocab=12, seed=0):
 
 def _family_scoring_positional():
     """family x scoring x positional, within what is valid (the issue's ablation grid)."""
-    for positional in registry.POSITIONAL:
-        for scoring in registry.TRANSFORMER_SCORING:
-            yield dict(family="transformer", positional=positional, scoring=scoring)
+    yield from _transformer_configs()
     yield dict(family="rnn", cell="lstm", attention="none")
     for attention in ("bahdanau", "luong"):
         for scoring in registry.SCORING:
-            yield dict(family="rnn", cell="lstm", attention=attention, scoring=scoring)
+            yield dict(family="rnn", cell="lstm", attention=attention, scoring=scoring,
+                       enc_output="project")
 
 
 @pytest.mark.slow

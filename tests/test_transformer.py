@@ -15,7 +15,7 @@ from seq2seq_training import train_on_batch
 V = 16
 POSITIONAL = list(registry.POSITIONAL)
 SCORING = list(registry.TRANSFORMER_SCORING)
-VARIANTS = list(itertools.product(POSITIONAL, SCORING))
+VARIANTS = registry.transformer_variants()
 
 
 def tiny(seed=0, **kw):

@@ -11,30 +11,66 @@ from lit_attention.models.positional import AlibiBias, T5Bias, alibi_slopes, sin
 from lit_attention.models.transformer import Embeddings, Stack, init_weights
 
 
-# rotary with additive scoring is not relative: tanh(W1 q + W2 k) does not reduce to q . k
-RELATIVE = [(kind, scoring) for kind in ("rotary", "shaw") for scoring in registry.TRANSFORMER_SCORING
-            if (kind, scoring) != ("rotary", "additive")]
+# every (relative encoding, scoring) pair the registry allows
+RELATIVE = [(p, s) for p, s in registry.transformer_variants() if p in registry.RELATIVE_POSITIONAL]
+
+
+def _position_bias(kind, heads):
+    if kind == "alibi":
+        return AlibiBias(heads)
+    if kind == "t5_bias":
+        bias = T5Bias(heads, bidirectional=True, buckets=8, max_distance=16)
+        nn.init.normal_(bias.embedding.weight)
+        return bias
+    return None
 
 
 @pytest.mark.parametrize("kind,scoring", RELATIVE)
 def test_relative_attention_is_translation_invariant(kind, scoring):
+    """Shifting every position leaves weights and outputs unchanged, for every allowed pair."""
     torch.manual_seed(0)
     attn = MultiHeadAttention(16, 2, scoring=scoring, rotary=kind == "rotary",
                               shaw_clip=4 if kind == "shaw" else 0).eval()
     if kind == "shaw":
         nn.init.normal_(attn.shaw.embedding.weight)
+    bias = _position_bias(kind, heads=2)
     x = torch.randn(2, 5, 16)
     pos = torch.arange(5)
 
     def run(p):
         k, v = attn.keys_values(x, p)
-        return attn(x, k, v, p, p, need_weights=True)
+        return attn(x, k, v, p, p, bias=None if bias is None else bias(p, p), need_weights=True)
 
     out, w = run(pos)
     shifted, w_shifted = run(pos + 9)
     torch.testing.assert_close(w, w_shifted, rtol=0, atol=1e-5)
     torch.testing.assert_close(out, shifted, rtol=0, atol=1e-5)
-    assert (w - run(pos.flip(0))[1]).abs().max() > 1e-4     # positions do matter
+    assert (w - run(pos * 2)[1]).abs().max() > 1e-4        # relative positions do matter
+
+
+@pytest.mark.parametrize("positional,scoring", list(registry.INCOMPATIBLE_POSITIONAL_SCORING))
+def test_refused_pairs_are_refused_by_every_builder(positional, scoring):
+    from lit_attention.lightning.lm import LanguageModelModule
+    from lit_attention.lightning.translation import TranslationModule
+    with pytest.raises(ValueError, match="does not go with"):
+        Stack(1, 16, 2, 32, 0.0, scoring=scoring, positional=positional)
+    with pytest.raises(ValueError, match="does not go with"):
+        TranslationModule(family="transformer", positional=positional, scoring=scoring)
+    with pytest.raises(ValueError, match="does not go with"):
+        LanguageModelModule(family="transformer", positional=positional, scoring=scoring)
+
+
+def test_rotary_with_additive_scoring_would_not_be_relative():
+    """Why the pair is refused: built by hand, shifting positions changes its scores."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 2, scoring="additive").eval()
+    x, pos = torch.randn(1, 5, 16), torch.arange(5)
+    from lit_attention.models.positional import rotary
+
+    def scores(p):
+        q, k = rotary(attn.queries(x), p), rotary(attn.keys_values(x)[0], p)
+        return attn.scores(q, k, p, p)
+    assert (scores(pos) - scores(pos + 9)).abs().max() > 1e-3
 
 
 def test_mha_fused_equals_explicit_with_bias_and_dead_rows():

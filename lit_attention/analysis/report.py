@@ -145,7 +145,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline)
     keys = rows + cols
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                   significance.method(args.samples) if sig is not None else None,
-                                  baseline)
+                                  baseline, notes=(tables.scoring_note(runs),))
     runs.to_csv(out / "runs.csv", index=False)
     agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)
     tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)

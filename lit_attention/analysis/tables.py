@@ -173,8 +173,22 @@ def to_markdown(cells: pd.DataFrame, best: pd.DataFrame, caption: str = "") -> s
     return table + ("\n\n" + caption if caption else "") + "\n"
 
 
+def scoring_note(runs: pd.DataFrame) -> str | None:
+    """What the recurrent scoring arms of a table share (the encoder output they attend over)."""
+    if "model.scoring" not in runs or "model.enc_output" not in runs:
+        return None
+    recurrent = runs[runs["model.enc_output"].notna()]
+    if recurrent["model.scoring"].nunique() < 2:
+        return None
+    outputs = sorted(recurrent["model.enc_output"].unique())
+    return ("Recurrent scoring arms attend over the same encoder output (model.enc_output = "
+            f"{' / '.join(outputs)}; {'one value' if len(outputs) == 1 else 'several values: compare within one'}) "
+            "and differ in the scoring function only; dot and scaled_dot own no parameters.")
+
+
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
-                 significance: str | None = None, baseline: str | None = None) -> str:
+                 significance: str | None = None, baseline: str | None = None,
+                 notes: tuple[str, ...] = ()) -> str:
     """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
@@ -186,6 +200,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
                      "(interrupted, running or without the metric) runs.")
     if significance:
         parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}); {significance}.")
+    parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")
     return " ".join(parts)

@@ -83,8 +83,7 @@ class LanguageModelModule(LightningModule):
         super().__init__()
         registry.check("language-model family", family, registry.LM_FAMILIES)
         registry.check("cell", cell, registry.CELLS)
-        registry.check("positional encoding", positional, registry.POSITIONAL)
-        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
+        registry.check_positional_scoring(positional, scoring)
         registry.check("n-gram smoothing", smoothing, SMOOTHING)
         self.save_hyperparameters()
         self.net = None

@@ -28,6 +28,7 @@ Family = Literal[registry.FAMILIES]
 Cell = Literal[registry.CELLS]
 Attention = Literal[registry.ATTENTION]
 Context = Literal[registry.CONTEXT]
+EncOutput = Literal[tuple(registry.ENC_OUTPUT)]
 Scoring = Literal[tuple(registry.SCORING)]
 Positional = Literal[tuple(registry.POSITIONAL)]
 Norm = Literal[registry.NORM]
@@ -61,7 +62,8 @@ class TranslationModule(LightningModule):
         norm: Norm = "pre",
         tie_embeddings: bool = True,
         bidirectional: bool = True,
-        input_feeding: bool = True,
+        input_feeding: bool = False,
+        enc_output: EncOutput = "concat",
         rank: int = 32,
         teacher_forcing: float = 1.0,
         match_params: Optional[int] = None,
@@ -82,7 +84,8 @@ class TranslationModule(LightningModule):
         super().__init__()
         if scoring is None:
             scoring = "scaled_dot" if family == "transformer" else "additive"
-        registry.check_seq2seq(family, cell, attention, scoring, positional, context)
+        registry.check_seq2seq(family, cell, attention, scoring, positional, context,
+                               input_feeding, bidirectional, enc_output)
         self.save_hyperparameters()
         self.hparams.scoring = scoring
         self.net = None
@@ -101,7 +104,7 @@ class TranslationModule(LightningModule):
                     emb_size=h.emb_size or h.d_model, heads=h.heads, enc_layers=h.enc_layers,
                     dec_layers=h.dec_layers, ffn=h.ffn, dropout=h.dropout, norm=h.norm,
                     tie_embeddings=h.tie_embeddings, bidirectional=h.bidirectional,
-                    input_feeding=h.input_feeding, rank=h.rank)
+                    input_feeding=h.input_feeding, enc_output=h.enc_output, rank=h.rank)
 
     def configure_model(self) -> None:
         if self.net is not None:

@@ -8,7 +8,8 @@ Scores of query q_i and key k_j, per head (d = d_head):
 - ``additive``:   v^T tanh(W1 q + W2 k)      (explicit path, [B, H, T, S, d] intermediate)
 
 Position hooks: ``rotary`` rotates queries and keys (after the ``general`` map, so q^T W k still
-depends only on i - j); additive biases (ALiBi, T5) come in as ``bias``; ``shaw`` relative key
+depends only on i - j; with additive scoring it would not, and the registry refuses that pair);
+additive biases (ALiBi, T5) come in as ``bias``; ``shaw`` relative key
 vectors make the score of (i, j) the score against k_j + a_(j-i) and force the explicit path.
 
 ``torch.nn.functional.scaled_dot_product_attention`` computes the product whenever it can; the
@@ -68,6 +69,8 @@ class MultiHeadAttention(nn.Module):
                  rotary: bool = False, shaw_clip: int = 0):
         super().__init__()
         registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
+        if rotary:
+            registry.check_positional_scoring("rotary", scoring)
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_head = heads, d_model // heads
@@ -110,6 +113,16 @@ class MultiHeadAttention(nn.Module):
             k = rotary(k, positions)
         return k, v
 
+    def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Queries [B, H, T, d] of x [B, T, D]: for ``general`` already mapped by W, so that the
+        score is a dot product with the keys; rotated when rotary (after W: q^T W k stays relative)."""
+        q = self.split(self.query(x))
+        if self.scoring == "general":
+            q = q @ self.w                                                 # q^T W k = (q^T W) . k
+        if self.rotary:
+            q = rotary(q, positions)
+        return q
+
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
                 blocked: torch.Tensor | None = None, bias: torch.Tensor | None = None,
@@ -118,11 +131,7 @@ class MultiHeadAttention(nn.Module):
         blocked bool broadcastable to [B, H, T, S]; bias float broadcastable to [B, H, T, S];
         or, instead of those two, ``mask`` already combined (see ``Stack``).
         Returns (output [B, T, D], weights [B, H, T, S] or None)."""
-        q = self.split(self.query(x))
-        if self.scoring == "general":
-            q = q @ self.w                                                 # q^T W k = (q^T W) . k
-        if self.rotary:
-            q = rotary(q, q_pos)
+        q = self.queries(x, q_pos)
         if mask is None:
             mask = combine_mask(blocked, bias, q.dtype)
         dead = mask.dead

@@ -9,8 +9,12 @@ decoder's size. Decoder wirings:
   context="every-step" the top layer's bridged final state is also fed at every step (Cho 2014).
 - ``bahdanau``: query s_{t-1}; the context c_t joins the embedding at the RNN input;
   readout tanh(W [s_t; c_t; e_t]).
-- ``luong``: query s_t; readout (attentional hidden) tanh(W [c_t; s_t]); with input feeding the
-  previous readout joins the next input.
+- ``luong``: query s_t; readout (attentional hidden) tanh(W [c_t; s_t]).
+
+Input feeding (the previous readout joins the next input) is a separate switch, valid with either
+wiring, so that a table can tell the wiring's effect from input feeding's. What attention attends
+over is ``enc_output`` (registry.ENC_OUTPUT): the encoder states as they are (2H when
+bidirectional), the sum of the two directions, or a projection to H, shared by every scorer.
 
 The decoder loops over target steps only where a step needs the previous one (attention on
 s_{t-1}, input feeding, scheduled sampling); otherwise it runs the RNN over the whole target.
@@ -27,7 +31,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from lit_attention.data.vocab import PAD
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.scoring import attend, build_scorer
-from lit_attention.registry import ATTENTION, CELLS, CONTEXT, check
+from lit_attention.registry import CELLS, check, check_rnn
 
 
 def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout: float,
@@ -105,45 +109,44 @@ class RNNSeq2Seq(Seq2SeqModel):
     """Recurrent encoder-decoder (see the module docstring for the wirings).
 
     Submodules: encoder (embed, rnn), bridges (h, and c for the LSTM), tgt_embed, decoder (the
-    decoder RNN), scorer (with attention), readout, generator. Dot-product scorers project the
-    2H keys of a bidirectional encoder to the decoder's H (see scoring.Dot); the values attended
-    over are always the raw encoder states. With ``tie_embeddings`` the readout has the embedding
-    size (a bias-free projection when there is no attention and E != H), so the generator can use
-    the target embedding matrix.
+    decoder RNN), enc_output (with attention and enc_output="project"), scorer (with attention),
+    readout, generator. Keys and values of attention are the same tensor, the encoder states
+    after ``enc_output``; the scorer owns only the parameters of its formula. With
+    ``tie_embeddings`` the readout has the embedding size (a bias-free projection when there is
+    no attention and E != H), so the generator can use the target embedding matrix.
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str = "lstm",
                  emb_size: int = 256, hidden_size: int = 256, enc_layers: int = 1,
                  dec_layers: int = 1, dropout: float = 0.1, bidirectional: bool = True,
                  attention: str = "bahdanau", scoring: str = "additive", context: str = "init",
-                 input_feeding: bool = True, rank: int = 32, tie_embeddings: bool = False):
+                 input_feeding: bool = False, rank: int = 32, tie_embeddings: bool = False,
+                 enc_output: str = "concat"):
         super().__init__()
-        check("cell", cell, CELLS)
-        check("attention wiring", attention, ATTENTION)
-        check("context wiring", context, CONTEXT)
-        if context == "every-step" and attention != "none":
-            raise ValueError(f"context='every-step' is the no-attention wiring; attention="
-                             f"{attention!r} already feeds a context at every step")
+        check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
         self.cell, self.attention, self.context = cell, attention, context
-        self.input_feeding = input_feeding and attention == "luong"
+        self.input_feeding, self.enc_output = input_feeding, enc_output
         H = hidden_size
 
         self.encoder = Encoder(src_vocab_size, cell, emb_size, H, enc_layers, dropout,
                                bidirectional)
-        K = self.encoder.output_size
+        # K: size of what attention attends over (keys and values)
+        K = self.encoder.output_size if enc_output == "concat" else H
         n_states = 2 if cell == "lstm" else 1
-        self.bridges = nn.ModuleList(Bridge(K, H, enc_layers, dec_layers, project=bidirectional)
-                                     for _ in range(n_states))
+        self.bridges = nn.ModuleList(Bridge(self.encoder.output_size, H, enc_layers, dec_layers,
+                                            project=bidirectional) for _ in range(n_states))
 
         # With tied embeddings the readout lives in embedding space, so it can share its weights.
         self.out_size = emb_size if tie_embeddings else H
-        extra = {"none": H if context == "every-step" else 0, "bahdanau": K,
-                 "luong": self.out_size if self.input_feeding else 0}[attention]
+        extra = ({"none": H if context == "every-step" else 0, "bahdanau": K, "luong": 0}[attention]
+                 + (self.out_size if input_feeding else 0))
         self.tgt_embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
         self.decoder = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
 
         if attention != "none":
+            if enc_output == "project":
+                self.enc_proj = nn.Linear(self.encoder.output_size, H, bias=False)
             self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
         if attention == "none":
             self.readout = (nn.Linear(H, self.out_size, bias=False) if self.out_size != H
@@ -165,10 +168,20 @@ class RNNSeq2Seq(Seq2SeqModel):
         for name, bridge, final in zip(("init_h", "init_c"), self.bridges, finals):
             memory[name] = bridge(final)                    # [B, L_dec, H]
         if self.attention != "none":
-            memory["keys"] = self.scorer.precompute(states)
+            memory["values"] = self.attended(states)
+            memory["keys"] = self.scorer.precompute(memory["values"])
         elif self.context == "every-step":
             memory["context"] = memory["init_h"][:, -1]     # [B, H]
         return memory
+
+    def attended(self, states: torch.Tensor) -> torch.Tensor:
+        """Encoder states [B, S, dirs*H] -> what attention attends over [B, S, K] (enc_output)."""
+        if self.enc_output == "project":
+            return self.enc_proj(states)
+        if self.enc_output == "sum" and self.encoder.directions == 2:
+            H = self.encoder.rnn.hidden_size
+            return states[..., :H] + states[..., H:]
+        return states
 
     # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
 
@@ -193,7 +206,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     def _attend(self, memory, query):
         """query [B, Tq, H] -> context [B, Tq, K], weights [B, Tq, S]."""
         scores = self.scorer.score(query, memory["keys"])
-        return attend(scores, memory["states"], memory["src_pad"])
+        return attend(scores, memory["values"], memory["src_pad"])
 
     def _advance(self, memory, state, emb):
         """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
@@ -202,10 +215,10 @@ class RNNSeq2Seq(Seq2SeqModel):
         if self.attention == "bahdanau":
             context, weights = self._attend(memory, state["h"][:, -1:])   # query s_{t-1}
             inputs.append(context[:, 0])
-        elif self.input_feeding:
-            inputs.append(state["feed"])
         elif self.context == "every-step":
             inputs.append(memory["context"])
+        if self.input_feeding:
+            inputs.append(state["feed"])
         out, hidden = self.decoder(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
         if self.attention == "bahdanau":
             readout = torch.tanh(self.readout(torch.cat([out[:, 0], context[:, 0], emb], -1)))

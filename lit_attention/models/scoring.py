@@ -35,18 +35,16 @@ class Scorer(nn.Module):
 
 
 class Dot(Scorer):
-    """s^T h. When the key size differs from the query size (a bidirectional encoder gives 2H
-    keys to an H decoder) the keys are first mapped to the query size by a bias-free Linear;
-    that projection runs once per source sentence, in ``precompute``."""
+    """s^T h, or s^T h / sqrt(d) when ``scaled``. No parameters: query and key sizes must match
+    (a bidirectional encoder's 2H states are made H by the model's ``enc_output`` choice, which
+    every scorer sees alike, never by a projection of the dot scorer's own)."""
 
     def __init__(self, query_size: int, key_size: int, scaled: bool = False):
         super().__init__()
-        self.key_proj = (nn.Linear(key_size, query_size, bias=False) if key_size != query_size
-                         else nn.Identity())
+        if key_size != query_size:
+            raise ValueError(f"dot scoring compares queries of size {query_size} with keys of size "
+                             f"{key_size}: it has no parameters to map one to the other")
         self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0
-
-    def precompute(self, keys):
-        return self.key_proj(keys)
 
     def score(self, query, prepared):
         return (query @ prepared.transpose(1, 2)) * self.scale
@@ -88,7 +86,7 @@ class Additive(Scorer):
     def __init__(self, query_size: int, key_size: int, attn_size: int):
         super().__init__()
         self.W1 = nn.Linear(key_size, attn_size, bias=False)
-        self.W2 = nn.Linear(query_size, attn_size)
+        self.W2 = nn.Linear(query_size, attn_size, bias=False)
         self.v = nn.Linear(attn_size, 1, bias=False)
 
     def precompute(self, keys):
@@ -122,15 +120,15 @@ def build_scorer(name: str, query_size: int, key_size: int, rank: int = 32,
     hidden units (default: the query size)."""
     check("scoring", name, SCORING)
     attn_size = attn_size or query_size
-    if name in ("dot", "scaled_dot"):
-        return Dot(query_size, key_size, scaled=name == "scaled_dot")
-    if name == "general":
-        return General(query_size, key_size)
-    if name == "low_rank":
-        return LowRank(query_size, key_size, rank)
-    if name == "additive":
-        return Additive(query_size, key_size, attn_size)
-    return Concat(query_size, key_size, attn_size)
+    builders = {
+        "dot": lambda: Dot(query_size, key_size),
+        "scaled_dot": lambda: Dot(query_size, key_size, scaled=True),
+        "general": lambda: General(query_size, key_size),
+        "low_rank": lambda: LowRank(query_size, key_size, rank),
+        "additive": lambda: Additive(query_size, key_size, attn_size),
+        "concat": lambda: Concat(query_size, key_size, attn_size),
+    }
+    return builders[name]()
 
 
 def masked_softmax(scores: torch.Tensor, src_pad: torch.Tensor) -> torch.Tensor:

@@ -108,8 +108,7 @@ class Stack(nn.Module):
                  causal: bool = False, cross: bool = False, rel_buckets: int = 32,
                  rel_max_distance: int = 128, shaw_clip: int = 16):
         super().__init__()
-        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
-        registry.check("positional encoding", positional, registry.POSITIONAL)
+        registry.check_positional_scoring(positional, scoring)
         self.causal, self.cross, self.heads, self.d_head = causal, cross, heads, d_model // heads
         self.layers = nn.ModuleList(
             Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)

@@ -18,13 +18,17 @@ TINY = dict(emb_size=8, hidden_size=12, dropout=0.0, rank=4)
 
 # (attention, scoring, context, input_feeding) for every wiring the model supports
 WIRINGS = ([("none", "additive", "init", False), ("none", "additive", "every-step", False)]
-           + [("bahdanau", s, "init", False) for s in SCORING]
-           + [("luong", s, "init", f) for s in SCORING for f in (True, False)])
+           + [(a, s, "init", f) for a in ("bahdanau", "luong") for s in SCORING for f in (True, False)])
 WIRING_IDS = [f"{a}-{s}-{c}-{'feed' if f else 'nofeed'}" for a, s, c, f in WIRINGS]
+
+
+# every encoder output meets some scorer; the parameter-free ones need keys of the decoder's size
+ENC_OUTPUT_FOR = {"dot": "sum", "scaled_dot": "project", "general": "project", "low_rank": "sum"}
 
 
 def make(cell="lstm", wiring=("bahdanau", "additive", "init", False), **kw):
     attention, scoring, context, feed = wiring
+    kw.setdefault("enc_output", ENC_OUTPUT_FOR.get(scoring, "concat"))
     return RNNSeq2Seq(V, V, cell=cell, attention=attention, scoring=scoring, context=context,
                       input_feeding=feed, **{**TINY, **kw})
 
@@ -207,6 +211,38 @@ def test_invalid_configurations_are_rejected():
         RNNSeq2Seq(V, V, attention="local")
     with pytest.raises(ValueError, match="every-step"):
         RNNSeq2Seq(V, V, attention="luong", context="every-step")
+    with pytest.raises(ValueError, match="input_feeding"):
+        RNNSeq2Seq(V, V, attention="none", input_feeding=True)
+    with pytest.raises(ValueError, match="enc_output"):
+        RNNSeq2Seq(V, V, attention="luong", scoring="dot", bidirectional=True, enc_output="concat")
+
+
+@pytest.mark.parametrize("enc_output", ["sum", "project"])
+def test_attention_attends_over_the_encoder_output_choice(enc_output):
+    """Keys and values are the encoder states after enc_output: the two directions summed, or
+    their concatenation through one shared bias-free Linear."""
+    torch.manual_seed(0)
+    model = make("gru", ("luong", "dot", "init", False), enc_output=enc_output).eval()
+    src, _, _ = batch()
+    memory = model.encode(src)
+    states, H = memory["states"], TINY["hidden_size"]
+    expected = (states[..., :H] + states[..., H:] if enc_output == "sum"
+                else states @ model.enc_proj.weight.T)
+    torch.testing.assert_close(memory["values"], expected)
+    torch.testing.assert_close(memory["keys"], expected)        # dot: keys are the values as they are
+
+
+def test_input_feeding_feeds_the_previous_readout_with_either_wiring():
+    """With input feeding the first step sees a zero feed, so only later steps change."""
+    src, tgt_in, _ = batch(5)
+    for attention in ("bahdanau", "luong"):
+        torch.manual_seed(0)
+        model = make("gru", (attention, "general", "init", True)).eval()
+        memory = model.encode(src)
+        state = model.init_state(memory)
+        assert (state["feed"] == 0).all()
+        readout, _, state = model._advance(memory, state, model.tgt_embed(tgt_in[:, 0]))
+        torch.testing.assert_close(state["feed"], readout)
 
 
 def test_default_model_overfits_a_reverse_task():

@@ -1,12 +1,14 @@
-"""Scoring functions: batched scores equal a per-position reference; masked softmax."""
+"""Scoring functions: batched scores equal a per-position reference; each scorer owns exactly the
+parameters of its formula; masked softmax."""
 
 import math
 
 import pytest
 import torch
 
+from lit_attention.models.base import count_parameters
 from lit_attention.models.scoring import attend, build_scorer, masked_softmax
-from lit_attention.registry import SCORING
+from lit_attention.registry import PARAMETER_FREE_SCORING, SCORING
 
 B, TQ, S, DQ, DK = 3, 4, 6, 5, 8
 
@@ -14,20 +16,24 @@ B, TQ, S, DQ, DK = 3, 4, 6, 5, 8
 def reference_score(name, scorer, s, h):
     """Score of one query vector s [DQ] against one key vector h [DK], written from the formula."""
     if name in ("dot", "scaled_dot"):
-        k = h if isinstance(scorer.key_proj, torch.nn.Identity) else scorer.key_proj.weight @ h
-        return (s @ k) / (math.sqrt(len(s)) if name == "scaled_dot" else 1.0)
+        return (s @ h) / (math.sqrt(len(s)) if name == "scaled_dot" else 1.0)
     if name == "general":
         return s @ scorer.W.weight @ h
     if name == "low_rank":
         return (scorer.U.weight @ s) @ (scorer.V.weight @ h)
     if name == "additive":
-        return scorer.v.weight[0] @ torch.tanh(scorer.W1.weight @ h + scorer.W2.weight @ s
-                                              + scorer.W2.bias)
+        return scorer.v.weight[0] @ torch.tanh(scorer.W1.weight @ h + scorer.W2.weight @ s)
     return scorer.v.weight[0] @ torch.tanh(scorer.W.weight @ torch.cat([s, h]))
 
 
-@pytest.mark.parametrize("key_size", [DQ, DK], ids=["same-size", "wider-keys"])
-@pytest.mark.parametrize("name", list(SCORING))
+def _sizes():
+    for name in SCORING:
+        yield name, DQ
+        if name not in PARAMETER_FREE_SCORING:
+            yield name, DK
+
+
+@pytest.mark.parametrize("name,key_size", list(_sizes()))
 def test_batched_scores_match_per_position_loop(name, key_size):
     torch.manual_seed(0)
     scorer = build_scorer(name, DQ, key_size, rank=3)
@@ -45,9 +51,22 @@ def test_batched_scores_match_per_position_loop(name, key_size):
     torch.testing.assert_close(scorer.score(query, scorer.precompute(keys)), scores)
 
 
-def test_dot_projects_keys_only_when_sizes_differ():
-    assert isinstance(build_scorer("dot", DQ, DQ).key_proj, torch.nn.Identity)
-    assert build_scorer("scaled_dot", DQ, DK).key_proj.weight.shape == (DQ, DK)
+A, R = 7, 3
+OWN_PARAMETERS = {"dot": 0, "scaled_dot": 0, "general": DQ * DK, "low_rank": R * (DQ + DK),
+                  "additive": A * (DQ + DK + 1), "concat": A * (DQ + DK + 1)}
+
+
+@pytest.mark.parametrize("name", list(SCORING))
+def test_each_scorer_owns_exactly_the_parameters_of_its_formula(name):
+    key_size = DQ if name in PARAMETER_FREE_SCORING else DK
+    scorer = build_scorer(name, DQ, key_size, rank=R, attn_size=A)
+    assert count_parameters(scorer) == OWN_PARAMETERS[name]
+
+
+@pytest.mark.parametrize("name", PARAMETER_FREE_SCORING)
+def test_parameter_free_scorers_refuse_keys_of_another_size(name):
+    with pytest.raises(ValueError, match="no parameters"):
+        build_scorer(name, DQ, DK)
 
 
 def test_unknown_scoring_is_rejected():
