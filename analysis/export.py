@@ -1,0 +1,62 @@
+"""Copy the compact part of run stores into the committed results/ store.
+
+    python analysis/export.py runs/multi30k results/multi30k [--runs ID ...]
+
+Per run: summary.json, config.yaml, metrics.csv, gradflow.csv and hyps/ (hypotheses and
+references: what significance tests and BLEU by length need). Checkpoints, attention heatmaps and
+W&B files stay behind, so the store is a few hundred KB per run. A run already in the destination
+is replaced (re-exporting a finished run after `lit-attention test` adds its test hypotheses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+KEEP_FILES = ("summary.json", "config.yaml", "metrics.csv", "gradflow.csv")
+KEEP_DIRS = ("hyps",)
+
+
+def export_run(run_dir: Path, destination: Path) -> Path:
+    """Copy one run's compact files to destination/<run_id>; returns that directory."""
+    target = destination / run_dir.name
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for name in KEEP_FILES:
+        if (run_dir / name).is_file():
+            shutil.copy2(run_dir / name, target / name)
+    for name in KEEP_DIRS:
+        if (run_dir / name).is_dir():
+            shutil.copytree(run_dir / name, target / name)
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", type=Path, help="a group of run stores (runs/<group>)")
+    parser.add_argument("destination", type=Path, help="results/<name>")
+    parser.add_argument("--runs", dest="only", nargs="+", default=None, metavar="ID",
+                        help="export only these run ids")
+    args = parser.parse_args(argv)
+    found = sorted(p for p in args.runs.iterdir() if (p / "summary.json").is_file()) \
+        if args.runs.is_dir() else []
+    if args.only:
+        missing = set(args.only) - {p.name for p in found}
+        if missing:
+            print(f"error: no run store {', '.join(sorted(missing))} in {args.runs}", file=sys.stderr)
+            return 2
+        found = [p for p in found if p.name in args.only]
+    if not found:
+        print(f"error: no run store (a directory with summary.json) in {args.runs}", file=sys.stderr)
+        return 2
+    for run_dir in found:
+        export_run(run_dir, args.destination)
+    print(f"exported {len(found)} runs to {args.destination}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""Regenerate every table, number and figure of docs/RESULTS.md from the committed results/ store.
+
+    python analysis/reproduce.py            # rewrite docs/RESULTS.md (and its figures)
+    python analysis/reproduce.py --check    # exit 1, with a diff, if docs/RESULTS.md differs
+
+docs/RESULTS.md marks what is generated with HTML comments (invisible on GitHub); everything
+between a marker and the next `<!-- end -->` is replaced:
+
+    <!-- report results/demo --metric val_bleu -->      a table: `lit-attention report` on the
+    ...                                                 store with these options, as Markdown
+    <!-- end -->
+    <!-- value results/demo val_bleu mean model.family=transformer digits=1 -->61.8<!-- end -->
+                                                        one number in the text: mean, std, min,
+                                                        max, median or n of a metric over the
+                                                        finished runs matching every KEY=VALUE
+    <!-- figures results/demo --metric val_bleu -> figures/demo -->
+                                                        the report's PNG figures, copied to
+                                                        docs/figures/demo (not compared by --check:
+    <!-- end -->                                        image bytes vary with matplotlib versions)
+
+A number in docs/RESULTS.md outside such a block is one nobody can regenerate: don't write it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import math
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS_MD = REPO / "docs" / "RESULTS.md"
+
+BLOCK = re.compile(r"<!-- (report|value|figures) (.*?) -->(.*?)<!-- end -->", re.S)
+STATS = ("mean", "std", "min", "max", "median", "n")
+
+
+class ReproduceError(ValueError):
+    """A marker that cannot be regenerated (bad arguments, missing store, no matching run)."""
+
+
+def _report(args: list[str], out: Path) -> Path:
+    """Run `lit-attention report ARGS --out OUT` in this process; its own output is dropped."""
+    from lit_attention.analysis import report
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
+        status = report.main([*args, "--out", str(out)])
+    if status != 0:
+        raise ReproduceError(f"lit-attention report {' '.join(args)} failed:\n{captured.getvalue()}")
+    return out
+
+
+def _store(path: str) -> str:
+    store = (REPO / path).resolve()
+    if not store.is_dir():
+        raise ReproduceError(f"results store {path} does not exist")
+    return str(store)
+
+
+def table(spec: str, scratch: Path) -> str:
+    store, *options = shlex.split(spec)
+    out = _report([_store(store), *options, "--no-figures"], scratch / "table")
+    return "\n" + (out / "table.md").read_text().strip() + "\n"
+
+
+def figures(spec: str, scratch: Path, docs: Path | None) -> str:
+    """Markdown image links to the report's figures, copied under ``docs`` when given."""
+    report_part, _, target = spec.partition(" -> ")
+    if not target:
+        raise ReproduceError(f"figures marker needs '-> DIR': {spec!r}")
+    store, *options = shlex.split(report_part)
+    out = _report([_store(store), *options], scratch / "figures")
+    names = sorted(p.name for p in out.glob("*.png"))
+    if docs is not None:
+        destination = docs / target.strip()
+        shutil.rmtree(destination, ignore_errors=True)
+        destination.mkdir(parents=True)
+        for name in names:
+            shutil.copy(out / name, destination / name)
+    links = [f"![{Path(n).stem.replace('_', ' ')}]({target.strip()}/{n})" for n in names]
+    return "\n" + "\n".join(links) + "\n"
+
+
+def value(spec: str) -> str:
+    """`STORE METRIC STAT [KEY=VALUE ...] [digits=N]` -> the number as text."""
+    import pandas as pd
+
+    from lit_attention.analysis import load
+    store, metric, stat, *rest = shlex.split(spec)
+    if stat not in STATS:
+        raise ReproduceError(f"unknown statistic {stat!r} in {spec!r}; use one of {', '.join(STATS)}")
+    digits = 1
+    where = {}
+    for pair in rest:
+        key, _, wanted = pair.partition("=")
+        if key == "digits":
+            digits = int(wanted)
+        else:
+            where[key] = wanted
+    runs = load.load_runs(_store(store))
+    chosen = runs["status"] == load.FINISHED
+    for key, wanted in where.items():
+        column = load.resolve_key(runs, key)
+        chosen &= runs[column].astype(str) == wanted
+    if metric not in runs:
+        raise ReproduceError(f"metric {metric!r} is in no run of {store}")
+    values = pd.to_numeric(runs.loc[chosen, metric], errors="coerce")
+    values = values[values.map(lambda x: math.isfinite(x) if pd.notna(x) else False)]
+    if values.empty:
+        raise ReproduceError(f"no finished run of {store} with a finite {metric} matches {where}")
+    if stat == "n":
+        return str(len(values))
+    number = {"mean": values.mean, "std": values.std, "min": values.min, "max": values.max,
+              "median": values.median}[stat]()
+    return f"{number:,.{digits}f}"
+
+
+def regenerate(text: str, docs: Path | None = None) -> str:
+    """The document with every generated block rebuilt (figures copied under ``docs`` if given)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        def rebuild(match: re.Match) -> str:
+            kind, spec = match.group(1), match.group(2).strip()
+            with tempfile.TemporaryDirectory(dir=tmp) as scratch:
+                if kind == "report":
+                    body = table(spec, Path(scratch))
+                elif kind == "figures":
+                    body = figures(spec, Path(scratch), docs)
+                else:
+                    body = value(spec)
+            return f"<!-- {kind} {spec} -->{body}<!-- end -->"
+        return BLOCK.sub(rebuild, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true",
+                        help="compare instead of writing; exit 1 when docs/RESULTS.md differs")
+    parser.add_argument("--file", type=Path, default=RESULTS_MD, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    path = args.file
+    current = path.read_text()
+    try:
+        fresh = regenerate(current, docs=None if args.check else path.parent)
+    except ReproduceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        if fresh == current:
+            print(f"{path.name}: every generated block matches results/")
+            return 0
+        sys.stdout.writelines(difflib.unified_diff(
+            current.splitlines(keepends=True), fresh.splitlines(keepends=True),
+            f"{path.name} (committed)", f"{path.name} (from results/)"))
+        print(f"\n{path.name} differs from what results/ regenerates: "
+              "run python analysis/reproduce.py", file=sys.stderr)
+        return 1
+    if fresh != current:
+        path.write_text(fresh)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""analysis/reproduce.py and analysis/export.py: docs/RESULTS.md is regenerated from results/."""
+
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from analysis_stores import write_run
+from conftest import REPO
+
+
+def _script(name):
+    spec = importlib.util.spec_from_file_location(name, REPO / "analysis" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reproduce, export = _script("reproduce"), _script("export")
+
+BLEU = {"none": [10.0, 12.0], "bahdanau": [30.0, 33.0]}
+
+
+@pytest.fixture()
+def store(tmp_path):
+    runs = tmp_path / "runs"
+    for attention, scores in BLEU.items():
+        for seed, bleu in enumerate(scores, 1):
+            write_run(runs, "study", f"{attention}-s{seed}", seed=seed, val_bleu=bleu,
+                      model={"family": "rnn", "attention": attention})
+    (runs / "study" / "none-s1" / "checkpoints").mkdir()
+    (runs / "study" / "none-s1" / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    assert export.main([str(runs / "study"), str(tmp_path / "results" / "study")]) == 0
+    return tmp_path / "results" / "study"
+
+
+def _doc(tmp_path, store, body):
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text(body.replace("STORE", str(store)))
+    return doc
+
+
+def test_export_keeps_the_compact_files_only(store):
+    kept = {p.relative_to(store).as_posix() for p in store.rglob("*") if p.is_file()}
+    assert "none-s1/summary.json" in kept and "none-s1/metrics.csv" in kept
+    assert not [k for k in kept if "checkpoints" in k]
+
+
+def test_values_and_tables_are_regenerated_and_checked(tmp_path, store):
+    doc = _doc(tmp_path, store,
+               "Attention gives <!-- value STORE val_bleu mean model.attention=bahdanau -->0<!-- end -->"
+               " BLEU over <!-- value STORE val_bleu n model.attention=bahdanau -->0<!-- end --> seeds.\n"
+               "<!-- report STORE --metric val_bleu --baseline off -->\nold table\n<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 1          # stale numbers are caught
+    assert reproduce.main(["--file", str(doc)]) == 0
+    text = doc.read_text()
+    assert "-->31.5<!-- end --> BLEU over <!-- value" in text and "-->2<!-- end --> seeds" in text
+    assert "old table" not in text and "| bahdanau" in text and "31.5 ± 2.1" in text
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+    doc.write_text(text.replace("31.5 ± 2.1", "31.6 ± 2.1"))             # a hand-edited table cell
+    assert reproduce.main(["--check", "--file", str(doc)]) == 1
+
+
+def test_figures_are_copied_next_to_the_document(tmp_path, store):
+    doc = _doc(tmp_path, store, "<!-- figures STORE --metric val_bleu --baseline off -> figures/x -->"
+                                "<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    pngs = sorted((tmp_path / "figures" / "x").glob("*.png"))
+    assert pngs and all(f"figures/x/{p.name}" in doc.read_text() for p in pngs)
+
+
+def test_a_marker_that_cannot_be_regenerated_is_a_usage_error(tmp_path, store, capsys):
+    doc = _doc(tmp_path, store, "<!-- value STORE val_bleu mean model.attention=luong -->1<!-- end -->")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert "no finished run" in capsys.readouterr().err
+
+
+def test_committed_results_md_matches_the_committed_results_store():
+    done = subprocess.run([sys.executable, "analysis/reproduce.py", "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
