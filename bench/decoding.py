@@ -74,7 +74,7 @@ def load_checkpoint(path: str):
     """(net, datamodule, model hyperparameters) from a TranslationModule checkpoint."""
     from lit_attention.data.translation import TranslationDataModule
     from lit_attention.lightning.translation import TranslationModule
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)   # a crafted file may not run code
 
     def init_args(hparams: dict) -> dict:           # LightningCLI also records "_class_path"
         return {k: v for k, v in hparams.items() if not k.startswith("_")}

@@ -45,7 +45,7 @@ def main() -> None:
     config, weights, output = (Path(a) for a in sys.argv[1:4])
     cfg = load_config(config)
     cfg["data"].pop("dev", None)                        # decode the test split only
-    saved = torch.load(weights, map_location="cpu")
+    saved = torch.load(weights, map_location="cpu", weights_only=True)
     our_id = {piece: i for i, piece in enumerate(saved["pieces"])}
 
     args = parse_global_args(copy.deepcopy(cfg), rank=0, mode="test")   # fills Joey's defaults

@@ -63,7 +63,8 @@ def _build_cli_class():
 
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.tracking.callback import RunStoreCallback
-    from lit_attention.tracking.run_store import RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run, new_run_id
+    from lit_attention.tracking.run_store import (RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run,
+                                                 new_run_id, run_path)
 
     class LitAttentionCLI(LightningCLI):
         def add_arguments_to_parser(self, parser):
@@ -90,11 +91,15 @@ def _build_cli_class():
             else:
                 run_id = new_run_id()
             os.environ[RUN_ID_ENV] = run_id
-            return Path(run.root) / run.group / run_id
+            return run_path(run.root, run.group, run_id)
 
         def before_instantiate_classes(self):
             cfg = self.config[self.subcommand]
-            self.run_dir = RunDir(self._resolve_run_dir(cfg))
+            try:
+                self.run_dir = RunDir(self._resolve_run_dir(cfg))
+            except ValueError as exc:                      # an unsafe --run.id / --run.group
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
             self.config_yaml = self._parser(self.subcommand).dump(cfg, skip_none=False)
 
         def instantiate_trainer(self, **kwargs):

@@ -7,6 +7,7 @@ printed by the scripts, never asserted here.
 
 import contextlib
 import io
+import os
 import re
 import runpy
 import sys
@@ -109,3 +110,23 @@ def test_every_reference_transformer_tensor_gets_a_joey_name(monkeypatch):
     assert not unmapped
     per_encoder_layer, per_decoder_layer = 16, 26      # norms and linears, weight + bias each
     assert len(names) == 3 + 4 + size["enc_layers"] * per_encoder_layer + size["dec_layers"] * per_decoder_layer
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_decoding_bench_refuses_a_checkpoint_that_would_run_code(tmp_path, monkeypatch):
+    """bench/decoding.py --ckpt loads with weights_only=True: a crafted pickle is refused."""
+    import pickle
+
+    import torch
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(BENCH))
+    crafted = tmp_path / "best.ckpt"
+    torch.save({"hyper_parameters": _RunsCode(), "state_dict": {}}, crafted)
+    decoding = runpy.run_path(str(BENCH / "decoding.py"))
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        decoding["load_checkpoint"](str(crafted))
+    assert not (tmp_path / "pwned").exists()

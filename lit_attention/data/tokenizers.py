@@ -15,13 +15,13 @@ import io
 import json
 import logging
 import os
-import tempfile
 from collections import Counter
 from typing import Iterable, Protocol, Sequence
 
 import sentencepiece as spm
 
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
+from lit_attention.files import atomic_write
 from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
 
 log = logging.getLogger(__name__)
@@ -184,21 +184,6 @@ class SentencePieceTokenizer:
 
 
 _CLASSES = {"word": WordTokenizer, "char": CharTokenizer, "sentencepiece": SentencePieceTokenizer}
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers never see a partial file."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)     # mkstemp creates 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ import optuna
 
 from lit_attention.sweep import driver, progress
 from lit_attention.sweep.schema import SweepError, load_sweep
-from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url
+from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 
 
 def parser() -> argparse.ArgumentParser:
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as e:  # a database that cannot be reached: never echo the URL unmasked
         print(f"lit-attention sweep: cannot open the study at {mask_url(url)}: "
-              f"{type(e).__name__}: {str(e).replace(url, mask_url(url))[:500]}", file=sys.stderr)
+              f"{type(e).__name__}: {redact(str(e), url)[:500]}", file=sys.stderr)
         return 1
 
     last = [""]

@@ -7,9 +7,9 @@ unmasked: print and log `mask_url(url)`.
 
 from __future__ import annotations
 
-import re
 import warnings
 from pathlib import Path
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 import optuna
 
@@ -19,13 +19,40 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 STORAGE_ENV = "LIT_ATTENTION_SWEEP_STORAGE"  # how the driver hands the URL to its workers (not argv)
 
 
+# Query parameters whose value is a secret (libpq's password, sslpassword; tokens of other drivers).
+SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
+
+
+def url_secrets(url: str) -> list[str]:
+    """Every spelling (as written, URL-decoded, re-encoded) of the secrets in a database URL: the
+    password of user:password@ (which may itself contain '@') and secret query parameters."""
+    found = []
+    base, _, query = url.partition("?")
+    start = base.find("://") + 3 if "://" in base else 0
+    if "@" in base[start:]:
+        userinfo = base[start:base.rindex("@")]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+    for part in query.split("&"):
+        key, sep, value = part.partition("=")
+        if sep and value and any(k in unquote_plus(key).lower() for k in SECRET_KEYS):
+            found.append(value)
+    forms = {form for secret in found
+             for form in (secret, unquote(secret), unquote_plus(secret), quote(unquote(secret), safe=""),
+                          quote_plus(unquote_plus(secret)))}
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
+def redact(text: str, url: str) -> str:
+    """``text`` (a message, a config, an error) with every secret of ``url`` replaced by ***."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
 def mask_url(url: str) -> str:
-    """The URL with its password replaced by ***."""
-    try:
-        from sqlalchemy.engine import make_url
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a SQLAlchemy URL: mask anything that looks like user:password@
-        return re.sub(r"//([^:/@]+):[^@]*@", r"//\1:***@", url)
+    """The URL with its password and secret query parameters replaced by ***."""
+    return redact(url, url)
 
 
 def default_url(root: Path, study_name: str) -> str:

@@ -11,10 +11,9 @@ import csv
 import io
 import json
 import math
-import os
+import re
 import secrets
 import subprocess
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,22 +22,31 @@ from typing import Any
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
+from lit_attention.files import atomic_write  # noqa: F401  (the run store's writers import it from here)
+
 STOP_FILE = "STOP"
 RUN_ID_ENV = "LIT_ATTENTION_RUN_ID"
 
 
-def atomic_write(path: Path | str, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+# Run ids and groups become directory names under the runs root: no separators, no '.'/'..'.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(option: str, value: str) -> str:
+    """``value`` if it is a safe run id / group name, else ValueError naming ``option``."""
+    if not SAFE_NAME.fullmatch(value):
+        raise ValueError(f"{option} {value!r} is not a safe name: use 1-128 letters, digits, '.', "
+                         f"'_' or '-', starting with a letter or digit (no '/', no '..')")
+    return value
+
+
+def run_path(root: Path | str, group: str, run_id: str) -> Path:
+    """root/group/run_id, resolved, after checking both names; never a path outside root."""
+    root = Path(root).resolve()
+    path = (root / check_name("--run.group", group) / check_name("--run.id", run_id)).resolve()
+    if root not in path.parents:
+        raise ValueError(f"run directory {path} is outside the runs root {root}")
+    return path
 
 
 def new_run_id() -> str:
@@ -118,7 +126,7 @@ class RunDir:
 
 def find_latest_run(root: Path | str, group: str, with_checkpoint: bool = True) -> Path | None:
     """The newest run in a group (by directory mtime), optionally only runs with a last.ckpt."""
-    group_dir = Path(root) / group
+    group_dir = Path(root) / check_name("--run.group", group)
     if not group_dir.is_dir():
         return None
     runs = [p for p in group_dir.iterdir()

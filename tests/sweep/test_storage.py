@@ -1,0 +1,54 @@
+"""Database URLs: every form of a secret is redacted from what the sweep prints and writes."""
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO, cli_env
+from lit_attention.sweep.storage import mask_url, redact
+
+# (url, the secret as the user typed it, the secret as a server or driver might echo it)
+FORMS = [
+    ("postgresql+psycopg2://ana:s3cr3t@db.example:5432/lit", "s3cr3t", "s3cr3t"),
+    ("postgresql://ana:p@ss@db/lit", "p@ss", "p@ss"),                       # '@' left unencoded
+    ("postgresql://ana:p%40ss%2Fw0rd@db/lit", "p%40ss%2Fw0rd", "p@ss/w0rd"),  # URL-encoded
+    ("postgresql://ana@db/lit?password=qu3ry&sslmode=require", "qu3ry", "qu3ry"),
+    ("postgresql://db/lit?user=ana&PassWord=Up%2Bper", "Up%2Bper", "Up+per"),
+    ("postgresql://db/lit?sslpassword=k3y", "k3y", "k3y"),
+]
+
+
+@pytest.mark.parametrize("url,typed,echoed", FORMS)
+def test_every_form_of_the_secret_is_masked(url, typed, echoed):
+    masked = mask_url(url)
+    assert typed not in masked and echoed not in masked and "***" in masked
+    assert "ana" in masked or "ana" not in url                          # the user name stays
+    message = f'connection to "{url}" failed: password authentication failed ("{echoed}")'
+    assert echoed not in redact(message, url) and typed not in redact(message, url)
+
+
+def test_a_url_without_secrets_is_unchanged():
+    for url in ("sqlite:////tmp/runs/study.db", "postgresql://ana@db/lit?sslmode=require"):
+        assert mask_url(url) == url
+
+
+def test_sweep_on_an_unreachable_database_never_prints_or_writes_the_secret(tmp_path):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "study_name": "sec", "base": str(REPO / "configs" / "copy.yaml"), "sampler": "grid",
+        "pruner": "none", "seeds": 1, "objective": {"metric": "val_loss", "direction": "minimize"},
+        "space": {"model.lr": {"choices": [1.0e-3]}}}))
+    url = "postgresql+psycopg2://ana:p%40ssW0rd@127.0.0.1:1/lit?password=S3cretQ&connect_timeout=2"
+    done = subprocess.run([sys.executable, "-m", "lit_attention.cli", "sweep", str(sweep),
+                           "--storage", url, "--root", str(tmp_path / "runs")],
+                          capture_output=True, text=True, timeout=120, env=cli_env(), cwd=tmp_path)
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert "cannot open the study" in output
+    for secret in ("p%40ssW0rd", "p@ssW0rd", "S3cretQ"):
+        assert secret not in output
+        for path in tmp_path.rglob("*"):
+            if path.is_file():
+                assert secret not in path.read_text(errors="replace"), path
