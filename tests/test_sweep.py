@@ -6,13 +6,9 @@ few seconds of CPU; most of it is importing torch and Lightning.
 
 import json
 import os
-import pwd
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -105,66 +101,7 @@ def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(
     assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 4
 
 
-# -- PostgreSQL: a private server on a free port, started by the test ---------------------------
-
-def _pg_bin() -> Path | None:
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    return found[-1].parent if found else None
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A throwaway PostgreSQL server; yields a function making a fresh database URL."""
-    bindir = _pg_bin()
-    if bindir is None and os.environ.get("CI") and os.geteuid() == 0 and shutil.which("apt-get"):
-        # CI machines start without a server: install Debian's (about 10 s from the package registry).
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "-q", "postgresql"]
-        if subprocess.run(install, env=env, capture_output=True, timeout=600).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], env=env, capture_output=True, timeout=600)
-            subprocess.run(install, env=env, capture_output=True, timeout=600)
-        bindir = _pg_bin()
-    if bindir is None:
-        pytest.skip("PostgreSQL server binaries not found (CI installs them; elsewhere: apt-get install -y postgresql)")
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        pytest.skip("starting a private PostgreSQL server needs root (to run initdb as the postgres user)")
-    try:
-        pg_user = pwd.getpwnam("postgres")
-    except KeyError:
-        pytest.skip("no postgres system user")
-    data = Path(tempfile.mkdtemp(prefix="lit-attention-pg-"))
-    os.chown(data, pg_user.pw_uid, pg_user.pw_gid)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    def as_postgres(*cmd):
-        return subprocess.run(["runuser", "-u", "postgres", "--", *map(str, cmd)], capture_output=True,
-                              text=True, timeout=120)
-
-    init = as_postgres(bindir / "initdb", "-D", data / "db", "-A", "trust", "-U", "postgres")
-    assert init.returncode == 0, init.stderr
-    start = as_postgres(bindir / "pg_ctl", "-D", data / "db", "-l", data / "server.log", "-w", "start",
-                        "-o", f"-c listen_addresses=127.0.0.1 -p {port} -k {data}")
-    assert start.returncode == 0, start.stderr + (data / "server.log").read_text()
-    import psycopg2
-    counter = iter(range(1000))
-
-    def new_database(password: str = "pw") -> str:
-        name = f"study{next(counter)}"
-        conn = psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres")
-        conn.autocommit = True
-        conn.cursor().execute(f"CREATE DATABASE {name}")
-        conn.close()
-        # trust authentication ignores the password; it is there to prove it never leaks
-        return f"postgresql+psycopg2://postgres:{password}@127.0.0.1:{port}/{name}"
-
-    try:
-        yield new_database
-    finally:
-        as_postgres(bindir / "pg_ctl", "-D", data / "db", "-m", "fast", "-w", "stop")
-        shutil.rmtree(data, ignore_errors=True)
-
+# -- PostgreSQL: the `postgres` fixture (conftest.py) starts a private server ---------------------
 
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
