@@ -185,9 +185,9 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
     if failed or pruned or invalid or other:
-        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned, {invalid} with an "
-                     f"invalid {metric} (inf, NaN or not a number) and {other} other (interrupted, "
-                     "running or without the metric) runs.")
+        invalid_text = f", {invalid} with an invalid {metric} (inf, NaN or not a number)" if invalid else ""
+        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned{invalid_text} and "
+                     f"{other} other (interrupted, running or without the metric) runs.")
     if unreadable:
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")
