@@ -318,7 +318,7 @@ def test_report_refuses_to_average_over_a_hidden_varying_key(study, tmp_path, ca
                         "--where", "attention=luong", "--no-figures"]) == 0
 
 
-def test_report_writes_beside_the_runs_by_default_and_names_a_corrupt_summary(study, tmp_path, capsys):
+def test_report_writes_beside_the_runs_by_default(study, tmp_path, capsys):
     copy = tmp_path / "study"
     shutil.copytree(study, copy)
     assert report.main([str(copy), "--baseline", "off", "--no-figures"]) == 0
@@ -326,12 +326,6 @@ def test_report_writes_beside_the_runs_by_default_and_names_a_corrupt_summary(st
     # the report directory is not a run: a second report sees the same runs
     assert report.main([str(copy), "--baseline", "off", "--no-figures"]) == 0
     assert f"{len(load.find_run_dirs(study))} runs" in capsys.readouterr().out
-
-    broken = load.find_run_dirs(copy)[0] / "summary.json"
-    broken.write_text(broken.read_text()[:40])
-    assert report.main([str(copy), "--no-figures"]) == 2
-    err = capsys.readouterr().err
-    assert str(broken) in err and "not valid JSON" in err
 
 
 def test_wandb_runs_convert_to_the_run_store_shape():

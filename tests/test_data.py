@@ -1,4 +1,5 @@
-"""Data pipeline: text files, synthetic tasks, tokenizers, batching, the translation DataModule."""
+"""Data pipeline: synthetic tasks, tokenizers, batching (text files: tests/data/test_text.py; the
+translation DataModule: tests/data/test_translation.py)."""
 
 import gzip
 import os
@@ -13,15 +14,9 @@ from lit_attention.data import synthetic
 from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate,
                                          padded_length)
 from lit_attention.data.synthetic import Clause, NounPhrase, english, generate, source
-from lit_attention.data.text import DataError, read_lines, read_parallel, resolve
 from lit_attention.data.tokenizers import (CharTokenizer, SentencePieceTokenizer, WordTokenizer,
                                            build_tokenizers)
-from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import BOS, EOS, PAD, UNK
-
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-MULTI30K = SHARED_DATA / "multi30k"
-
 
 def write(path, lines, gz=False):
     data = "".join(line + "\n" for line in lines).encode()
@@ -31,76 +26,6 @@ def write(path, lines, gz=False):
     else:
         Path(path).write_bytes(data)
     return str(path)
-
-
-# ---- text ---------------------------------------------------------------------------------
-
-def test_plain_and_gz_read_the_same(tmp_path):
-    lines = ["ein Hund läuft .", "", "zwei Katzen"]
-    assert read_lines(write(tmp_path / "a.de", lines)) == lines
-    assert read_lines(write(tmp_path / "b.de.gz", lines, gz=True)) == lines
-
-
-def test_resolve_finds_plain_or_gz(tmp_path):
-    write(tmp_path / "train.de.gz", ["x"], gz=True)
-    write(tmp_path / "train.en", ["y"])
-    assert resolve(str(tmp_path), "train", "de") == str(tmp_path / "train.de.gz")
-    assert resolve(str(tmp_path), "train", "en") == str(tmp_path / "train.en")
-    with pytest.raises(DataError, match=r"val\.fr.*val\.fr\.gz"):
-        resolve(str(tmp_path), "val", "fr")
-
-
-def test_missing_file_is_named_with_gz_hint(tmp_path):
-    write(tmp_path / "train.de.gz", ["x"], gz=True)
-    with pytest.raises(DataError, match=r"missing data file: .*train\.de \(but .*train\.de\.gz"):
-        read_lines(str(tmp_path / "train.de"))
-    with pytest.raises(DataError, match=r"missing data file: .*nothing\.en$"):
-        read_lines(str(tmp_path / "nothing.en"))
-
-
-def test_non_utf8_names_file_and_line(tmp_path):
-    path = tmp_path / "bad.en"
-    path.write_bytes(b"fine\nalso fine\nbad \xff byte\n")
-    with pytest.raises(DataError, match=r"bad\.en, line 3: not valid UTF-8"):
-        read_lines(str(path))
-    gz = tmp_path / "bad.en.gz"
-    with gzip.open(gz, "wb") as f:
-        f.write(b"\xe9t\xe9\n")
-    with pytest.raises(DataError, match=r"bad\.en\.gz, line 1"):
-        read_lines(str(gz))
-
-
-def test_corrupt_gzip_is_a_data_error(tmp_path):
-    path = tmp_path / "x.en.gz"
-    path.write_bytes(b"not gzip at all")
-    with pytest.raises(DataError, match=r"x\.en\.gz: corrupt gzip"):
-        read_lines(str(path))
-
-
-def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
-    src = write(tmp_path / "train.de", ["a", "b", "c"])
-    tgt = write(tmp_path / "train.en", ["a", "b"])
-    with pytest.raises(DataError) as err:
-        read_parallel(src, tgt)
-    message = str(err.value)
-    assert f"{src} has 3 lines" in message and f"{tgt} has 2 lines" in message
-
-
-def test_empty_lines_dropped_and_counted(tmp_path):
-    src = write(tmp_path / "s", ["a", "", "c", "d", "  "])
-    tgt = write(tmp_path / "t", ["A", "B", "", "D", "E"])
-    assert read_parallel(src, tgt) == (["a", "d"], ["A", "D"], 3)
-
-
-def test_empty_split_fails_naming_files(tmp_path):
-    src = write(tmp_path / "val.de", [])
-    tgt = write(tmp_path / "val.en", [])
-    with pytest.raises(DataError, match=r"empty split.*val\.de.*val\.en"):
-        read_parallel(src, tgt)
-    src = write(tmp_path / "v.de", ["", "x"])
-    tgt = write(tmp_path / "v.en", ["y", ""])
-    with pytest.raises(DataError, match="empty split"):
-        read_parallel(src, tgt)
 
 
 # ---- synthetic ----------------------------------------------------------------------------
@@ -375,128 +300,6 @@ def test_collate_shapes_and_specials():
     assert all(batch[k].dtype == torch.long for k in ("src", "tgt_in", "tgt_out", "idx"))
     assert batch["keep"].tolist() == [True, True]
     assert padded_length([1, 2, 3], [1]) == 4
-
-
-# ---- DataModule ---------------------------------------------------------------------------
-
-def small_dm(tmp_path, **kwargs):
-    settings = dict(n_train=400, n_val=50, n_test=50, cache_dir=str(tmp_path), max_tokens=300)
-    return TranslationDataModule(**{**settings, **kwargs})
-
-
-def test_datamodule_vocab_available_after_construction(tmp_path):
-    dm = small_dm(tmp_path)
-    assert dm.src_vocab_size == dm.tgt_vocab_size == dm.src_tokenizer.vocab_size > 40
-    assert dm.src_tokenizer is dm.tgt_tokenizer
-    separate = small_dm(tmp_path, joint_vocab=False)
-    assert separate.src_vocab_size < dm.src_vocab_size
-
-
-@pytest.mark.parametrize("option, value, valid", [
-    ("task", "wmt", "copy, reverse, sort, toy-mt, files"),
-    ("tokenizer", "bytes", "word, char, sentencepiece"),
-    ("spm_model", "wordpiece", "unigram, bpe"),
-])
-def test_datamodule_invalid_choices(tmp_path, option, value, valid):
-    with pytest.raises(ValueError, match=f"valid choices: {valid}"):
-        small_dm(tmp_path, **{option: value})
-
-
-def test_datamodule_files_need_data_dir(tmp_path):
-    with pytest.raises(ValueError, match="data_dir"):
-        small_dm(tmp_path, task="files")
-
-
-def test_datamodule_batches_decode_to_references(tmp_path):
-    dm = small_dm(tmp_path, task="reverse", tokenizer="char")
-    dm.setup("fit")
-    batch = next(iter(dm.val_dataloader()))
-    refs, srcs = dm.references("val"), dm.sources("val")
-    for row, i in enumerate(batch["idx"].tolist()):
-        assert dm.tgt_tokenizer.decode(batch["tgt_out"][row]) == refs[i]
-        assert dm.src_tokenizer.decode(batch["src"][row]) == srcs[i]
-        assert refs[i] == " ".join(srcs[i].split()[::-1])
-    assert dm.stats["val"] == {"pairs": 50, "empty_dropped": 0, "too_long_dropped": 0}
-    val_idx = sorted(i for b in dm.val_dataloader() for i in b["idx"].tolist())
-    assert val_idx == list(range(50))
-
-
-def test_datamodule_synthetic_splits_are_seeded(tmp_path):
-    a, b = small_dm(tmp_path), small_dm(tmp_path)
-    other = small_dm(tmp_path, data_seed=99)
-    assert a.sources("train") == b.sources("train") and a.references("val") == b.references("val")
-    assert a.sources("train") != other.sources("train")
-    assert a.sources("val") != a.sources("test") != a.sources("train")[:50]
-    assert not a.src_tokenizer.cache_hit
-    assert b.src_tokenizer.cache_hit                       # same training text: cached vocab
-
-
-def test_datamodule_max_len_filter_counts(tmp_path, caplog):
-    dm = small_dm(tmp_path, max_len=8)
-    too_long = sum(len(t.split()) > 8 for t in dm.references("train"))
-    assert too_long > 20
-    with caplog.at_level("INFO", logger="lit_attention.data.translation"):
-        dm.setup("fit")
-    assert dm.stats["train"] == {"pairs": 400 - too_long, "empty_dropped": 0,
-                                 "too_long_dropped": too_long}
-    assert dm.stats["val"]["too_long_dropped"] == 0          # only training pairs are filtered
-    assert f"{too_long} longer than max_len=8" in caplog.text
-    train_idx = sorted(i for b in dm.train_dataloader() for i in b["idx"].tolist())
-    assert len(train_idx) == 400 - too_long
-    assert all(len(dm.references("train")[i].split()) <= 8 for i in train_idx)
-
-
-def test_datamodule_files_task(tmp_path):
-    data = tmp_path / "data"
-    data.mkdir()
-    write(data / "train.de.gz", ["ein hund", "", "eine katze", "der mann"], gz=True)
-    write(data / "train.en.gz", ["a dog", "x", "a cat", "the man"], gz=True)
-    write(data / "val.de", ["ein mann"])
-    write(data / "val.en", ["a man"])
-    write(data / "test.de", ["eine katze", "ein hund"])
-    write(data / "test.en", ["a cat"])
-    dm = TranslationDataModule(task="files", data_dir=str(data), src_lang="de", tgt_lang="en",
-                               cache_dir=str(tmp_path / "cache"))
-    dm.setup("fit")
-    assert dm.stats["train"] == {"pairs": 3, "empty_dropped": 1, "too_long_dropped": 0}
-    assert dm.references("val") == ["a man"]
-    batch = next(iter(dm.val_dataloader()))
-    assert dm.tgt_tokenizer.decode(batch["tgt_out"][0]) == "a man"
-    with pytest.raises(DataError, match=r"test\.de has 2 lines.*test\.en has 1 lines"):
-        dm.setup("test")
-
-
-def test_datamodule_rank_from_trainer(tmp_path):
-    import lightning.pytorch as L
-    dm = small_dm(tmp_path)
-    dm.trainer = L.Trainer(accelerator="cpu", devices=1, logger=False)
-    assert dm.batch_sampler("train", train=True).num_replicas == 1
-    counts = []
-    for rank in range(2):
-        dm.trainer = type("TwoRanks", (), {"world_size": 2, "global_rank": rank,
-                                         "current_epoch": 0})()
-        loader = dm.train_dataloader()
-        assert loader.batch_sampler.rank == rank
-        counts.append(len(loader))
-    assert counts[0] == counts[1]
-
-
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K}")
-def test_multi30k_smoke(tmp_path):
-    dm = TranslationDataModule(task="files", data_dir=str(MULTI30K), src_lang="de",
-                               tgt_lang="en", test_split="test_2016_flickr",
-                               tokenizer="sentencepiece", vocab_size=1000, limit_train=3000,
-                               cache_dir=str(tmp_path), max_tokens=2000)
-    assert 900 <= dm.src_vocab_size <= 1100
-    dm.setup("fit")
-    dm.setup("test")
-    assert dm.stats["train"]["pairs"] + dm.stats["train"]["too_long_dropped"] == 3000
-    assert dm.stats["val"]["pairs"] == 1014 and dm.stats["test"]["pairs"] == 1000
-    batch = next(iter(dm.train_dataloader()))
-    assert batch["src"].numel() <= 2000 and batch["tgt_in"].numel() <= 2000
-    i = batch["idx"][0].item()
-    assert dm.tgt_tokenizer.decode(batch["tgt_out"][0]) == dm.references("train")[i]
-    assert dm.references("test_2016_flickr")[0].startswith("A man in an orange hat")
 
 
 def test_evaluation_padding_for_ranks_is_marked_and_never_counted():

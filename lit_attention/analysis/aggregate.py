@@ -1,7 +1,9 @@
 """Seeds -> one row per configuration: mean, std (ddof=1), n, 95% t-interval, costs, gradient stats.
 
-Only finished runs with a value for the metric are averaged; failed, pruned and other runs are
-counted per configuration (n_failed, n_pruned, n_other) and their ids listed, never averaged in.
+Only finished runs with a finite value for the metric are averaged; failed, pruned, invalid (a
+metric that is inf, NaN or not a number) and other runs are counted per configuration (n_failed,
+n_pruned, n_invalid, n_other) and their ids listed, never averaged in. Cost and gradient means use
+finite values only.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention.analysis.load import FINISHED, AnalysisError
+from lit_attention.analysis.load import FINISHED, AnalysisError, read_csv
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
@@ -93,8 +95,8 @@ def run_gradient_stats(run: pd.Series) -> dict:
     run_dir = Path(run["run_dir"])
     metrics = run_dir / "metrics.csv"
     if metrics.is_file() and (pd.isna(stats["grad_norm_median"]) or pd.isna(stats["clip_fraction"])):
-        frame = pd.read_csv(metrics)
-        if "grad_norm/total" in frame:
+        frame = read_csv(metrics)
+        if frame is not None and "grad_norm/total" in frame:
             norms = frame["grad_norm/total"].dropna()
             if pd.isna(stats["grad_norm_median"]) and len(norms):
                 stats["grad_norm_median"] = float(norms.median())
@@ -103,7 +105,9 @@ def run_gradient_stats(run: pd.Series) -> dict:
                 stats["clip_fraction"] = float((norms > float(clip)).mean())
     gradflow = run_dir / "gradflow.csv"
     if gradflow.is_file() and gradflow.stat().st_size and pd.isna(stats["gradflow_ratio"]):
-        stats["gradflow_ratio"], stats["gradflow_decay"] = gradflow_stats(pd.read_csv(gradflow))
+        frame = read_csv(gradflow)
+        if frame is not None:
+            stats["gradflow_ratio"], stats["gradflow_decay"] = gradflow_stats(frame)
     return stats
 
 
@@ -113,21 +117,36 @@ def add_gradient_stats(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.drop(columns=[c for c in GRADIENT if c in runs]).join(stats)
 
 
+def invalid(runs: pd.DataFrame, metric: str) -> pd.Series:
+    """Which runs hold a value for the metric that is no finite number: inf, NaN written as
+    such in summary.json (load's `nonfinite` column; a missing value is not invalid), text."""
+    values = pd.to_numeric(runs[metric], errors="coerce")
+    named = runs["nonfinite"].fillna("").str.split(";") if "nonfinite" in runs else None
+    written_nan = named.map(lambda fields: metric in fields) if named is not None else False
+    return np.isinf(values) | written_nan | (values.isna() & runs[metric].notna())
+
+
 def usable(runs: pd.DataFrame, metric: str) -> pd.Series:
-    """Which runs are averaged: finished and with a value for the metric."""
-    return (runs["status"] == FINISHED) & runs[metric].notna()
+    """Which runs are averaged: finished and with a finite value for the metric."""
+    return (runs["status"] == FINISHED) & runs[metric].notna() & ~invalid(runs, metric)
+
+
+def finite_mean(values: pd.Series) -> float:
+    x = pd.to_numeric(values, errors="coerce")
+    return x[np.isfinite(x)].mean()
 
 
 def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> pd.DataFrame:
     """One row per configuration (the distinct values of `keys`), sorted by `keys`.
 
     Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs), n_failed,
-    n_pruned, n_other, the means of COSTS and GRADIENT columns present, run_ids (averaged runs)
-    and excluded_ids (`run_id:status`), both ';'-separated.
+    n_pruned, n_invalid, n_other, the finite means of COSTS and GRADIENT columns present,
+    run_ids (averaged runs) and excluded_ids (`run_id:status`), both ';'-separated.
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
-    runs = runs.assign(_usable=usable(runs, metric))
+    runs = runs.assign(_usable=usable(runs, metric),
+                       _invalid=(runs["status"] == FINISHED) & invalid(runs, metric))
     rows = []
     for values, group in runs.groupby(keys, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)
@@ -136,10 +155,11 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
         row.update(seed_stats(good[metric]))
         row["n_failed"] = int((bad["status"] == "failed").sum())
         row["n_pruned"] = int((bad["status"] == "pruned").sum())
-        row["n_other"] = len(bad) - row["n_failed"] - row["n_pruned"]
+        row["n_invalid"] = int(bad["_invalid"].sum())
+        row["n_other"] = len(bad) - row["n_failed"] - row["n_pruned"] - row["n_invalid"]
         for col in COSTS + GRADIENT:
             if col in good:
-                row[col] = pd.to_numeric(good[col], errors="coerce").mean()
+                row[col] = finite_mean(good[col])
         row["seeds"] = ";".join(str(s) for s in good.get("seed", []))
         row["run_ids"] = ";".join(good["run_id"])
         row["excluded_ids"] = ";".join(f"{r.run_id}:{r.status}" for r in bad.itertuples())
@@ -165,6 +185,20 @@ def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
 
 
 def excluded_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The runs left out of every mean, with their status and error (for the report footnote)."""
+    """The runs left out of every mean, with their status, error and why (for the report footnote)."""
     cols = [c for c in ("group", "run_id", "status", "error", "run_dir") if c in runs]
-    return runs.loc[~usable(runs, metric), cols]
+    excluded = runs.loc[~usable(runs, metric), cols]
+    values = runs.loc[excluded.index, metric]
+    reason = [status if status != FINISHED else (f"{metric} is {value}" if bad else f"no {metric}")
+              for status, value, bad in zip(excluded["status"], values,
+                                            invalid(runs, metric)[excluded.index])]
+    return excluded.assign(reason=reason)
+
+
+def invalid_values(runs: pd.DataFrame, columns) -> list[tuple[str, str, object]]:
+    """(run_dir, column, value) of every invalid value (see `invalid`) in `columns`."""
+    found = []
+    for column in [c for c in columns if c in runs]:
+        rows = runs.loc[invalid(runs, column), ["run_dir", column]]
+        found += [(run_dir, column, value) for run_dir, value in rows.itertuples(index=False)]
+    return found

@@ -3,11 +3,18 @@
 One row per run in `load_runs`: the summary's scalar fields, the model dict flattened to
 `model.<field>`, and the resolved config.yaml flattened to `config.<path>`. Curves, gradient-flow
 tables and length buckets come in long form, one row per (run, step/position/bucket).
+
+A run whose summary.json or config.yaml cannot be read or has the wrong shape is skipped, never
+half-read: `scan_runs` returns it with what is wrong, and the report warns and counts it.
+Non-finite numbers (NaN, Infinity in the JSON) are kept and named in the `nonfinite` column, so
+aggregation can leave them out of every mean.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -24,6 +31,16 @@ class AnalysisError(ValueError):
 # Summary fields that are not scalars and live in their own tables (or nowhere).
 NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
           "attention_entropy", "machine_gflops_probes")
+# The JSON type each summary field the analysis relies on must have when present (null is fine).
+SHAPES = {"model": dict, "status": str, "run_id": str, "group": str, "task": str,
+          "test_bleu_by_length": list, "val_bleu_by_length": list}
+JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+
+
+def warn(message: str) -> None:
+    """One line on stderr: something was left out of the report, and why."""
+    print(f"warning: {message}", file=sys.stderr)
 
 
 def find_run_dirs(root: Path | str) -> list[Path]:
@@ -57,7 +74,7 @@ def flatten(tree: dict, prefix: str) -> dict:
 
 
 def load_run(run_dir: Path | str) -> dict:
-    """One run as a flat dict (the row `load_runs` builds)."""
+    """One run as a flat dict (the row `load_runs` builds); AnalysisError if it cannot be read."""
     run_dir = Path(run_dir)
     summary = read_summary(run_dir)
     row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
@@ -66,29 +83,83 @@ def load_run(run_dir: Path | str) -> dict:
     row["group"] = summary.get("group") or run_dir.parent.name
     row["run_dir"] = str(run_dir)  # where it is now, not where it was written
     row["status"] = summary.get("status") or "unknown"
+    row["nonfinite"] = ";".join(k for k, v in summary.items()
+                                if isinstance(v, float) and not math.isfinite(v))
     config = run_dir / "config.yaml"
     if config.is_file():
-        row.update(flatten(yaml.safe_load(config.read_text()) or {}, "config"))
+        row.update(flatten(read_config(config), "config"))
     return row
 
 
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise AnalysisError(f"{path}: cannot be read ({exc.strerror})") from None
+
+
 def read_summary(run_dir: Path | str) -> dict:
+    """summary.json as a dict; AnalysisError naming the file and what is wrong with it."""
     path = Path(run_dir) / SUMMARY
     try:
-        return json.loads(path.read_text())
+        summary = json.loads(_text(path))
     except json.JSONDecodeError as exc:
-        raise AnalysisError(f"{path} is not valid JSON ({exc}); move the run away or repair "
-                            "the file") from exc
+        raise AnalysisError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(summary, dict):
+        raise AnalysisError(f"{path}: holds {JSON_TYPE.get(type(summary), 'a value')}, not a JSON object")
+    for key, kind in SHAPES.items():
+        value = summary.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise AnalysisError(f"{path}: field {key!r} is {JSON_TYPE.get(type(value), 'a value')}, "
+                                f"not {JSON_TYPE[kind]}")
+    for key in ("test_bleu_by_length", "val_bleu_by_length"):
+        if not all(isinstance(bucket, dict) for bucket in summary.get(key) or []):
+            raise AnalysisError(f"{path}: field {key!r} is not an array of objects")
+    return summary
+
+
+def read_config(path: Path) -> dict:
+    """A run's config.yaml as a dict; AnalysisError naming the file and what is wrong with it."""
+    try:
+        config = yaml.safe_load(_text(path))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+        raise AnalysisError(f"{path}: not valid YAML ({problem}{where})") from None
+    if config is not None and not isinstance(config, dict):
+        raise AnalysisError(f"{path}: holds a YAML {type(config).__name__}, not a mapping")
+    return config or {}
+
+
+def scan_runs(root: Path | str) -> tuple[pd.DataFrame, list[tuple[Path, str]]]:
+    """(runs, skipped): one row per readable run under `root` (a runs/ dir, a group dir or one
+    run dir), and (run dir, what is wrong) per run that cannot be read."""
+    rows, skipped = [], []
+    for run_dir in find_run_dirs(root):
+        try:
+            rows.append(load_run(run_dir))
+        except AnalysisError as exc:
+            skipped.append((run_dir, str(exc)))
+    if not rows and not skipped:
+        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}")
+    if not rows:
+        raise AnalysisError(f"no readable run under {root}: all {len(skipped)} are unreadable, "
+                            f"e.g. {skipped[0][1]}")
+    runs = pd.DataFrame(rows)
+    first = ["group", "run_id", "status", "task", "seed"]
+    return runs[[c for c in first if c in runs] + [c for c in runs if c not in first]], skipped
 
 
 def load_runs(root: Path | str) -> pd.DataFrame:
-    """All runs under `root` (a runs/ dir, a group dir or one run dir), one row per run."""
-    rows = [load_run(d) for d in find_run_dirs(root)]
-    if not rows:
-        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}")
-    runs = pd.DataFrame(rows)
-    first = ["group", "run_id", "status", "task", "seed"]
-    return runs[[c for c in first if c in runs] + [c for c in runs if c not in first]]
+    """All readable runs under `root`, one row per run; each unreadable one is skipped with a
+    warning line."""
+    runs, skipped = scan_runs(root)
+    for _, problem in skipped:
+        warn(f"skipped run: {problem}")
+    return runs
 
 
 def config_columns(runs: pd.DataFrame) -> list[str]:
@@ -126,12 +197,23 @@ def resolve_key(runs: pd.DataFrame, key: str) -> str:
     raise AnalysisError(f"unknown key {key!r}; configuration keys: {known}")
 
 
+def read_csv(path: Path) -> pd.DataFrame | None:
+    """A run's CSV table, or None (with a warning line) when it cannot be parsed."""
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        warn(f"{path}: unreadable CSV ({' '.join(str(exc).split())}); left out of the report")
+        return None
+
+
 def _read_csv_per_run(runs: pd.DataFrame, filename: str) -> pd.DataFrame:
     frames = []
     for run in runs.itertuples():
         path = Path(run.run_dir) / filename
         if path.is_file() and path.stat().st_size:
-            frame = pd.read_csv(path)
+            frame = read_csv(path)
+            if frame is None:
+                continue
             frame.insert(0, "run_dir", run.run_dir)
             frame.insert(0, "run_id", run.run_id)
             frames.append(frame)

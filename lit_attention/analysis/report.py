@@ -1,8 +1,10 @@
 """`lit-attention report RUNS_DIR [--out DIR]`: tables, significance and figures from run stores.
 
 Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
-table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/other runs), runs.csv,
-significance.csv (when a baseline is tested) and the figures (PNG + PDF). Prints the Markdown table.
+table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
+unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF).
+Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
+inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
 
 from __future__ import annotations
@@ -106,12 +108,16 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     return "test" if has_test else "val"
 
 
-def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
+def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """(runs, metrics, skipped): skipped lists (run dir, what is wrong) of unreadable runs."""
+    skipped = []
     if args.wandb:
         from lit_attention.analysis.wandb_export import load_wandb
         runs, metrics = load_wandb(args.wandb, args.group, args.metric)
     else:
-        runs = load.load_runs(args.runs_dir)
+        runs, skipped = load.scan_runs(args.runs_dir)
+        for _, problem in skipped:
+            load.warn(f"skipped run: {problem}")
         metrics = load.load_metrics(runs)
     if args.where:
         runs = runs[significance.matches(runs, selector(runs, args.where))]
@@ -121,7 +127,12 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
         raise AnalysisError(f"metric {args.metric!r} is in no run summary")
-    return agg_mod.add_gradient_stats(runs), metrics
+    runs = agg_mod.add_gradient_stats(runs)
+    for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
+        load.warn(f"{run_dir}: {column} is {value!r}, not a finite number; the run is not averaged")
+    for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
+        load.warn(f"{run_dir}: {column} is {value!r}; left out of the {column} mean")
+    return runs, metrics, skipped
 
 
 def significance_vs_baseline(args, runs, agg, keys) -> tuple:
@@ -134,20 +145,24 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
     sig = significance.compare_to_baseline(
-        runs, keys, chosen, split=hyps_split(runs, args.split),
+        runs[~agg_mod.invalid(runs, args.metric)], keys, chosen, split=hyps_split(runs, args.split),
         metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
 
-def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline) -> list[str]:
+def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
+                 skipped=()) -> list[str]:
     """Every table file; returns the Markdown tables to print."""
     keys = rows + cols
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                   significance.method(args.samples) if sig is not None else None,
-                                  baseline, notes=(tables.scoring_note(runs),))
+                                  baseline, unreadable=len(skipped), notes=(tables.scoring_note(runs),))
     runs.to_csv(out / "runs.csv", index=False)
-    agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)
+    unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
+                                "run_dir": str(d), "reason": problem} for d, problem in skipped])
+    pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
+              ignore_index=True).to_csv(out / "excluded.csv", index=False)
     tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
     numeric = agg
     if sig is not None:
@@ -190,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
     try:
-        runs, metrics = load_input(args)
+        runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)
         agg = agg_mod.aggregate(runs, rows + cols, args.metric)
         hidden = agg_mod.hidden_differences(runs[agg_mod.usable(runs, args.metric)], rows + cols)
@@ -199,14 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                   "--rows/--cols or filter with --where if they matter", file=sys.stderr)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         out.mkdir(parents=True, exist_ok=True)
-        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline)
+        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols)
     print("\n".join(printed))
-    excluded = int(agg[["n_failed", "n_pruned", "n_other"]].to_numpy().sum())
-    print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded "
+    excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())
+    unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
+    print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded{unreadable} "
           f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
     return 0
 

@@ -91,8 +91,9 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
         "95% CI": ["" if pd.isna(lo) else f"[{number(lo, digits)}, {number(hi, digits)}]"
                    for lo, hi in zip(agg["ci_lo"], agg["ci_hi"])],
         "n": agg["n"].astype(int).astype(str).tolist(),
-        "failed/pruned": [f"{f}/{p}" + (f" (+{o} other)" if o else "")
-                          for f, p, o in zip(agg["n_failed"], agg["n_pruned"], agg["n_other"])],
+        "failed/pruned": [f"{f}/{p}" + (f" (+{i} invalid)" if i else "") + (f" (+{o} other)" if o else "")
+                          for f, p, i, o in zip(agg["n_failed"], agg["n_pruned"],
+                                                agg.get("n_invalid", [0] * len(agg)), agg["n_other"])],
     }
     optional = {"params": ("params", count), "train s": ("train_seconds", lambda x: number(x, 0)),
                 "tok/s": ("tokens_per_second", count),
@@ -188,16 +189,21 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
 
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
                  significance: str | None = None, baseline: str | None = None,
-                 notes: tuple[str, ...] = ()) -> str:
+                 unreadable: int = 0, notes: tuple[str, ...] = ()) -> str:
     """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
              f"configuration; {ci_method}. Best value per column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
-    if failed or pruned or other:
-        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned and {other} other "
-                     "(interrupted, running or without the metric) runs.")
+    invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
+    if failed or pruned or invalid or other:
+        invalid_text = f", {invalid} with an invalid {metric} (inf, NaN or not a number)" if invalid else ""
+        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned{invalid_text} and "
+                     f"{other} other (interrupted, running or without the metric) runs.")
+    if unreadable:
+        parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
+                     "summary.json or config.yaml; listed in excluded.csv).")
     if significance:
         parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}); {significance}.")
     parts += [note for note in notes if note]

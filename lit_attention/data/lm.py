@@ -6,6 +6,10 @@ columns ``[i*bptt, (i+1)*bptt)`` of every stream and its targets are the same wi
 one, so a hidden state carried from batch i to batch i+1 continues exactly where it left off.
 Under DDP the stream is cut into ``world_size * B`` parallel streams and each rank reads its own
 B of them: no sampler, no duplicated tokens, and the token counts of all ranks add up.
+
+Empty lines are kept (an EOS each: paragraph breaks). A training line that is not valid UTF-8 is
+dropped and counted in ``dropped`` (summary.json ``data_dropped``); in val/test it is a DataError,
+as is a split without any text and a binary file.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
 from lit_attention.data.synthetic import SYNTHETIC_TASKS, generate, split_seed
@@ -98,26 +103,47 @@ class LMDataModule(LightningDataModule):
         self.save_hyperparameters()
         self.tokenizer = None
         self.streams: dict[str, torch.Tensor] = {}
+        self.dropped: dict[str, dict[str, int]] = {}     # split -> {reason: lines dropped}
 
     # -- text and tokens ---------------------------------------------------------------------
 
     def split_lines(self) -> dict[str, list[str]]:
+        """Lines of train/val/test; sets ``dropped`` (training lines that are not valid UTF-8)."""
         h = self.hparams
+        self.dropped = {split: {"invalid_utf8": 0} for split in ("train", "val", "test")}
         if h.task != "files":
             n = {"train": h.n_sentences, "val": max(h.n_sentences // 10, 1),
                  "test": max(h.n_sentences // 10, 1)}
             return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
-        lines = read_lines(h.path)
-        if h.val_path and h.test_path:
-            return {"train": lines, "val": read_lines(h.val_path), "test": read_lines(h.test_path)}
-        if h.val_path or h.test_path:
+        if bool(h.val_path) != bool(h.test_path):
             raise ValueError("give both data.val_path and data.test_path, or neither")
-        n_val, n_test = round(len(lines) * h.val_fraction), round(len(lines) * h.test_fraction)
-        n_train = len(lines) - n_val - n_test
-        if min(n_train, n_val, n_test) < 1:
-            raise DataError(f"{h.path}: {len(lines)} lines are too few to split into train/val/test")
-        return {"train": lines[:n_train], "val": lines[n_train:n_train + n_val],
-                "test": lines[n_train + n_val:]}
+        lines = read_lines(h.path, invalid="mark")
+        if not lines:
+            raise DataError(f"{h.path} is an empty file")
+        if h.val_path:
+            split = {"train": (h.path, 0, lines), "val": (h.val_path, 0, read_lines(h.val_path)),
+                     "test": (h.test_path, 0, read_lines(h.test_path))}
+        else:
+            n_val, n_test = round(len(lines) * h.val_fraction), round(len(lines) * h.test_fraction)
+            n_train = len(lines) - n_val - n_test
+            if min(n_train, n_val, n_test) < 1:
+                raise DataError(f"{h.path}: {len(lines)} lines are too few to split into train/val/test")
+            split = {"train": (h.path, 0, lines[:n_train]),
+                     "val": (h.path, n_train, lines[n_train:n_train + n_val]),
+                     "test": (h.path, n_train + n_val, lines[n_train + n_val:])}
+        out = {}
+        for name, (path, first, part) in split.items():
+            where = f"{path} lines {first + 1}-{first + len(part)}" if not h.val_path else path
+            bad = [first + i + 1 for i, line in enumerate(part) if line is None]
+            if bad and name != "train":
+                raise DataError(f"{path}, line {bad[0]}: not valid UTF-8 (in the {name} split, "
+                                "which is scored as it is: fix the file)")
+            out[name] = [line for line in part if line is not None]
+            self.dropped[name]["invalid_utf8"] = len(bad)
+            if not any(line.strip() for line in out[name]):
+                raise DataError(f"no usable {name} text in {where}: {len(part)} lines, {len(bad)} "
+                                "not valid UTF-8, no other line holds text")
+        return out
 
     def prepare(self) -> None:
         """Build the tokenizer on the training lines and encode every split (once)."""
@@ -127,6 +153,12 @@ class LMDataModule(LightningDataModule):
         self.tokenizer = self._build_tokenizer(lines["train"])
         self.streams = {split: encode_stream(self.tokenizer, split_lines)
                         for split, split_lines in lines.items()}
+        h = self.hparams
+        for split, split_lines in lines.items():
+            where = f"task {h.task}" if h.task != "files" else (h.get(f"{split}_path") or h.path)
+            rank_zero_info(f"{split} split ({where}): {len(split_lines)} lines, "
+                           f"{self.streams[split].numel()} tokens; dropped "
+                           f"{self.dropped[split]['invalid_utf8']} lines that are not valid UTF-8")
 
     def _build_tokenizer(self, train_lines: list[str]):
         h = self.hparams

@@ -1,27 +1,29 @@
 """The translation DataModule: synthetic tasks or parallel text files, tokenized and token-batched.
 
 Splits are addressed by role (``"train"``, ``"val"``, ``"test"``) or by their split name (e.g.
-``"test_2016_flickr"``). Example ``idx`` values index ``sources(role)``/``references(role)``: the
-split's lines after empty pairs were dropped (training pairs dropped by ``max_len`` leave gaps).
+``"test_2016_flickr"``). Example ``idx`` values index ``sources(role)``/``references(role)``.
+Evaluation splits keep every line of their files (empty ones too), so ``idx`` is the line number
+less one and hypotheses stay aligned with the reference file. The training split drops pairs with
+an empty side, a line that is not valid UTF-8 or more than ``max_len`` tokens, counts them per
+reason in ``dropped`` (recorded in summary.json as ``data_dropped``) and fails with a DataError when
+no pair is left.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 
 import lightning.pytorch as L
 import torch.distributed as dist
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
 from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
                                          padded_length)
 from lit_attention.data.synthetic import generate, split_seed
-from lit_attention.data.text import read_parallel, resolve
+from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
 from lit_attention.registry import SPM_MODELS, TASKS, TOKENIZERS, check
-
-log = logging.getLogger(__name__)
 
 ROLES = ("train", "val", "test")
 STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
@@ -62,7 +64,9 @@ class TranslationDataModule(L.LightningDataModule):
         self.vocab_size, self.joint_vocab, self.cache_dir = vocab_size, joint_vocab, cache_dir
         self.max_tokens, self.max_len, self.num_workers = max_tokens, max_len, num_workers
         self.limit_train = limit_train
-        self.stats: dict[str, dict[str, int]] = {}
+        self.stats: dict[str, dict[str, int]] = {}          # role -> {"lines": read, "pairs": kept}
+        self.dropped: dict[str, dict[str, int]] = {}        # encoded role -> {reason: pairs dropped}
+        self._dropped_reading: dict[str, dict[str, int]] = {}
         self.datasets: dict[str, list[dict]] = {}
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
         self._tokenizers = None
@@ -83,15 +87,17 @@ class TranslationDataModule(L.LightningDataModule):
             return self._raw[role]
         split = self.split_names[role]
         if self.task == "files":
-            src, tgt, n_empty = read_parallel(resolve(self.data_dir, split, self.src_lang),
-                                              resolve(self.data_dir, split, self.tgt_lang))
+            src, tgt, dropped = read_parallel(resolve(self.data_dir, split, self.src_lang),
+                                              resolve(self.data_dir, split, self.tgt_lang),
+                                              train=role == "train")
         else:
             src, tgt = generate(self.task, self.sizes[role], split_seed(self.data_seed, split),
                                 self.min_len, self.max_len_words, self.n_symbols)
-            n_empty = 0
+            dropped = no_drops()
+        self.stats[role] = {"lines": len(src) + sum(dropped.values())}
+        self._dropped_reading[role] = dropped
         if role == "train" and self.limit_train is not None:
             src, tgt = src[:self.limit_train], tgt[:self.limit_train]
-        self.stats.setdefault(role, {})["empty_dropped"] = n_empty
         self._raw[role] = (src, tgt)
         return src, tgt
 
@@ -152,12 +158,29 @@ class TranslationDataModule(L.LightningDataModule):
                 too_long += 1
                 continue
             examples.append({"idx": i, "src": x, "tgt": y})
-        stats = self.stats[role]
-        stats.update(pairs=len(examples), too_long_dropped=too_long)
-        log.info("%s split %r: %d pairs; dropped %d with an empty side, %d longer than "
-                 "max_len=%d tokens", role, self.split_names[role], len(examples),
-                 stats["empty_dropped"], too_long, self.max_len)
+        self.stats[role]["pairs"] = len(examples)
+        self.dropped[role] = {**self._dropped_reading[role], "too_long": too_long}
+        rank_zero_info(self._split_line(role))
+        if role == "train" and not examples:
+            raise DataError(f"no usable training pair: {self._split_line(role)}; raise "
+                            "--data.max_len or check the data")
         return examples
+
+    def _split_line(self, role: str) -> str:
+        """One line saying what a split holds and what was dropped (the log line per split)."""
+        stats, dropped, split = self.stats[role], self.dropped[role], self.split_names[role]
+        if self.task == "files":
+            where = os.path.join(self.data_dir, f"{split}.{{{self.src_lang},{self.tgt_lang}}}")
+        else:
+            where = f"task {self.task}"
+        if role != "train":
+            empty = sum(not (s.strip() and t.strip()) for s, t in zip(*self._load_raw(role)))
+            return (f"{role} split {split!r} ({where}): {stats['pairs']} pairs, all kept "
+                    f"(evaluation drops nothing; {empty} with an empty side)")
+        limit = f", limit_train={self.limit_train}" if self.limit_train is not None else ""
+        return (f"{role} split {split!r} ({where}): {stats['pairs']} of {stats['lines']} pairs "
+                f"used{limit}; dropped {dropped['empty']} with an empty side, {dropped['too_long']} "
+                f"longer than max_len={self.max_len} tokens, {dropped['invalid_utf8']} not valid UTF-8")
 
     # ---- loaders --------------------------------------------------------------------------
 

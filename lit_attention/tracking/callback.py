@@ -60,6 +60,9 @@ class RunStoreCallback(Callback):
                       versions=package_versions(), world_size=trainer.world_size)
         if stage == "fit":
             fields.update(status="running", error=None, started_at=now_iso())
+        dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
+        if dropped:
+            fields["data_dropped"] = {**self.run_dir.read_summary().get("data_dropped", {}), **dropped}
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 fields["wandb_run_id"] = logger.experiment.id

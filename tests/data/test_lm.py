@@ -10,7 +10,7 @@ from lit_attention.data.lm import LMDataModule, batchify
 from lit_attention.data.text import DataError
 from lit_attention.data.vocab import EOS
 
-SHAKESPEARE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+SHAKESPEARE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
 
 
 @pytest.fixture
@@ -100,3 +100,51 @@ def test_tiny_shakespeare_char_streams(tmp_path):
     sizes = {k: dm.n_tokens(k) for k in ("train", "val", "test")}
     assert sizes["train"] > 15 * sizes["val"] and sizes["val"] > 40_000
     assert dm.tokenizer.decode(dm.streams["train"][:20].tolist()) == "First Citizen:"
+
+
+# ---- bad text: refused or counted (docs/ERRORS.md) ----------------------------------------
+
+def lm(tmp_path, path, **kwargs):
+    return LMDataModule(path=str(path), tokenizer="char", batch_size=2, bptt=4,
+                        cache_dir=str(tmp_path / "cache"), **kwargs)
+
+
+def test_an_empty_or_textless_training_file_is_refused_naming_it(tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("some text\n")
+    splits = dict(val_path=str(other), test_path=str(other))
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(DataError, match=r"empty\.txt is an empty file"):
+        lm(tmp_path, empty, **splits).setup("fit")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n\n")
+    with pytest.raises(DataError, match=r"no usable train text in .*blank\.txt: 3 lines, 0 not valid "
+                                        r"UTF-8, no other line holds text"):
+        lm(tmp_path, blank, **splits).setup("fit")
+
+
+def test_a_binary_file_is_refused_naming_it(tmp_path):
+    nul = tmp_path / "weights.bin"
+    nul.write_bytes(b"\x00" * 5000)
+    with pytest.raises(DataError, match=r"weights\.bin, line 1: NUL byte: a binary file, not text"):
+        lm(tmp_path, nul).setup("fit")
+
+
+def test_invalid_utf8_training_lines_are_dropped_and_counted_evaluation_lines_refused(tmp_path, caplog):
+    lines = [f"line {i}".encode() for i in range(20)]
+    lines[3] = b"caf\xe9"                                   # Latin-1, in the training part
+    path = tmp_path / "corpus.txt"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    dm = lm(tmp_path, path, val_fraction=0.1, test_fraction=0.1)
+    with caplog.at_level("INFO", logger="lightning.pytorch.utilities.rank_zero"):
+        dm.setup("fit")
+    assert dm.dropped == {"train": {"invalid_utf8": 1}, "val": {"invalid_utf8": 0},
+                          "test": {"invalid_utf8": 0}}
+    assert dm.streams["train"].tolist().count(EOS) == 15           # 16 training lines, 1 dropped
+    assert f"train split ({path}): 15 lines, " in caplog.text
+    assert "dropped 1 lines that are not valid UTF-8" in caplog.text
+    lines[3], lines[17] = b"line 3", b"caf\xe9"              # now in the validation part
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(DataError, match=r"corpus\.txt, line 18: not valid UTF-8 \(in the val split"):
+        lm(tmp_path, path, val_fraction=0.1, test_fraction=0.1).setup("fit")

@@ -1,0 +1,84 @@
+"""Reading run stores: a malformed summary.json or config.yaml is skipped with what is wrong,
+non-finite numbers are kept and named (FIXTURE run stores, tests/analysis_stores.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis_stores import write_run
+from lit_attention.analysis import load
+from lit_attention.analysis.load import AnalysisError
+
+MODEL = dict(family="rnn", cell="lstm", attention="luong", d_model=32)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b'{"run_id": "x", "status": "fin', "not valid JSON"),
+    (b"", "not valid JSON"),
+    (b"[1, 2]", "holds an array, not a JSON object"),
+    (b"null", "holds null, not a JSON object"),
+    (b'{"status": "\xff"}', "not UTF-8 text"),
+    (b'{"status": "finished", "model": "rnn"}', "field 'model' is a string, not an object"),
+    (b'{"status": 3}', "field 'status' is a number, not a string"),
+    (b'{"status": "finished", "test_bleu_by_length": [1, 2]}', "'test_bleu_by_length' is not an array of objects"),
+])
+def test_malformed_summary_is_skipped_naming_file_and_problem(tmp_path, content, problem):
+    write_run(tmp_path, "g", "good", seed=1, model=MODEL, val_bleu=20.0)
+    bad = write_run(tmp_path, "g", "bad", seed=2, model=MODEL, val_bleu=21.0)
+    (bad / "summary.json").write_bytes(content)
+    runs, skipped = load.scan_runs(tmp_path / "g")
+    assert runs["run_id"].tolist() == ["good"]
+    [(run_dir, message)] = skipped
+    assert run_dir == bad and message.startswith(str(bad / "summary.json")) and problem in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("content, problem", [
+    ("model: [\n", "not valid YAML (expected the node content, but found '<stream end>' at line 2"),
+    ("- a\n- b\n", "holds a YAML list, not a mapping"),
+])
+def test_malformed_config_is_skipped(tmp_path, content, problem):
+    write_run(tmp_path, "g", "good", seed=1, model=MODEL, val_bleu=20.0)
+    bad = write_run(tmp_path, "g", "bad", seed=2, model=MODEL, val_bleu=21.0)
+    (bad / "config.yaml").write_text(content)
+    runs, [(run_dir, message)] = load.scan_runs(tmp_path / "g")
+    assert len(runs) == 1 and str(bad / "config.yaml") in message and problem in message
+
+
+def test_load_runs_warns_one_line_per_skipped_run(tmp_path, capsys):
+    write_run(tmp_path, "g", "good", seed=1, model=MODEL, val_bleu=20.0)
+    bad = write_run(tmp_path, "g", "bad", seed=2, model=MODEL, val_bleu=21.0)
+    (bad / "summary.json").write_text("{")
+    assert load.load_runs(tmp_path)["run_id"].tolist() == ["good"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: skipped run: {bad / 'summary.json'}: not valid JSON "
+        "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))"]
+
+
+def test_only_unreadable_runs_is_an_analysis_error(tmp_path):
+    bad = write_run(tmp_path, "g", "bad", seed=2, model=MODEL, val_bleu=21.0)
+    (bad / "summary.json").write_text("[]")
+    with pytest.raises(AnalysisError, match=r"no readable run under .*all 1 are unreadable"):
+        load.scan_runs(tmp_path)
+
+
+def test_non_finite_numbers_are_named_not_dropped(tmp_path):
+    run = write_run(tmp_path, "g", "r", seed=1, model=MODEL, val_bleu=20.0)
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(val_bleu=float("inf"), val_ppl=float("nan"), val_chrf=None)
+    (run / "summary.json").write_text(json.dumps(summary))    # Python writes Infinity and NaN
+    row = load.load_run(run)
+    assert row["val_bleu"] == float("inf") and row["val_chrf"] is None
+    assert set(row["nonfinite"].split(";")) == {"val_bleu", "val_ppl"}
+
+
+def test_unparsable_metrics_csv_is_left_out_with_a_warning(tmp_path, capsys):
+    good = write_run(tmp_path, "g", "good", seed=1, model=MODEL, val_bleu=20.0)
+    bad = write_run(tmp_path, "g", "bad", seed=2, model=MODEL, val_bleu=21.0)
+    (bad / "metrics.csv").write_bytes(b"step,epoch\n1,2,3,4\n\xff\xfe\n")
+    metrics = load.load_metrics(load.load_runs(tmp_path))
+    assert set(metrics["run_dir"]) == {str(good)}
+    err = capsys.readouterr().err
+    assert err.startswith(f"warning: {bad / 'metrics.csv'}: unreadable CSV") and len(err.splitlines()) == 1

@@ -1,0 +1,112 @@
+"""`lit-attention report` on run stores with malformed or non-finite runs: each is skipped with one
+warning line naming it, counted in the table, never averaged; a bug still gives a traceback
+(FIXTURE run stores, tests/analysis_stores.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from analysis_stores import write_run
+from conftest import run_cli
+from lit_attention.analysis import aggregate, load, report
+
+BLEU = {"none": [10.0, 11.0, 12.0], "luong": [20.0, 21.0, 22.0]}
+
+
+def model(attention: str) -> dict:
+    return dict(family="rnn", cell="lstm", attention=attention, d_model=32)
+
+
+@pytest.fixture
+def study(tmp_path):
+    """2 configurations x 3 seeds (FIXTURE)."""
+    for attention, scores in BLEU.items():
+        for seed, bleu in enumerate(scores, start=1):
+            write_run(tmp_path, "study", f"{attention}-s{seed}", seed=seed, model=model(attention),
+                      val_bleu=bleu)
+    return tmp_path / "study"
+
+
+def set_summary(run_dir, **fields):
+    path = run_dir / "summary.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_malformed_summaries_are_skipped_warned_and_counted(study):
+    (study / "none-s1" / "summary.json").write_text('{"status": "finished", "val_bl')
+    (study / "luong-s2" / "summary.json").write_text("[]")
+    out = study.parent / "report"
+    result = run_cli("report", study, "--out", out, "--no-figures", "--baseline", "off", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: skipped run")]
+    assert warnings == [
+        f"warning: skipped run: {study / 'luong-s2' / 'summary.json'}: holds an array, not a JSON object",
+        f"warning: skipped run: {study / 'none-s1' / 'summary.json'}: not valid JSON "
+        "(Unterminated string starting at: line 1 column 24 (char 23))"]
+    assert "2 runs skipped as unreadable" in result.stdout          # the table's caption
+    assert "4 runs, 2 configurations, 0 runs excluded, 2 unreadable runs skipped" in result.stdout
+    table = pd.read_csv(out / "table.csv").set_index("model.attention")
+    assert table.loc["none", "mean"] == 11.5 and table.loc["luong", "mean"] == 21.0
+    excluded = pd.read_csv(out / "excluded.csv")
+    assert sorted(excluded["run_id"]) == ["luong-s2", "none-s1"]
+    assert set(excluded["status"]) == {"unreadable"} and excluded["reason"].str.contains("JSON").all()
+    assert "2 runs skipped as unreadable" in (out / "table.tex").read_text()
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, "n/a"])
+def test_a_non_finite_metric_is_never_averaged_but_counted(study, tmp_path, capsys, value):
+    set_summary(study / "luong-s1", val_bleu=value)           # json writes Infinity / NaN literals
+    out = tmp_path / "report"
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {study / 'luong-s1'}: val_bleu is {value!r}, not a finite number; the run " \
+           "is not averaged" in captured.err.splitlines()
+    table = pd.read_csv(out / "table.csv").set_index("model.attention")
+    assert table.loc["luong", "mean"] == 21.5 and table.loc["luong", "n"] == 2
+    assert table.loc["luong", "n_invalid"] == 1 and table.loc["none", "n_invalid"] == 0
+    assert "| 0/0 (+1 invalid)" in captured.out
+    assert "1 with an invalid val_bleu" in captured.out
+    excluded = pd.read_csv(out / "excluded.csv")
+    assert excluded["reason"].tolist() == [f"val_bleu is {value}"]
+
+
+def test_non_finite_costs_are_left_out_of_their_means(study, tmp_path, capsys):
+    set_summary(study / "none-s2", train_seconds=math.inf)
+    assert report.main([str(study), "--out", str(tmp_path), "--no-figures", "--baseline", "off"]) == 0
+    assert f"warning: {study / 'none-s2'}: train_seconds is inf; left out of the train_seconds mean" \
+        in capsys.readouterr().err
+    table = pd.read_csv(tmp_path / "table.csv").set_index("model.attention")
+    assert table.loc["none", "train_seconds"] == 12.0          # seeds 1 and 3: 11 s and 13 s
+    assert table.loc["none", "n"] == 3                         # the metric itself is fine
+
+
+def test_only_unreadable_runs_exit_2_with_a_short_message(study):
+    for summary in study.glob("*/summary.json"):
+        summary.write_text("")
+    result = run_cli("report", study, "--no-figures", timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: no readable run under" in result.stderr and "all 6 are unreadable" in result.stderr
+
+
+def test_a_bug_still_gives_a_traceback(study, tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug in the analysis")
+    monkeypatch.setattr(aggregate, "seed_stats", broken)
+    with pytest.raises(ZeroDivisionError):
+        report.main([str(study), "--out", str(tmp_path), "--no-figures"])
+
+
+def test_usable_invalid_and_missing_metrics_are_told_apart():
+    runs = pd.DataFrame({"run_dir": list("abcde"), "status": ["finished"] * 4 + ["failed"],
+                         "val_bleu": [20.0, math.inf, None, math.nan, 5.0],
+                         "nonfinite": ["", "val_bleu", "", "val_bleu", ""]})
+    assert aggregate.usable(runs, "val_bleu").tolist() == [True, False, False, False, False]
+    assert aggregate.invalid(runs, "val_bleu").tolist() == [False, True, False, True, False]
+    agg = aggregate.aggregate(runs.assign(k="x", run_id=list("abcde")), ["k"])
+    assert agg.loc[0, ["n", "n_invalid", "n_other", "n_failed"]].tolist() == [1, 2, 1, 1]
+    assert load.FINISHED == "finished"
