@@ -99,6 +99,15 @@ def signature(runs: pd.DataFrame, metric: str) -> str | None:
     return "; ".join(sorted(set(runs[column].dropna()))) or None
 
 
+def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
+    """The language-model evaluation protocols of the runs in the table ("not recorded" for runs
+    written before it was, which carried state across evaluation batches)."""
+    if "eval_protocol" not in runs:
+        return []
+    values = runs.loc[agg_mod.usable(runs, metric), "eval_protocol"]
+    return sorted(set(values.dropna())) + (["not recorded"] if values.isna().any() else [])
+
+
 def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     if wanted:
         return wanted
@@ -145,7 +154,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline)
     keys = rows + cols
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                   significance.method(args.samples) if sig is not None else None,
-                                  baseline)
+                                  baseline, eval_protocols(runs, args.metric))
     runs.to_csv(out / "runs.csv", index=False)
     agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)
     tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
