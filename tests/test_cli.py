@@ -63,7 +63,8 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert (copy_run / "checkpoints" / "last.ckpt").exists()
 
     buckets = summary["test_bleu_by_length"]
-    assert sum(b["n"] for b in buckets) == 200 and [b["lo"] for b in buckets] == [1, 11, 21, 31]
+    # copy sources have 3-10 words: the empty longer buckets merge into the first one
+    assert [(b["bucket"], b["n"], b["unit"]) for b in buckets] == [("1+", 200, "words")]
     assert summary["test_sentences_per_second"] > 0 and summary["test_decode_seconds"] > 0
     assert summary["grad_norm_median"] > 0 and 0 <= summary["clip_fraction"] <= 1
     gradflow = (copy_run / "gradflow.csv").read_text().splitlines()

@@ -232,13 +232,14 @@ def load_gradflow(runs: pd.DataFrame) -> pd.DataFrame:
 
 def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
     """BLEU by source length of every run (test split if evaluated, else validation), one row per
-    (run, bucket)."""
+    (run, bucket), with the bucket's sentence count `n` and length `unit` ("words"; run stores
+    written before the unit was recorded counted the model's source tokens: "tokens")."""
     rows = []
     for run in runs.itertuples():
         summary = read_summary(run.run_dir)
         buckets = summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length") or []
         for bucket in buckets:
-            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
+            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, "unit": "tokens", **bucket})
     return pd.DataFrame(rows)
 
 

@@ -7,6 +7,7 @@ written, or [] when the run stores hold no data for that figure.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -47,13 +48,24 @@ def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metri
 
 def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                         metric: str = "val_bleu", score: str = "bleu") -> list[Path]:
-    """Score per source-length bucket, one line per configuration (mean ± std over seeds)."""
+    """Score per source-length bucket, one line per configuration (mean ± std over seeds).
+
+    Each tick names the bucket and its number of sentences n (a range when runs differ). Lengths
+    are in the unit the runs recorded (words); runs in different units are not drawn together:
+    only the runs in words are drawn, with a warning on stderr.
+    """
     if buckets.empty:
         return []
     data = _with_config(buckets, runs, keys, metric)
     if data.empty:
         return []
     data = data.dropna(subset=[score])
+    units = sorted(data["unit"].dropna().unique()) if "unit" in data else ["tokens"]
+    if len(units) > 1:
+        print(f"warning: runs measured source length in different units ({', '.join(units)}); "
+              "the BLEU-by-length figure shows only the runs in words", file=sys.stderr)
+        units = ["words"]
+        data = data[data["unit"] == "words"]
     names = data["bucket"] if "bucket" in data else [f"{lo}-{hi}" for lo, hi in zip(data["lo"], data["hi"])]
     data = data.assign(bucket_name=[str(n) for n in names])
     order = data.drop_duplicates("bucket_name").sort_values("lo")["bucket_name"].tolist()
@@ -62,12 +74,19 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     for config, group in data.groupby("config"):
         stats = group.groupby("bucket_name")[score].agg(["mean", "std"]).reindex(order)
         ax.errorbar(x, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=config)
-    ax.set_xticks(x, order)
-    ax.set_xlabel("source length (tokens)")
+    ax.set_xticks(x, [f"{name}\n{_sentence_count(data, name)}" for name in order])
+    ax.set_xlabel(f"source length ({units[0]}); n = sentences per bucket")
     ax.set_ylabel(score.upper() if score == "bleu" else score)
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3)
     return save(fig, stem)
+
+
+def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
+    if "n" not in data:
+        return ""
+    n = data.loc[data["bucket_name"] == bucket, "n"]
+    return f"n={int(n.min())}" if n.min() == n.max() else f"n={int(n.min())}–{int(n.max())}"
 
 
 def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,

@@ -101,6 +101,15 @@ def signature(runs: pd.DataFrame, metric: str) -> str | None:
     return "; ".join(sorted(set(runs[column].dropna()))) or None
 
 
+def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
+    """The language-model evaluation protocols of the runs in the table ("not recorded" for runs
+    written before it was, which carried state across evaluation batches)."""
+    if "eval_protocol" not in runs:
+        return []
+    values = runs.loc[agg_mod.usable(runs, metric), "eval_protocol"]
+    return sorted(set(values.dropna())) + (["not recorded"] if values.isna().any() else [])
+
+
 def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     if wanted:
         return wanted
@@ -157,7 +166,8 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     keys = rows + cols
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                   significance.method(args.samples) if sig is not None else None,
-                                  baseline, unreadable=len(skipped), notes=(tables.scoring_note(runs),))
+                                  baseline, eval_protocols=eval_protocols(runs, args.metric),
+                                  unreadable=len(skipped), notes=(tables.scoring_note(runs),))
     runs.to_csv(out / "runs.csv", index=False)
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])

@@ -189,8 +189,10 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
 
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
                  significance: str | None = None, baseline: str | None = None,
-                 unreadable: int = 0, notes: tuple[str, ...] = ()) -> str:
-    """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature."""
+                 eval_protocols: list[str] = (), unreadable: int = 0,
+                 notes: tuple[str, ...] = ()) -> str:
+    """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature,
+    the language-model evaluation protocol(s) of the runs, and any ``notes``."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
@@ -209,6 +211,12 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")
+    if len(eval_protocols) == 1:
+        parts.append(f"Language models evaluated under one protocol: {eval_protocols[0]} (every "
+                     "token scored once, from the tokens of its window only; no state carried).")
+    elif eval_protocols:
+        parts.append(f"The runs were evaluated under different protocols ({'; '.join(eval_protocols)}): "
+                     "their numbers are not comparable.")
     return " ".join(parts)
 
 

@@ -1,11 +1,24 @@
-"""Language-model data: one contiguous token stream per split, cut into truncated-BPTT batches.
+"""Language-model data: one contiguous token stream per split; truncated-BPTT batches for
+training, sliding windows for evaluation.
 
 Every line becomes ``encode(line) + [EOS]``, so EOS marks line ends (the newline of a character
-model). A split's stream is laid out as B parallel streams (classic batchify): batch i holds
-columns ``[i*bptt, (i+1)*bptt)`` of every stream and its targets are the same window shifted by
-one, so a hidden state carried from batch i to batch i+1 continues exactly where it left off.
-Under DDP the stream is cut into ``world_size * B`` parallel streams and each rank reads its own
-B of them: no sampler, no duplicated tokens, and the token counts of all ranks add up.
+model).
+
+Training: the stream is laid out as B parallel streams (classic batchify): batch i holds columns
+``[i*bptt, (i+1)*bptt)`` of every stream and its targets are the same window shifted by one, so
+a hidden state carried from batch i to batch i+1 continues exactly where it left off. Under DDP
+the stream is cut into ``world_size * B`` parallel streams and each rank reads its own B of them.
+
+Evaluation (validation and test), the same protocol for every model family: windows of
+``eval_window`` (W) input tokens every ``eval_stride`` (S) tokens of the one stream. Each target
+token is scored exactly once, in the first window that scores it: window 0 scores all its W
+targets, every later window only its last S. So every scored token is predicted from the tokens
+of its own window only - at most W of them, at least W - S + 1 after the first window - and a
+model keeps no state from one window to the next (an RNN starts from zero, an n-gram sees its
+last order - 1 tokens inside the window, a Transformer attends within the window). Targets that
+are context only, or lie past the stream's end, are PAD and do not count. The result does not
+depend on the batch size or the number of devices: ranks read disjoint runs of windows, padded
+with all-PAD windows to the same number of batches.
 
 Empty lines are kept (an EOS each: paragraph breaks). A training line that is not valid UTF-8 is
 dropped and counted in ``dropped`` (summary.json ``data_dropped``); in val/test it is a DataError,
@@ -25,7 +38,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from lit_attention.data.synthetic import SYNTHETIC_TASKS, generate, split_seed
 from lit_attention.data.text import DataError, read_lines
 from lit_attention.data.tokenizers import build_tokenizers
-from lit_attention.data.vocab import EOS
+from lit_attention.data.vocab import EOS, PAD
 from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
 
 LM_TASKS = ("files", *SYNTHETIC_TASKS)
@@ -64,6 +77,37 @@ class StreamBatches(IterableDataset):
             yield {"tokens": self.data[:, start:end], "targets": self.data[:, start + 1:end + 1]}
 
 
+def sliding_windows(stream: torch.Tensor, window: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, targets), each [K, window]: window k reads ``stream[k*stride : k*stride + window]``
+    and predicts the next token at each position; targets already scored by window k - 1 (all but
+    the last ``stride`` of every window after the first) and positions past the end are PAD."""
+    if not 1 <= stride <= window:
+        raise ValueError(f"the evaluation stride must be between 1 and the window ({window}), got {stride}")
+    n = stream.numel()
+    n_windows = 1 + max(0, math.ceil((n - 1 - window) / stride))
+    padded = torch.full(((n_windows - 1) * stride + window + 1,), PAD, dtype=stream.dtype)
+    padded[:n] = stream
+    rows = padded.unfold(0, window + 1, stride)                     # [K, window + 1]
+    targets = rows[:, 1:].clone()
+    targets[1:, :window - stride] = PAD                             # context only
+    return rows[:, :-1].contiguous(), targets
+
+
+class WindowBatches(IterableDataset):
+    """``{"tokens": [B, W], "targets": [B, W]}`` batches of evaluation windows, in stream order."""
+
+    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor, batch_size: int):
+        self.tokens, self.targets, self.batch_size = tokens, targets, batch_size
+
+    def __len__(self) -> int:
+        return math.ceil(self.tokens.shape[0] / self.batch_size)
+
+    def __iter__(self):
+        for start in range(0, self.tokens.shape[0], self.batch_size):
+            end = start + self.batch_size
+            yield {"tokens": self.tokens[start:end], "targets": self.targets[start:end]}
+
+
 class LMDataModule(LightningDataModule):
     """Monolingual text files (plain or .gz) or a synthetic task's target side, as token streams.
 
@@ -71,6 +115,9 @@ class LMDataModule(LightningDataModule):
     splits, else the file's lines are split contiguously into train / val / test by
     ``val_fraction`` and ``test_fraction`` (the last lines are test). A synthetic task uses the
     target side of ``n_sentences`` generated pairs (val and test get a tenth each).
+
+    ``eval_window`` and ``eval_stride`` set the evaluation protocol (module docstring); they
+    default to ``bptt`` (the context the models train with) and half of it.
     """
 
     def __init__(
@@ -85,6 +132,8 @@ class LMDataModule(LightningDataModule):
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         bptt: int = 64,
+        eval_window: int | None = None,
+        eval_stride: int | None = None,
         val_fraction: float = 0.05,
         test_fraction: float = 0.05,
         n_sentences: int = 2000,
@@ -100,7 +149,15 @@ class LMDataModule(LightningDataModule):
             raise ValueError("task 'files' needs data.path (a monolingual text file)")
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum to less than 1")
+        window = bptt if eval_window is None else eval_window
+        if window < 1 or bptt < 1:
+            raise ValueError(f"data.bptt and data.eval_window must be positive, got {bptt} and {eval_window}")
+        if eval_stride is not None and not 1 <= eval_stride <= window:
+            raise ValueError(f"data.eval_stride must be between 1 and the evaluation window ({window}), "
+                             f"got {eval_stride}")
         self.save_hyperparameters()
+        self.eval_window = window
+        self.eval_stride = max(window // 2, 1) if eval_stride is None else eval_stride
         self.tokenizer = None
         self.streams: dict[str, torch.Tensor] = {}
         self.dropped: dict[str, dict[str, int]] = {}     # split -> {reason: lines dropped}
@@ -182,16 +239,37 @@ class LMDataModule(LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         self.prepare()
 
-    def batches(self, split: str, rank: int | None = None, world: int | None = None) -> StreamBatches:
-        """One rank's batches of a split (rank and world size default to the trainer's)."""
+    @property
+    def eval_protocol(self) -> str:
+        """How validation and test score every family (recorded in summary.json)."""
+        return f"sliding window {self.eval_window}, stride {self.eval_stride}"
+
+    def batches(self, split: str, rank: int | None = None, world: int | None = None):
+        """One rank's batches of a split (rank and world size default to the trainer's):
+        ``StreamBatches`` for training, ``WindowBatches`` for evaluation."""
         self.prepare()
         h = self.hparams
         if rank is None or world is None:
             trainer = self.trainer
             rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
-        B = h.batch_size if split == "train" else (h.eval_batch_size or h.batch_size)
-        data = batchify(self.streams[split], B * world)[rank * B:(rank + 1) * B]
-        return StreamBatches(data, h.bptt)
+        if split == "train":
+            data = batchify(self.streams[split], h.batch_size * world)
+            return StreamBatches(data[rank * h.batch_size:(rank + 1) * h.batch_size], h.bptt)
+        return self.eval_batches(split, rank, world)
+
+    def eval_batches(self, split: str, rank: int = 0, world: int = 1) -> WindowBatches:
+        """One rank's contiguous run of the split's evaluation windows, ``eval_batch_size`` a batch."""
+        self.prepare()
+        if self.streams[split].numel() < 2:
+            raise DataError(f"the {split} split has {self.streams[split].numel()} token(s): nothing to score")
+        B = self.hparams.eval_batch_size or self.hparams.batch_size
+        tokens, targets = sliding_windows(self.streams[split], self.eval_window, self.eval_stride)
+        per_rank = math.ceil(tokens.shape[0] / (B * world)) * B
+        extra = per_rank * world - tokens.shape[0]             # all-PAD windows: nothing scored
+        tokens = torch.cat([tokens, tokens.new_full((extra, tokens.shape[1]), PAD)])
+        targets = torch.cat([targets, targets.new_full((extra, targets.shape[1]), PAD)])
+        mine = slice(rank * per_rank, (rank + 1) * per_rank)
+        return WindowBatches(tokens[mine], targets[mine], B)
 
     def _loader(self, split: str) -> DataLoader:
         return DataLoader(self.batches(split), batch_size=None, num_workers=self.hparams.num_workers)

@@ -102,6 +102,7 @@ class TranslationDataModule(L.LightningDataModule):
         return src, tgt
 
     def sources(self, split: str) -> list[str]:
+        """Raw source sentences, in split order (example ``idx`` values index them)."""
         return self._load_raw(self._role(split))[0]
 
     def references(self, split: str) -> list[str]:

@@ -1,10 +1,17 @@
-"""Corpus BLEU and chrF (sacreBLEU) per source-length bucket."""
+"""Corpus BLEU and chrF (sacreBLEU) per source-length bucket, lengths in whitespace words."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import sacrebleu
+
+UNIT = "words"
+
+
+def source_words(sources: Sequence[str]) -> list[int]:
+    """Whitespace words of each raw source sentence: the length unit of every bucket."""
+    return [len(s.split()) for s in sources]
 
 
 def bucket_bounds(buckets: Sequence[int]) -> list[tuple[int, int | None]]:
@@ -19,28 +26,68 @@ def bucket_bounds(buckets: Sequence[int]) -> list[tuple[int, int | None]]:
     return bounds
 
 
-def bleu_by_length(sources_tokens_len: Sequence[int], hyps: Sequence[str], refs: Sequence[str],
-                   buckets: Sequence[int] = (10, 20, 30)) -> list[dict]:
-    """One row per bucket: {bucket, lo, hi, n, bleu, chrf}.
+def merge_small(bounds: list[tuple[int, int | None]], counts: Sequence[int],
+                min_sentences: int) -> list[tuple[int, int | None]]:
+    """Merge neighbouring buckets until each holds at least ``min_sentences`` sentences.
 
-    Sentences are bucketed by source length (in whatever unit the caller counts: tokens,
-    subwords...); a length below the first bucket's lower bound (0) goes to the first bucket, so
-    the counts always add up to the set size. BLEU and chrF are sacreBLEU corpus scores on the
-    bucket alone; an empty bucket has n=0 and bleu=chrf=None.
+    From the shortest bucket on, buckets join the next one until the group reaches the minimum;
+    a group still below it at the end (the longest sources) joins the group before it. So
+    counts (27, 400, 300, 27) with minimum 50 become (427, 327): 1-10 joins 11-20, 31+ joins
+    21-30. When the whole set is smaller than the minimum there is one bucket. 0 merges nothing.
     """
-    if not len(sources_tokens_len) == len(hyps) == len(refs):
-        raise ValueError("sources_tokens_len, hyps and refs must have the same length")
-    rows = []
-    bounds = bucket_bounds(buckets)
+    if min_sentences <= 0:
+        return list(bounds)
+    groups: list[list[int]] = []            # [lo, hi, n] per merged bucket; hi None = open
+    open_group = None
+    for (lo, hi), n in zip(bounds, counts):
+        if open_group is None:
+            open_group = [lo, hi, 0]
+        open_group[1:] = [hi, open_group[2] + n]
+        if open_group[2] >= min_sentences:
+            groups.append(open_group)
+            open_group = None
+    if open_group is not None:
+        if groups:
+            groups[-1][1:] = [open_group[1], groups[-1][2] + open_group[2]]
+        else:
+            groups.append(open_group)
+    return [(lo, hi) for lo, hi, _ in groups]
+
+
+def _members(lengths: Sequence[int], bounds: list[tuple[int, int | None]]) -> list[list[int]]:
+    # A length below the first bucket's lower bound (an empty source) goes to the first bucket,
+    # so the counts always add up to the set size.
+    out = []
     for i, (lo, hi) in enumerate(bounds):
-        floor = -1 if i == 0 else lo            # the first bucket also takes empty sources
-        members = [j for j, n in enumerate(sources_tokens_len)
-                   if n >= floor and (hi is None or n <= hi)]
+        floor = -1 if i == 0 else lo
+        out.append([j for j, n in enumerate(lengths) if n >= floor and (hi is None or n <= hi)])
+    return out
+
+
+def bleu_by_length(source_lengths: Sequence[int], hyps: Sequence[str], refs: Sequence[str],
+                   buckets: Sequence[int] = (10, 20, 30), min_sentences: int = 50,
+                   unit: str = UNIT) -> list[dict]:
+    """One row per bucket: {bucket, lo, hi, n, unit, bleu, chrf}.
+
+    ``source_lengths`` are the sentences' source lengths in ``unit`` (``source_words`` of the
+    raw sources). ``buckets`` are the upper bounds of the initial buckets; buckets with fewer
+    than ``min_sentences`` sentences are merged into a neighbour (``merge_small``), so no
+    score rests on a handful of sentences. BLEU and chrF are sacreBLEU corpus scores on the
+    bucket alone; ``n`` is its number of sentences. With ``min_sentences=0`` buckets are kept
+    as given and an empty one has n=0 and bleu=chrf=None.
+    """
+    if not len(source_lengths) == len(hyps) == len(refs):
+        raise ValueError("source_lengths, hyps and refs must have the same length")
+    bounds = bucket_bounds(buckets)
+    counts = [len(m) for m in _members(source_lengths, bounds)]
+    bounds = merge_small(bounds, counts, min_sentences)
+    rows = []
+    for (lo, hi), members in zip(bounds, _members(source_lengths, bounds)):
         h = [hyps[j] for j in members]
         r = [refs[j] for j in members]
         rows.append({
             "bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+",
-            "lo": lo, "hi": hi, "n": len(members),
+            "lo": lo, "hi": hi, "n": len(members), "unit": unit,
             "bleu": sacrebleu.corpus_bleu(h, [r]).score if members else None,
             "chrf": sacrebleu.corpus_chrf(h, [r]).score if members else None,
         })

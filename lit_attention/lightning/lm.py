@@ -1,10 +1,15 @@
 """LightningModule for language models: truncated BPTT, exact token-level perplexity.
 
-Every family reads batches ``{"tokens": [B, T], "targets": [B, T]}`` from ``LMDataModule``. The
-carried state (hidden state or context tokens) flows from one batch to the next and is detached,
-so gradients stop at the batch boundary; it is reset at the start of every epoch and of every
-evaluation pass. Perplexity is exp(summed token NLL / token count), with the sums reduced over
-DDP ranks, so it is the same number for every family, batch size and device count.
+Every family reads batches ``{"tokens": [B, T], "targets": [B, T]}`` from ``LMDataModule``.
+Training carries the state (hidden state or context tokens) from one batch to the next, detached,
+so gradients stop at the batch boundary; it is reset at the start of every epoch.
+
+Evaluation carries no state: every batch row is an evaluation window of the data module's
+protocol (sliding window W, stride S; see lit_attention.data.lm), scored from a fresh start by
+every family, so each token is predicted from the same at most W preceding tokens whatever the
+model. Perplexity is exp(summed NLL of the scored (non-PAD) targets / their count), with the sums
+reduced over DDP ranks: the same number for every batch size and device count. The protocol goes
+into summary.json as ``eval_protocol``.
 
 The n-gram family has no gradient: it counts the data module's training stream when fitting
 starts (or when evaluation needs it), then the training epoch is skipped.
@@ -88,8 +93,9 @@ class LanguageModelModule(LightningModule):
         self.save_hyperparameters()
         self.net = None
         # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
-        self._state = {}           # carried state per stream: "train", "val", "test"
+        self._state = {}           # training state carried across batches ("train")
         self._eval: dict[str, list[float]] = {}
+        self.eval_extras: dict[str, dict] = {}
         self.train_tokens = 0
 
     # -- model construction ------------------------------------------------------------------
@@ -115,7 +121,7 @@ class LanguageModelModule(LightningModule):
         dm = self._datamodule()
         if dm is not None:
             h.n_vocab = dm.vocab_size_actual
-            h.max_len = max(h.max_len, dm.hparams.bptt)
+            h.max_len = max(h.max_len, dm.hparams.bptt, dm.eval_window)
         if not h.n_vocab:
             raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.n_vocab")
         if h.match_params and h.family != "ngram":
@@ -209,13 +215,11 @@ class LanguageModelModule(LightningModule):
     # -- evaluation --------------------------------------------------------------------------
 
     def _eval_start(self, split: str) -> None:
-        self._state[split] = None
         self._eval[split] = [0.0, 0.0]
 
     def _eval_step(self, split: str, batch) -> None:
-        logits, state = self.net(batch["tokens"], self._state[split])
-        self._state[split] = detach_state(state)
-        nll, n = token_nll(logits, batch["targets"])
+        logits, _ = self.net(batch["tokens"])          # a fresh state for every window
+        nll, n = token_nll(logits, batch["targets"])   # PAD targets (context only) do not count
         self._eval[split][0] += float(nll)
         self._eval[split][1] += float(n)
 
@@ -226,6 +230,8 @@ class LanguageModelModule(LightningModule):
         nll, tokens = totals.tolist()
         self.log(f"{split}_loss", nll / max(tokens, 1), batch_size=1)
         self.log(f"{split}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
+        dm = self._datamodule()
+        self.eval_extras[split] = {"eval_protocol": getattr(dm, "eval_protocol", None)}
 
     def on_validation_epoch_start(self):
         self._eval_start("val")

@@ -18,7 +18,7 @@ from lightning.pytorch import LightningModule
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
-from lit_attention.diagnostics import bleu_by_length
+from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
 from lit_attention.lightning.optim import adam
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
@@ -78,6 +78,7 @@ class TranslationModule(LightningModule):
         beam_size: int = 5,
         length_penalty: float = 1.0,
         length_buckets: tuple[int, ...] = (10, 20, 30),
+        min_bucket_sentences: int = 50,
         src_vocab_size: int = 0,
         tgt_vocab_size: int = 0,
     ):
@@ -86,6 +87,9 @@ class TranslationModule(LightningModule):
             scoring = "scaled_dot" if family == "transformer" else "additive"
         registry.check_seq2seq(family, cell, attention, scoring, positional, context,
                                input_feeding, bidirectional, enc_output)
+        if min_bucket_sentences < 0:
+            raise ValueError(f"min_bucket_sentences must be >= 0 (0 keeps every length bucket), "
+                             f"got {min_bucket_sentences}")
         self.save_hyperparameters()
         self.hparams.scoring = scoring
         self.net = None
@@ -154,7 +158,7 @@ class TranslationModule(LightningModule):
     # -- evaluation --------------------------------------------------------------------------
 
     def _eval_start(self, split: str) -> None:
-        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}, "src_len": {}, "seconds": 0.0}
+        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}, "seconds": 0.0}
 
     def decode(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
         h = self.hparams
@@ -178,23 +182,20 @@ class TranslationModule(LightningModule):
             ids = self.decode(batch["src"], beam_size)
             acc["seconds"] += time.perf_counter() - start
             tok = self.trainer.datamodule.tgt_tokenizer
-            src_len = ((batch["src"] != PAD).sum(1) - 1).tolist()   # source tokens without EOS
-            for i, row, m in zip(batch["idx"].tolist(), ids.tolist(), src_len):
+            for i, row in zip(batch["idx"].tolist(), ids.tolist()):
                 acc["hyps"][i] = tok.decode(row)
-                acc["src_len"][i] = m
 
     def _eval_end(self, split: str, prefix: str, decode: bool) -> None:
         acc = self._eval.pop(split)
         totals = torch.tensor([acc["nll"], acc["tokens"]], dtype=torch.float64)
-        hyps, src_len, seconds = acc["hyps"], acc["src_len"], acc["seconds"]
+        hyps, seconds = acc["hyps"], acc["seconds"]
         if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
             totals = totals.to(self.device)
             dist.all_reduce(totals)
             gathered = [None] * self.trainer.world_size
-            dist.all_gather_object(gathered, (hyps, src_len, seconds))
+            dist.all_gather_object(gathered, (hyps, seconds))
             hyps = {k: v for part in gathered for k, v in part[0].items()}
-            src_len = {k: v for part in gathered for k, v in part[1].items()}
-            seconds = max(part[2] for part in gathered)
+            seconds = max(part[1] for part in gathered)
         nll, tokens = totals.tolist()
         self.log(f"{prefix}_loss", nll / max(tokens, 1), batch_size=1)
         self.log(f"{prefix}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
@@ -204,9 +205,11 @@ class TranslationModule(LightningModule):
             scores = bleu_chrf(ordered, refs)
             self.hyps[split] = ordered
             self.refs[split] = refs
-            lengths = [src_len.get(i, 0) for i in range(len(refs))]
+            # Buckets count whitespace words of the raw source, whatever the model's tokenizer.
+            lengths = source_words(self.trainer.datamodule.sources(split))
             self.eval_extras[split] = {
-                f"{prefix}_bleu_by_length": bleu_by_length(lengths, ordered, refs, self.hparams.length_buckets),
+                f"{prefix}_bleu_by_length": bleu_by_length(lengths, ordered, refs, self.hparams.length_buckets,
+                                                           self.hparams.min_bucket_sentences),
                 f"{prefix}_decode_seconds": seconds,
                 f"{prefix}_sentences_per_second": len(hyps) / seconds if seconds else None,
             }

@@ -1,16 +1,14 @@
 """LMDataModule: token streams, classic batchify layout, splits, DDP partition."""
 
 import gzip
-from pathlib import Path
+import math
 
 import pytest
 import torch
 
-from lit_attention.data.lm import LMDataModule, batchify
+from lit_attention.data.lm import LMDataModule, batchify, sliding_windows
 from lit_attention.data.text import DataError
-from lit_attention.data.vocab import EOS
-
-SHAKESPEARE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+from lit_attention.data.vocab import EOS, PAD
 
 
 @pytest.fixture
@@ -92,9 +90,9 @@ def test_bad_configuration_fails_with_the_valid_choices(tmp_path):
         LMDataModule(path=str(tiny), cache_dir=str(tmp_path / "c")).setup("fit")
 
 
-@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare not found at {SHAKESPEARE}")
-def test_tiny_shakespeare_char_streams(tmp_path):
-    dm = LMDataModule(path=str(SHAKESPEARE), tokenizer="char", batch_size=16, bptt=32,
+def test_tiny_shakespeare_char_streams(shared_data, tmp_path):
+    dm = LMDataModule(path=str(shared_data / "tinyshakespeare" / "input.txt"), tokenizer="char",
+                      batch_size=16, bptt=32,
                       cache_dir=str(tmp_path / "cache"))
     assert 60 <= dm.vocab_size_actual <= 70       # 65 characters + specials (newline is EOS)
     sizes = {k: dm.n_tokens(k) for k in ("train", "val", "test")}
@@ -148,3 +146,47 @@ def test_invalid_utf8_training_lines_are_dropped_and_counted_evaluation_lines_re
     path.write_bytes(b"\n".join(lines) + b"\n")
     with pytest.raises(DataError, match=r"corpus\.txt, line 18: not valid UTF-8 \(in the val split"):
         lm(tmp_path, path, val_fraction=0.1, test_fraction=0.1).setup("fit")
+
+
+@pytest.mark.parametrize("n,window,stride", [(103, 8, 4), (103, 8, 8), (103, 8, 1), (20, 8, 5),
+                                             (9, 8, 4), (5, 8, 3), (2, 4, 2)])
+def test_sliding_windows_score_every_target_once_from_at_most_window_tokens(n, window, stride):
+    stream = torch.arange(10, 10 + n)                # token value - 10 = its position
+    tokens, targets = sliding_windows(stream, window, stride)
+    assert tokens.shape == targets.shape == (1 + max(0, math.ceil((n - 1 - window) / stride)), window)
+    scored = []
+    for k in range(tokens.shape[0]):
+        start = k * stride
+        inputs = stream[start:start + window]
+        assert torch.equal(tokens[k, :len(inputs)], inputs) and (tokens[k, len(inputs):] == PAD).all()
+        for t in torch.nonzero(targets[k] != PAD).flatten().tolist():
+            j = start + 1 + t                        # predicted from stream[start:j], t + 1 tokens
+            assert targets[k, t] == stream[j]
+            assert t + 1 <= window and (k == 0 or t + 1 >= window - stride + 1)
+            scored.append(j)
+    assert scored == list(range(1, n))               # every token but the first, once, in order
+
+
+@pytest.mark.parametrize("world,batch_size", [(1, 1), (1, 5), (2, 3), (3, 2)])
+def test_evaluation_windows_split_over_ranks_and_batches_score_the_stream_once(text_file, tmp_path,
+                                                                               world, batch_size):
+    path, _ = text_file
+    dm = LMDataModule(path=str(path), tokenizer="char", batch_size=7, eval_batch_size=batch_size,
+                      bptt=16, eval_stride=6, cache_dir=str(tmp_path / "cache"))
+    ranks = [list(dm.batches("val", rank=r, world=world)) for r in range(world)]
+    assert len({len(batches) for batches in ranks}) == 1   # same batch count: collectives line up
+    assert all(b["tokens"].shape == b["targets"].shape == (batch_size, 16) for r in ranks for b in r)
+    scored = torch.cat([b["targets"][b["targets"] != PAD] for r in ranks for b in r])
+    assert torch.equal(scored, dm.streams["val"][1:])
+
+
+def test_evaluation_protocol_defaults_to_the_training_context_with_half_stride(tmp_path):
+    dm = LMDataModule(task="toy-mt", bptt=32, cache_dir=str(tmp_path / "cache"))
+    assert (dm.eval_window, dm.eval_stride) == (32, 16)
+    assert dm.eval_protocol == "sliding window 32, stride 16"
+    dm = LMDataModule(task="toy-mt", bptt=32, eval_window=48, eval_stride=48)
+    assert dm.eval_protocol == "sliding window 48, stride 48"
+    with pytest.raises(ValueError, match="data.eval_stride"):
+        LMDataModule(task="toy-mt", bptt=8, eval_stride=9)
+    with pytest.raises(ValueError, match="eval_window"):
+        LMDataModule(task="toy-mt", eval_window=0)

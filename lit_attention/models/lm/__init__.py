@@ -1,9 +1,11 @@
 """Language models: ``lm(tokens [B, T], state=None) -> (logits [B, T, V], state)``.
 
 Logits at position t score the token that follows ``tokens[:, t]``. ``state`` carries context
-across consecutive batches of a stream: hidden states for recurrent models, the last few tokens
-for the n-gram and fixed-window models (so a stream cut into batches is scored exactly as a
-whole), None for the Transformer (each batch is its own context window).
+across consecutive batches of a stream (truncated-BPTT training): hidden states for recurrent
+models, the last few tokens for the n-gram and fixed-window models (so a stream cut into batches
+is scored exactly as a whole), None for the Transformer (each batch is its own context window).
+Evaluation passes no state: every family scores sliding windows from a fresh start
+(lit_attention.data.lm), so all see the same context.
 The n-gram model has no parameters; its "logits" are normalised log-probabilities.
 """
 

@@ -2,7 +2,8 @@
 
 ``Embeddings`` (absolute positions, if any) + ``Stack(causal=True, cross=False)`` (relative
 positions inside self-attention) + an output projection tied to the token embedding. Every
-positional encoding of the registry works; each batch is its own context window (no state).
+positional encoding of the registry works; each batch is its own context window (no state), so
+``max_len`` must cover the longest window it is given (training block and evaluation window).
 """
 
 from __future__ import annotations

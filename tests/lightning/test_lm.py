@@ -1,18 +1,23 @@
-"""LanguageModelModule with real Trainers: every family fits, perplexity is exact, BPTT carries state."""
+"""LanguageModelModule with real Trainers: every family fits, training carries state across
+batches, evaluation scores every token once under one sliding-window protocol, perplexity is exact."""
 
+import json
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, Trainer, seed_everything
 
+from conftest import CONFIGS, run_cli
 from lit_attention.data.lm import LMDataModule
+from lit_attention.data.synthetic import generate
+from lit_attention.data.vocab import PAD
 from lit_attention.lightning.lm import LanguageModelModule
 
-SHAKESPEARE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare" / "input.txt"
+FAMILIES = [("ngram", {"order": 3}), ("window", {}), ("rnn", {"cell": "lstm"}),
+            ("transformer", {"positional": "sinusoidal"})]
 SMALL = dict(d_model=32, heads=4, layers=1, ffn=64, window=3, lr=1e-2, warmup=5)
 
 
@@ -77,30 +82,105 @@ def test_ngram_fits_without_gradients_and_reports_exact_perplexity(tmp_path):
     assert module.net.fitted and module.describe()["params"] == 0
     assert fit.current_epoch == 1, "counted once: no further epochs"
     [result] = fit.validate(module, dm, verbose=False)
-    # Independently: each of the 3 parallel val streams scored as a whole; its first token only
-    # serves as context (it is never a target of a batch).
-    data = dm.batches("val", rank=0, world=1).data
-    nll = sum(-module.net.log_prob(row)[1:].sum().item() for row in data)
-    count = data.shape[0] * (data.shape[1] - 1)
-    assert result["val_ppl"] == pytest.approx(math.exp(nll / count), rel=1e-5)
+    # Independently: the val stream scored as a whole, its first token only as context. Every
+    # window (7 tokens, stride 3) gives a scored token at least 5 tokens of context, more than
+    # the trigram's 2, so the window protocol changes nothing for it.
+    stream = dm.streams["val"]
+    nll = -module.net.log_prob(stream)[1:].sum().item()
+    assert result["val_ppl"] == pytest.approx(math.exp(nll / (len(stream) - 1)), rel=1e-5)
 
 
-def test_validation_perplexity_is_exact_token_level(tmp_path):
+class TokenScores(Callback):
+    """NLL of every scored (non-PAD) target of a validation pass, in the order the batches score
+    them, from the logits the model itself returned (a forward hook on ``module.net``)."""
+
+    def on_validation_start(self, trainer, module):
+        self.nll, self._logits = [], None
+        self._hook = module.net.register_forward_hook(lambda net, args, out: setattr(self, "_logits", out[0]))
+
+    def on_validation_batch_end(self, trainer, module, outputs, batch, batch_idx, dataloader_idx=0):
+        targets = batch["targets"]
+        logp = F.log_softmax(self._logits.double(), -1)
+        nll = -logp.gather(2, targets.clamp(min=0)[..., None]).squeeze(2)
+        self.nll.extend(nll[targets != PAD].tolist())
+
+    def on_validation_end(self, trainer, module):
+        self._hook.remove()
+
+
+def fitted(family, options, dm, steps=20):
     seed_everything(0)
-    dm = toy_data(tmp_path, eval_batch_size=3, bptt=7)     # the last batch is shorter
-    module = LanguageModelModule(family="rnn", cell="lstm", dropout=0.0, **SMALL)
-    fit = trainer(max_steps=10, num_sanity_val_steps=0)
-    fit.fit(module, dm)
-    [result] = fit.validate(module, dm, verbose=False)
-    # The state carried across batches makes the batched pass equal one pass over whole rows.
-    data = dm.batches("val", rank=0, world=1).data
-    assert (data.shape[1] - 1) % 7 != 0
-    module.net.eval()
+    module = LanguageModelModule(family=family, **{**SMALL, "dropout": 0.0, **options})
+    trainer(max_steps=steps, limit_val_batches=0).fit(module, dm)
+    return module
+
+
+def scores(module, dm) -> tuple[list[float], dict]:
+    record = TokenScores()
+    [result] = trainer(callbacks=[record]).validate(module, dm, verbose=False)
+    return record.nll, result
+
+
+def window_reference(net, stream, window, stride) -> list[float]:
+    """NLL of each token j >= 1 predicted by a fresh run over the tokens of the window that scores
+    it: window k = 0 for j <= W, else ceil((j - W) / S), covering stream[k*S : j] (1..W tokens)."""
+    net.eval()
+    out = []
     with torch.no_grad():
-        logits, _ = module.net(data[:, :-1])
-    logp = F.log_softmax(logits.double(), -1).gather(2, data[:, 1:, None])
-    assert result["val_loss"] == pytest.approx(-logp.mean().item(), rel=1e-5)
-    assert result["val_ppl"] == pytest.approx(math.exp(-logp.mean().item()), rel=1e-5)
+        for j in range(1, len(stream)):
+            k = 0 if j <= window else math.ceil((j - window) / stride)
+            logits, _ = net(stream[k * stride:j][None])
+            out.append(-F.log_softmax(logits[0, -1].double(), -1)[stream[j]].item())
+    return out
+
+
+@pytest.mark.parametrize("family,options", FAMILIES, ids=[f for f, _ in FAMILIES])
+def test_every_family_scores_each_token_once_from_its_window_alone(family, options, tmp_path):
+    dm = toy_data(tmp_path, eval_batch_size=3, bptt=8)           # window 8, stride 4
+    module = fitted(family, options, dm)
+    nll, result = scores(module, dm)
+    stream = dm.streams["val"]
+    assert len(nll) == len(stream) - 1, "every token but the first is scored exactly once"
+    expected = window_reference(module.net, stream, 8, 4)
+    assert nll == pytest.approx(expected, abs=1e-5)
+    assert result["val_loss"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
+    assert result["val_ppl"] == pytest.approx(math.exp(sum(expected) / len(expected)), rel=1e-5)
+
+
+@pytest.fixture
+def char_files(tmp_path):
+    """A character corpus whose validation split is one line: stream position = character index."""
+    train = generate("toy-mt", 300, seed=1)[1]
+    (tmp_path / "train.txt").write_text("\n".join(train) + "\n")
+    val = "a dog sees the big cat near the old house and the small bird"
+    (tmp_path / "val.txt").write_text(val + "\n")
+    return tmp_path, val
+
+
+@pytest.mark.parametrize("family,options", FAMILIES, ids=[f for f, _ in FAMILIES])
+def test_a_tokens_score_depends_on_the_same_window_for_every_family(family, options, char_files):
+    """Perturb the token at position p. Under one protocol (window W = 8, stride 4) the scores of
+    tokens j > p + W must not move for any family (no carried state), and those of p + 1 and
+    p + 2 must (the window keeps at least W - S + 1 = 5 tokens of context, so a Transformer sees
+    position p when scoring p + 2 even though p + 1 starts a block of the training layout)."""
+    root, val = char_files
+    p, window = 7, 8
+    changed = val[:p] + ("x" if val[p] != "x" else "y") + val[p + 1:]
+    runs = {}
+    for name, text in (("original", val), ("changed", changed)):
+        (root / f"{name}.txt").write_text(text + "\n")
+        dm = LMDataModule(path=str(root / "train.txt"), val_path=str(root / f"{name}.txt"),
+                          test_path=str(root / f"{name}.txt"), tokenizer="char", batch_size=8,
+                          eval_batch_size=1, bptt=window, cache_dir=str(root / "cache"))
+        if name == "original":
+            module = fitted(family, options, dm)
+        runs[name] = scores(module, dm)[0]                      # index j - 1 = token j
+    before, after = runs["original"], runs["changed"]
+    assert len(before) == len(after) == len(val)                # the line's EOS is scored too
+    far = range(p + window + 1, len(val) + 1)
+    assert [after[j - 1] for j in far] == pytest.approx([before[j - 1] for j in far], abs=1e-6)
+    for j in (p + 1, p + 2):
+        assert abs(after[j - 1] - before[j - 1]) > 1e-4, (family, j)
 
 
 def test_training_carries_the_detached_state_across_batches(tmp_path):
@@ -141,11 +221,11 @@ def test_unknown_choice_fails_at_construction():
         LanguageModelModule(family="rnn", cell="tanh")
 
 
-@pytest.mark.skipif(not SHAKESPEARE.is_file(), reason=f"Tiny Shakespeare not found at {SHAKESPEARE}")
 @pytest.mark.parametrize("family", ["rnn", "transformer"])
-def test_tiny_shakespeare_char_smoke(family, tmp_path):
+def test_tiny_shakespeare_char_smoke(family, shared_data, tmp_path):
     seed_everything(0)
-    dm = LMDataModule(path=str(SHAKESPEARE), tokenizer="char", batch_size=16, bptt=32,
+    dm = LMDataModule(path=str(shared_data / "tinyshakespeare" / "input.txt"), tokenizer="char",
+                      batch_size=16, bptt=32,
                       cache_dir=str(tmp_path / "cache"))
     module = LanguageModelModule(family=family, d_model=48, heads=4, layers=1, ffn=96, lr=1e-2,
                                  warmup=5)
@@ -158,13 +238,17 @@ def test_tiny_shakespeare_char_smoke(family, tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_perplexity_sums_over_ranks(tmp_path):
-    """Two ranks with B streams each score exactly what one device with 2B streams scores."""
-    one = toy_data(tmp_path, eval_batch_size=4, bptt=7)
+@pytest.mark.parametrize("family", ["ngram", "transformer"])
+def test_ddp_perplexity_sums_over_ranks(family, tmp_path):
+    """Two ranks reading disjoint runs of evaluation windows score exactly what one device scores
+    (whatever the batch size: every window is scored on its own)."""
+    one = toy_data(tmp_path, eval_batch_size=3, bptt=7)
     two = toy_data(tmp_path, eval_batch_size=2, bptt=7)
-    [single] = trainer().validate(LanguageModelModule(family="ngram"), one, verbose=False)
+    module = LanguageModelModule(family=family, **SMALL, n_vocab=one.vocab_size_actual)
+    module.configure_model()        # built before spawning, so both ranks get the same weights
+    [single] = trainer().validate(module, one, verbose=False)
     ddp = trainer(devices=2, strategy="ddp_spawn")
-    [spread] = ddp.validate(LanguageModelModule(family="ngram"), two, verbose=False)
+    [spread] = ddp.validate(module, two, verbose=False)
     assert spread["val_ppl"] == pytest.approx(single["val_ppl"], rel=1e-6)
     assert spread["val_loss"] == pytest.approx(single["val_loss"], rel=1e-6)
 
@@ -194,3 +278,14 @@ def test_checkpoint_restores_the_model(family, tmp_path):
     restored = LanguageModelModule.load_from_checkpoint(path)
     [after] = trainer().validate(restored, dm, verbose=False)
     assert after["val_ppl"] == pytest.approx(before["val_ppl"], rel=1e-6)
+
+
+def test_the_run_store_records_the_evaluation_protocol(tmp_path):
+    fit = run_cli("fit", "--config", CONFIGS / "lm-toy.yaml", "--run.root", tmp_path, "--run.id", "lm",
+                  "--data.n_sentences", "200", "--data.eval_window", "16", "--data.eval_stride", "8",
+                  "--model.d_model", "16", "--model.layers", "1", "--model.ffn", "32",
+                  "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    summary = json.loads((tmp_path / "default" / "lm" / "summary.json").read_text())
+    assert summary["eval_protocol"] == "sliding window 16, stride 8"
+    assert math.isfinite(summary["val_ppl"])
