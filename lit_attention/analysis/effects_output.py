@@ -26,13 +26,18 @@ ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares mo
                 "(main effects, every estimable two-way interaction, the seed as a block when seed numbers "
                 "recur); η² = SS / total SS; F = (SS/df) / residual mean square, p from the F distribution, "
                 "Holm-adjusted over all factor and interaction terms. A conditional factor is coded only "
-                "where it is set (column 'where') and tested after the factors it depends on")
+                "where it is set (column 'where', if any) and tested after the factors it depends on")
 
 
 def p_text(p) -> str:
     if p is None or pd.isna(p):
         return ""
     return "< 0.001" if p < 0.001 else f"{p:.3f}"
+
+
+def ss_text(x) -> str:
+    """Sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209."""
+    return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _ci(lo, hi, digits: int) -> str:
@@ -44,7 +49,7 @@ def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, p
     t = effects.importance
     columns = {"where": t["where"].tolist()} if (t["where"] != "all runs").any() else {}
     columns.update({"df": t["df"].astype(int).astype(str).tolist(),
-                    "SS": ["" if pd.isna(x) else f"{x:.3g}" for x in t["ss"]],
+                    "SS": [ss_text(x) for x in t["ss"]],
                     ETA: [tables.number(x, 3) for x in t["eta_sq"]],
                     "F": [tables.number(x, 2) for x in t["f"]],
                     "p (Holm)": [p_text(x) for x in t["p_holm"]]})
@@ -135,6 +140,14 @@ def stem_name(key: str) -> str:
     return key.removeprefix("model.").replace(".", "_").replace("/", "_")
 
 
+def numeric(levels) -> bool:
+    try:
+        [float(level) for level in levels]
+    except ValueError:
+        return False
+    return True
+
+
 def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     """One panel per factor: the marginal mean at each level with its 95% CI."""
     factors = effects.factors
@@ -146,8 +159,10 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
         x = np.arange(len(m))
         low = (m["mean"] - m["ci_lo"]).fillna(0).clip(lower=0)
         high = (m["ci_hi"] - m["mean"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, m["mean"], yerr=[low, high], marker="o", capsize=4, linestyle="-", color="C0")
+        ax.errorbar(x, m["mean"], yerr=[low, high], marker="o", capsize=4, color="C0",
+                    linestyle="-" if numeric(f.levels) else "none")   # no line between categories
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
+        ax.set_xlim(-0.5, len(m) - 0.5)
         row = _term(effects, f.name)
         eta = f"{ETA} = {row['eta_sq']:.2f}" if row is not None else ""
         ax.set_title(f"{f.name}\n{eta}" + ("" if not f.conditional else f" ({f.where})"), fontsize="small")
@@ -199,6 +214,9 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
         markdown = tables.to_markdown(cells, best, caption)
         (out / f"{name}.md").write_text(markdown)
         printed.append(markdown)
+    if not means:
+        printed.append("No interaction table or plot: no two factors are crossed (every pair is nested, "
+                       "aliased or never set in the same run).\n")
     files: list[Path] = []
     if figures:
         files += plot_marginal_means(effects, out / "effects_marginal")

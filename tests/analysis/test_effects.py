@@ -236,6 +236,10 @@ def test_tables_and_captions_say_which_method_each_number_comes_from(sweep, tmp_
     csv = pd.read_csv(tmp_path / "effects_importance.csv")
     assert {"term", "kind", "where", "df", "ss", "eta_sq", "f", "p", "p_holm"} <= set(csv.columns)
     assert r"$\eta^2$" in (tmp_path / "effects_importance.tex").read_text()
+    (tmp_path / "none").mkdir()
+    printed, _ = effects_output.write_effects(found, tmp_path / "none", [], True, figures=False)
+    assert printed[-1].startswith("No interaction table or plot: no two factors are crossed")
+    assert not (tmp_path / "none" / "effects_interactions.csv").exists()
 
 
 def test_effects_latex_compiles_with_pdflatex(tmp_path):
