@@ -285,7 +285,7 @@ def design_notes(runs: pd.DataFrame, data: pd.DataFrame, metric: str, factors: l
     def keys(frame):
         return set(frame[names].map(lambda v: None if pd.isna(v) else label(v))
                    .fillna(NOT_SET).itertuples(index=False, name=None))
-    lost = sorted(keys(runs) - keys(data))
+    lost = sorted(c for c in keys(runs) - keys(data) if set(c) != {NOT_SET})   # runs without a model
     if lost:
         shown = "; ".join(", ".join(f"{n}={v}" for n, v in zip(names, c) if v != NOT_SET) for c in lost[:3])
         notes.append(f"{len(lost)} configuration{'s' * (len(lost) != 1)} without a usable run "
