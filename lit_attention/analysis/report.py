@@ -2,7 +2,8 @@
 
 Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
-unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF).
+unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
+with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures.
 Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
-from lit_attention.analysis import load, plots, significance, tables
+from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
 from lit_attention.analysis.load import AnalysisError
 
 
@@ -44,7 +45,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
                    help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
     p.add_argument("--group", default=None, help="the W&B group (study) to read")
+    p.add_argument("--effects", action="store_true",
+                   help="factor effects of a sweep: importance (type-II ANOVA; PED-ANOVA when the "
+                        "study's study.db is beside the runs), marginal means, interactions")
+    p.add_argument("--interactions", nargs="+", default=None, metavar="A:B",
+                   help="with --effects: factor pairs to plot (default: the two most important)")
     args = p.parse_args(argv)
+    if args.interactions and not args.effects:
+        p.error("--interactions needs --effects")
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     if args.out is None:
@@ -211,6 +219,14 @@ def write_figures(args, out: Path, runs, metrics, agg, keys) -> list[Path]:
     return figures
 
 
+def factor_effects(args, runs: pd.DataFrame) -> tuple:
+    """--effects: (effects, interaction pairs) of every swept factor (effects.py), or (None, [])."""
+    if not args.effects:
+        return None, []
+    found = effects.analyse(runs, args.metric, tables.higher_is_better(args.metric))
+    return found, effects.resolve_pairs(found, runs, args.interactions)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
@@ -223,12 +239,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: runs averaged together differ in {', '.join(hidden)}; add them to "
                   "--rows/--cols or filter with --where if they matter", file=sys.stderr)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
+        found, pairs = factor_effects(args, runs)
         out.mkdir(parents=True, exist_ok=True)
         printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols)
+    if found is not None:
+        effect_tables, effect_figures = effects_output.write_effects(
+            found, out, pairs, tables.higher_is_better(args.metric), args.digits, not args.no_figures)
+        printed, figures = printed + effect_tables, figures + effect_figures
     print("\n".join(printed))
     excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())
     unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
