@@ -50,7 +50,7 @@ class DiagnosticsOptions:
         gradflow_every: measure gradient flow through time (‖∂L/∂h_t‖ by distance to the loss)
             every N steps (gradflow.csv).
         gradflow_sentences: validation sentences it is measured on (a fixed-seed sample, the same
-            for every run on the same data).
+            for every run on the same data). Default: 32, or the whole split if smaller.
         gradflow_distance: largest distance measured; only sentences reaching it are sampled.
             Default: 20, or the longest distance gradflow_sentences sentences reach if less.
         heatmaps: attention heatmaps saved at the end of fit.
@@ -58,7 +58,7 @@ class DiagnosticsOptions:
     module_norm_every: int = 50
     module_depth: int = 2
     gradflow_every: int = 100
-    gradflow_sentences: int = 32
+    gradflow_sentences: Optional[int] = None
     gradflow_distance: Optional[int] = None
     heatmaps: int = 4
 

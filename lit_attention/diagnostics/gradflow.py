@@ -38,6 +38,7 @@ from lit_attention.models.base import Seq2SeqModel
 
 DIRECTIONS = ("forward", "backward", "undirected")
 DEFAULT_DISTANCE = 20
+DEFAULT_SENTENCES = 32
 SAMPLE_SEED = 0          # one sample for every run on the same data, so runs compare like for like
 
 
@@ -192,19 +193,23 @@ def _cell_template(rnn: nn.RNNBase, input_size: int) -> nn.Module:
     return nn.RNNCell(input_size, rnn.hidden_size, nonlinearity=rnn.nonlinearity, **kwargs)
 
 
-def long_sentence_sample(examples: Sequence[dict], n: int = 32, max_distance: int | None = None,
+def long_sentence_sample(examples: Sequence[dict], n: int | None = None,
+                         max_distance: int | None = None,
                          seed: int = SAMPLE_SEED) -> tuple[dict, int]:
     """A fixed-seed batch of `n` examples ({"idx", "src", "tgt"}, src without EOS) long enough to
     reach every distance up to `max_distance`, i.e. with at least max_distance + 1 source tokens,
     EOS included. Returns (batch, max_distance).
 
-    max_distance None: DEFAULT_DISTANCE, or less when fewer than n examples are that long (the
-    longest distance n examples reach). An explicit max_distance that fewer than n examples reach
-    is an error, as is a split with fewer than n examples.
+    n None: DEFAULT_SENTENCES, or every example of a smaller split. max_distance None:
+    DEFAULT_DISTANCE, or less when fewer than n examples are that long (the longest distance n
+    examples reach). An explicit n larger than the split, or an explicit max_distance that fewer
+    than n examples reach, is an error.
     """
+    reach = sorted((len(ex["src"]) for ex in examples), reverse=True)   # distances 0..len(src)
+    if n is None:
+        n = min(DEFAULT_SENTENCES, len(reach))
     if n < 1:
         raise ValueError(f"gradient flow needs at least one sentence, got gradflow_sentences={n}")
-    reach = sorted((len(ex["src"]) for ex in examples), reverse=True)   # distances 0..len(src)
     if len(reach) < n:
         raise ValueError(f"gradflow_sentences={n} but the split has {len(reach)} sentences")
     if max_distance is None:

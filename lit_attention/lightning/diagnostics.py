@@ -32,7 +32,7 @@ GRADFLOW_FIELDS = ["step", "direction", "sentence", "position", "distance", "nor
 
 class DiagnosticsCallback(Callback):
     def __init__(self, run_dir: RunDir, module_norm_every: int = 50, module_depth: int = 2,
-                 gradflow_every: int = 100, gradflow_sentences: int = 32,
+                 gradflow_every: int = 100, gradflow_sentences: int | None = None,
                  gradflow_distance: int | None = None, heatmaps: int = 4):
         self.run_dir = run_dir
         self.module_norm_every = module_norm_every

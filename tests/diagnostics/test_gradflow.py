@@ -342,6 +342,8 @@ def test_the_default_distance_shrinks_to_what_the_sentences_reach_and_an_explici
         long_sentence_sample(data, n=3, max_distance=9)
     with pytest.raises(ValueError, match="gradflow_sentences=8 but the split has 7"):
         long_sentence_sample(data, n=8)
+    everything, distance = long_sentence_sample(data)                  # default 32, split of 7: all 7
+    assert everything["idx"].tolist() == list(range(7)) and distance == 4
 
 
 def test_module_paths():
