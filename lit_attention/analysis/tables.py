@@ -25,7 +25,7 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
 # Unicode that pdflatex without extra packages cannot typeset.
 LATEX_UNICODE = {"±": r"$\pm$", DAGGER: r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
-                  "∂": r"$\partial$"}
+                 "∂": r"$\partial$"}
 
 
 def higher_is_better(metric: str) -> bool:
@@ -91,9 +91,11 @@ def gradflow_cells(agg: pd.DataFrame) -> list[str]:
                   if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
     cells = []
     for _, row in agg.iterrows():
-        parts = [f"{d} {number(row[f'gradflow_decay_{d}'], 3)} "
-                 f"[{number(row[f'gradflow_decay_{d}_lo'], 3)}, {number(row[f'gradflow_decay_{d}_hi'], 3)}]"
-                 for d in directions if not pd.isna(row[f"gradflow_decay_{d}"])]
+        parts = []
+        for d in directions:
+            decay, lo, hi = (row[f"gradflow_decay_{d}{end}"] for end in ("", "_lo", "_hi"))
+            if not pd.isna(decay):
+                parts.append(f"{d} {number(decay, 3)} [{number(lo, 3)}, {number(hi, 3)}]")
         cells.append("; ".join(parts))
     return cells
 
