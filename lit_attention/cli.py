@@ -47,12 +47,19 @@ class DiagnosticsOptions:
     Args:
         module_norm_every: log per-module gradient norms every N steps.
         module_depth: module path depth of those norms (2: encoder.layers.0).
-        gradflow_every: measure gradient flow through time every N steps (gradflow.csv).
+        gradflow_every: measure gradient flow through time (‖∂L/∂h_t‖ by distance to the loss)
+            every N steps (gradflow.csv).
+        gradflow_sentences: validation sentences it is measured on (a fixed-seed sample, the same
+            for every run on the same data). Default: 32, or the whole split if smaller.
+        gradflow_distance: largest distance measured; only sentences reaching it are sampled.
+            Default: 20, or the longest distance gradflow_sentences sentences reach if less.
         heatmaps: attention heatmaps saved at the end of fit.
     """
     module_norm_every: int = 50
     module_depth: int = 2
     gradflow_every: int = 100
+    gradflow_sentences: Optional[int] = None
+    gradflow_distance: Optional[int] = None
     heatmaps: int = 4
 
 

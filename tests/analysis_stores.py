@@ -59,11 +59,16 @@ def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, st
         (run_dir / "hyps" / "test.txt").write_text("\n".join(hyps) + "\n")
         (run_dir / "hyps" / "test.ref.txt").write_text("\n".join(refs) + "\n")
     if gradflow_decay is not None:
-        rows = ["step,position,distance,norm"]
-        for step in (50, 100):
-            for distance in range(0, 25):
-                norm = gradflow_decay ** distance * (2.0 if step == 100 else 1.0)
-                rows.append(f"{step},{24 - distance},{distance},{norm}")
+        # 4 sentences of 25 tokens, forward and backward; ‖∂L/∂h_t‖ = scale * decay ** distance at
+        # the last step (step 50: another decay, which the analysis must not use)
+        rows = ["step,direction,sentence,position,distance,norm"]
+        for step, decay in ((50, gradflow_decay ** 0.5), (100, gradflow_decay)):
+            for direction in ("forward", "backward"):
+                for sentence in (3, 8, 12, 40):
+                    for position in range(25):
+                        distance = 24 - position if direction == "forward" else position
+                        norm = (1 + sentence / 10) * decay ** distance
+                        rows.append(f"{step},{direction},{sentence},{position},{distance},{norm}")
         (run_dir / "gradflow.csv").write_text("\n".join(rows) + "\n")
     if attention:
         (run_dir / "attention").mkdir(exist_ok=True)

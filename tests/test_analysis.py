@@ -127,11 +127,49 @@ def test_gradient_stats_from_metrics_and_gradflow(runs):
     # metrics.csv grad_norm/total = 0.5, 1.0, 1.5; clip value 1.0 (config.yaml)
     assert base["grad_norm_median"] == pytest.approx(1.0)
     assert base["clip_fraction"] == pytest.approx(1 / 3)
-    # gradflow: norm = 0.5 ** distance (x2 at the last step): ratio 1 -> 20 is 2 ** 19
-    assert base["gradflow_ratio"] == pytest.approx(2.0 ** 19)
-    assert base["gradflow_decay"] == pytest.approx(0.5)
-    attn = runs[runs["model.attention"] == "luong"].iloc[0]
-    assert attn["gradflow_decay"] == pytest.approx(0.9)
+    # gradflow.csv at the last step: norm = scale * decay ** distance for every sentence, so the
+    # decay per step is exact and the bootstrap over sentences cannot move it
+    agg = aggregate.aggregate(runs, KEYS, "val_bleu")
+    for (attention, scoring), decay in {("none", "dot"): 0.5, ("luong", "dot"): 0.9,
+                                        ("luong", "low_rank"): 0.9}.items():
+        row = _row(agg, attention, scoring)
+        for direction in ("forward", "backward"):
+            name = f"gradflow_decay_{direction}"
+            for column in (name, f"{name}_lo", f"{name}_hi"):
+                assert row[column] == pytest.approx(decay)
+            assert row[f"gradflow_sentences_{direction}"] == 12     # 4 sentences x 3 finished seeds
+    cells, _ = tables.summary_table(agg, KEYS, "val_bleu")
+    assert cells[tables.GRADFLOW_COLUMN].tolist()[0] == (
+        "forward 0.900 [0.900, 0.900]; backward 0.900 [0.900, 0.900]")
+    caption = tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, None)
+    assert "‖∂L/∂h_t‖ decay/step" in caption and "bootstrap over sentences" in caption
+
+
+def test_gradflow_decay_fits_log_norm_on_distance_with_a_bootstrap_over_sentences():
+    import numpy as np
+    rng = np.random.default_rng(0)
+    slopes, scales = rng.normal(np.log(0.8), 0.05, size=40), rng.normal(size=40)
+    rows = [dict(direction="forward", sentence=s, distance=d, norm=float(np.exp(scales[s] + slopes[s] * d)))
+            for s in range(40) for d in range(21)]
+    # a sentence without a path to the loss (log undefined) and a distance only one sentence has
+    rows += [dict(direction="forward", sentence=99, distance=d, norm=0.0) for d in range(21)]
+    rows.append(dict(direction="forward", sentence=0, distance=21, norm=1.0))
+    fit = aggregate.gradflow_decay(pd.DataFrame(rows)).iloc[0]
+    assert fit["decay"] == pytest.approx(float(np.exp(slopes.mean())), rel=1e-9)   # balanced design
+    assert fit["sentences"] == 40 and fit["max_distance"] == 20
+    assert fit["ci_lo"] < fit["decay"] < fit["ci_hi"]
+    # the interval is that of a mean of 40 slopes with sd 0.05: half-width about 1.96 * 0.05 / sqrt(40)
+    half = np.log(fit["ci_hi"] / fit["ci_lo"]) / 2
+    assert 0.6 * 1.96 * 0.05 / 40 ** 0.5 < half < 1.4 * 1.96 * 0.05 / 40 ** 0.5
+    again = aggregate.gradflow_decay(pd.DataFrame(rows)).iloc[0]
+    assert (again["ci_lo"], again["ci_hi"]) == (fit["ci_lo"], fit["ci_hi"])          # fixed seed
+
+
+def test_gradflow_of_the_old_format_is_not_the_same_quantity_and_is_left_out():
+    old = pd.DataFrame(dict(run_dir="r", step=[10, 10], position=[1, 0], distance=[0, 1],
+                            norm=[1.0, 0.5]))
+    assert aggregate.last_gradflow(old).empty
+    assert aggregate.gradflow_columns(aggregate.last_gradflow(old)) == {}
 
 
 def test_holm_against_hand_computed_example():

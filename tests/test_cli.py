@@ -68,7 +68,7 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert summary["test_sentences_per_second"] > 0 and summary["test_decode_seconds"] > 0
     assert summary["grad_norm_median"] > 0 and 0 <= summary["clip_fraction"] <= 1
     gradflow = (copy_run / "gradflow.csv").read_text().splitlines()
-    assert gradflow[0] == "step,position,distance,norm" and len(gradflow) > 5
+    assert gradflow[0] == "step,direction,sentence,position,distance,norm" and len(gradflow) > 5
     assert len(list((copy_run / "attention").glob("val-*.png"))) == 4
     assert set(summary["attention_entropy"]) >= {"cross.0", "cross.1", "enc_self.0", "dec_self.1"}
 

@@ -1,4 +1,5 @@
-"""Seeds -> one row per configuration: mean, std (ddof=1), n, 95% t-interval, costs, gradient stats.
+"""Seeds -> one row per configuration: mean, std (ddof=1), n, 95% t-interval, costs, gradient stats
+(and the gradient-flow decay per step with its bootstrap interval, from the runs' gradflow.csv).
 
 Only finished runs with a finite value for the metric are averaged; failed, pruned, invalid (a
 metric that is inf, NaN or not a number) and other runs are counted per configuration (n_failed,
@@ -14,15 +15,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention.analysis.load import FINISHED, AnalysisError, read_csv
+from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
 # Per-run quantities averaged per configuration beside the metric.
 COSTS = ("params", "train_seconds", "tokens_per_second", "machine_gflops")
-GRADIENT = ("grad_norm_median", "clip_fraction", "gradflow_ratio", "gradflow_decay")
-# Distances compared by the gradient-flow ratio ‖∂L/∂h‖ at distance 1 over distance 20.
-NEAR, FAR = 1, 20
+GRADIENT = ("grad_norm_median", "clip_fraction")
+# Gradient flow through time: one fit per configuration and direction, sentences pooled over seeds.
+GRADFLOW_RESAMPLES = 1000
+GRADFLOW_METHOD = ("‖∂L/∂h_t‖ decay/step: exp of the least-squares slope of log ‖∂L/∂h_t‖ (the total "
+                   "derivative of the loss w.r.t. the encoder state h_t) on the distance to the loss, "
+                   "at each run's last measured step, on the same fixed sample of validation "
+                   "sentences, per direction (forward: distance m-1-t to the end of the source; "
+                   "backward: distance t; undirected: a Transformer's first encoder layer input, "
+                   "distance m-1-t); [ ]: 95% percentile bootstrap over sentences pooled over seeds, "
+                   f"{GRADFLOW_RESAMPLES:,} resamples")
 
 
 def t_coverage(t: float, df: int) -> float:
@@ -69,24 +77,71 @@ def seed_stats(values) -> dict:
     return dict(n=n, mean=mean, std=std, ci_lo=mean - half, ci_hi=mean + half)
 
 
-def gradflow_stats(gradflow: pd.DataFrame) -> tuple[float, float]:
-    """(ratio, decay) of one run's gradflow table at its last recorded step.
+def last_gradflow(gradflow: pd.DataFrame) -> pd.DataFrame:
+    """Each run's gradflow.csv rows at its last measured step.
 
-    ratio: mean ‖∂L/∂h‖ at distance 1 divided by that at distance 20 (NaN if 20 was not reached).
-    decay: exp of the least-squares slope of log-norm against distance, the factor the gradient
-    norm changes by per step back in time (< 1 vanishing, > 1 exploding).
+    Rows without a direction come from gradflow.csv files written before the measurement became
+    ‖∂L/∂h_t‖ per direction (they held ∂L/∂x_t, a different quantity) and are left out.
     """
-    last = gradflow[gradflow["step"] == gradflow["step"].max()]
-    by_distance = last.groupby("distance")["norm"].mean()
-    by_distance = by_distance[by_distance > 0]
-    ratio = math.nan
-    if NEAR in by_distance.index and FAR in by_distance.index:
-        ratio = float(by_distance[NEAR] / by_distance[FAR])
-    decay = math.nan
-    if len(by_distance) >= 2:
-        slope = np.polyfit(by_distance.index.to_numpy(float), np.log(by_distance.to_numpy()), 1)[0]
-        decay = float(math.exp(slope))
-    return ratio, decay
+    if gradflow.empty or "direction" not in gradflow:
+        return gradflow.iloc[0:0]
+    gradflow = gradflow.dropna(subset=["direction"])
+    by = ["run_dir"] if "run_dir" in gradflow else []
+    last = gradflow.groupby(by)["step"].transform("max") if by else gradflow["step"].max()
+    return gradflow[gradflow["step"] == last]
+
+
+def gradflow_decay(rows: pd.DataFrame, resamples: int = GRADFLOW_RESAMPLES,
+                   seed: int = 0) -> pd.DataFrame:
+    """One row per direction: decay, ci_lo, ci_hi, sentences, max_distance.
+
+    `rows` are gradflow.csv rows of one measurement (columns direction, sentence, distance, norm;
+    with run_dir, the sentences of several runs are pooled, each (run, sentence) one unit).
+    decay = exp(slope) of the least-squares fit of log ‖∂L/∂h_t‖ on the distance over every
+    sentence and every distance all sentences reach, i.e. the factor the gradient norm changes by
+    per step (< 1 vanishing, > 1 exploding). ci_lo/ci_hi: 95% percentile bootstrap of that decay,
+    resampling sentences (`resamples` times, fixed seed). A sentence with a zero norm (no path to
+    the loss, log undefined) is left out.
+    """
+    columns = ["direction", "decay", "ci_lo", "ci_hi", "sentences", "max_distance"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    units = [c for c in ("run_dir", "sentence") if c in rows]
+    found = []
+    for direction, group in rows.groupby("direction", sort=False):
+        table = group.pivot_table(index=units, columns="distance", values="norm").dropna(axis=1)
+        with np.errstate(divide="ignore"):
+            logs = np.log(table.to_numpy(float))
+        logs = logs[np.isfinite(logs).all(axis=1)]
+        distance = table.columns.to_numpy(float)
+        row = dict(direction=direction, decay=math.nan, ci_lo=math.nan, ci_hi=math.nan,
+                   sentences=len(logs), max_distance=int(distance.max()) if len(distance) else 0)
+        if len(logs) and len(distance) >= 2:
+            row["decay"] = float(_decay(logs.mean(axis=0), distance))
+            if len(logs) >= 2:
+                draws = np.random.default_rng(seed).integers(0, len(logs), (resamples, len(logs)))
+                resampled = _decay(logs[draws].mean(axis=1), distance)
+                row["ci_lo"], row["ci_hi"] = np.percentile(resampled, [2.5, 97.5]).tolist()
+        found.append(row)
+    order = sorted(found, key=lambda r: (r["direction"] != "forward", r["direction"]))
+    return pd.DataFrame(order, columns=columns)
+
+
+def _decay(mean_logs: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """exp(least-squares slope) of mean log-norms [..., D] on distance [D]. Every sentence has
+    every distance (a balanced design), so this is also the slope fitted to all sentences' points."""
+    centred = distance - distance.mean()
+    return np.exp(mean_logs @ centred / (centred @ centred))
+
+
+def gradflow_columns(rows: pd.DataFrame) -> dict:
+    """gradflow_decay_<direction>, _lo, _hi and gradflow_sentences_<direction> of `rows`."""
+    columns = {}
+    for fit in gradflow_decay(rows).itertuples():
+        name = f"gradflow_decay_{fit.direction}"
+        columns.update({name: fit.decay, f"{name}_lo": fit.ci_lo, f"{name}_hi": fit.ci_hi,
+                        f"gradflow_sentences_{fit.direction}": fit.sentences})
+    return columns
 
 
 def run_gradient_stats(run: pd.Series) -> dict:
@@ -103,11 +158,6 @@ def run_gradient_stats(run: pd.Series) -> dict:
             clip = run.get("config.trainer.gradient_clip_val")
             if pd.isna(stats["clip_fraction"]) and len(norms) and clip is not None and not pd.isna(clip):
                 stats["clip_fraction"] = float((norms > float(clip)).mean())
-    gradflow = run_dir / "gradflow.csv"
-    if gradflow.is_file() and gradflow.stat().st_size and pd.isna(stats["gradflow_ratio"]):
-        frame = read_csv(gradflow)
-        if frame is not None:
-            stats["gradflow_ratio"], stats["gradflow_decay"] = gradflow_stats(frame)
     return stats
 
 
@@ -140,8 +190,9 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     """One row per configuration (the distinct values of `keys`), sorted by `keys`.
 
     Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs), n_failed,
-    n_pruned, n_invalid, n_other, the finite means of COSTS and GRADIENT columns present,
-    run_ids (averaged runs) and excluded_ids (`run_id:status`), both ';'-separated.
+    n_pruned, n_invalid, n_other, the finite means of COSTS and GRADIENT columns present, the
+    `gradflow_columns` of the averaged runs' gradflow.csv pooled, run_ids (averaged runs) and
+    excluded_ids (`run_id:status`), both ';'-separated.
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
@@ -160,6 +211,8 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
         for col in COSTS + GRADIENT:
             if col in good:
                 row[col] = finite_mean(good[col])
+        if "run_dir" in good and len(good):
+            row.update(gradflow_columns(last_gradflow(load_gradflow(good))))
         row["seeds"] = ";".join(str(s) for s in good.get("seed", []))
         row["run_ids"] = ";".join(good["run_id"])
         row["excluded_ids"] = ";".join(f"{r.run_id}:{r.status}" for r in bad.itertuples())

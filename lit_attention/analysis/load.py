@@ -226,7 +226,8 @@ def load_metrics(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def load_gradflow(runs: pd.DataFrame) -> pd.DataFrame:
-    """Every run's gradflow.csv stacked (run_id, run_dir, step, position, distance, norm)."""
+    """Every run's gradflow.csv stacked (run_id, run_dir, step, direction, sentence, position,
+    distance, norm)."""
     return _read_csv_per_run(runs, "gradflow.csv")
 
 

@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from lit_attention.analysis.aggregate import usable  # noqa: E402
+from lit_attention.analysis.aggregate import last_gradflow, usable  # noqa: E402
 from lit_attention.analysis.tables import label  # noqa: E402
 
 
@@ -91,22 +91,26 @@ def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
 
 def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                   metric: str = "val_bleu") -> list[Path]:
-    """‖∂L/∂h‖ against distance back in time (log scale) at each run's last recorded step."""
+    """‖∂L/∂h_t‖ by distance to the loss (log scale) at each run's last measured step, one line per
+    configuration and direction: geometric mean over sentences (pooled over seeds, as the decay fit
+    of the tables), band: interquartile range over sentences."""
     if gradflow.empty:
         return []
-    data = _with_config(gradflow, runs, keys, metric)
+    data = last_gradflow(_with_config(gradflow, runs, keys, metric))
     if data.empty:
         return []
-    last = data[data["step"] == data.groupby("run_dir")["step"].transform("max")]
-    per_run = last.groupby(["config", "run_dir", "distance"])["norm"].mean().reset_index()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for config, group in per_run.groupby("config"):
-        stats = group.groupby("distance")["norm"].agg(["mean", "min", "max"])
-        ax.plot(stats.index, stats["mean"], marker=".", label=config)
-        ax.fill_between(stats.index, stats["min"], stats["max"], alpha=0.2)
+    styles = {"forward": "-", "backward": "--"}
+    for (config, direction), group in data.groupby(["config", "direction"]):
+        logs = np.log(group["norm"].where(group["norm"] > 0)).groupby(group["distance"])
+        line, = ax.plot(np.exp(logs.mean()), styles.get(direction, ":"), marker=".",
+                        label=f"{config}, {direction}")
+        ax.fill_between(logs.mean().index, np.exp(logs.quantile(0.25)), np.exp(logs.quantile(0.75)),
+                        color=line.get_color(), alpha=0.15)
     ax.set_yscale("log")
-    ax.set_xlabel("distance back in time (steps)")
-    ax.set_ylabel("‖∂L/∂h‖ (mean over positions; band: seed range)")
+    ax.set_title("‖∂L/∂h_t‖ by distance to the loss")
+    ax.set_xlabel("distance to the loss (steps: forward m-1-t, backward t)")
+    ax.set_ylabel("‖∂L/∂h_t‖ (geometric mean over sentences;\nband: interquartile range)")
     ax.legend(fontsize="small")
     ax.grid(alpha=0.3, which="both")
     return save(fig, stem)

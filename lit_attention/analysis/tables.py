@@ -12,10 +12,11 @@ import math
 
 import pandas as pd
 
-from lit_attention.analysis.aggregate import usable
+from lit_attention.analysis.aggregate import GRADFLOW_METHOD, usable
 from lit_attention.analysis.load import AnalysisError
 
 DAGGER = "†"
+GRADFLOW_COLUMN = "‖∂L/∂h_t‖ decay/step [95% CI]"
 LOWER_IS_BETTER = ("loss", "ppl", "ter")
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
@@ -23,7 +24,8 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  ">": r"\textgreater{}"}
 # Unicode that pdflatex without extra packages cannot typeset.
 LATEX_UNICODE = {"±": r"$\pm$", DAGGER: r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
-                 "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$"}
+                 "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
+                 "∂": r"$\partial$"}
 
 
 def higher_is_better(metric: str) -> bool:
@@ -82,6 +84,22 @@ def mean_std(mean, std, digits: int, significant: bool = False) -> str:
     return text + (DAGGER if significant else "")
 
 
+def gradflow_cells(agg: pd.DataFrame) -> list[str]:
+    """"forward 0.436 [0.432, 0.439]; backward ..." per configuration, from the gradflow_decay_*
+    columns of `aggregate` (one entry per direction the configuration's encoder has)."""
+    directions = [c[len("gradflow_decay_"):] for c in agg
+                  if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
+    cells = []
+    for _, row in agg.iterrows():
+        parts = []
+        for d in directions:
+            decay, lo, hi = (row[f"gradflow_decay_{d}{end}"] for end in ("", "_lo", "_hi"))
+            if not pd.isna(decay):
+                parts.append(f"{d} {number(decay, 3)} [{number(lo, 3)}, {number(hi, 3)}]")
+        cells.append("; ".join(parts))
+    return cells
+
+
 def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None = None,
                   baseline: pd.Series | None = None, digits: int = 1) -> tuple:
     """One row per configuration: metric mean ± std, 95% CI, n, excluded runs, costs, gradients, p."""
@@ -99,12 +117,13 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
                 "tok/s": ("tokens_per_second", count),
                 "machine GFLOP/s": ("machine_gflops", lambda x: number(x, 0)),
                 "grad norm": ("grad_norm_median", lambda x: number(x, 2)),
-                "clip %": ("clip_fraction", lambda x: number(100 * x, 0)),
-                "‖g‖ d1/d20": ("gradflow_ratio", lambda x: "" if pd.isna(x) else f"{x:.3g}"),
-                "‖g‖ decay/step": ("gradflow_decay", lambda x: number(x, 3))}
+                "clip %": ("clip_fraction", lambda x: number(100 * x, 0))}
     for name, (col, fmt) in optional.items():
         if col in agg and agg[col].notna().any():
             columns[name] = [fmt(x) for x in agg[col]]
+    decays = gradflow_cells(agg)
+    if any(decays):
+        columns[GRADFLOW_COLUMN] = decays
     if sig is not None:
         p_by_config = {tuple(label(v) for v in r[:-1]): r[-1]
                        for r in sig[keys + ["p_holm"]].itertuples(index=False)}
@@ -217,6 +236,8 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     elif eval_protocols:
         parts.append(f"The runs were evaluated under different protocols ({'; '.join(eval_protocols)}): "
                      "their numbers are not comparable.")
+    if any(gradflow_cells(agg)):
+        parts.append(GRADFLOW_METHOD + ".")
     return " ".join(parts)
 
 

@@ -1,21 +1,45 @@
-"""How much gradient reaches each encoder state, and gradient norms per module.
+"""Gradient flow through time (‖∂L/∂h_t‖ by distance to the loss) and gradient norms per module.
 
-`gradient_flow` differentiates the loss of a fixed batch with respect to the encoder states only
-(`torch.autograd.grad`), so no parameter's `.grad` is created or changed.
+The quantity is the textbook one: the total derivative of the loss with respect to the encoder's
+hidden state h_t, i.e. through every path from h_t to the loss (the later states and the decoder's
+direct reads alike). A fused nn.RNN/GRU/LSTM computes all h_t inside one op, so its output states
+only carry the *direct* part of that gradient. `gradient_flow` therefore replays the encoder's
+recurrence one step at a time with the module's own weights (the cells of torch.nn via
+`torch.func.functional_call`) and adds a zero probe δ_t to every state of the top layer:
+∂L/∂δ_t = ∂L/∂h_t. The replayed states are the fused module's, so the loss is unchanged.
+
+Distance to the loss, for a source of m tokens (its EOS included) and position t:
+- forward direction: m-1-t recurrent steps from h_t to the last state read (the source's EOS);
+- backward direction of a bidirectional encoder: t steps to its last state (position 0);
+- ``undirected`` (an encoder without recurrence, the Transformer): the gradient at the input of the
+  first encoder layer (token embedding + absolute position), measured against m-1-t, the same
+  positional distance as the forward direction; no path length grows with it, since every
+  self-attention layer links every pair of positions in one step.
+
+Nothing here creates or changes a parameter's ``.grad``.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
-from typing import Callable, Iterable
+from contextlib import contextmanager
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from lit_attention.data.batching import collate
 from lit_attention.data.vocab import PAD
 from lit_attention.models.base import Seq2SeqModel
+
+DIRECTIONS = ("forward", "backward", "undirected")
+DEFAULT_DISTANCE = 20
+DEFAULT_SENTENCES = 32
+SAMPLE_SEED = 0          # one sample for every run on the same data, so runs compare like for like
 
 
 def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.Tensor:
@@ -25,84 +49,180 @@ def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.T
                            reduction="sum")
 
 
-def gradient_flow(model: Seq2SeqModel, batch: dict, loss_fn: Callable | None = None,
-                  by: str = "distance", wrt: str = "states") -> list[dict]:
-    """Mean L2 norm (over the feature dim) of the loss gradient at each source position.
+def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = None,
+                  loss_fn: Callable | None = None) -> list[dict]:
+    """‖∂L/∂h_t‖ of every sentence, direction and position up to `max_distance` (default: all).
 
-    wrt="states" differentiates w.r.t. memory["states"] (the encoder output). Note what that
-    measures: the gradient reaching h_t *directly* (attention, readout, the final state), not
-    through later encoder states, because a fused nn.RNN/GRU/LSTM does its recurrence inside one
-    op. For the vanishing-gradient curve of a recurrent encoder pass the module path of the source
-    embedding instead (e.g. wrt="encoder.embed"): its output [B, S, E] is captured during
-    `encode`, and the gradient there has travelled through the whole recurrence.
-
-    Position t of a sentence with m non-pad source tokens (its EOS included) has distance
-    m - 1 - t from the end of the source: 0 is the source's EOS, the last token read.
-    With by="distance" (default) there is one row per distance, averaging the sentences long
-    enough to have it: sentences of different lengths line up on how far the gradient travelled.
-    With by="position" there is one row per position. Rows are {position, distance, norm, n};
-    the grouped-by field is exact, the other is the mean over the n contributing states (with
-    equal-length sources both are exact).
-
-    The loss defaults to `summed_cross_entropy(logits, tgt_out)`. Runs in eval mode (no dropout),
-    restores the caller's mode, and creates no parameter gradients.
+    Rows {sentence, direction, position, distance, norm}: sentence is batch["idx"] (the example's
+    index in its split) when present, else the row of the batch; norm is the L2 norm over the state
+    of that direction. The loss defaults to `summed_cross_entropy(logits, tgt_out)`. Runs in eval
+    mode (no dropout) and restores the caller's mode.
     """
-    if by not in ("distance", "position"):
-        raise ValueError(f"by must be 'distance' or 'position', got {by!r}")
-    loss_fn = loss_fn or summed_cross_entropy
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.enable_grad():
-            memory, inputs = encode_capturing(model, batch["src"], wrt)
-            logits = model.decode(memory, batch["tgt_in"]).logits
-            (grad,) = torch.autograd.grad(loss_fn(logits, batch["tgt_out"]), inputs,
-                                          allow_unused=True)
-    finally:
-        model.train(was_training)
-
-    grad = torch.zeros_like(inputs) if grad is None else grad
-    norms = grad.detach().norm(dim=-1)                                  # [B, S]
-    valid = batch["src"] != PAD
-    lengths = valid.sum(dim=1, keepdim=True)
-    positions = torch.arange(norms.size(1), device=norms.device).expand_as(norms)
-    distances = lengths - 1 - positions
-    key = distances if by == "distance" else positions
+    grads, directions = state_gradients(model, batch, loss_fn or summed_cross_entropy)
+    norms = grads.norm(dim=-1).tolist()                                 # [B][S][D]
+    lengths = (batch["src"] != PAD).sum(dim=1).tolist()
+    ids = batch["idx"].tolist() if "idx" in batch else range(len(lengths))
     rows = []
-    for k in range(int(valid.sum(dim=1).max())):
-        chosen = valid & (key == k)
-        n = int(chosen.sum())
-        if n == 0:
-            continue
-        rows.append({"position": positions[chosen].double().mean().item(),
-                     "distance": distances[chosen].double().mean().item(),
-                     "norm": norms[chosen].double().mean().item(), "n": n})
-        rows[-1][by] = k
+    for b, (sentence, m) in enumerate(zip(ids, lengths)):
+        for d, direction in enumerate(directions):
+            for t in range(m):
+                distance = t if direction == "backward" else m - 1 - t
+                if max_distance is None or distance <= max_distance:
+                    rows.append({"sentence": sentence, "direction": direction, "position": t,
+                                 "distance": distance, "norm": norms[b][t][d]})
     return rows
 
 
-def encode_capturing(model: Seq2SeqModel, src: torch.Tensor, wrt: str):
-    """model.encode(src) and the tensor to differentiate: memory["states"], or the output of the
-    submodule `wrt` (swapped for a detached leaf, so that no parameter needs a gradient)."""
-    if wrt == "states":
-        memory = model.encode(src)
-        return memory, memory["states"]
-    captured = []
-
-    def as_leaf(module, args, output):
-        if not captured:
-            captured.append(output.detach().requires_grad_())
-            return captured[0]
-        return None
-
-    handle = model.get_submodule(wrt).register_forward_hook(as_leaf)
+def state_gradients(model: Seq2SeqModel, batch: dict, loss_fn: Callable) -> tuple[torch.Tensor, tuple]:
+    """(∂L/∂h [B, S, D, H] as a detached tensor, the D direction names)."""
+    was_training = model.training
+    model.eval()
     try:
-        memory = model.encode(src)
+        with torch.enable_grad(), probed_encoder(model, batch["src"]) as (probe, directions):
+            logits = model(batch["src"], batch["tgt_in"]).logits
+            (grad,) = torch.autograd.grad(loss_fn(logits, batch["tgt_out"]), probe())
+    finally:
+        model.train(was_training)
+    return grad.detach(), directions
+
+
+@contextmanager
+def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
+    """While open, the model's next encode adds a zero probe [B, S, D, H] to every encoder state;
+    yields (a function returning that probe, the direction names)."""
+    recurrent = [m for m in getattr(model, "encoder", nn.Module()).modules()
+                 if isinstance(m, nn.RNNBase)]
+    if len(recurrent) > 1:
+        raise ValueError(f"the encoder has {len(recurrent)} recurrent modules; gradient flow "
+                         "measures an encoder with one nn.RNN/GRU/LSTM")
+    made: list[torch.Tensor] = []
+    if recurrent:
+        rnn = recurrent[0]
+        directions = ("forward", "backward") if rnn.bidirectional else ("forward",)
+        B, S = src.shape
+
+        def replace(module, args, kwargs, output):
+            if made:
+                return None
+            made.append(rnn.weight_hh_l0.new_zeros(B, S, len(directions), rnn.hidden_size,
+                                                   requires_grad=True))
+            hx = args[1] if len(args) > 1 else kwargs.get("hx")
+            return replay(rnn, args[0] if args else kwargs["input"], hx, made[0])
+
+        handle = rnn.register_forward_hook(replace, with_kwargs=True)
+    else:
+        directions = ("undirected",)
+
+        def replace(module, args, output):
+            if made:
+                return None
+            made.append(torch.zeros_like(output, requires_grad=True).unsqueeze(2))
+            return output + made[0][:, :, 0]
+
+        handle = model.get_submodule(model.source_embedding).register_forward_hook(replace)
+
+    def probe() -> torch.Tensor:
+        if not made:
+            raise ValueError("the model's encode did not run the module gradient flow probes")
+        return made[0]
+
+    try:
+        yield probe, directions
     finally:
         handle.remove()
-    if not captured:
-        raise ValueError(f"module {wrt!r} was not called by encode")
-    return memory, captured[0]
+
+
+def replay(rnn: nn.RNNBase, inputs, hx, probe: torch.Tensor):
+    """What rnn(inputs, hx) returns, computed one step at a time with rnn's own weights, with
+    probe[:, t, d] added to the top layer's state h_t of direction d (so h_t is a graph node).
+
+    inputs: [B, S, In] (or [S, B, In] without batch_first) or a PackedSequence; eval mode only
+    (no dropout between layers)."""
+    if getattr(rnn, "proj_size", 0):
+        raise ValueError("gradient flow does not replay an LSTM with proj_size")
+    packed = isinstance(inputs, PackedSequence)
+    if packed:
+        x, lengths = pad_packed_sequence(inputs, batch_first=True)
+    else:
+        x = inputs if rnn.batch_first else inputs.transpose(0, 1)
+        lengths = torch.full((x.size(0),), x.size(1), dtype=torch.long)
+    B, S = x.shape[:2]
+    lstm = isinstance(rnn, nn.LSTM)
+    valid = (torch.arange(S)[None, :] < lengths[:, None]).to(x.device)      # [B, S]
+    h0, c0 = (hx if lstm else (hx, None)) if hx is not None else (None, None)
+    finals_h, finals_c = [], []
+    for layer in range(rnn.num_layers):
+        cell, outputs = _cell_template(rnn, x.size(-1)), []
+        for d in range(2 if rnn.bidirectional else 1):
+            index = layer * (2 if rnn.bidirectional else 1) + d
+            suffix = f"_l{layer}" + ("_reverse" if d else "")
+            weights = {name: getattr(rnn, name + suffix) for name in
+                       ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if rnn.bias else ())}
+            zeros = x.new_zeros(B, rnn.hidden_size)
+            h = zeros if h0 is None else h0[index]
+            c = (zeros if c0 is None else c0[index]) if lstm else None
+            out = [zeros] * S
+            for t in (range(S - 1, -1, -1) if d else range(S)):
+                new = torch.func.functional_call(cell, weights, (x[:, t], (h, c) if lstm else h))
+                new_h, new_c = new if lstm else (new, None)
+                if layer == rnn.num_layers - 1:
+                    new_h = new_h + probe[:, t, d]
+                keep = valid[:, t, None]
+                h = torch.where(keep, new_h, h)             # padding leaves the state as it was
+                c = torch.where(keep, new_c, c) if lstm else None
+                out[t] = torch.where(keep, new_h, zeros)
+            outputs.append(torch.stack(out, dim=1))
+            finals_h.append(h)
+            finals_c.append(c)
+        x = torch.cat(outputs, dim=-1)
+    final = torch.stack(finals_h)
+    if lstm:
+        final = (final, torch.stack(finals_c))
+    if packed:
+        return pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False), final
+    return (x if rnn.batch_first else x.transpose(0, 1)), final
+
+
+def _cell_template(rnn: nn.RNNBase, input_size: int) -> nn.Module:
+    """A parameterless-in-effect cell of rnn's kind (its weights are passed to functional_call)."""
+    kwargs = dict(bias=rnn.bias, device="meta")
+    if isinstance(rnn, nn.LSTM):
+        return nn.LSTMCell(input_size, rnn.hidden_size, **kwargs)
+    if isinstance(rnn, nn.GRU):
+        return nn.GRUCell(input_size, rnn.hidden_size, **kwargs)
+    return nn.RNNCell(input_size, rnn.hidden_size, nonlinearity=rnn.nonlinearity, **kwargs)
+
+
+def long_sentence_sample(examples: Sequence[dict], n: int | None = None,
+                         max_distance: int | None = None,
+                         seed: int = SAMPLE_SEED) -> tuple[dict, int]:
+    """A fixed-seed batch of `n` examples ({"idx", "src", "tgt"}, src without EOS) long enough to
+    reach every distance up to `max_distance`, i.e. with at least max_distance + 1 source tokens,
+    EOS included. Returns (batch, max_distance).
+
+    n None: DEFAULT_SENTENCES, or every example of a smaller split. max_distance None:
+    DEFAULT_DISTANCE, or less when fewer than n examples are that long (the longest distance n
+    examples reach). An explicit n larger than the split, or an explicit max_distance that fewer
+    than n examples reach, is an error.
+    """
+    reach = sorted((len(ex["src"]) for ex in examples), reverse=True)   # distances 0..len(src)
+    if n is None:
+        n = min(DEFAULT_SENTENCES, len(reach))
+    if n < 1:
+        raise ValueError(f"gradient flow needs at least one sentence, got gradflow_sentences={n}")
+    if len(reach) < n:
+        raise ValueError(f"gradflow_sentences={n} but the split has {len(reach)} sentences")
+    if max_distance is None:
+        max_distance = min(DEFAULT_DISTANCE, reach[n - 1])
+    elif reach[n - 1] < max_distance:
+        longest = sum(r >= max_distance for r in reach)
+        raise ValueError(f"gradflow_distance={max_distance}: only {longest} sentences reach it, "
+                         f"gradflow_sentences={n} asked; the longest distance {n} reach is "
+                         f"{reach[n - 1]}")
+    candidates = sorted((ex for ex in examples if len(ex["src"]) >= max_distance),
+                        key=lambda ex: ex["idx"])
+    chosen = sorted(random.Random(seed).sample(candidates, n), key=lambda ex: ex["idx"])
+    return collate(chosen), max_distance
 
 
 def global_grad_norm(parameters: Iterable[torch.Tensor]) -> float:

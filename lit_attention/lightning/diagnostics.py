@@ -2,9 +2,10 @@
 
 - global gradient norm every step (before clipping) and the fraction of steps that were clipped;
 - per-module gradient norms every ``module_norm_every`` steps (`grad_norm/encoder.layers.0`);
-- gradient flow through time every ``gradflow_every`` steps on a fixed validation batch:
-  ||dL/dx_t|| at the encoder's per-position input, by distance from the end of the source
-  (`gradflow.csv`: step, position, distance, norm);
+- gradient flow through time every ``gradflow_every`` steps: ‖∂L/∂h_t‖ of every encoder state by
+  distance to the loss and direction, on a fixed-seed sample of ``gradflow_sentences`` validation
+  sentences long enough to reach every distance up to ``gradflow_distance``
+  (`gradflow.csv`: step, direction, sentence, position, distance, norm; see diagnostics/gradflow.py);
 - at the end of fit: attention entropy per layer/head and heatmaps for a few validation sentences
   (`attention/*.png`, also W&B images).
 """
@@ -21,23 +22,30 @@ from lightning.pytorch.loggers import WandbLogger
 
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import (entropy_by_name, global_grad_norm, gradient_flow, last_layer,
-                                       per_module_grad_norms, save_heatmap)
+                                       long_sentence_sample, per_module_grad_norms, save_heatmap)
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
 
 
+GRADFLOW_FIELDS = ["step", "direction", "sentence", "position", "distance", "norm"]
+
+
 class DiagnosticsCallback(Callback):
     def __init__(self, run_dir: RunDir, module_norm_every: int = 50, module_depth: int = 2,
-                 gradflow_every: int = 100, heatmaps: int = 4):
+                 gradflow_every: int = 100, gradflow_sentences: int | None = None,
+                 gradflow_distance: int | None = None, heatmaps: int = 4):
         self.run_dir = run_dir
         self.module_norm_every = module_norm_every
         self.module_depth = module_depth
         self.gradflow_every = gradflow_every
+        self.gradflow_sentences = gradflow_sentences
+        self.gradflow_distance = gradflow_distance
         self.heatmaps = heatmaps
         self.norms: list[float] = []
         self.clipped = 0
         self.gradflow_rows: list[dict] = []
         self._fixed_batch = None
+        self._gradflow_sample: tuple[dict, int] | None = None
 
     # A run resumed from a checkpoint keeps the norms and gradient-flow rows measured before it.
     def state_dict(self) -> dict:
@@ -46,7 +54,15 @@ class DiagnosticsCallback(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.norms = list(state.get("norms", []))
         self.clipped = state.get("clipped", 0)
-        self.gradflow_rows = list(state.get("gradflow_rows", []))
+        # rows without a direction measured ∂L/∂x_t (an older version): not the same quantity
+        self.gradflow_rows = [r for r in state.get("gradflow_rows", []) if "direction" in r]
+
+    def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # Chosen on every rank, so that a gradflow_distance no sample reaches stops all of them.
+        net = self._net(pl_module)
+        if self.gradflow_every and net is not None and hasattr(net, "encode"):
+            self._gradflow_sample = long_sentence_sample(
+                trainer.datamodule.dataset("val"), self.gradflow_sentences, self.gradflow_distance)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.gradflow_rows and trainer.is_global_zero:
@@ -85,16 +101,15 @@ class DiagnosticsCallback(Callback):
             return
         if not trainer.is_global_zero or not hasattr(net, "encode"):
             return
-        rows = gradient_flow(net, self._batch(trainer, pl_module), by="distance",
-                             wrt=net.source_embedding)
-        self.gradflow_rows += [{"step": step, "position": r["position"], "distance": r["distance"],
-                                "norm": r["norm"]} for r in rows]
+        batch, max_distance = self._gradflow_sample
+        batch = {k: v.to(pl_module.device) for k, v in batch.items()}
+        for row in gradient_flow(net, batch, max_distance):
+            self.gradflow_rows.append({**row, "step": step, "norm": float(f"{row['norm']:.6g}")})
         self._write_gradflow()
 
     def _write_gradflow(self) -> None:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=["step", "position", "distance", "norm"],
-                                lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.gradflow_rows)
         atomic_write(self.run_dir.path / "gradflow.csv", buf.getvalue())

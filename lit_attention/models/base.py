@@ -18,8 +18,8 @@ class DecoderOutput:
 class Seq2SeqModel(nn.Module):
     """Base class: subclasses implement encode, decode, init_state and step."""
 
-    # Module whose output is the encoder's per-position input; gradient-flow diagnostics measure
-    # the loss gradient there, because fused RNN kernels hide the recurrence from memory["states"].
+    # Module whose output is the encoder's per-position input (the first encoder layer's input):
+    # gradient-flow diagnostics measure an encoder without recurrence there.
     source_embedding: str = "encoder.embed"
 
     def encode(self, src: torch.Tensor) -> dict[str, Any]:

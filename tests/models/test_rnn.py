@@ -191,8 +191,8 @@ def test_tied_embeddings_share_the_output_matrix(wiring):
 
 
 def test_states_carry_gradient_without_attention():
-    """memory["states"] is where gradient-flow diagnostics read dL/dh_t: every wiring must
-    reach it, the no-attention ones through the final states."""
+    """Every wiring's loss reaches the encoder states, the no-attention ones through the final
+    states (the backward direction's is at position 0)."""
     torch.manual_seed(0)
     model = make("lstm", WIRINGS[0])
     src, tgt_in, tgt_out = batch()
