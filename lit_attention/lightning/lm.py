@@ -27,7 +27,7 @@ from lightning.pytorch import LightningModule
 
 from lit_attention import registry
 from lit_attention.lightning.optim import adam
-from lit_attention.lightning.steps import logs_this_step
+from lit_attention.lightning.steps import attached_datamodule, logs_this_step
 from lit_attention.metrics import perplexity, token_nll
 from lit_attention.models.base import count_parameters
 from lit_attention.models.base import closest_width
@@ -142,8 +142,7 @@ class LanguageModelModule(LightningModule):
         h.match_params = None  # the checkpoint records the chosen width, not the search
 
     def _datamodule(self):
-        trainer = self._trainer
-        return getattr(trainer, "datamodule", None) if trainer is not None else None
+        return attached_datamodule(self)
 
     def describe(self) -> dict:
         h = self.hparams

@@ -11,10 +11,13 @@ from __future__ import annotations
 import torch
 from lightning.pytorch import LightningModule
 
+from lit_attention.lightning.steps import attached_trainer
+
 
 def adam(module: LightningModule, lr: float, betas, weight_decay: float,
          decoupled: bool = False) -> torch.optim.Optimizer:
-    precision = str(module.trainer.precision) if module._trainer is not None else "32-true"
+    trainer = attached_trainer(module)
+    precision = str(trainer.precision) if trainer is not None else "32-true"
     fused = module.device.type in ("cpu", "cuda") and "mixed" not in precision
     cls = torch.optim.AdamW if decoupled else torch.optim.Adam
     return cls(module.parameters(), lr=lr, betas=tuple(betas), weight_decay=weight_decay, fused=fused)

@@ -20,7 +20,7 @@ from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
 from lit_attention.lightning.optim import adam
-from lit_attention.lightning.steps import logs_this_step
+from lit_attention.lightning.steps import attached_datamodule, logs_this_step
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
@@ -114,7 +114,7 @@ class TranslationModule(LightningModule):
         if self.net is not None:
             return
         h = self.hparams
-        dm = self.trainer.datamodule if self._trainer is not None else None
+        dm = attached_datamodule(self)
         if dm is not None:
             h.src_vocab_size, h.tgt_vocab_size = dm.src_vocab_size, dm.tgt_vocab_size
         if not (h.src_vocab_size and h.tgt_vocab_size):
