@@ -95,6 +95,29 @@ TASKS = {
 TOKENIZERS = ("word", "char", "sentencepiece")
 SPM_MODELS = ("unigram", "bpe")
 
+# How report tables and figures name a configuration key (a column of the run table: `task` or
+# a `model.<field>` of variant_fields / lm_variant_fields). Keys not listed show their field name.
+LABELS = {
+    "task": "Task", "model.family": "Family", "model.cell": "Cell", "model.attention": "Attention",
+    "model.scoring": "Scoring", "model.context": "Context", "model.enc_output": "Enc. output",
+    "model.input_feeding": "Input feed.", "model.rank": "Rank", "model.positional": "Positions",
+    "model.heads": "Heads", "model.norm": "Norm", "model.ffn": "FFN", "model.d_model": "Width",
+    "model.emb_size": "Emb.", "model.enc_layers": "Enc. layers", "model.dec_layers": "Dec. layers",
+    "model.layers": "Layers", "model.dropout": "Dropout", "model.label_smoothing": "Label smooth.",
+    "model.bidirectional": "Bidir.", "model.teacher_forcing": "Teacher forc.",
+    "model.tie_embeddings": "Tied emb.", "model.order": "Order", "model.smoothing": "Smoothing",
+    "model.delta": "Delta", "model.discount": "Discount", "model.window": "Window",
+}
+
+# Metrics by what follows the split in a summary field (val_bleu -> bleu): the name tables and
+# figures give it, and the range its values can take (None: unbounded), to which bars are clipped.
+METRICS = {
+    "bleu": ("BLEU", (0.0, 100.0)),
+    "chrf": ("chrF", (0.0, 100.0)),
+    "ppl": ("PPL", (1.0, None)),
+    "loss": ("Loss", (0.0, None)),
+}
+
 
 def check(name: str, value: str, valid) -> str:
     """Return ``value`` if it is one of ``valid``, else raise with the list of valid choices."""

@@ -6,6 +6,7 @@ gradient-flow tables, length buckets, attention maps, many configurations)."""
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 
@@ -78,3 +79,75 @@ def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, st
             fig.savefig(run_dir / "attention" / f"example{k}.png")
             plt.close(fig)
     return run_dir
+
+
+# The configurations of sweeps/demo.yaml (the model fields a real run records) and plausible
+# validation BLEU per seed.
+DEMO = {
+    "gru-none": (dict(family="rnn", d_model=64, enc_layers=1, dec_layers=1, dropout=0.1,
+                      label_smoothing=0.0, cell="gru", attention="none", emb_size=64,
+                      bidirectional=True, teacher_forcing=1.0, tie_embeddings=False, context="init"),
+                 [14.2, 16.9, 15.1], 118_000),
+    "gru-dot": (dict(family="rnn", d_model=64, enc_layers=1, dec_layers=1, dropout=0.1,
+                     label_smoothing=0.0, cell="gru", attention="bahdanau", emb_size=64,
+                     bidirectional=True, teacher_forcing=1.0, tie_embeddings=False, scoring="dot",
+                     enc_output="project", input_feeding=False),
+                [41.3, 44.8, 43.0], 142_000),
+    "gru-additive": (dict(family="rnn", d_model=64, enc_layers=1, dec_layers=1, dropout=0.1,
+                          label_smoothing=0.0, cell="gru", attention="bahdanau", emb_size=64,
+                          bidirectional=True, teacher_forcing=1.0, tie_embeddings=False,
+                          scoring="additive", enc_output="project", input_feeding=False),
+                     [46.1, 47.9, 45.2], 150_000),
+    "transformer": (dict(family="transformer", d_model=64, enc_layers=2, dec_layers=2, dropout=0.1,
+                         label_smoothing=0.1, positional="sinusoidal", scoring="scaled_dot",
+                         heads=4, ffn=128, norm="pre", tie_embeddings=True),
+                    [52.4, 50.8, 53.3], 205_000),
+}
+SRC_WORDS = "der die das hund katze sitzt auf matte läuft schnell".split()
+
+
+def demo_study(root: Path, seeds: int = 2, epochs: int = 6) -> Path:
+    """A realistic run store of sweeps/demo.yaml: every file a real run writes (summary with costs
+    and machine speed, metrics.csv with train rows and per-epoch validation rows, hypotheses,
+    gradient flow, length buckets, attention maps with tokens). Token-based batching gives each
+    seed a slightly different number of steps per epoch, as real runs have."""
+    import torch
+
+    from lit_attention.diagnostics import save_heatmap
+    refs = references(200, seed=7)
+    for name, (model, bleus, params) in DEMO.items():
+        for seed in range(1, seeds + 1):
+            bleu = bleus[seed - 1]
+            hyps = refs if model.get("attention") != "none" else corrupt(refs, 0.7, seed)
+            steps_per_epoch = 47 + seed % 2
+            curve = [60.0 / (e + 1) ** (0.5 + bleu / 100) + 1.5 for e in range(epochs)]
+            run_dir = write_run(root, "demo", f"{name}-s{seed}", seed=seed, model=model,
+                                val_bleu=bleu, params=params, hyps=hyps, refs=refs, task="toy-mt",
+                                gradflow_decay=0.6 if model.get("attention") == "none" else 0.9,
+                                buckets=[dict(bucket="1-8", lo=1, hi=8, n=70, bleu=bleu + 4),
+                                         dict(bucket="9-14", lo=9, hi=14, n=80, bleu=bleu),
+                                         dict(bucket="15+", lo=15, hi=None, n=50, bleu=bleu - 6)])
+            summary = json.loads((run_dir / "summary.json").read_text())
+            summary.update(steps=steps_per_epoch * epochs, epochs=epochs, train_seconds=95.0 + 7 * seed,
+                           train_tokens=steps_per_epoch * epochs * 900, machine_gflops=150.0 + seed,
+                           tokens_per_second=steps_per_epoch * epochs * 900 / (95.0 + 7 * seed),
+                           val_ppl=curve[-1], val_loss=math.log(curve[-1]))
+            (run_dir / "summary.json").write_text(json.dumps(summary))
+            lines = ["step,epoch,time,train_loss,lr,grad_norm/total,val_loss,val_ppl,val_bleu,val_chrf"]
+            for e in range(epochs):
+                for s in range(e * steps_per_epoch + 10, (e + 1) * steps_per_epoch, 10):
+                    lines.append(f"{s},{e},{s * (1.9 + 0.1 * seed):.2f},{math.log(curve[e]) + 0.2},"
+                                 f"0.003,{0.8 + 0.1 * seed},,,,")
+                step = (e + 1) * steps_per_epoch
+                lines.append(f"{step},{e},{step * (1.9 + 0.1 * seed):.2f},,,,{math.log(curve[e])},"
+                             f"{curve[e]},{bleu * (e + 1) / epochs},{bleu + 20}")
+            (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+            if model.get("attention") != "none" and seed == 1:
+                rng = random.Random(seed)
+                for k, n_src in enumerate((7, 11)):
+                    src = [rng.choice(SRC_WORDS) for _ in range(n_src)] + ["</s>"]
+                    tgt = refs[k].split()[: n_src + 1] + ["</s>"]
+                    weights = torch.softmax(torch.randn(len(tgt), len(src)) * 3, dim=-1)
+                    save_heatmap(weights, src, tgt, run_dir / "attention" / f"val-{k}.png",
+                                 title="cross (mean over heads)")
+    return root / "demo"

@@ -13,7 +13,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from analysis_stores import SIGNATURE, corrupt, references, write_run
+from analysis_stores import SIGNATURE, corrupt, demo_study, references, write_run
 from lit_attention.analysis import aggregate, load, plots, report, significance, tables
 
 # Two-sided 95% Student-t critical values from printed tables (not computed by the code under test).
@@ -230,13 +230,16 @@ def test_latex_booktabs_escaped_bold_and_caption():
     assert r"\textbf{30.0 $\pm$ 0.2}" in latex          # the best mean, in bold
     assert r"\textbf{27.3" not in latex
     assert "n = 3 seeds" in latex and r"Student-t" in latex and "ddof=1" in latex
-    assert r"nrefs:1\textbar{}case:mixed" in latex      # signature escaped
+    assert r"nrefs:1\textbar{}\allowbreak{}case:mixed" in latex  # signature escaped, may wrap
     assert "1 failed, 2 pruned" in latex
     body = latex.replace(r"\_", "").replace(r"\%", "")
     assert "_" not in body.replace("tab:x", "") and "%" not in body
 
 
 def test_latex_compiles_with_pdflatex(study, tmp_path):
+    """Every table compiles, and the default table of a realistic store (sweeps/demo.yaml: three
+    configuration keys, every cost and gradient column) fits one column of a two-column paper,
+    and its --wide table the text width: pdflatex reports no overfull box."""
     if shutil.which("pdflatex") is None:
         pytest.skip("pdflatex not installed (apt-get install --no-install-recommends "
                     "texlive-latex-base texlive-latex-recommended)")
@@ -244,15 +247,26 @@ def test_latex_compiles_with_pdflatex(study, tmp_path):
     report.main([str(study), "--out", str(tmp_path / "r"), "--baseline", "attention=none",
                  "scoring=dot", "--samples", "50", "--rows", "model.scoring", "--cols", "model.attention",
                  "--no-figures"])
-    latex = [tables.to_latex(cells, best, caption), (tmp_path / "r" / "table.tex").read_text(),
-             (tmp_path / "r" / "pivot.tex").read_text()]   # flat and two-level index, a pivot grid
-    doc = ("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n"
-           + "\n".join(latex) + "\\end{document}\n")
-    (tmp_path / "t.tex").write_text(doc)
-    done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "t.tex"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout[-2000:]
-    assert (tmp_path / "t.pdf").read_bytes()[:4] == b"%PDF"
+    demo = demo_study(tmp_path / "runs")
+    assert report.main([str(demo), "--out", str(tmp_path / "demo"), "--samples", "50", "--no-figures"]) == 0
+    assert report.main([str(demo), "--out", str(tmp_path / "wide"), "--samples", "50", "--no-figures",
+                        "--wide"]) == 0
+    written = [(tmp_path / "r" / "table.tex").read_text(), (tmp_path / "r" / "pivot.tex").read_text(),
+               (tmp_path / "demo" / "table.tex").read_text(), (tmp_path / "wide" / "table.tex").read_text()]
+    assert "Family & Attention & Scoring & BLEU $\\uparrow$" in written[2]
+    assert "\\begin{table*}" in written[3] and "95\\% CI" in written[3]
+    # every column of a table, flat and two-level index, a pivot grid; what the report wrote
+    for name, options, tables_tex in (("all", "", [tables.to_latex(cells, best, caption)] + written),
+                                      ("paper", "[twocolumn]", written)):
+        doc = (f"\\documentclass{options}{{article}}\n\\usepackage{{booktabs}}\n\\begin{{document}}\n"
+               + "\n".join(tables_tex) + "\\end{document}\n")
+        (tmp_path / f"{name}.tex").write_text(doc)
+        done = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", f"{name}.tex"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout[-2000:]
+        assert (tmp_path / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+    log = (tmp_path / "paper.log").read_text(errors="replace")
+    assert "Overfull \\hbox" not in log, log[log.index("Overfull"):][:600]
 
 
 def test_markdown_has_bold_best_and_caption():
@@ -314,7 +328,7 @@ def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, caps
                         "--samples", "200", "--cols", "model.attention", "--rows", "model.scoring"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| model.attention" in printed and "†" in printed and "ddof=1" in printed
+    assert "| Scoring \\ Attention" in printed and "†" in printed and "ddof=1" in printed
     for name in ("table.tex", "table.md", "table.csv", "table_trace.csv", "excluded.csv",
                  "significance.csv", "runs.csv", "pivot.tex", "pivot.md", "ablation_bars.png",
                  "ablation_bars.pdf", "learning_curves_ppl.png", "bleu_by_length.pdf",

@@ -102,7 +102,7 @@ def test_real_runs_table_equals_independent_statistics(real_study, tmp_path, cap
         assert [r["run_id"] for r in csv.DictReader(f)] == ["sinusoidal-s9"]
     assert "1 failed, 0 pruned" in (out / "table.tex").read_text()
     sig = [s["sacrebleu_signature"] for s in summaries][0]
-    assert sig.replace("|", r"\textbar{}") in (out / "table.tex").read_text()
+    assert sig.replace("|", r"\textbar{}\allowbreak{}") in (out / "table.tex").read_text()
 
 
 def test_real_runs_significance_and_figures(real_study, tmp_path, capsys):

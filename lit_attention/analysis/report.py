@@ -41,6 +41,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="hypotheses used for significance (default: test if stored, else val)")
     p.add_argument("--samples", type=int, default=significance.N_SAMPLES, help="bootstrap resamples")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
+    p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
+                   help="the columns of table.tex/table.md beside the configuration keys, in this "
+                        "order: mean (the metric), ci, n, p, excluded, params, time, speed, gflops, "
+                        "grad_norm, clip, ... or all; default: the metric, then ci, n, p, ... as "
+                        "long as table.tex fits one column of a two-column paper (table.md: all)")
+    p.add_argument("--wide", action="store_true",
+                   help="table.tex as a table* that fits the text width of a two-column paper")
+    p.add_argument("--label", default=None,
+                   help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
     p.add_argument("--no-figures", action="store_true", help="write the tables only")
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
                    help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
@@ -118,6 +127,26 @@ def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
     return sorted(set(values.dropna())) + (["not recorded"] if values.isna().any() else [])
 
 
+def decoding(runs: pd.DataFrame, metric: str) -> str | None:
+    """How the hypotheses behind a BLEU/chrF metric were decoded: a recorded `decoding` field,
+    else greedy for validation (always) and the config's beam for test; None for other metrics."""
+    if tables.metric_name(metric) not in ("BLEU", "chrF"):
+        return None
+    used = runs[agg_mod.usable(runs, metric)]
+    if "decoding" in used and used["decoding"].notna().any():
+        return "; ".join(sorted(set(used["decoding"].dropna().astype(str))))
+    if tables.split_of(metric) == "val":
+        return "greedy decoding"
+    if "config.model.beam_size" not in used or used["config.model.beam_size"].isna().all():
+        return None
+    beams = used[["config.model.beam_size"]].assign(
+        lp=used.get("config.model.length_penalty", pd.Series(index=used.index, dtype=float)))
+    texts = sorted({"greedy decoding" if int(k) <= 1 else
+                    f"beam {int(k)}" + ("" if pd.isna(lp) else f", length penalty {lp:g}")
+                    for k, lp in beams.dropna(subset=["config.model.beam_size"]).itertuples(index=False)})
+    return "; ".join(texts)
+
+
 def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     if wanted:
         return wanted
@@ -175,7 +204,9 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                   significance.method(args.samples) if sig is not None else None,
                                   baseline, eval_protocols=eval_protocols(runs, args.metric),
-                                  unreadable=len(skipped), notes=(tables.scoring_note(runs),))
+                                  unreadable=len(skipped), notes=(tables.scoring_note(runs),),
+                                  decoding=decoding(runs, args.metric),
+                                  test_split=hyps_split(runs, args.split) if sig is not None else None)
     runs.to_csv(out / "runs.csv", index=False)
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
@@ -188,18 +219,49 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
     numeric.to_csv(out / "table.csv", index=False)
 
-    summary = tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits)
-    layouts = [("table", "tab:results", summary)]
+    summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
+                              args.metric)
+    layouts = [("table", args.label, summary)]
     if cols:
-        grid = tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits)
-        layouts.append(("pivot", "tab:grid", grid))
+        grid = tables.labelled(*tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits),
+                               args.metric)
+        layouts.append(("pivot", args.label and f"{args.label}-grid", grid))
     printed = []
     for name, tex_label, (cells, best) in layouts:
-        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption, label=tex_label))
-        markdown = tables.to_markdown(cells, best, caption)
+        markdown = tables.to_markdown(cells, best, caption)     # every column, unless --columns
+        if name == "table":
+            cells, best = fit_columns(args, cells, best)
+            if args.columns:
+                markdown = tables.to_markdown(cells, best, caption)
+        else:
+            check_width(args, name, cells, best)
+        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption, label=tex_label,
+                                                         wide=args.wide))
         (out / f"{name}.md").write_text(markdown)
         printed.append(markdown)
     return printed
+
+
+def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
+    """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
+    limit = tables.width_limit(args.wide)
+    cells, best, left_out = tables.choose_columns(cells, best, tables.metric_label(args.metric),
+                                                  args.columns, limit)
+    if left_out and args.columns is None:
+        print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if args.wide else 'column'} "
+              f"width of a two-column paper (in table.md and table.csv; choose with --columns"
+              f"{'' if args.wide else ' or --wide'})", file=sys.stderr)
+    check_width(args, "table", cells, best)
+    return cells, best
+
+
+def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> None:
+    limit = tables.width_limit(args.wide)
+    width = tables.tabular_width(cells, best)
+    if width > limit:
+        print(f"warning: {name}.tex is about {width:.0f} pt wide, wider than the "
+              f"{'text' if args.wide else 'column'} width of a two-column paper ({limit:g} pt): "
+              f"{'' if args.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
 
 
 def write_figures(args, out: Path, runs, metrics, agg, keys) -> list[Path]:

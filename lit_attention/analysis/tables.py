@@ -9,9 +9,12 @@ A table is a pair of DataFrames with the same shape: `cells` (display strings, u
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 
+from lit_attention import registry
+from lit_attention.analysis import latex_width
 from lit_attention.analysis.aggregate import GRADFLOW_METHOD, usable
 from lit_attention.analysis.load import AnalysisError
 
@@ -26,10 +29,42 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
 LATEX_UNICODE = {"±": r"$\pm$", DAGGER: r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
                  "∂": r"$\partial$"}
+ARROWS = {"↑": r"$\uparrow$", "↓": r"$\downarrow$"}
+SPLITS = {"val": "validation", "test": "test", "train": "training"}
 
 
 def higher_is_better(metric: str) -> bool:
     return not any(word in metric.lower() for word in LOWER_IS_BETTER)
+
+
+def split_of(metric: str) -> str | None:
+    """'val_bleu' -> 'val'; None for a metric without a split prefix."""
+    prefix = metric.split("_", 1)[0]
+    return prefix if prefix in SPLITS and "_" in metric else None
+
+
+def metric_name(metric: str) -> str:
+    """The registry's name of a metric without its split: 'test_chrf' -> 'chrF'."""
+    base = metric.split("_", 1)[1] if split_of(metric) else metric
+    return registry.METRICS.get(base, (base,))[0]
+
+
+def metric_label(metric: str) -> str:
+    """A metric's column header: its name and which way is better ('BLEU ↑', 'PPL ↓')."""
+    return f"{metric_name(metric)} {'↑' if higher_is_better(metric) else '↓'}"
+
+
+def metric_range(metric: str) -> tuple[float | None, float | None]:
+    """The lowest and highest value the metric can take (None: unbounded)."""
+    base = metric.split("_", 1)[1] if split_of(metric) else metric
+    return registry.METRICS[base][1] if base in registry.METRICS else (None, None)
+
+
+def key_label(key) -> str:
+    """A configuration key's header: registry.LABELS, else the key's last field ('model.lr' -> 'lr')."""
+    if key is None:
+        return ""
+    return registry.LABELS.get(key) or str(key).rsplit(".", 1)[-1]
 
 
 def label(value) -> str:
@@ -159,21 +194,153 @@ def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str
 def latex_text(text) -> str:
     """Escape LaTeX specials and replace the unicode symbols the tables use."""
     out = "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
-    for symbol, tex in LATEX_UNICODE.items():
+    for symbol, tex in {**LATEX_UNICODE, **ARROWS}.items():
         out = out.replace(symbol, tex)
     return out
 
 
-def to_latex(cells: pd.DataFrame, best: pd.DataFrame, caption: str, label: str | None = None) -> str:
-    """A booktabs table (Styler.to_latex) with every label escaped, including index names."""
-    styler = cells.style.format(latex_text)
-    styler = styler.format_index(latex_text, axis=0).format_index(latex_text, axis=1)
-    styler = styler.format_index_names(latex_text, axis=0).format_index_names(latex_text, axis=1)
-    styler = styler.apply(lambda _: best.map(lambda b: "textbf:--rwrap;" if b else ""), axis=None)
-    column_format = "l" * cells.index.nlevels + "r" * cells.shape[1]
-    return styler.to_latex(hrules=True, column_format=column_format, caption=latex_text(caption),
-                           label=label, position_float="centering", multicol_align="c",
-                           sparse_index=False)  # repeated labels: no \\multirow package needed
+def labelled(cells: pd.DataFrame, best: pd.DataFrame, metric: str) -> tuple:
+    """The table with human headers: key labels (registry.LABELS) for the configuration keys of
+    the rows and a pivot's columns, 'BLEU ↑' for the metric column."""
+    cells, best = cells.copy(), best.copy()
+    for frame in (cells, best):
+        frame.index.names = [key_label(n) for n in frame.index.names]
+        if frame.columns.names[0] is not None:
+            frame.columns.names = [key_label(n) for n in frame.columns.names]
+        else:
+            frame.columns = [metric_label(metric) if c == metric else c for c in frame.columns]
+    return cells, best
+
+
+# --columns names of summary_table's statistic columns; a column not listed here is named by its
+# header in lower case with "_" for every run of other characters ("grad norm" -> grad_norm).
+COLUMN_NAMES = {"ci": "95% CI", "n": "n", "excluded": "failed/pruned", "params": "params",
+                "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": "p (Holm)",
+                "gradflow": GRADFLOW_COLUMN}
+# The columns shown, in this order, as long as the table fits (after the keys and the metric).
+PRIORITY = ("ci", "n", "p", "excluded", "params")
+
+
+def _slug(header) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", str(header).lower()).strip("_")
+
+
+def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
+    """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
+    aliases = {header: name for name, header in COLUMN_NAMES.items()}
+    return {("mean" if c == metric_header else aliases.get(c, _slug(c))): c for c in cells.columns}
+
+
+def _index_labels(cells: pd.DataFrame) -> pd.DataFrame:
+    return cells.index.to_frame(index=False).map(label)
+
+
+def tabular_width(cells: pd.DataFrame, best: pd.DataFrame) -> float:
+    """Estimated width (pt) of the tabular `to_latex` writes for this table."""
+    rows = _index_labels(cells)
+    key_columns = [[(str(name or ""), False)] + [(v, False) for v in rows[level]]
+                   for name, level in zip(cells.index.names, rows.columns)]
+    data_columns = [[(str(part), False) for part in (column if isinstance(column, tuple) else (column,))]
+                    + list(zip(cells.iloc[:, j], best.iloc[:, j]))
+                    for j, column in enumerate(cells.columns)]
+    width = latex_width.table_width(key_columns + data_columns)
+    if cells.columns.names[0] is not None:           # a pivot's title spanning its columns
+        title = latex_width.text_width(" / ".join(map(str, cells.columns.names)))
+        width += max(0.0, title + 2 * latex_width.TABCOLSEP - latex_width.table_width(data_columns))
+    return width
+
+
+def width_limit(wide: bool = False) -> float:
+    """What a table may take (pt): a column of a two-column paper, or its text width."""
+    return latex_width.TEXT_WIDTH if wide else latex_width.COLUMN_WIDTH
+
+
+def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
+                   wanted: list[str] | None = None, limit: float = latex_width.COLUMN_WIDTH) -> tuple:
+    """(cells, best, left out): the columns named in `wanted` (--columns), in that order, or by
+    default the metric and then PRIORITY and the rest, each while the table fits `limit` pt."""
+    names = column_names(cells, metric_header)
+    if wanted:
+        if "all" in wanted:
+            return cells, best, []
+        lookup = {**{_slug(c): c for c in cells.columns}, **{c: c for c in cells.columns}, **names}
+        unknown = [w for w in wanted if w not in lookup]
+        if unknown:
+            raise AnalysisError(f"unknown --columns {', '.join(unknown)}; this table has: "
+                                f"{', '.join(names)} (or all)")
+        chosen = list(dict.fromkeys(lookup[w] for w in wanted))
+        return cells[chosen], best[chosen], [c for c in cells.columns if c not in chosen]
+    excluded = names.get("excluded")
+    if excluded is not None and not cells[excluded].ne("0/0").any():
+        names.pop("excluded")                        # nothing excluded: nothing to show
+    order = ["mean"] + [n for n in PRIORITY if n in names] + [n for n in names if n not in PRIORITY]
+    chosen = []
+    for name in dict.fromkeys(order):
+        if name not in names:
+            continue
+        trial = chosen + [names[name]]
+        if name == "mean" or tabular_width(cells[trial], best[trial]) <= limit:
+            chosen = trial
+    return cells[chosen], best[chosen], [c for c in names.values() if c not in chosen]
+
+
+def _span_row(values: list, first: int) -> tuple[str, str]:
+    """One header row of a pivot's column level: equal neighbours merged, with their cmidrules."""
+    cells, rules, j = [], [], 0
+    while j < len(values):
+        k = j
+        while k + 1 < len(values) and values[k + 1] == values[j]:
+            k += 1
+        text = latex_text(label(values[j]))
+        cells.append(text if k == j else rf"\multicolumn{{{k - j + 1}}}{{c}}{{{text}}}")
+        if k > j:
+            rules.append(rf"\cmidrule(lr){{{first + j}-{first + k}}}")
+        j = k + 1
+    return " & ".join(cells), " ".join(rules)
+
+
+def _latex_header(cells: pd.DataFrame) -> list[str]:
+    keys = [latex_text(n or "") for n in cells.index.names]
+    n_keys, n_cols = len(keys), cells.shape[1]
+    if cells.columns.names[0] is None:               # one header row: keys, then statistics
+        return [" & ".join(keys + [latex_text(_flat(c)) for c in cells.columns]) + r" \\"]
+    title = " / ".join(latex_text(n) for n in cells.columns.names)
+    lines = ["& " * n_keys + rf"\multicolumn{{{n_cols}}}{{c}}{{{title}}} \\",
+             rf"\cmidrule(lr){{{n_keys + 1}-{n_keys + n_cols}}}"]
+    for level in range(cells.columns.nlevels):
+        values = list(cells.columns.get_level_values(level))
+        row, rules = _span_row(values, n_keys + 1)
+        left = keys if level == cells.columns.nlevels - 1 else [""] * n_keys
+        lines.append(" & ".join(left + [row]) + r" \\" + (f" {rules}" if rules else ""))
+    return lines
+
+
+def to_latex(cells: pd.DataFrame, best: pd.DataFrame, caption: str, label: str | None = None,
+             wide: bool = False) -> str:
+    """A booktabs table in \\small (9 pt in a 10 pt paper) with 4 pt column padding: a `table` for
+    one column of a two-column paper, or a `table*` across the page (`wide`). Every text escaped,
+    best values in bold, a label repeated from the row above left blank (outer keys only), a
+    pivot's column keys as a header spanning their values."""
+    env = "table*" if wide else "table"
+    index = _index_labels(cells)
+    body, previous = [], None
+    for i in range(len(cells)):
+        keys = list(index.iloc[i])
+        shown = [("" if previous and previous[:j + 1] == keys[:j + 1] and j < len(keys) - 1 else k)
+                 for j, k in enumerate(keys)]
+        previous = keys
+        values = [rf"\textbf{{{latex_text(v)}}}" if b and v else latex_text(v)
+                  for v, b in zip(cells.iloc[i], best.iloc[i])]
+        body.append(" & ".join([latex_text(k) for k in shown] + values) + r" \\")
+    # "|" breaks nowhere: let a long sacreBLEU signature wrap in the caption.
+    caption_tex = latex_text(caption).replace(r"\textbar{}", r"\textbar{}\allowbreak{}")
+    lines = [rf"\begin{{{env}}}", r"\centering", rf"\caption{{{caption_tex}}}"]
+    lines += [rf"\label{{{label}}}"] if label else []
+    lines += [r"\small", rf"\setlength{{\tabcolsep}}{{{latex_width.TABCOLSEP:g}pt}}",
+              rf"\begin{{tabular}}{{{'l' * cells.index.nlevels + 'r' * cells.shape[1]}}}",
+              r"\toprule", *_latex_header(cells), r"\midrule", *body, r"\bottomrule",
+              r"\end{tabular}", rf"\end{{{env}}}"]
+    return "\n".join(lines) + "\n"
 
 
 def _flat(value) -> str:
@@ -209,12 +376,16 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
                  significance: str | None = None, baseline: str | None = None,
                  eval_protocols: list[str] = (), unreadable: int = 0,
-                 notes: tuple[str, ...] = ()) -> str:
-    """Caption stating what the numbers are: metric, n, std, CI method, exclusions, signature,
-    the language-model evaluation protocol(s) of the runs, and any ``notes``."""
+                 notes: tuple[str, ...] = (), decoding: str | None = None,
+                 test_split: str | None = None) -> str:
+    """Caption stating what the numbers are: metric, split and decoding, n, std, CI method,
+    exclusions, the test against the baseline (on the `test_split` hypotheses), signature, the
+    language-model evaluation protocol(s) of the runs, and any ``notes``."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
-    parts = [f"{metric}: mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
+    split = SPLITS.get(split_of(metric))
+    what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
+    parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
              f"configuration; {ci_method}. Best value per column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
@@ -226,7 +397,8 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")
     if significance:
-        parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}); {significance}.")
+        on = f" on the {SPLITS.get(test_split, test_split)} hypotheses" if test_split else ""
+        parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}){on}; {significance}.")
     parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")

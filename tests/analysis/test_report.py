@@ -110,3 +110,44 @@ def test_usable_invalid_and_missing_metrics_are_told_apart():
     agg = aggregate.aggregate(runs.assign(k="x", run_id=list("abcde")), ["k"])
     assert agg.loc[0, ["n", "n_invalid", "n_other", "n_failed"]].tolist() == [1, 2, 1, 1]
     assert load.FINISHED == "finished"
+
+
+def test_columns_label_and_wide_shape_the_latex_and_markdown_tables(study, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert report.main([str(study), "--out", str(out), "--baseline", "off", "--no-figures",
+                        "--columns", "n", "mean", "--label", "tab:attention"]) == 0
+    latex, md = (out / "table.tex").read_text(), (out / "table.md").read_text()
+    assert r"\label{tab:attention}" in latex and r"\begin{table}" in latex
+    assert r"Attention & n & BLEU $\uparrow$ \\" in latex
+    assert md.startswith("| Attention   | n   | BLEU ↑")
+    assert report.main([str(study), "--out", str(out), "--baseline", "off", "--no-figures", "--wide"]) == 0
+    latex = (out / "table.tex").read_text()
+    assert r"\begin{table*}" in latex and r"\label" not in latex
+    capsys.readouterr()
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--columns", "mean", "bogus"]) == 2
+    assert "error: unknown --columns bogus; this table has: mean, ci, n" in capsys.readouterr().err
+
+
+def test_default_table_tells_what_it_left_out_to_fit_a_column(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for family, positional, scoring in (("transformer", "sinusoidal", "scaled_dot"),
+                                        ("transformer", "rotary", "scaled_dot"),
+                                        ("transformer", "alibi", "general")):
+        for seed in (1, 2):
+            write_run(runs, "g", f"{positional}-{scoring}-s{seed}", seed=seed, val_bleu=30.0 + seed,
+                      model=dict(family=family, positional=positional, scoring=scoring, heads=4))
+    assert report.main([str(runs / "g"), "--out", str(tmp_path / "r"), "--no-figures"]) == 0
+    err = capsys.readouterr().err
+    assert "train s, tok/s, grad norm, clip % left out to fit the column width of a two-column" in err
+    md = (tmp_path / "r" / "table.md").read_text()
+    assert "| train s" in md and "| Positions" in md                # the Markdown keeps every column
+
+
+def test_caption_says_how_test_hypotheses_were_decoded():
+    runs = pd.DataFrame({"status": ["finished"] * 3, "test_bleu": [1.0, 2.0, 3.0],
+                         "val_bleu": [1.0, 2.0, 3.0], "val_ppl": [3.0, 2.0, 1.0],
+                         "config.model.beam_size": [5, 5, 1], "config.model.length_penalty": [1.0, 1.0, 0.6]})
+    assert report.decoding(runs, "test_bleu") == "beam 5, length penalty 1; greedy decoding"
+    assert report.decoding(runs, "val_bleu") == "greedy decoding"
+    assert report.decoding(runs, "val_ppl") is None
+    assert report.decoding(runs.assign(decoding="beam 4"), "test_bleu") == "beam 4"

@@ -1,7 +1,11 @@
-"""Table captions say what the compared arms share."""
+"""Tables (lit_attention/analysis/tables.py): captions say what was computed and what the compared
+arms share; headers come from the registry; the columns are chosen by name or by what fits."""
 
 import pandas as pd
+import pytest
 
+from lit_attention import registry
+from lit_attention.analysis import tables
 from lit_attention.analysis.tables import caption_text, scoring_note
 
 
@@ -26,3 +30,88 @@ def test_caption_warns_when_scoring_arms_attend_over_different_outputs():
 def test_no_note_without_scoring_arms_or_recorded_encoder_output():
     assert scoring_note(_runs(["project", None, None])) is None        # one recurrent scoring
     assert scoring_note(pd.DataFrame({"model.scoring": ["dot", "general"]})) is None
+
+
+# --- paper tables: human headers, chosen columns, width, caption (issue 18 §3) ---
+
+def _agg(keys: dict):
+    frame = pd.DataFrame(keys)
+    n = len(frame)
+    return frame.assign(mean=[20.0 + i for i in range(n)], std=[1.0] * n, ci_lo=[10.0] * n,
+                        ci_hi=[30.0] * n, n=[3] * n, n_failed=[0] * n, n_pruned=[0] * n,
+                        n_other=[0] * n, params=[123456.0] * n, train_seconds=[100.0] * n)
+
+
+def test_headers_are_the_registry_labels_and_the_metric_with_its_direction():
+    agg = _agg({"model.cell": ["gru", "lstm"], "model.attention": ["none", "luong"], "model.lr": [1, 2]})
+    keys = ["model.cell", "model.attention", "model.lr"]
+    cells, best = tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu")
+    assert list(cells.index.names) == [registry.LABELS["model.cell"], registry.LABELS["model.attention"], "lr"]
+    assert list(cells.columns[:2]) == ["BLEU ↑", "95% CI"]
+    latex, markdown = tables.to_latex(cells, best, "c"), tables.to_markdown(cells, best)
+    assert r"Cell & Attention & lr & BLEU $\uparrow$ & 95\% CI" in latex
+    assert "model." not in latex and "model." not in markdown
+    assert markdown.startswith("| Cell   | Attention   | lr   | BLEU ↑")
+    ppl = tables.labelled(*tables.summary_table(agg, keys, "test_ppl"), "test_ppl")[0]
+    assert ppl.columns[0] == "PPL ↓"
+    grid = tables.labelled(*tables.pivot_table(agg, ["model.cell"], ["model.attention"], "val_bleu"),
+                           "val_bleu")[0]
+    assert grid.index.names == ["Cell"] and grid.columns.names == ["Attention"]
+
+
+def test_metric_names_and_ranges_come_from_the_registry():
+    assert tables.metric_label("test_chrf") == "chrF ↑" and tables.metric_label("val_loss") == "Loss ↓"
+    assert tables.metric_range("val_bleu") == (0.0, 100.0) and tables.metric_range("val_ppl") == (1.0, None)
+    assert tables.metric_range("steps") == (None, None) and tables.metric_label("steps") == "steps ↑"
+
+
+def test_latex_has_one_header_row_blank_repeats_and_a_spanning_pivot_header():
+    agg = _agg({"model.family": ["rnn", "rnn", "transformer"], "model.scoring": ["additive", "dot", "dot"]})
+    keys = ["model.family", "model.scoring"]
+    latex = tables.to_latex(*tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu"), "c")
+    lines = latex.splitlines()
+    head = lines.index(r"\toprule")
+    assert lines[head + 2] == r"\midrule"                       # one header row
+    assert r" & dot & 21.0 $\pm$ 1.0" in latex                  # rnn not repeated
+    assert r"transformer & dot & \textbf{22.0 $\pm$ 1.0}" in latex
+    assert r"\small" in latex and r"\setlength{\tabcolsep}{4pt}" in latex and r"\label" not in latex
+    grid = tables.to_latex(*tables.labelled(*tables.pivot_table(agg, ["model.scoring"], ["model.family"],
+                                                                "val_bleu"), "val_bleu"), "c", label="t")
+    assert r"& \multicolumn{2}{c}{Family} \\" in grid and r"\cmidrule(lr){2-3}" in grid
+    assert "Scoring & rnn & transformer" in grid and r"\label{t}" in grid
+    assert r"\begin{table*}" in tables.to_latex(*tables.summary_table(agg, keys, "val_bleu"), "c", wide=True)
+
+
+def test_columns_are_chosen_by_name_or_by_what_fits_one_column():
+    agg = _agg({"model.family": ["rnn", "transformer"], "model.attention": ["bahdanau", None],
+                "model.scoring": ["additive", "scaled_dot"]})
+    keys = ["model.family", "model.attention", "model.scoring"]
+    cells, best = tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu")
+    assert list(cells.columns) == ["BLEU ↑", "95% CI", "n", "failed/pruned", "params", "train s"]
+    chosen, _, left_out = tables.choose_columns(cells, best, "BLEU ↑", ["mean", "params", "n"])
+    assert list(chosen.columns) == ["BLEU ↑", "params", "n"] and "95% CI" in left_out
+    assert list(tables.choose_columns(cells, best, "BLEU ↑", ["train_s", "ci"])[0].columns) == ["train s", "95% CI"]
+    assert tables.choose_columns(cells, best, "BLEU ↑", ["all"])[0].shape == cells.shape
+    with pytest.raises(ValueError, match=r"unknown --columns bogus; this table has: mean, ci, n"):
+        tables.choose_columns(cells, best, "BLEU ↑", ["mean", "bogus"])
+    fitted, fitted_best, left_out = tables.choose_columns(cells, best, "BLEU ↑")
+    assert tables.tabular_width(fitted, fitted_best) <= tables.width_limit() == 229.5
+    assert list(fitted.columns) == ["BLEU ↑", "n"]               # the interval would not fit
+    assert left_out == ["95% CI", "params", "train s"]           # failed/pruned: all 0/0, shown nowhere
+    for column in left_out:
+        wider = list(fitted.columns) + [column]
+        assert tables.tabular_width(cells[wider], best[wider]) > 229.5
+    wide = tables.choose_columns(cells, best, "BLEU ↑", limit=tables.width_limit(wide=True))[0]
+    assert list(wide.columns) == ["BLEU ↑", "95% CI", "n", "params", "train s"]
+    two_keys = tables.labelled(*tables.summary_table(agg, keys[::2], "val_bleu"), "val_bleu")
+    assert list(tables.choose_columns(*two_keys, "BLEU ↑")[0].columns) == ["BLEU ↑", "95% CI", "n"]
+
+
+def test_caption_names_metric_split_decoding_and_the_tested_hypotheses():
+    agg = pd.DataFrame({"n": [3, 3], "n_failed": [0, 0], "n_pruned": [0, 0], "n_other": [0, 0]})
+    text = caption_text("test_bleu", agg, "CI", None, significance="paired bootstrap", baseline="none",
+                        decoding="beam 5, length penalty 1", test_split="test")
+    assert text.startswith("BLEU ↑ (test_bleu: test split; beam 5, length penalty 1): mean ± standard "
+                           "deviation (ddof=1) over n = 3 seeds")
+    assert "against the baseline (none) on the test hypotheses; paired bootstrap." in text
+    assert caption_text("val_ppl", agg, "CI", None).startswith("PPL ↓ (val_ppl: validation split): ")
