@@ -31,12 +31,11 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import anova, load
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.significance import holm
-from lit_attention.analysis.tables import label
+from lit_attention.analysis.tables import label, metric_range
 
 SEED_TERM = "seed (block)"
 NOT_SET = "–"
 # Metrics on a 0-100 scale: confidence limits are clipped to it.
-BOUNDED = ("bleu", "chrf")
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
 MARGINAL_METHOD = ("mean of the per-configuration means (each over its seeds); 95% CI: Student-t "
                    "over those configuration means, mean ± t(0.975, k-1)·s/√k, so it covers seed "
@@ -71,7 +70,9 @@ class Effects:
 
 
 def bounds(metric: str) -> tuple[float, float] | None:
-    return (0.0, 100.0) if any(word in metric.lower() for word in BOUNDED) else None
+    """The metric's range (registry.METRICS) when it is bounded on both sides, else None."""
+    low, high = metric_range(metric)
+    return None if low is None or high is None else (low, high)
 
 
 def _order(values) -> list[str]:
