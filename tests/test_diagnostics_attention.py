@@ -1,3 +1,4 @@
+import json
 import math
 import struct
 
@@ -89,6 +90,16 @@ def test_heatmap_is_a_png_of_the_documented_size(tmp_path, n_src, n_tgt):
     path = save_heatmap(weights, src, tgt, tmp_path / "maps" / "a.png", title="cross.0 head 1")
     assert path.exists()
     assert png_size(path) == heatmap_size(n_src, n_tgt) == (200 + 40 * n_src, 200 + 40 * n_tgt)
+
+
+def test_heatmap_data_is_saved_beside_the_picture_for_the_report(tmp_path):
+    weights = torch.rand(3, 2).softmax(-1)
+    path = save_heatmap(weights, ["▁das", "</s>"], ["the", "house", "</s>"], tmp_path / "val-0.png",
+                        title="cross (mean over heads)")
+    data = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    assert data["source"] == ["▁das", "</s>"] and data["target"] == ["the", "house", "</s>"]
+    assert torch.tensor(data["weights"]) == pytest.approx(weights, abs=5e-5)
+    assert data["title"] == "cross (mean over heads)"
 
 
 def test_heatmap_rejects_mismatched_tokens(tmp_path):

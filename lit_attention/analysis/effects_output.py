@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 from lit_attention.analysis import tables  # noqa: E402
 from lit_attention.analysis.effects import (MARGINAL_METHOD, Effects, bounds, interaction_means,  # noqa: E402
                                             pair_name)
-from lit_attention.analysis.plots import save  # noqa: E402
+from lit_attention.analysis.plots import paper_style, save  # noqa: E402
 
 ETA = "η²"
 ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
@@ -148,6 +148,7 @@ def numeric(levels) -> bool:
     return True
 
 
+@paper_style
 def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     """One panel per factor: the marginal mean at each level with its 95% CI."""
     factors = effects.factors
@@ -174,6 +175,7 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     return save(fig, stem)
 
 
+@paper_style
 def plot_interaction(effects: Effects, a: str, b: str, means: pd.DataFrame, stem) -> list[Path]:
     """Levels of `a` on the x axis, one line per level of `b`: matched means with 95% CIs."""
     levels_a = list(effects.factor(a).levels)

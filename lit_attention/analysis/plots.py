@@ -2,11 +2,15 @@
 
 Every function takes the tidy frames of `load`/`aggregate`, the configuration keys that name a
 line/bar, and an output path stem (`out/bleu_by_length` -> .png and .pdf); it returns the files
-written, or [] when the run stores hold no data for that figure.
+written, or [] when the run stores hold no data for that figure. Every figure is drawn in
+`paper_style`: sized for a column (3.3 in) or the text width (6.75 in) of a two-column paper,
+8 pt text, and the Okabe-Ito colours, which stay distinct under colour-vision deficiencies.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import sys
 from pathlib import Path
 
@@ -15,11 +19,33 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker as ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from cycler import cycler  # noqa: E402
 
 from lit_attention.analysis.aggregate import last_gradflow, usable  # noqa: E402
-from lit_attention.analysis.tables import label  # noqa: E402
+from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
+                                           metric_range, split_of)
+
+COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
+# Okabe & Ito (2008), "Color universal design"; yellow last, it is faint on white.
+OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+         "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7,
+         "font.family": "DejaVu Sans", "axes.prop_cycle": cycler(color=OKABE_ITO),
+         "axes.spines.top": False, "axes.spines.right": False, "lines.linewidth": 1.2,
+         "lines.markersize": 4, "savefig.bbox": "tight", "savefig.pad_inches": 0.02,
+         "pdf.fonttype": 42}   # TrueType in the PDF: text stays text
+
+
+def paper_style(plot):
+    """Draw the figure of `plot` under STYLE (the rcParams apply while its artists are made)."""
+    @functools.wraps(plot)
+    def styled(*args, **kwargs):
+        with plt.rc_context(STYLE):
+            return plot(*args, **kwargs)
+    return styled
 
 
 def config_labels(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -32,9 +58,10 @@ def save(fig, stem: Path | str) -> list[Path]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     for path in paths:
-        fig.savefig(path, dpi=150)
+        fig.savefig(path, dpi=200)
     plt.close(fig)
     return paths
 
@@ -46,6 +73,7 @@ def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metri
     return frame.assign(config=frame["run_dir"].map(config_labels(good, keys)))
 
 
+@paper_style
 def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                         metric: str = "val_bleu", score: str = "bleu") -> list[Path]:
     """Score per source-length bucket, one line per configuration (mean ± std over seeds).
@@ -89,6 +117,7 @@ def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
     return f"n={int(n.min())}" if n.min() == n.max() else f"n={int(n.min())}–{int(n.max())}"
 
 
+@paper_style
 def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                   metric: str = "val_bleu") -> list[Path]:
     """‖∂L/∂h_t‖ by distance to the loss (log scale) at each run's last measured step, one line per
@@ -116,49 +145,188 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
     return save(fig, stem)
 
 
+def legend_title(keys: list[str]) -> str:
+    return " / ".join(key_label(k) for k in keys)
+
+
+def axis_label(metric: str) -> str:
+    """'val_bleu' -> 'Validation BLEU'."""
+    split = SPLITS.get(split_of(metric))
+    return f"{split.capitalize()} {metric_name(metric)}" if split else metric_name(metric)
+
+
+def _x_values(data: pd.DataFrame, runs: pd.DataFrame, x: str) -> pd.Series | None:
+    """The x of every metrics row: its step, or ("tokens") step × the run's mean target tokens
+    per step (train_tokens / steps of its summary); None when a run lacks what that needs."""
+    if x == "step":
+        return data["step"]
+    per_step = runs.set_index("run_dir")
+    if not {"train_tokens", "steps"} <= set(per_step):
+        return None
+    rate = pd.to_numeric(per_step["train_tokens"], errors="coerce") / pd.to_numeric(per_step["steps"], errors="coerce")
+    rate = data["run_dir"].map(rate.where(np.isfinite(rate) & (rate > 0)))
+    return None if rate.isna().any() else data["step"] * rate
+
+
+def seed_band(curves: list[pd.Series]) -> pd.DataFrame:
+    """Mean, min and max over seeds of curves y(x) sampled at different x: each is linearly
+    interpolated at the union of their x within the range every seed covers (so the mean never
+    jumps between seeds), columns mean/low/high indexed by x. Curves that share no range (one
+    validation each, at different steps) are paired by validation instead, at their mean x."""
+    low, high = max(c.index.min() for c in curves), min(c.index.max() for c in curves)
+    grid = np.unique(np.concatenate([c.index.to_numpy(float) for c in curves]))
+    grid = grid[(grid >= low) & (grid <= high)]
+    if len(grid):
+        values = np.array([np.interp(grid, c.index.to_numpy(float), c.to_numpy(float)) for c in curves])
+    else:
+        n = min(len(c) for c in curves)
+        grid = np.mean([c.index.to_numpy(float)[:n] for c in curves], axis=0)
+        values = np.array([c.to_numpy(float)[:n] for c in curves])
+    return pd.DataFrame({"mean": values.mean(0), "low": values.min(0), "high": values.max(0)}, index=grid)
+
+
+@paper_style
 def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                          y: str = "val_ppl", x: str = "step", metric: str = "val_bleu") -> list[Path]:
-    """`y` against `x` per configuration: mean over seeds with a ± std band."""
-    if metrics.empty or y not in metrics or x not in metrics:
+    """`y` against the training step (x="step") or the target tokens seen (x="tokens"), one line
+    per configuration: the mean over its seeds, band: their min-max (see `seed_band`)."""
+    if metrics.empty or y not in metrics or "step" not in metrics:
         return []
-    data = _with_config(metrics, runs, keys, metric).dropna(subset=[y, x])
+    data = _with_config(metrics, runs, keys, metric).dropna(subset=[y, "step"])
     if data.empty:
         return []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for config, group in data.groupby("config"):
-        stats = group.groupby(x)[y].agg(["mean", "std"]).sort_index()
-        std = stats["std"].fillna(0)
-        ax.plot(stats.index, stats["mean"], label=config)
-        ax.fill_between(stats.index, stats["mean"] - std, stats["mean"] + std, alpha=0.2)
-    if "ppl" in y or "loss" in y:
+    xs = _x_values(data, runs, x)
+    if xs is None:
+        return []
+    data = data.assign(_x=xs)
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8), layout="constrained")
+    seeds = set()
+    for config, group in data.groupby("config", sort=True):
+        curves = [run.groupby("_x")[y].last() for _, run in group.groupby("run_dir")]
+        seeds.add(len(curves))
+        band = seed_band(curves)
+        line, = ax.plot(band.index, band["mean"], marker="o" if len(band) < 4 else None, label=config)
+        if len(curves) > 1:
+            ax.fill_between(band.index, band["low"], band["high"], color=line.get_color(),
+                            alpha=0.2, linewidth=0)
+    if log_axis(y):
         ax.set_yscale("log")
-    ax.set_xlabel(x)
-    ax.set_ylabel(f"{y} (mean ± std over seeds)")
-    ax.legend(fontsize="small")
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))      # 20, not 2×10¹
+        ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    ax.xaxis.set_major_formatter(ticker.EngFormatter(sep=""))                        # 250k, not 250000
+    ax.set_xlabel("training step" if x == "step" else "target tokens seen (step × tokens per step)")
+    ax.set_ylabel(axis_label(y))
+    n = "–".join(map(str, sorted({min(seeds), max(seeds)})))
+    ax.set_title(f"mean over {n} seed{'s' * (n != '1')}" + ("; band: min–max" if max(seeds) > 1 else ""),
+                 loc="right", fontsize=7)
+    legend_below(ax, legend_title(keys))
     ax.grid(alpha=0.3)
     return save(fig, stem)
 
 
+def legend_below(ax, title: str) -> None:
+    """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
+    ax.figure.legend(title=title, loc="outside lower center", ncol=2, frameon=False)
+
+
+def log_axis(y: str) -> bool:
+    """Perplexity and loss curves span orders of magnitude: a log axis."""
+    return any(word in y for word in ("ppl", "loss"))
+
+
+@paper_style
 def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem) -> list[Path]:
-    """One bar per configuration: mean of `metric`, whiskers = 95% CI (none when n < 2)."""
+    """One bar per configuration: mean of `metric`, whiskers = its 95% CI (none when n < 2), both
+    clipped to the metric's range (registry.METRICS), and the axis within it."""
     if agg.empty:
         return []
-    names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
-    low = (agg["mean"] - agg["ci_lo"]).fillna(0).clip(lower=0)
-    high = (agg["ci_hi"] - agg["mean"]).fillna(0).clip(lower=0)
-    fig, ax = plt.subplots(figsize=(max(4, 0.8 * len(agg) + 2), 4))
-    ax.bar(np.arange(len(agg)), agg["mean"].fillna(0), yerr=[low, high], capsize=4, color="C0")
-    ax.set_xticks(np.arange(len(agg)), names, rotation=30, ha="right")
-    ax.set_ylabel(f"{metric} (mean, 95% CI)")
+    low_end, high_end = metric_range(metric)
+    names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    mean = agg["mean"].clip(low_end, high_end)
+    ci_lo, ci_hi = agg["ci_lo"].clip(low_end, high_end), agg["ci_hi"].clip(low_end, high_end)
+    low = (mean - ci_lo).fillna(0).clip(lower=0)
+    high = (ci_hi - mean).fillna(0).clip(lower=0)
+    fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
+    x = np.arange(len(agg))
+    ax.bar(x, mean.fillna(0), yerr=[low, high], capsize=3, color=OKABE_ITO[0], width=0.6,
+           error_kw={"linewidth": 0.9})
+    top = np.nanmax(np.concatenate([mean.to_numpy(float), ci_hi.to_numpy(float)]))
+    bottom = low_end if low_end is not None else min(0.0, np.nanmin(ci_lo.fillna(mean).to_numpy(float)))
+    ceiling = top + 0.05 * (top - bottom) if np.isfinite(top) else 1.0
+    ax.set_ylim(bottom, ceiling if high_end is None else min(high_end, ceiling))
+    ax.set_xticks(x, names)                 # one line per key, read against the axis label
+    ax.set_xlabel(legend_title(keys).replace(" / ", ", "))
+    ax.set_ylabel(f"{axis_label(metric)} (mean, 95% CI)")
     ax.grid(alpha=0.3, axis="y")
     return save(fig, stem)
 
 
+def _attention_maps(run_dir: Path) -> list[dict]:
+    """The attention maps a run stored as data (attention/*.json beside its pictures)."""
+    maps = []
+    for path in sorted((Path(run_dir) / "attention").glob("*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            weights = np.asarray(data["weights"], dtype=float)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if weights.shape == (len(data["target"]), len(data["source"])):
+            maps.append({**data, "weights": weights, "name": path.stem})
+    return maps
+
+
+@paper_style
 def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str = "val_bleu",
                         max_maps: int = 4) -> list[Path]:
-    """Attention maps (attention/*.png) of one run per configuration, one row per configuration."""
+    """The same validation sentence's attention map in one run of every configuration, side by
+    side at the text width, source tokens on x and target tokens on y (the sentence is the
+    shortest one every configuration stored, so its tokens stay legible). Run stores written
+    before the maps were stored as data: their pictures (attention/*.png), one row per
+    configuration."""
     good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == "finished"]
     names = config_labels(good, keys)
+    found = {}
+    for config in sorted(set(names)):
+        for run_dir in sorted(names.index[names == config]):
+            maps = _attention_maps(run_dir)
+            if maps:
+                found[config] = {m["name"]: m for m in maps}
+                break
+    shared = set.intersection(*(set(maps) for maps in found.values())) if found else set()
+    if not shared:
+        return _attention_pictures(names, stem, max_maps)
+    name = min(shared, key=lambda n: max(len(m[n]["source"]) + len(m[n]["target"]) for m in found.values()))
+    return _draw_maps([(config, maps[name]) for config, maps in found.items()], legend_title(keys), stem)
+
+
+def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Path]:
+    n = len(panels)
+    n_cols = min(n, 4)
+    n_rows = -(-n // n_cols)
+    longest = max(max(len(m["source"]), len(m["target"])) for _, m in panels)
+    panel_in = (TEXT_IN - 0.6) / n_cols
+    token_pt = min(7.0, 0.8 * 72 * panel_in * 0.75 / longest)     # a token's row, 80 % of it text
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(TEXT_IN, n_rows * (panel_in + 0.5)),
+                             squeeze=False, constrained_layout=True)
+    for ax, (config, data) in zip(axes.flat, panels):
+        image = ax.imshow(data["weights"], cmap="viridis", vmin=0, vmax=1, aspect="equal",
+                          interpolation="nearest")
+        ax.set_xticks(range(len(data["source"])), data["source"], rotation=90, fontsize=token_pt)
+        ax.set_yticks(range(len(data["target"])), data["target"], fontsize=token_pt)
+        ax.tick_params(length=0, pad=1)
+        ax.xaxis.tick_top()
+        ax.set_title(config, fontsize=7, pad=2)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(True)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(f"{keys_title}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
+    return save(fig, stem)
+
+
+def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
+    """Older run stores: their attention/*.png pictures, one row per configuration."""
     rows = []
     for config in sorted(set(names)):
         run_dirs = sorted(names.index[names == config])

@@ -267,11 +267,10 @@ def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> Non
 def write_figures(args, out: Path, runs, metrics, agg, keys) -> list[Path]:
     m = args.metric
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars")
-    # against the step, and against wall-clock time when metrics.csv records it
-    xs = ["step"] + [x for x in ("time", "wall_time", "elapsed") if x in metrics][:1]
-    for x in xs:
+    # against the step, and against the target tokens seen when the summaries record them
+    for x in ("step", "tokens"):
         for y in ("val_ppl", "val_bleu"):
-            stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_time"))
+            stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_tokens"))
             figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
     if not args.wandb:  # these read files that only run stores hold
         figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,

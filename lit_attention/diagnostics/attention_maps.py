@@ -1,7 +1,8 @@
-"""Attention diagnostics: entropy per head and heat-map pictures."""
+"""Attention diagnostics: entropy per head and heat-map pictures (with their data beside them)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Sequence
 
@@ -62,7 +63,8 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
     """Save attention weights [T, S] as a PNG: source pieces on x (top), target pieces on y.
 
     The size is fixed by the token counts (see `heatmap_size`), so pictures of different
-    sentences keep the same cell size.
+    sentences keep the same cell size. Beside it, `<path>.json` holds the tokens and the weights
+    (4 decimals), from which the report draws the maps at paper size.
     """
     # A bare Figure on the Agg canvas: no pyplot, so no global backend or figure registry.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -87,4 +89,7 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=DPI, format="png")
+    data = dict(source=list(src_tokens), target=list(tgt_tokens), title=title,
+                weights=[[round(float(x), 4) for x in row] for row in w])
+    path.with_suffix(".json").write_text(json.dumps(data, ensure_ascii=False))
     return path

@@ -1,0 +1,136 @@
+"""The report's figures (lit_attention/analysis/plots.py) as a reader of the paper sees them: learning
+curves against the step, one line per configuration, averaged over seeds without zigzags; bars
+inside the metric's range; attention maps with their tokens; one style (FIXTURE run stores from
+tests/analysis_stores.py; the figures are written as usual and inspected before they are closed)."""
+
+from __future__ import annotations
+
+import json
+
+import matplotlib.colors as mcolors
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis_stores import demo_study, write_run
+from lit_attention.analysis import aggregate, load, plots
+
+KEYS = ["model.family", "model.attention", "model.scoring"]
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """Every Figure `plots` saves (the real files are written too)."""
+    seen = []
+    save = plots.save
+
+    def recording_save(fig, stem):
+        seen.append(fig)
+        return save(fig, stem)
+
+    monkeypatch.setattr(plots, "save", recording_save)
+    return seen
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return demo_study(tmp_path_factory.mktemp("runs"))
+
+
+def _curve_store(root, steps_by_seed: dict[int, tuple[list[int], list[float]]], attention="luong"):
+    for seed, (steps, ppl) in steps_by_seed.items():
+        run = write_run(root, "g", f"{attention}-s{seed}", seed=seed, val_bleu=20.0 + seed,
+                        model=dict(family="rnn", attention=attention))
+        lines = ["step,epoch,time,val_ppl"] + [f"{s},{i},{s * seed},{p}" for i, (s, p) in enumerate(zip(steps, ppl))]
+        (run / "metrics.csv").write_text("\n".join(lines) + "\n")
+        summary = json.loads((run / "summary.json").read_text())
+        (run / "summary.json").write_text(json.dumps({**summary, "steps": steps[-1], "train_tokens": 500 * steps[-1]}))
+
+
+def test_learning_curves_average_seeds_logged_at_different_steps_without_zigzag(tmp_path, figures):
+    # token-based batching: the seeds validate at different steps; each curve falls steadily
+    _curve_store(tmp_path, {1: ([10, 20, 30], [40.0, 20.0, 10.0]), 2: ([11, 21, 31], [90.0, 80.0, 70.0])})
+    _curve_store(tmp_path, {1: ([10, 20, 30], [50.0, 45.0, 40.0])}, attention="none")
+    runs = load.load_runs(tmp_path / "g")
+    paths = plots.plot_learning_curves(load.load_metrics(runs), runs, ["model.attention"],
+                                       tmp_path / "curves", y="val_ppl")
+    assert [p.suffix for p in paths] == [".png", ".pdf"]
+    [fig] = figures
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "training step" and ax.get_ylabel() == "Validation PPL"
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert sorted(lines) == ["luong", "none"]                       # one line per configuration
+    x, y = lines["luong"].get_data()
+    # the steps both seeds cover, each seed interpolated there: at step 20, seed 2 is 81
+    assert list(x) == [11, 20, 21, 30] and y[1] == pytest.approx((20.0 + 81.0) / 2)
+    assert np.all(np.diff(y) < 0)                                     # falls like each seed
+    assert fig.legends[0].get_title().get_text() == "Attention"
+    assert "mean over 1–2 seeds; band: min–max" == ax.get_title(loc="right")
+
+
+def test_learning_curves_on_the_token_axis_scale_steps_by_tokens_per_step(tmp_path, figures):
+    _curve_store(tmp_path, {1: ([10, 20, 30], [40.0, 20.0, 10.0])})
+    runs = load.load_runs(tmp_path / "g")
+    plots.plot_learning_curves(load.load_metrics(runs), runs, ["model.attention"], tmp_path / "c",
+                               y="val_ppl", x="tokens")
+    ax = figures[0].axes[0]
+    assert list(ax.get_lines()[0].get_xdata()) == [5000, 10000, 15000]
+    assert ax.get_xlabel().startswith("target tokens seen")
+    # a run without train_tokens in its summary: no token axis at all, never a mislabelled one
+    assert plots.plot_learning_curves(load.load_metrics(runs), runs.drop(columns="train_tokens"),
+                                      ["model.attention"], tmp_path / "d", y="val_ppl", x="tokens") == []
+
+
+def test_bars_and_their_whiskers_stay_inside_the_metric_range(tmp_path, figures):
+    # two seeds far apart: the 95 % t-interval is mean ± 12.7·s/√2, about -78..193 BLEU
+    agg = pd.DataFrame({"model.attention": ["none", "luong"], "mean": [57.5, 90.0], "std": [15.0, 9.0]})
+    agg = agg.assign(ci_lo=agg["mean"] - 12.706 * agg["std"] / 2 ** 0.5,
+                     ci_hi=agg["mean"] + 12.706 * agg["std"] / 2 ** 0.5)
+    plots.plot_ablation_bars(agg, ["model.attention"], "val_bleu", tmp_path / "bars")
+    ax = figures[0].axes[0]
+    low, high = ax.get_ylim()
+    assert low == 0.0 and high == 100.0
+    whiskers = [seg for coll in ax.collections for seg in coll.get_segments()]
+    assert whiskers and all(0.0 <= y <= 100.0 for seg in whiskers for _, y in seg)
+    assert ax.get_ylabel() == "Validation BLEU (mean, 95% CI)" and ax.get_xlabel() == "Attention"
+    # an unbounded metric: from 0 to just above the highest interval
+    plots.plot_ablation_bars(agg.assign(ci_hi=[60.0, 95.0]), ["model.attention"], "val_ppl", tmp_path / "p")
+    low, high = figures[1].axes[0].get_ylim()
+    assert low == 1.0 and 95.0 < high < 100.0
+
+
+def test_attention_maps_show_one_sentence_per_configuration_with_its_tokens(demo, tmp_path, figures):
+    runs = load.load_runs(demo)
+    plots.plot_attention_grid(runs, KEYS, tmp_path / "attention")
+    [fig] = figures
+    panels = [ax for ax in fig.axes if ax.get_images() and ax.get_title()]
+    assert [ax.get_title() for ax in panels] == ["rnn / bahdanau / additive", "rnn / bahdanau / dot",
+                                                 "transformer / – / scaled_dot"]
+    shortest = json.loads((demo / "gru-dot-s1" / "attention" / "val-0.json").read_text())
+    for ax in panels:
+        assert [t.get_text() for t in ax.get_xticklabels()] == shortest["source"]
+        assert [t.get_text() for t in ax.get_yticklabels()] == shortest["target"]
+        assert min(t.get_fontsize() for t in ax.get_xticklabels()) >= 5
+    assert fig.get_figwidth() == plots.TEXT_IN
+
+
+def test_figures_share_the_paper_style(demo, tmp_path, figures):
+    runs = aggregate.add_gradient_stats(load.load_runs(demo))
+    agg = aggregate.aggregate(runs, KEYS, "val_bleu")
+    plots.plot_learning_curves(load.load_metrics(runs), runs, KEYS, tmp_path / "c", y="val_bleu")
+    plots.plot_ablation_bars(agg, KEYS, "val_bleu", tmp_path / "b")
+    plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, KEYS, tmp_path / "l")
+    palette = [c.lower() for c in plots.OKABE_ITO]
+    for fig in figures:
+        ax = fig.axes[0]
+        assert ax.yaxis.label.get_fontsize() == 8
+        handles = [h[0] if isinstance(h, tuple) else h for h in ax.get_legend_handles_labels()[0]]
+        colours = [mcolors.to_hex(h.get_color()) for h in handles]      # lines, error bars
+        colours += [mcolors.to_hex(p.get_facecolor()) for p in ax.patches]   # bars
+        assert colours and set(colours) <= set(palette)
+    assert figures[0].get_figwidth() == figures[1].get_figwidth() == plots.COLUMN_IN
+
+
+def test_seed_band_pairs_single_validations_that_share_no_range():
+    band = plots.seed_band([pd.Series([30.0], index=[47]), pd.Series([34.0], index=[48])])
+    assert list(band.index) == [47.5] and band.iloc[0].tolist() == [32.0, 30.0, 34.0]
