@@ -201,12 +201,15 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                  skipped=()) -> list[str]:
     """Every table file; returns the Markdown tables to print."""
     keys = rows + cols
-    caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                  significance.method(args.samples) if sig is not None else None,
-                                  baseline, eval_protocols=eval_protocols(runs, args.metric),
-                                  unreadable=len(skipped), notes=(tables.scoring_note(runs),),
-                                  decoding=decoding(runs, args.metric),
-                                  test_split=hyps_split(runs, args.split) if sig is not None else None)
+
+    def caption(shown=None) -> str:
+        return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
+                                   significance.method(args.samples) if sig is not None else None,
+                                   baseline, eval_protocols=eval_protocols(runs, args.metric),
+                                   unreadable=len(skipped), notes=(tables.scoring_note(runs),),
+                                   decoding=decoding(runs, args.metric),
+                                   test_split=hyps_split(runs, args.split) if sig is not None else None,
+                                   shown=shown)
     runs.to_csv(out / "runs.csv", index=False)
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
@@ -228,14 +231,16 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         layouts.append(("pivot", args.label and f"{args.label}-grid", grid))
     printed = []
     for name, tex_label, (cells, best) in layouts:
-        markdown = tables.to_markdown(cells, best, caption)     # every column, unless --columns
+        shown = None if name == "table" else []                 # a pivot shows the metric only
+        markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
         if name == "table":
             cells, best = fit_columns(args, cells, best)
+            shown = list(cells.columns)
             if args.columns:
-                markdown = tables.to_markdown(cells, best, caption)
+                markdown = tables.to_markdown(cells, best, caption(shown))
         else:
             check_width(args, name, cells, best)
-        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption, label=tex_label,
+        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption(shown), label=tex_label,
                                                          wide=args.wide))
         (out / f"{name}.md").write_text(markdown)
         printed.append(markdown)

@@ -377,10 +377,11 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
                  significance: str | None = None, baseline: str | None = None,
                  eval_protocols: list[str] = (), unreadable: int = 0,
                  notes: tuple[str, ...] = (), decoding: str | None = None,
-                 test_split: str | None = None) -> str:
+                 test_split: str | None = None, shown=None) -> str:
     """Caption stating what the numbers are: metric, split and decoding, n, std, CI method,
     exclusions, the test against the baseline (on the `test_split` hypotheses), signature, the
-    language-model evaluation protocol(s) of the runs, and any ``notes``."""
+    language-model evaluation protocol(s) of the runs, and any ``notes``. ``shown``: the columns
+    of the table when not all of summary_table's (an explanation leaves with its column)."""
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     split = SPLITS.get(split_of(metric))
@@ -408,7 +409,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     elif eval_protocols:
         parts.append(f"The runs were evaluated under different protocols ({'; '.join(eval_protocols)}): "
                      "their numbers are not comparable.")
-    if any(gradflow_cells(agg)):
+    if any(gradflow_cells(agg)) and (shown is None or GRADFLOW_COLUMN in shown):
         parts.append(GRADFLOW_METHOD + ".")
     return " ".join(parts)
 

@@ -115,3 +115,13 @@ def test_caption_names_metric_split_decoding_and_the_tested_hypotheses():
                            "deviation (ddof=1) over n = 3 seeds")
     assert "against the baseline (none) on the test hypotheses; paired bootstrap." in text
     assert caption_text("val_ppl", agg, "CI", None).startswith("PPL ↓ (val_ppl: validation split): ")
+
+
+def test_caption_explains_the_gradient_flow_column_only_where_it_is_shown():
+    agg = pd.DataFrame({"n": [3], "n_failed": [0], "n_pruned": [0], "n_other": [0],
+                        "gradflow_decay_forward": [0.9], "gradflow_decay_forward_lo": [0.8],
+                        "gradflow_decay_forward_hi": [0.95]})
+    method = tables.GRADFLOW_METHOD
+    assert method in caption_text("val_bleu", agg, "CI", None)
+    assert method in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", tables.GRADFLOW_COLUMN])
+    assert method not in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", "n"])
