@@ -9,6 +9,7 @@ tests/analysis/test_latex_width.py holds it against pdflatex.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 import matplotlib
@@ -26,6 +27,7 @@ EM = {"±": 0.778, "†": 0.31, "–": 0.5, "—": 1.0, "√": 0.833, "·": 0.27
       "≤": 0.778, "↑": 0.5, "↓": 0.5, "∂": 0.57, "_": 0.42, "|": 0.28, "<": 0.778, ">": 0.778,
       "~": 0.5, "\\": 0.5, "{": 0.5, "}": 0.5, "^": 0.5, '"': 0.5}
 UNKNOWN = 0.6
+NEGATIVE = re.compile(r"(?<![\w.])-(?=\d)")    # a minus sign, set as $-$ (0.778 em), not a hyphen
 
 
 @functools.cache
@@ -46,7 +48,9 @@ def _cmr10() -> dict[str, float]:
 
 def text_width(text: str, size: float = FONT_SIZE, bold: bool = False) -> float:
     """Width in pt of `text` (the unescaped table string) typeset at `size` pt."""
-    em = sum(EM.get(ch) or _cmr10().get(ch, UNKNOWN) for ch in str(text))
+    text = str(text)
+    em = sum(EM.get(ch) or _cmr10().get(ch, UNKNOWN) for ch in text)
+    em += len(NEGATIVE.findall(text)) * (0.778 - _cmr10()["-"])
     return em * size * SAFETY * (BOLD if bold else 1.0)
 
 

@@ -192,11 +192,12 @@ def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str
 
 
 def latex_text(text) -> str:
-    """Escape LaTeX specials and replace the unicode symbols the tables use."""
+    """Escape LaTeX specials and replace the unicode symbols the tables use; a number's sign is
+    a minus, not a hyphen ("[-1.6, 32.7]", not "1-10")."""
     out = "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
     for symbol, tex in {**LATEX_UNICODE, **ARROWS}.items():
         out = out.replace(symbol, tex)
-    return out
+    return latex_width.NEGATIVE.sub("$-$", out)
 
 
 def labelled(cells: pd.DataFrame, best: pd.DataFrame, metric: str) -> tuple:

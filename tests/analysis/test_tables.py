@@ -125,3 +125,8 @@ def test_caption_explains_the_gradient_flow_column_only_where_it_is_shown():
     assert method in caption_text("val_bleu", agg, "CI", None)
     assert method in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", tables.GRADFLOW_COLUMN])
     assert method not in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", "n"])
+
+
+def test_latex_sets_a_negative_number_with_a_minus_sign_and_leaves_ranges_alone():
+    assert tables.latex_text("[-1.6, 32.7]") == "[$-$1.6, 32.7]"
+    assert tables.latex_text("1-10 / lr 1e-3") == "1-10 / lr 1e-3"
