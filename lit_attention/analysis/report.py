@@ -210,6 +210,9 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                                    decoding=decoding(runs, args.metric),
                                    test_split=hyps_split(runs, args.split) if sig is not None else None,
                                    shown=shown)
+    summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
+                              args.metric)
+    fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
     runs.to_csv(out / "runs.csv", index=False)
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
@@ -222,8 +225,6 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
     numeric.to_csv(out / "table.csv", index=False)
 
-    summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
-                              args.metric)
     layouts = [("table", args.label, summary)]
     if cols:
         grid = tables.labelled(*tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits),
@@ -234,7 +235,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         shown = None if name == "table" else []                 # a pivot shows the metric only
         markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
         if name == "table":
-            cells, best = fit_columns(args, cells, best)
+            cells, best = fitted
             shown = list(cells.columns)
             if args.columns:
                 markdown = tables.to_markdown(cells, best, caption(shown))

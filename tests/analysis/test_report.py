@@ -124,8 +124,10 @@ def test_columns_label_and_wide_shape_the_latex_and_markdown_tables(study, tmp_p
     latex = (out / "table.tex").read_text()
     assert r"\begin{table*}" in latex and r"\label" not in latex
     capsys.readouterr()
-    assert report.main([str(study), "--out", str(out), "--no-figures", "--columns", "mean", "bogus"]) == 2
+    bad = tmp_path / "bad"
+    assert report.main([str(study), "--out", str(bad), "--no-figures", "--columns", "mean", "bogus"]) == 2
     assert "error: unknown --columns bogus; this table has: mean, ci, n" in capsys.readouterr().err
+    assert list(bad.iterdir()) == []                                 # nothing written
 
 
 def test_default_table_tells_what_it_left_out_to_fit_a_column(tmp_path, capsys):
@@ -151,3 +153,16 @@ def test_caption_says_how_test_hypotheses_were_decoded():
     assert report.decoding(runs, "val_bleu") == "greedy decoding"
     assert report.decoding(runs, "val_ppl") is None
     assert report.decoding(runs.assign(decoding="beam 4"), "test_bleu") == "beam 4"
+
+
+def test_a_table_wider_than_the_column_even_without_statistics_is_warned_about(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for positional, scoring in (("sinusoidal", "scaled_dot"), ("t5_bias", "additive")):
+        write_run(runs, "g", f"{positional}-s1", seed=1, val_bleu=30.0,
+                  model=dict(family="transformer", positional=positional, scoring=scoring,
+                             norm="post" if scoring == "additive" else "pre", tie_embeddings=True))
+    rows = ["family", "positional", "scoring", "norm", "tie_embeddings"]
+    assert report.main([str(runs / "g"), "--out", str(tmp_path / "r"), "--no-figures", "--rows", *rows]) == 0
+    err = capsys.readouterr().err
+    assert "warning: table.tex is about" in err and "wider than the column width of a two-column paper (229.5 pt)" in err
+    assert r"Family & Positions & Scoring & Norm & Tied emb. & BLEU $\uparrow$ \\" in (tmp_path / "r" / "table.tex").read_text()
