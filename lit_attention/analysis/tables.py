@@ -3,7 +3,9 @@
 A table is a pair of DataFrames with the same shape: `cells` (display strings, unescaped) and
 `best` (True where the value is the best of its column, set in bold). Two layouts:
 `summary_table` (one row per configuration, one column per statistic) and `pivot_table`
-(rows x columns of configuration keys, each cell "mean ± std").
+(rows x columns of configuration keys, each cell "mean ± std"). `labelled` gives either the
+registry's human headers, `choose_columns` keeps the columns asked for or those that fit a column
+of a two-column paper, and `to_latex` sets it in booktabs at 9 pt.
 """
 
 from __future__ import annotations
@@ -43,10 +45,13 @@ def split_of(metric: str) -> str | None:
     return prefix if prefix in SPLITS and "_" in metric else None
 
 
+def _base(metric: str) -> str:
+    return metric.split("_", 1)[1] if split_of(metric) else metric
+
+
 def metric_name(metric: str) -> str:
     """The registry's name of a metric without its split: 'test_chrf' -> 'chrF'."""
-    base = metric.split("_", 1)[1] if split_of(metric) else metric
-    return registry.METRICS.get(base, (base,))[0]
+    return registry.METRICS.get(_base(metric), (_base(metric),))[0]
 
 
 def metric_label(metric: str) -> str:
@@ -56,8 +61,7 @@ def metric_label(metric: str) -> str:
 
 def metric_range(metric: str) -> tuple[float | None, float | None]:
     """The lowest and highest value the metric can take (None: unbounded)."""
-    base = metric.split("_", 1)[1] if split_of(metric) else metric
-    return registry.METRICS[base][1] if base in registry.METRICS else (None, None)
+    return registry.METRICS[_base(metric)][1] if _base(metric) in registry.METRICS else (None, None)
 
 
 def key_label(key) -> str:
