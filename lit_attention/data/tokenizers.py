@@ -16,7 +16,7 @@ import json
 import logging
 import os
 from collections import Counter
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import sentencepiece as spm
 
@@ -30,7 +30,10 @@ DEFAULT_CACHE_DIR = os.path.join(".cache", "lit_attention", "tokenizers")
 CACHE_FORMAT = 1     # bump when the saved files or the training recipe change
 
 
+@runtime_checkable
 class Tokenizer(Protocol):
+    """What the data modules, decoding and attention maps use of a tokenizer (docs/ARCHITECTURE.md)."""
+
     vocab_size: int
 
     def encode(self, text: str) -> list[int]: ...
@@ -208,13 +211,13 @@ def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _train(kind: str, lines: list[str], vocab_size: int, model_type: str):
+def _train(kind: str, lines: list[str], vocab_size: int, model_type: str) -> Tokenizer:
     if kind == "sentencepiece":
         return SentencePieceTokenizer.train(lines, vocab_size, model_type)
     return _CLASSES[kind].train(lines, max_size=vocab_size)
 
 
-def _load_or_train(kind, texts, vocab_size, model_type, cache_dir):
+def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     settings = {"vocab_size": vocab_size}
     if kind == "sentencepiece":
         settings["model_type"] = model_type
@@ -242,7 +245,7 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir):
 
 def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[str],
                      vocab_size: int = 8000, model_type: str = "unigram", joint: bool = True,
-                     cache_dir: str | None = None):
+                     cache_dir: str | None = None) -> tuple[Tokenizer, Tokenizer]:
     """``(src_tok, tgt_tok)`` trained on the training split, or loaded from ``cache_dir``.
 
     ``joint=True`` trains one model on source and target text and returns it twice.

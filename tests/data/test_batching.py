@@ -1,0 +1,147 @@
+"""Token-count batching: max_tokens, bucketing, rank shards, resumable loaders, collate."""
+
+import pytest
+import torch
+
+from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate,
+                                         padded_length)
+from lit_attention.data.vocab import BOS, EOS, PAD
+
+
+def lengths_for(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(2, 40, (n,), generator=g).tolist()
+
+
+def test_batches_respect_max_tokens_and_cover_each_example_once():
+    lengths = lengths_for(1000)
+    sampler = TokenBatchSampler(lengths, max_tokens=200, seed=1, bucket_size_multiplier=5)
+    orders = []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)
+        for batch in batches:
+            assert max(lengths[i] for i in batch) * len(batch) <= 200
+        flat = [i for batch in batches for i in batch]
+        assert sorted(flat) == list(range(1000))
+        orders.append(flat)
+    assert orders[0] != orders[1]
+    sampler.set_epoch(0)
+    assert [i for b in sampler for i in b] == orders[0]       # same (seed, epoch), same order
+
+
+def test_bucketing_reduces_padding():
+    lengths = lengths_for(2000)
+    def padding(multiplier):
+        batches = list(TokenBatchSampler(lengths, 400, bucket_size_multiplier=multiplier))
+        return sum(max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b)
+                   for b in batches)
+    assert padding(100) < 0.5 * padding(1)
+
+
+def test_oversized_example_gets_its_own_batch():
+    batches = list(TokenBatchSampler([5, 50, 5], max_tokens=20, shuffle=False))
+    assert [1] in batches and sorted(i for b in batches for i in b) == [0, 1, 2]
+
+
+def test_validation_order_is_fixed_and_unpadded():
+    lengths = lengths_for(101)
+    a = TokenBatchSampler(lengths, 100, shuffle=False, pad_to_equal=False)
+    b = TokenBatchSampler(lengths, 100, shuffle=False, pad_to_equal=False)
+    b.set_epoch(3)
+    assert list(a) == list(b)
+    assert sorted(i for batch in a for i in batch) == list(range(101))
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_rank_shards(replicas):
+    lengths = lengths_for(500)
+    n_global = len(TokenBatchSampler(lengths, 150, seed=4))
+    assert n_global % replicas                             # padding is really exercised
+    # unpadded: disjoint shards covering every example
+    shards = [list(TokenBatchSampler(lengths, 150, seed=4, num_replicas=replicas, rank=r,
+                                     pad_to_equal=False)) for r in range(replicas)]
+    flat = [i for shard in shards for b in shard for i in b]
+    assert sorted(flat) == list(range(500))
+    # padded: equal counts; the only repeats are the padding batches
+    shards = [list(TokenBatchSampler(lengths, 150, seed=4, num_replicas=replicas, rank=r))
+              for r in range(replicas)]
+    assert len({len(s) for s in shards}) == 1
+    batches = [tuple(b) for shard in shards for b in shard]
+    assert len(batches) - len(set(batches)) == replicas - n_global % replicas
+    assert sorted({i for b in batches for i in b}) == list(range(500))
+
+
+def test_sampler_resumes_mid_epoch():
+    lengths = lengths_for(300)
+    sampler = TokenBatchSampler(lengths, 120, seed=9)
+    sampler.set_epoch(2)
+    full = list(sampler)
+    it = iter(sampler)
+    consumed = [next(it) for _ in range(4)]
+    state = sampler.state_dict()
+    assert state == {"epoch": 2, "batches_done": 4}
+    resumed = TokenBatchSampler(lengths, 120, seed=9)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)                    # Lightning calls this again at the resumed epoch
+    assert consumed + list(resumed) == full
+    assert len(list(resumed)) == len(full)  # the skip applies once
+    resumed.set_epoch(3)
+    assert len(list(resumed)) == len(resumed)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_state_counts_returned_batches(workers):
+    lengths = lengths_for(300)
+    examples = [{"idx": i, "src": [5] * (n - 1), "tgt": [6]} for i, n in enumerate(lengths)]
+
+    def loader():
+        sampler = TokenBatchSampler(lengths, 120, seed=9)
+        sampler.set_epoch(1)
+        return ResumableDataLoader(examples, batch_sampler=sampler, collate_fn=collate,
+                                   num_workers=workers)
+
+    full = [b["idx"].tolist() for b in loader()]
+    first = loader()
+    it = iter(first)
+    consumed = [next(it)["idx"].tolist() for _ in range(3)]
+    assert first.state_dict() == {"epoch": 1, "batches_done": 3}   # workers ran further ahead
+    del it
+    resumed = loader()
+    resumed.load_state_dict(first.state_dict())
+    assert consumed + [b["idx"].tolist() for b in resumed] == full
+    assert resumed.state_dict() == {"epoch": 1, "batches_done": len(full)}
+
+
+def test_lightning_sets_the_epoch_through_the_batch_sampler():
+    from lightning.fabric.utilities.data import _set_sampler_epoch
+    sampler = TokenBatchSampler(lengths_for(50), 100)
+    loader = torch.utils.data.DataLoader(list(range(50)), batch_sampler=sampler)
+    _set_sampler_epoch(loader, 5)
+    assert sampler.epoch == 5
+
+
+def test_collate_shapes_and_specials():
+    batch = collate([{"idx": 7, "src": [10, 11, 12], "tgt": [20]},
+                     {"idx": 3, "src": [13], "tgt": [21, 22, 23, 24]}])
+    assert batch["src"].tolist() == [[10, 11, 12, EOS], [13, EOS, PAD, PAD]]
+    assert batch["tgt_in"].tolist() == [[BOS, 20, PAD, PAD, PAD], [BOS, 21, 22, 23, 24]]
+    assert batch["tgt_out"].tolist() == [[20, EOS, PAD, PAD, PAD], [21, 22, 23, 24, EOS]]
+    assert batch["idx"].tolist() == [7, 3]
+    assert all(batch[k].dtype == torch.long for k in ("src", "tgt_in", "tgt_out", "idx"))
+    assert batch["keep"].tolist() == [True, True]
+    assert padded_length([1, 2, 3], [1]) == 4
+
+
+def test_evaluation_padding_for_ranks_is_marked_and_never_counted():
+    from lit_attention.data.batching import MarkedExamples, TokenBatchSampler, collate
+    examples = [{"src": [10], "tgt": [20], "idx": i} for i in range(3)]
+    seen = []
+    for rank in (0, 1):
+        sampler = TokenBatchSampler([3, 3, 3], max_tokens=100, shuffle=False, num_replicas=2,
+                                    rank=rank, mark_padding=True)
+        batches = [collate([MarkedExamples(examples)[i] for i in b]) for b in sampler]
+        assert len(batches) == 1, "every rank gets a batch, even with one batch in all"
+        seen += [i for b in batches for i, k in zip(b["idx"].tolist(), b["keep"].tolist()) if k]
+    assert sorted(seen) == [0, 1, 2]
