@@ -21,7 +21,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,

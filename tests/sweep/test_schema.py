@@ -16,7 +16,6 @@ from lit_attention.sweep.schema import SweepError, load_sweep
 from lit_attention.sweep.storage import mask_url
 from lit_attention.sweep.trial import build_command, validation_values
 
-REPO = Path(__file__).resolve().parents[1]
 COPY = REPO / "configs" / "copy.yaml"
 
 GOOD = {
