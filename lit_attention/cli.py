@@ -290,6 +290,10 @@ def warn_emulated_bf16(trainer_config: dict) -> None:
 
 def _choices(argv: list[str]) -> int:
     from lit_attention import registry
+    for arg in argv:
+        if arg != "--json":
+            print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)
+            return 2
     data = registry.as_dict()
     if "--json" in argv:
         print(json.dumps(data, indent=2))
@@ -367,6 +371,11 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if command in TRAINING_COMMANDS:
         return _train(argv)
+    if command and command not in ("-h", "--help"):
+        commands = (*TRAINING_COMMANDS, "choices", "sweep", "report")
+        print(f"lit-attention: error: {unknown_option(command, commands, 'command')}", file=sys.stderr)
+        print(f"commands: {', '.join(commands)} (lit-attention --help)", file=sys.stderr)
+        return 2
     print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)
     return 0 if command in ("-h", "--help") else 2
 

@@ -281,3 +281,12 @@ def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_p
     assert validate.returncode == 0, validate.stderr[-2000:]
     summary = json.loads((tmp_path / "default" / "v" / "summary.json").read_text())
     assert summary["val_decoding"]["max_len_b"] == 3
+
+
+def test_an_unknown_command_names_the_nearest_one():
+    result = run_cli("swep", "sweeps/demo.yaml")
+    assert result.returncode == 2
+    assert "unknown command swep — did you mean sweep?" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 5
+    result = run_cli("choices", "--jsn")
+    assert result.returncode == 2 and "unknown option --jsn — did you mean --json?" in result.stderr
