@@ -109,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
         print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
     missing = driver.unfinished_cells(sweep, study)
-    if any(codes):
-        print(f"[{sweep.study_name}] a worker exited with {codes}", file=sys.stderr)
+    if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
+        print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)
     if missing:
         print(f"[{sweep.study_name}] {len(missing)} requested cell(s) did not finish "
               f"(rerun them with: lit-attention sweep {args.file} --resume):", file=sys.stderr)
         for line in missing:
             print(f"  {line}", file=sys.stderr)
         return 1
-    return 1 if any(codes) else 0
+    return 0
 
 
 if __name__ == "__main__":
