@@ -6,16 +6,24 @@ Training goes through LightningCLI; every run lands in the run store
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
 import sys
 import traceback
+import warnings
+from argparse import ArgumentError
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+from lit_attention.config_check import ConfigError, suggest, unknown_option
+
 TRAINING_COMMANDS = ("fit", "validate", "test")
+# Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
+PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
+                 **{c: {"allow_abbrev": False} for c in (*TRAINING_COMMANDS, "predict")}}
 
 
 @dataclass
@@ -74,7 +82,11 @@ def _build_cli_class():
                                                  new_run_id, run_path)
 
     class LitAttentionCLI(LightningCLI):
+        parse_only = False   # check_training_args: stop once the arguments are parsed
+        session: dict = {}   # run_dir and trainer, for the exit status and messages of _train
+
         def add_arguments_to_parser(self, parser):
+            self.__dict__.setdefault("subcommand_parsers", []).append(parser)
             parser.add_class_arguments(RunOptions, "run")
             parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
             parser.add_argument("--tracking", type=Literal["none", "wandb"], default="none",
@@ -100,8 +112,30 @@ def _build_cli_class():
             os.environ[RUN_ID_ENV] = run_id
             return run_path(run.root, run.group, run_id)
 
+        def parse_arguments(self, parser, args):
+            try:
+                super().parse_arguments(parser, args)
+            except ArgumentError as exc:
+                raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
+            sub = self.config.get("subcommand")
+            # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
+            self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
+            if self.parse_only:
+                raise _Parsed(self.config)
+
+        def instantiate_classes(self):
+            try:
+                super().instantiate_classes()
+            except ConfigError:
+                raise
+            except Exception as exc:  # a value the model, data or trainer class refuses
+                raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from exc
+
         def before_instantiate_classes(self):
             cfg = self.config[self.subcommand]
+            if self.subcommand in ("validate", "test") and self.decoding_given:
+                for key, value in self.decoding_given.items():
+                    cfg.model.init_args[key] = value
             try:
                 self.run_dir = RunDir(self._resolve_run_dir(cfg))
             except ValueError as exc:                      # an unsafe --run.id / --run.group
@@ -130,9 +164,128 @@ def _build_cli_class():
             warn_emulated_bf16(trainer_config)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
-            return self._instantiate_trainer(trainer_config, callbacks)
+            trainer = self._instantiate_trainer(trainer_config, callbacks)
+            self.session.update(trainer=trainer, run_dir=self.run_dir.path)
+            if os.environ.get("LOCAL_RANK", "0") == "0":
+                print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
+            return trainer
 
     return LitAttentionCLI, LightningModule, LightningDataModule
+
+
+class _Parsed(Exception):
+    """Raised by a parse-only CLI once the arguments are parsed (carries the config)."""
+
+
+def decoding_settings(cfg) -> dict:
+    """The decoding fields of a parsed subcommand config (empty for models that do not decode)."""
+    from lit_attention.lightning.translation import DECODING_HPARAMS
+    init_args = cfg.get("model.init_args") or {}
+    return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
+
+
+def first_lines(text: str, n: int = 3, width: int = 300) -> str:
+    """At most n lines of an error; of jsonargparse's union errors only the one that matters."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if "Does not validate against any of the Union subtypes" in text:
+        causes = [line[2:] for line in lines if line.startswith("- ") and "NoneType" not in line]
+        lines = [c for c in causes if not c.startswith("Problem with given class_path")] or causes or lines
+    lines = lines[:n]
+    return "\n  ".join(line[:width] for line in lines)
+
+
+def _init_args_of(class_path: str) -> list[str]:
+    import importlib
+    module, _, name = class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+
+def _reason(text: str) -> str:
+    """jsonargparse's `Expected a <class 'int'>. Got value: abc` as `expected int, got 'abc'`."""
+    text = text.strip()
+    m = re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text)
+    if m:
+        valid = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
+        return f"{m.group(2)!r} is not one of: {valid}"
+    m = re.match(r"Expected a <class '(\w+)'>\. Got value: (.*)", text)
+    if m:
+        return f"expected {m.group(1)}, got {m.group(2)!r}"
+    return text[:300]
+
+
+def short_parse_error(message: str, parsers: list) -> str:
+    """A jsonargparse error (often 60+ lines) as one line naming the option and the nearest valid one."""
+    group = re.search(r'Parser key "(\w+)":', message)
+    class_path = re.search(r"class_path '([\w.]+)'", message)
+    if group and class_path:  # model.* or data.*: checked against the class's __init__
+        option = re.search(r"Option '(\w+)' is not accepted", message)
+        prefix = group.group(1) + "."
+        if option:
+            valid = [prefix + p for p in _init_args_of(class_path.group(1))]
+            return str(unknown_option(prefix + option.group(1), valid))
+        field = re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message)
+        if field:
+            return f"invalid value for {prefix}{field.group(1)}: {_reason(field.group(2))}"
+    unknown = (re.search(r"does not accept option '([\w.]+)'", message)
+               or re.search(r"unrecognized arguments: --([^\s=]+)", message))
+    if unknown:
+        name = unknown.group(1)
+        valid = sorted({k for p in parsers for k in p.get_defaults().keys()})
+        head, dot, rest = name.partition(".")
+        groups = sorted({k.partition(".")[0] for k in valid})
+        if dot and head not in groups:   # a misspelt group: `modle.d_model`
+            near = suggest(head, groups)
+            hint = f" — did you mean {near}.{rest}?" if near else ""
+            return f"unknown option {name}{hint}"
+        return str(unknown_option(name, valid))
+    single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
+    if single and "\n" not in message.strip():
+        return f"invalid value for {single.group(1)}: {_reason(single.group(2))}"
+    if single:   # a union (int | None, or several literals): every alternative's complaint
+        given = re.search(r"Given value: (.*)", message)
+        value = given.group(1) if given else "?"
+        causes = [line.strip()[2:] for line in message.splitlines()
+                  if line.strip().startswith("- ") and "NoneType" not in line]
+        reasons = [_reason(f"{c}. Got value: {value}") if c.startswith("Expected a") and "Got value" not in c
+                   else _reason(c) for c in causes] or [first_lines(message, 1)]
+        if len(reasons) > 1:
+            types = [r[len("expected "):].partition(",")[0] for r in reasons if r.startswith("expected ")]
+            words = [r.replace(f"{value!r} is not one of: ", "") for r in reasons if not r.startswith("expected ")]
+            wanted = ", ".join(words + [f"a value of type {t}" for t in types])
+            return f"invalid value for {single.group(1)}: {value!r}; expected one of: {wanted}"[:600]
+        return f"invalid value for {single.group(1)}: {reasons[0]}"
+    return first_lines(message)
+
+
+def check_training_args(argv: list[str]) -> None:
+    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it.
+
+    Raises ConfigError with the message the command would print (the sweep driver checks every
+    trial's arguments with it before the first trial starts).
+    """
+    cli_class, module_base, data_base = _build_cli_class()
+
+    class ParseOnly(cli_class):
+        parse_only = True
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "args given while sys.argv differs": intended here
+        try:
+            ParseOnly(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
+                      save_config_callback=None, args=list(argv), parser_kwargs=PARSER_KWARGS,
+                      auto_configure_optimizers=False)
+        except _Parsed as parsed:
+            config = parsed.args[0]
+    sub = config["subcommand"]
+    model = config[sub].get("model")
+    if model is not None and model.get("class_path"):
+        import importlib
+        module, _, name = model.class_path.rpartition(".")
+        try:  # the model's own checks (registry combinations); cheap: no network is built here
+            getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
+        except Exception as exc:
+            raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
 
 
 def warn_emulated_bf16(trainer_config: dict) -> None:
@@ -149,6 +302,10 @@ def warn_emulated_bf16(trainer_config: dict) -> None:
 
 def _choices(argv: list[str]) -> int:
     from lit_attention import registry
+    for arg in argv:
+        if arg != "--json":
+            print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)
+            return 2
     data = registry.as_dict()
     if "--json" in argv:
         print(json.dumps(data, indent=2))
@@ -165,27 +322,42 @@ def _train(argv: list[str]) -> int:
     from lit_attention.tracking.wandb import finish
 
     cli_class, module_base, data_base = _build_cli_class()
+    session = cli_class.session = {}
+    status = "failed"
     try:
         cli_class(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
                   save_config_callback=None, seed_everything_default=1,
                   args=None if argv == sys.argv[1:] else argv,
-                  auto_configure_optimizers=False,
+                  parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
                   trainer_defaults={"use_distributed_sampler": False, "gradient_clip_val": 1.0,
                                     "log_every_n_steps": 10,
                                     # token batches are re-bucketed each epoch, so their count varies
                                     "reload_dataloaders_every_n_epochs": 1})
-    except DataError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        status = "finished"
+    except (ConfigError, DataError) as exc:
+        print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
     except SIGTERMException:
+        status = "interrupted"
         print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
         return 143
+    except (KeyboardInterrupt, SystemExit) as exc:
+        trainer = session.get("trainer")
+        # Lightning turns Ctrl-C into sys.exit(1) after its clean stop (on_exception saved last.ckpt)
+        if isinstance(exc, SystemExit) and not (trainer is not None and trainer.interrupted):
+            raise
+        status = "interrupted"
+        run_id = session["run_dir"].name if session.get("run_dir") else "<id>"
+        print(f"interrupted (Ctrl-C): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
+        return 130
     except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
         finish()
+        if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"run directory: {session['run_dir']} ({status})", file=sys.stderr, flush=True)
     return 0
 
 
@@ -211,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if command in TRAINING_COMMANDS:
         return _train(argv)
+    if command and command not in ("-h", "--help"):
+        commands = (*TRAINING_COMMANDS, "choices", "sweep", "report")
+        print(f"lit-attention: error: {unknown_option(command, commands, 'command')}", file=sys.stderr)
+        print(f"commands: {', '.join(commands)} (lit-attention --help)", file=sys.stderr)
+        return 2
     print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)
     return 0 if command in ("-h", "--help") else 2
 

@@ -83,7 +83,7 @@ def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path / "runs",
                      "--data.task", "files", "--data.data_dir", data, "--data.src_lang", "de",
                      "--data.tgt_lang", "en", *TINY)
-    assert result.returncode != 0
+    assert result.returncode == 2   # a data error is a usage error, like a bad option
     assert "train.de" in result.stderr and "train.en" in result.stderr
     assert "3" in result.stderr and "2" in result.stderr
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
@@ -185,3 +185,109 @@ def test_ddp_validation_sums_exactly_over_two_gloo_ranks(tmp_path):
         results[devices] = (summary["val_ppl"], summary["val_bleu"])
     assert results[2][0] == pytest.approx(results[1][0], rel=1e-6)
     assert results[2][1] == pytest.approx(results[1][1], abs=1e-6)
+
+
+# -- nothing the user asks for is silently ignored (issue 19) ----------------------------------
+
+TYPOS = [
+    (["--model.hiden_size", "512"], "unknown option model.hiden_size — did you mean model.d_model?"),
+    (["--trainer.max_epoch", "3"], "unknown option trainer.max_epoch — did you mean trainer.max_epochs?"),
+    (["--modle.d_model", "32"], "unknown option modle.d_model — did you mean model.d_model?"),
+    (["--data.n_trian", "5"], "unknown option data.n_trian — did you mean data.n_train?"),
+    (["--model.d_model", "abc"], "invalid value for model.d_model: expected int, got 'abc'"),
+    (["--model.family", "transformer", "--model.scoring", "low_rank"],
+     "invalid configuration: unknown transformer scoring 'low_rank'"),
+]
+
+
+@pytest.mark.parametrize("args,message", TYPOS, ids=[a[0] for a, _ in TYPOS])
+def test_a_typo_or_bad_value_is_one_short_line_with_exit_2(tmp_path, args, message):
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *args)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = [line for line in result.stderr.splitlines() if "Warning" not in line and line.strip()]
+    assert len(lines) <= 5, result.stderr
+    assert message in result.stderr
+    assert not tmp_path.joinpath("default").exists()
+
+
+def test_an_unknown_key_in_a_config_file_names_it(tmp_path):
+    config = yaml.safe_load((CONFIGS / "copy.yaml").read_text())
+    config["model"]["init_args"]["num_heads"] = 8
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = run_cli("fit", "--config", path, "--run.root", tmp_path)
+    assert result.returncode == 2
+    assert "unknown option model.num_heads — did you mean model.heads?" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 5, result.stderr
+
+
+def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "r",
+                     "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
+                     "--diagnostics.heatmaps", "0", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    run_dir = tmp_path / "default" / "r"
+    assert f"run directory: {run_dir}\n" in result.stderr
+    assert f"run directory: {run_dir} (finished)" in result.stderr
+
+
+def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, cli_env
+    run_dir = tmp_path / "default" / "c"
+    proc = subprocess.Popen([sys.executable, "-m", "lit_attention.cli", "fit", "--config", CONFIGS / "copy.yaml",
+                             "--run.root", tmp_path, "--run.id", "c", "--trainer.max_epochs", "200",
+                             "--diagnostics.heatmaps", "0", *TINY], cwd=REPO, env=cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        metrics = run_dir / "metrics.csv"
+        if metrics.exists() and "val_loss" in metrics.read_text():   # inside fit, past a validation
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "resume with --run.id c --ckpt_path last" in stderr
+    assert f"run directory: {run_dir} (interrupted)" in stderr
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "checkpoints" / "last.ckpt").exists()
+
+
+def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_path):
+    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "d",
+                  "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
+                  "--model.beam_size", "2", "--model.length_penalty", "0.5", *TINY)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    run_dir = tmp_path / "default" / "d"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["val_decoding"] == {"method": "greedy", "beam_size": 1, "length_penalty": None,
+                                       "max_len_a": 1.5, "max_len_b": 10}
+    assert summary["val_sacrebleu_signature"].startswith("nrefs:1|")
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--ckpt_path", ckpt,
+                   "--model.beam_size", "3", "--model.length_penalty", "1.0", "--model.max_len_a", "1.2",
+                   "--model.max_len_b", "4", *TINY)
+    assert test.returncode == 0, test.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["test_decoding"] == {"method": "beam", "beam_size": 3, "length_penalty": 1.0,
+                                        "max_len_a": 1.2, "max_len_b": 4}
+    assert summary["test_sacrebleu_signature"].startswith("nrefs:1|") and "test_chrf_signature" in summary
+    validate = run_cli("validate", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "v",
+                       "--ckpt_path", ckpt, "--model.max_len_b", "3", *TINY)
+    assert validate.returncode == 0, validate.stderr[-2000:]
+    summary = json.loads((tmp_path / "default" / "v" / "summary.json").read_text())
+    assert summary["val_decoding"]["max_len_b"] == 3
+
+
+def test_an_unknown_command_names_the_nearest_one():
+    result = run_cli("swep", "sweeps/demo.yaml")
+    assert result.returncode == 2
+    assert "unknown command swep — did you mean sweep?" in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 5
+    result = run_cli("choices", "--jsn")
+    assert result.returncode == 2 and "unknown option --jsn — did you mean --json?" in result.stderr

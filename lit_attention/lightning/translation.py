@@ -32,6 +32,9 @@ EncOutput = Literal[tuple(registry.ENC_OUTPUT)]
 Scoring = Literal[tuple(registry.SCORING)]
 Positional = Literal[tuple(registry.POSITIONAL)]
 Norm = Literal[registry.NORM]
+# Hyperparameters of decoding, not of the trained model: `validate`/`test` take them from the
+# command line and config of that invocation, never from the checkpoint (lit_attention/cli.py).
+DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
 
 def inverse_sqrt_warmup(warmup: int):
     """Linear warm-up to the base rate, then decay with 1/sqrt(step)."""
@@ -160,8 +163,17 @@ class TranslationModule(LightningModule):
     def _eval_start(self, split: str) -> None:
         self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}, "seconds": 0.0}
 
+    def decoding_settings(self, beam_size: int = 1) -> dict:
+        """What produced a split's hypotheses (recorded next to its BLEU in the summary)."""
+        h = self.hparams
+        beam = beam_size > 1
+        return {"method": "beam" if beam else "greedy", "beam_size": beam_size,
+                "length_penalty": h.length_penalty if beam else None,
+                "max_len_a": h.max_len_a, "max_len_b": h.max_len_b}
+
     def decode(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
         h = self.hparams
+        self.last_decoding = self.decoding_settings(beam_size)
         if beam_size > 1:
             return beam_search(self.net, src, beam_size, h.length_penalty, h.max_len_a, h.max_len_b)
         return greedy_decode(self.net, src, h.max_len_a, h.max_len_b)

@@ -6,6 +6,7 @@ import inspect
 from typing import Any
 
 from lit_attention import registry
+from lit_attention.config_check import check_keys
 from lit_attention.models.base import Seq2SeqModel, closest_width, count_parameters
 
 
@@ -18,13 +19,22 @@ def _model_class(family: str) -> type[Seq2SeqModel]:
     return RNNSeq2Seq
 
 
+def _options(cls: type) -> list[str]:
+    return [p for p in inspect.signature(cls.__init__).parameters
+            if p not in ("self", "src_vocab_size", "tgt_vocab_size")]
+
+
 def build_seq2seq(family: str, src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> Seq2SeqModel:
     """Instantiate the family's model with the options its constructor accepts.
 
     ``width`` (the shared size knob of every family) sets d_model for the Transformer and
     hidden/embedding size for recurrent models; ``ffn_ratio`` scales the Transformer's FFN with it.
+    An option of another family (``cell`` for a Transformer) is left out; an option no family has
+    raises ConfigError naming the nearest valid one.
     """
     cls = _model_class(family)
+    known = {p for f in registry.FAMILIES for p in _options(_model_class(f))} | {"width", "ffn_ratio"}
+    check_keys(options, sorted(known))
     options = dict(options)
     width = options.pop("width", None)
     ffn_ratio = options.pop("ffn_ratio", None)

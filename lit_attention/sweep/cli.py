@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 
 from lit_attention.sweep import driver, progress
-from lit_attention.sweep.schema import SweepError, load_sweep
+from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 
 
@@ -32,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
     p.add_argument("--tracking", choices=("none", "wandb"), default=None,
                    help="override the file's tracking (one W&B run per trial)")
+    p.add_argument("--max-cells", type=int, default=MAX_CELLS,
+                   help=f"refuse grids of more configurations x seeds than this (default {MAX_CELLS:,})")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # internal: one worker process
     return p
 
@@ -60,11 +62,13 @@ def main(argv: list[str] | None = None) -> int:
         print("lit-attention sweep: --workers and --devices-per-trial must be >= 1", file=sys.stderr)
         return 2
     try:
-        sweep = load_sweep(args.file)
+        sweep = load_sweep(args.file, args.max_cells)
+        root = (args.root or sweep.root).resolve()
+        if not args.worker:  # before anything is written: no study, no run directory
+            driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator)
     except SweepError as e:
         print(f"lit-attention sweep: error: {e}", file=sys.stderr)
         return 2
-    root = (args.root or sweep.root).resolve()
     url = _url(args, sweep)
     if args.worker:
         return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator)
@@ -94,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     workers = args.workers or sweep.workers
     procs = driver.spawn_workers(args.file, url, workers, root, args.devices_per_trial, args.tracking,
-                                 args.accelerator)
+                                 args.accelerator, args.max_cells)
     try:
         codes = driver.wait_workers(procs, study, show)
     except KeyboardInterrupt:
@@ -104,10 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     if report_study(root / sweep.study_name, sweep.objective) != 0:
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
         print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
-    c = progress.counts(study)
-    if any(codes) and (c["running"] or c["waiting"]):
-        print(f"[{sweep.study_name}] a worker exited with {codes}; trials remain: rerun with --resume",
-              file=sys.stderr)
+    missing = driver.unfinished_cells(sweep, study)
+    if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
+        print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)
+    if missing:
+        print(f"[{sweep.study_name}] {len(missing)} requested cell(s) did not finish "
+              f"(rerun them with: lit-attention sweep {args.file} --resume):", file=sys.stderr)
+        for line in missing:
+            print(f"  {line}", file=sys.stderr)
         return 1
     return 0
 

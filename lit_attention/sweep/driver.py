@@ -12,8 +12,10 @@ need running again.
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +42,35 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 
 class StudyMismatch(SweepError):
     pass
+
+
+def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
+                 accelerator: str = "cpu") -> None:
+    """Parse the training arguments of a few trials with the training CLI's own parser, before
+    any trial starts: together they use every value of every space parameter (ranges: their
+    bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
+    stops the sweep here, naming the sweep key. Raises SweepError; writes nothing.
+    """
+    from lit_attention.cli import check_training_args
+    from lit_attention.config_check import ConfigError
+
+    base = yaml.safe_dump(sweep.base) if isinstance(sweep.base, dict) else sweep.base
+    prefix = len(tr.fit_command())
+    for cell in sp.probe_cells(sweep.space) or [{}]:
+        cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
+                               params=cell, fixed=sweep.fixed, tracking=tracking or sweep.tracking,
+                               name="check", devices=devices, accelerator=accelerator)
+        try:
+            check_training_args(["fit", *cmd[prefix:]])
+        except ConfigError as e:
+            named = re.search(r"(?:option|value for) ([\w.]+)", str(e))
+            config_key = named.group(1) if named else None
+            keys = [f"space.{k}" for k in cell if sp.config_name(k) == config_key]
+            keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []
+            key = (keys or ["space" if cell else "base"])[0]
+            line = next((sweep.lines[k] for k in (key, key.rpartition(".")[0]) if k in sweep.lines), None)
+            raise SweepError(sweep.path, key, f"{e} (checked with the training CLI: "
+                                              f"{short_params(cell) or 'base + fixed'})", line) from None
 
 
 def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
@@ -242,6 +273,47 @@ class Objective:
         return out.value
 
 
+def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
+    """One line per requested cell without a finished (or pruned) trial, with the reason."""
+    trials = _counted(study.get_trials(deepcopy=False))
+    by_cell: dict[str, list] = {}
+    for t in trials:
+        by_cell.setdefault(trial_cell(t), []).append(t)
+    if sweep.enumerated:
+        wanted = [sp.cell_key({k: v for k, v in c.items() if k != "seed"}, c["seed"]) for c in planned_cells(sweep)]
+    else:
+        wanted = [c for c in by_cell if c is not None]
+    lines = []
+    for cell in wanted:
+        attempts = by_cell.get(cell, [])
+        if any(t.state in DONE for t in attempts):
+            continue
+        label = _cell_label(cell)
+        if any(t.state in PENDING for t in attempts):
+            lines.append(f"{label}: unfinished (still waiting or running)")
+        elif attempts:
+            last = attempts[-1]
+            why = last.user_attrs.get("error") or last.user_attrs.get("status") or "failed"
+            lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {str(why)[:300]}")
+        else:
+            lines.append(f"{label}: never ran")
+    if not sweep.enumerated:
+        done = sum(t.state in DONE for t in trials)
+        if done + len(lines) < sweep.n_trials:
+            lines.append(f"{sweep.n_trials - done - len(lines)} of {sweep.n_trials} requested trials never ran "
+                         "(the sampler kept proposing configurations already in the study)")
+    return lines
+
+
+def _cell_label(cell: str) -> str:
+    config, _, seed = cell.rpartition("|")
+    try:
+        params = json.loads(config)
+    except ValueError:
+        return cell
+    return f"{short_params(params) or '(base)'} {seed}"
+
+
 def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
@@ -288,7 +360,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
 
 
 def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, tracking: str | None,
-                  accelerator: str = "cpu") -> list:
+                  accelerator: str = "cpu", max_cells: int | None = None) -> list:
     env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"})
     # Trials running side by side must not each spawn a thread per core: on a small CPU box that
     # oversubscription made a trial 5-10x slower.
@@ -298,6 +370,8 @@ def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, 
         cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
                sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
                "--root", str(root), "--devices-per-trial", str(devices), "--accelerator", accelerator]
+        if max_cells:
+            cmd += ["--max-cells", str(max_cells)]
         if tracking:
             cmd += ["--tracking", tracking]
         # Own session: Ctrl-C reaches the driver only, which then stops each worker once.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,8 @@ from typing import Any
 import yaml
 
 from lit_attention import registry
-from lit_attention.sweep.space import Condition, Param, config_name
+from lit_attention.config_check import suggest
+from lit_attention.sweep.space import Condition, Param, config_name, count
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
@@ -49,14 +51,17 @@ PRUNER_OPTIONS = {
 }
 SAMPLER_OPTIONS = {"seed": int, "n_startup_trials": int}
 HEARTBEAT_OPTIONS = {"interval": int, "grace_period": int, "max_retry": int}
+MAX_CELLS = 10_000     # configurations x seeds a grid may have (`lit-attention sweep --max-cells`)
+MAX_YAML_NODES = 100_000  # nodes of the file with every alias expanded (an alias bomb has billions)
 
 
 class SweepError(ValueError):
-    """A malformed sweep file; the message names the file and the key."""
+    """A malformed sweep file; the message names the file, the line (when known) and the key."""
 
-    def __init__(self, file: str | Path, key: str, message: str):
-        self.file, self.key = str(file), key
-        super().__init__(f"{file}: {key}: {message}")
+    def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
+        self.file, self.key, self.line = str(file), key, line
+        where = f"{file}:{line}" if line else str(file)
+        super().__init__(f"{where}: {key}: {message}")
 
 
 @dataclass
@@ -83,6 +88,7 @@ class Sweep:
     max_retry: int = 2
     description: str = ""
     workers: int = 1
+    lines: dict = field(default_factory=dict, repr=False)  # line of each key in the file
 
     @property
     def enumerated(self) -> bool:
@@ -131,11 +137,30 @@ def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tup
 
 
 class _Checker:
-    def __init__(self, file: Path):
+    def __init__(self, file: Path, lines: dict[str, int] | None = None):
         self.file = file
+        self.lines = lines or {}
+
+    def line(self, key: str) -> int | None:
+        """The line of ``key`` in the file, or of its closest enclosing key."""
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key.rpartition(".")[0]
+        return None
 
     def fail(self, key: str, message: str):
-        raise SweepError(self.file, key, message)
+        raise SweepError(self.file, key, message, self.line(key))
+
+    def unknown(self, key: str, valid, what: str = "key"):
+        near = suggest(key.rpartition(".")[2], list(valid))
+        hint = f" — did you mean {near}?" if near else f"; valid: {', '.join(valid) or 'none'}"
+        self.fail(key, f"unknown {what}{hint}")
+
+    def number(self, key: str, value: Any) -> float:
+        if not _is_number(value) or not math.isfinite(value):
+            self.fail(key, f"must be a finite number, got {value!r}")
+        return value
 
     def choice(self, key: str, value: Any, valid: tuple) -> str:
         if value not in valid:
@@ -163,7 +188,7 @@ class _Checker:
         allowed = options[name] if name in options and isinstance(options[name], dict) else options
         for opt, v in value.items():
             if opt not in allowed:
-                self.fail(f"{key}.{opt}", f"unknown option for {name}; valid: {', '.join(allowed) or 'none'}")
+                self.unknown(f"{key}.{opt}", list(allowed), f"option for {name}")
             self.int(f"{key}.{opt}", v)
         return name, value
 
@@ -207,6 +232,8 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         for c in choices:
             if not _is_scalar(c):
                 ck.fail(f"{key}.choices", f"choices are scalars (str, int, float, bool), got {c!r}")
+            if isinstance(c, float) and not math.isfinite(c):
+                ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
         if len(set(map(repr, choices))) != len(choices):
             ck.fail(f"{key}.choices", "duplicate values")
         transformer_only = any(c.name.endswith(".family") and not c.negate and set(c.values) == {"transformer"}
@@ -218,22 +245,24 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         return Param(name, choices=tuple(choices), when=conditions)
     for k in spec:
         if k not in ("low", "high", "log", "step", "type"):
-            ck.fail(f"{key}.{k}", "unknown key; a parameter has choices, or low/high (log, step, type)")
+            ck.unknown(f"{key}.{k}", ["choices", "low", "high", "log", "step", "type", "when"])
     if "low" not in spec or "high" not in spec:
         ck.fail(key, "needs choices, or low and high")
     low, high = spec["low"], spec["high"]
     for k, v in (("low", low), ("high", high)):
-        if not _is_number(v):
-            ck.fail(f"{key}.{k}", f"must be a number, got {v!r}")
+        ck.number(f"{key}.{k}", v)
     if low >= high:
         ck.fail(f"{key}.high", f"must be greater than low ({low})")
-    typ = spec.get("type", "int" if _is_int(low) and _is_int(high) and _is_int(spec.get("step", 1)) else "float")
+    if "type" not in spec and _is_int(low) and _is_int(high) and not _is_int(spec.get("step", 1)):
+        ck.fail(f"{key}.step", f"a float step ({spec['step']!r}) between integer bounds: write the bounds "
+                               "as floats (1.0) for a float parameter, or an integer step")
+    typ = spec.get("type", "int" if _is_int(low) and _is_int(high) else "float")
     ck.choice(f"{key}.type", typ, ("int", "float"))
     log = spec.get("log", False)
     if not isinstance(log, bool):
         ck.fail(f"{key}.log", "must be true or false")
     step = spec.get("step")
-    if step is not None and (not _is_number(step) or step <= 0):
+    if step is not None and (ck.number(f"{key}.step", step) <= 0):
         ck.fail(f"{key}.step", "must be a positive number")
     if log and step is not None:
         ck.fail(f"{key}.step", "log and step cannot be combined")
@@ -247,11 +276,15 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
 
 
 def _check_cells(ck: _Checker, sweep: Sweep) -> None:
-    """Per-configuration registry checks the per-key checks cannot see (scoring x family)."""
-    from lit_attention.sweep.space import grid
-    if not all(p.finite for p in sweep.space):
+    """Per-configuration registry checks the per-key checks cannot see (scoring x family).
+
+    Run on the probe space (ranges reduced to a few values), never on a grid of unknown size.
+    """
+    from lit_attention.sweep.space import grid, probe_space
+    small = probe_space(sweep.space)
+    if count(small, MAX_CELLS) > MAX_CELLS:
         return
-    for cell in grid(sweep.space):
+    for cell in grid(small):
         keys: dict[str, str] = {}
         for name in cell:
             if config_name(name) in keys:
@@ -266,14 +299,15 @@ def _check_cells(ck: _Checker, sweep: Sweep) -> None:
                          f"(valid: {', '.join(registry.TRANSFORMER_SCORING)}); add `when: {{model.family: rnn}}`")
 
 
-def parse_sweep(data: Any, path: Path | str) -> Sweep:
+def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None,
+                max_cells: int = MAX_CELLS) -> Sweep:
     path = Path(path)
-    ck = _Checker(path)
+    ck = _Checker(path, lines)
     if not isinstance(data, dict):
         ck.fail("(top level)", "a sweep file is a mapping")
     for k in data:
         if k not in TOP_KEYS:
-            ck.fail(str(k), f"unknown key; valid keys: {', '.join(TOP_KEYS)}")
+            ck.unknown(str(k), TOP_KEYS)
     for k in REQUIRED:
         if k not in data:
             ck.fail(k, "missing (required)")
@@ -296,7 +330,7 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
     objective = ck.mapping("objective", data["objective"])
     for k in objective:
         if k not in ("metric", "direction"):
-            ck.fail(f"objective.{k}", "unknown key; valid: metric, direction")
+            ck.unknown(f"objective.{k}", ["metric", "direction"])
     metric = objective.get("metric")
     if not isinstance(metric, str) or not metric:
         ck.fail("objective.metric", "must be a metric name such as val_bleu or val_ppl")
@@ -341,7 +375,7 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
     heartbeat = dict(ck.mapping("heartbeat", data.get("heartbeat") or {}))
     for k, v in heartbeat.items():
         if k not in HEARTBEAT_OPTIONS:
-            ck.fail(f"heartbeat.{k}", f"unknown key; valid: {', '.join(HEARTBEAT_OPTIONS)}")
+            ck.unknown(f"heartbeat.{k}", list(HEARTBEAT_OPTIONS))
         ck.int(f"heartbeat.{k}", v, 0 if k == "max_retry" else 1)
     interval = heartbeat.get("interval", 10)
     grace = heartbeat.get("grace_period", 3 * interval)
@@ -362,6 +396,9 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
         for p in space:
             if not p.finite:
                 ck.fail(f"space.{p.name}", f"the {sampler} sampler needs choices or a step (no continuous ranges)")
+        if count(space, max_cells // len(seeds) + 1) * len(seeds) > max_cells:
+            ck.fail("space", f"the grid has more than {max_cells:,} cells (configurations x seeds); "
+                             "narrow it, or raise the limit with --max-cells N")
     elif n_trials is None:
         ck.fail("n_trials", f"required with the {sampler} sampler")
     elif n_trials % len(seeds):
@@ -374,13 +411,60 @@ def parse_sweep(data: Any, path: Path | str) -> Sweep:
                   root=Path(root), fixed=fixed, kind=kind, tracking=tracking,
                   heartbeat_interval=interval, grace_period=grace,
                   max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")),
-                  workers=workers)
+                  workers=workers, lines=ck.lines)
     _check_cells(ck, sweep)
     return sweep
 
 
-def load_sweep(path: Path | str) -> Sweep:
-    """Read and validate a sweep file; raises SweepError naming the file and key."""
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys and alias bombs, and remembers each key's line."""
+
+
+def _walk(node, path: str, lines: dict[str, int], file: Path, sizes: dict[int, int]) -> int:
+    """Record ``lines[dotted key] = line``, refuse duplicate keys; the node's expanded size."""
+    if id(node) in sizes:   # an alias: counted again (that is what expanding it costs), walked once
+        return sizes[id(node)]
+    sizes[id(node)] = 1
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                size += _walk(value_node, path, lines, file, sizes)
+                continue
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
+            dotted = f"{path}.{key}" if path else str(key)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise SweepError(file, dotted, f"duplicate key (first at line {seen[key]})", line)
+            seen[key] = line
+            lines.setdefault(dotted, line)
+            size += _walk(value_node, dotted, lines, file, sizes)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_walk(item, path, lines, file, sizes) for item in node.value)
+    sizes[id(node)] = size
+    if size > MAX_YAML_NODES:
+        raise SweepError(file, path or "(file)", f"more than {MAX_YAML_NODES:,} YAML nodes once aliases "
+                                                 "are expanded (an alias bomb?)", node.start_mark.line + 1)
+    return size
+
+
+def read_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
+    """The document and the line of every key (``{"space.model.lr.low": 12}``)."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[str, int] = {}
+        if node is None:
+            return None, lines
+        _walk(node, "", lines, path, {})
+        return loader.construct_document(node), lines
+    finally:
+        loader.dispose()
+
+
+def load_sweep(path: Path | str, max_cells: int = MAX_CELLS) -> Sweep:
+    """Read and validate a sweep file; raises SweepError naming the file, line and key."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -389,9 +473,9 @@ def load_sweep(path: Path | str) -> Sweep:
     except (OSError, UnicodeDecodeError) as e:
         raise SweepError(path, "(file)", f"cannot read: {e}") from None
     try:
-        data = yaml.safe_load(text)
+        data, lines = read_yaml(text, path)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         raise SweepError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
-    return parse_sweep(data, path)
+    return parse_sweep(data, path, lines, max_cells)

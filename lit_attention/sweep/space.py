@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+import math
+from collections import defaultdict
+from dataclasses import dataclass, replace
 from typing import Any
 
 
@@ -54,6 +56,22 @@ class Param:
             i += 1
             v = self.low + i * step
         return out
+
+    def size(self) -> int:
+        """len(self.values()), computed without enumerating them (a finite parameter)."""
+        if self.choices is not None:
+            return len(self.choices)
+        return int(math.floor((self.high - self.low) / (self.step or 1) + 1e-9)) + 1
+
+    def probe_values(self, also: tuple = ()) -> list:
+        """A few values standing for all of them when checking a space: every choice; of a range
+        its bounds, its second step and any value in ``also`` (values conditions test)."""
+        if self.choices is not None:
+            return list(self.choices)
+        cast = int if self.type == "int" else float
+        out = [self.low, self.high] + ([self.low + self.step] if self.step else [])
+        out += [v for v in also if self.can_take(v)]
+        return list(dict.fromkeys(cast(v) for v in out))
 
     def can_take(self, value: Any) -> bool:
         if self.choices is not None:
@@ -103,6 +121,57 @@ def grid(space: list[Param]) -> list[dict]:
                 grown.append(cell)
         cells = grown
     return cells
+
+
+def count(space: list[Param], limit: int) -> int:
+    """The number of configurations ``grid(space)`` has, without enumerating them.
+
+    Only the values of parameters that conditions look at are tracked; every other parameter
+    multiplies the count. Returns ``limit + 1`` as soon as the count is known to exceed ``limit``.
+    """
+    referenced = {c.name for p in space for c in p.when}
+    states: dict[tuple, int] = {(): 1}
+    for p in space:
+        grown: dict[tuple, int] = defaultdict(int)
+        for state, n in states.items():
+            if not p.active(dict(state)):
+                grown[state] += n
+            elif p.name in referenced:
+                if p.size() > limit:
+                    return limit + 1
+                for v in p.values():
+                    grown[state + ((p.name, v),)] += n
+            else:
+                grown[state] += n * p.size()
+        states = grown
+        if len(states) > limit or sum(states.values()) > limit:
+            return limit + 1
+    return sum(states.values())
+
+
+def probe_space(space: list[Param]) -> list[Param]:
+    """The space with every parameter reduced to its probe values (a small grid to check)."""
+    tested = defaultdict(list)
+    for p in space:
+        for c in p.when:
+            tested[c.name].extend(c.values)
+    return [replace(p, choices=tuple(p.probe_values(tuple(tested[p.name]))), low=None, high=None,
+                    step=None, log=False, type="choice") for p in space]
+
+
+def probe_cells(space: list[Param], limit: int = 10_000) -> list[dict]:
+    """Configurations of the probe space that together use every probe value of every parameter
+    (a few, not the whole grid); empty when even the probe grid is larger than ``limit``."""
+    small = probe_space(space)
+    if count(small, limit) > limit:
+        return []
+    chosen, seen = [], set()
+    for cell in grid(small):
+        new = {(k, json.dumps(v)) for k, v in cell.items()} - seen
+        if new:
+            chosen.append(cell)
+            seen |= new
+    return chosen
 
 
 def config_key(params: dict) -> str:

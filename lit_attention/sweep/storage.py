@@ -68,7 +68,31 @@ def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry
         engine_kwargs = {"connect_args": {"timeout": 120}}
     else:
         engine_kwargs = {"pool_pre_ping": True}
-    return optuna.storages.RDBStorage(
+    storage = optuna.storages.RDBStorage(
         url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
         heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry))
+    if url.startswith("sqlite"):
+        _serialize_sqlite_transactions(storage.engine)
+    return storage
+
+
+def _serialize_sqlite_transactions(engine) -> None:
+    """Make every SQLite transaction take the write lock at its start (BEGIN IMMEDIATE).
+
+    Python's sqlite3 runs a SELECT outside any transaction, so Optuna's read-then-update pop of a
+    waiting trial (SELECT ... FOR UPDATE, which SQLite ignores) let two workers both see WAITING
+    and both take the trial: measured 220 pops of 200 waiting trials by 3 processes. SQLAlchemy's
+    documented recipe for SQLite transactions: the driver leaves transactions to us, we begin them.
+    """
+    import sqlalchemy
+
+    @sqlalchemy.event.listens_for(engine, "connect")
+    def _no_driver_transactions(dbapi_connection, connection_record):
+        dbapi_connection.isolation_level = None
+
+    @sqlalchemy.event.listens_for(engine, "begin")
+    def _begin_immediate(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()  # connections made before the listeners existed

@@ -116,6 +116,10 @@ class RunStoreCallback(Callback):
             self.run_dir.write_lines(f"hyps/{split}.ref.txt", pl_module.refs[split])
             fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
             fields["chrf_signature"] = pl_module.chrf_signature
+            # Next to each split's metrics: what decoded them and how sacreBLEU scored them.
+            fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
+            fields[f"{split}_sacrebleu_signature"] = pl_module.sacrebleu_signature
+            fields[f"{split}_chrf_signature"] = pl_module.chrf_signature
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
             fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)

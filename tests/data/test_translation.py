@@ -238,7 +238,7 @@ def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_s
     for split in ("train", "val", "test"):
         parallel(data, split, TRAIN)
     result = fit(data, tmp_path / "runs", "--data.max_len", "2")
-    assert result.returncode != 0                 # 2 once cli.py maps DataError (issue 19)
+    assert result.returncode == 2, result.stderr[-2000:]
     assert (f"error: no usable training pair: train split 'train' ({data}/train.{{de,en}}): 0 of 12 "
             "pairs used; dropped 0 with an empty side, 12 longer than max_len=2 tokens") in result.stderr
     summary = json.loads((tmp_path / "runs" / "default" / "r" / "summary.json").read_text())
@@ -252,7 +252,7 @@ def test_fit_on_a_binary_file_fails_naming_it(tmp_path):
         parallel(data, split, TRAIN)
     (data / "train.de").write_bytes(b"\x00" * 4096)
     result = fit(data, tmp_path / "runs")
-    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: {data / 'train.de'}, line 1: NUL byte: a binary file, not text" in result.stderr
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 

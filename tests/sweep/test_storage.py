@@ -1,13 +1,17 @@
-"""Database URLs: every form of a secret is redacted from what the sweep prints and writes."""
+"""Study storage: database URLs never leak a secret; several worker processes pop waiting trials
+from one SQLite file without taking the same one twice."""
 
+import multiprocessing as mp
 import subprocess
 import sys
+import warnings
 
+import optuna
 import pytest
 import yaml
 
 from conftest import REPO, cli_env
-from lit_attention.sweep.storage import mask_url, redact
+from lit_attention.sweep.storage import make_storage, mask_url, redact
 
 # (url, the secret as the user typed it, the secret as a server or driver might echo it)
 FORMS = [
@@ -52,3 +56,41 @@ def test_sweep_on_an_unreachable_database_never_prints_or_writes_the_secret(tmp_
         for path in tmp_path.rglob("*"):
             if path.is_file():
                 assert secret not in path.read_text(errors="replace"), path
+
+
+# -- one trial, one worker ------------------------------------------------------------------------
+
+N = 200
+
+
+def _pop_all(url: str, queue) -> None:
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    study = optuna.load_study(study_name="race", storage=make_storage(url, 10, 30, 2))
+    taken = []
+    while True:
+        trial = study.ask()                # pops a waiting trial, else creates a new one
+        if trial.number >= N:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            break
+        taken.append(trial.number)
+    queue.put(taken)
+
+
+@pytest.mark.slow  # about 25 s on the shared 2-core machine
+def test_three_processes_never_take_the_same_waiting_trial(tmp_path):
+    # Without BEGIN IMMEDIATE, Python's sqlite3 read the trial's state outside the update's
+    # transaction: 220 pops of 200 waiting trials (2 workers in a sweep both ran trial 0).
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="race", storage=make_storage(url, 10, 30, 2))
+    for i in range(N):
+        study.enqueue_trial({"x": i})
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_pop_all, args=(url, queue)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    taken = [n for _ in procs for n in queue.get(timeout=240)]
+    for p in procs:
+        p.join(timeout=60)
+    assert sorted(taken) == list(range(N))

@@ -17,6 +17,7 @@ from typing import Any
 from torch import nn
 
 from lit_attention import registry
+from lit_attention.config_check import check_keys
 
 
 def _model_class(family: str) -> type[nn.Module]:
@@ -34,9 +35,18 @@ def _model_class(family: str) -> type[nn.Module]:
     return TransformerLM
 
 
+def _options(cls: type) -> list[str]:
+    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "vocab_size")]
+
+
 def build_lm(family: str, vocab_size: int, **options: Any) -> nn.Module:
-    """Instantiate the family's model with the options its constructor accepts."""
+    """Instantiate the family's model with the options its constructor accepts.
+
+    An option of another family is left out; an option no family has raises ConfigError.
+    """
     cls = _model_class(family)
+    known = {p for f in registry.LM_FAMILIES for p in _options(_model_class(f))}
+    check_keys(options, sorted(known))
     accepted = inspect.signature(cls.__init__).parameters
     kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
     return cls(vocab_size=vocab_size, **kwargs)

@@ -1,6 +1,7 @@
 """Sweep files, search spaces and the study bookkeeping: fast tests, no training."""
 
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,6 @@ from lit_attention.sweep.schema import SweepError, load_sweep
 from lit_attention.sweep.storage import mask_url
 from lit_attention.sweep.trial import build_command, validation_values
 
-REPO = Path(__file__).resolve().parents[1]
 COPY = REPO / "configs" / "copy.yaml"
 
 GOOD = {
@@ -203,3 +203,86 @@ def test_guarded_processes_take_sigint_even_when_their_parent_ignores_it():
     out = {name: subprocess.run(["bash", "-c", f"trap '' INT; {cmd}"], capture_output=True, text=True,
                                 cwd=REPO).stdout.strip() for name, cmd in (("guarded", guarded), ("plain", plain))}
     assert out == {"guarded": "True", "plain": "False"}
+
+
+# -- strict sweep files (issue 19) ---------------------------------------------------------------
+
+def _text(tmp_path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text.replace("COPY", str(COPY)).replace("ROOT", str(tmp_path / "runs")))
+    return path
+
+
+HEAD = """study_name: s
+base: COPY
+root: ROOT
+objective: {metric: val_loss, direction: minimize}
+"""
+
+
+def test_a_duplicate_key_is_an_error_naming_both_lines(tmp_path, capsys):
+    path = _text(tmp_path, HEAD + "space:\n  model.lr: {choices: [0.1]}\n  model.lr: {choices: [0.2]}\n")
+    with pytest.raises(SweepError) as err:
+        load_sweep(path)
+    assert (err.value.key, err.value.line) == ("space.model.lr", 7)
+    assert "first at line 6" in str(err.value)
+    assert cli.main([str(path)]) == 2
+    assert f"{path}:7: space.model.lr: duplicate key" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_top_level_key_names_its_line_and_the_nearest_key(tmp_path):
+    path = _text(tmp_path, HEAD + "sampel: grid\nspace:\n  model.lr: [0.1]\n")
+    with pytest.raises(SweepError, match=r"s.yaml:5: sampel: unknown key — did you mean sampler\?"):
+        load_sweep(path)
+
+
+@pytest.mark.parametrize("bounds,key", [("{low: .nan, high: 1.0}", "low"), ("{low: 0.0, high: .inf}", "high"),
+                                         ("{low: 0.0, high: 1.0, step: .nan}", "step")])
+def test_non_finite_bounds_are_errors(tmp_path, bounds, key):
+    path = _text(tmp_path, HEAD + f"sampler: random\nn_trials: 2\nspace:\n  model.dropout: {bounds}\n")
+    with pytest.raises(SweepError, match="must be a finite number") as err:
+        load_sweep(path)
+    assert err.value.key == f"space.model.dropout.{key}" and err.value.line == 8
+
+
+def test_a_float_step_between_integer_bounds_is_an_error(tmp_path):
+    path = _text(tmp_path, HEAD + "space:\n  model.d_model: {low: 32, high: 64, step: 16.0}\n")
+    with pytest.raises(SweepError, match="a float step") as err:
+        load_sweep(path)
+    assert err.value.key == "space.model.d_model.step"
+
+
+def test_an_alias_bomb_fails_fast(tmp_path):
+    bomb = "description:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"  {chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+    path = _text(tmp_path, HEAD + bomb + "space: {model.lr: [0.1]}\n")   # 9^9 strings once expanded
+    start = time.perf_counter()
+    with pytest.raises(SweepError, match="alias bomb"):
+        load_sweep(path)
+    assert time.perf_counter() - start < 2
+
+
+def test_a_huge_grid_is_refused_without_enumerating_it(tmp_path, capsys):
+    ranges = "".join(f"  model.p{i}: {{low: 1, high: 1000}}\n" for i in range(6))   # 10^18 cells
+    path = _text(tmp_path, HEAD + "space:\n" + ranges)
+    start = time.perf_counter()
+    with pytest.raises(SweepError, match="more than 10,000 cells") as err:
+        load_sweep(path)
+    assert time.perf_counter() - start < 2 and err.value.key == "space"
+
+
+def test_the_cell_limit_is_a_flag(tmp_path, capsys):
+    path = write(tmp_path, GOOD)                     # 5 configurations x 2 seeds
+    assert len(space.cells(load_sweep(path).space, [0, 1])) == 10
+    assert cli.main([str(path), "--max-cells", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "more than 9 cells" in err and "--max-cells" in err
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
+def test_counting_cells_matches_enumerating_them(name):
+    sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")
+    assert space.count(sweep.space, 10_000) == len(space.grid(sweep.space))
+    assert space.count(load_sweep_from_dict(GOOD).space, 10_000) == 5

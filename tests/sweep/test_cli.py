@@ -17,7 +17,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -101,7 +101,26 @@ def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(
     assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 4
 
 
+def test_a_sweep_over_a_typo_exits_2_within_5_seconds_without_writing_anything(tmp_path):
+    path = sweep_file(tmp_path, "typo", {"model.family": {"choices": ["transformer", "rnn"]},
+                                         "model.hiden_size": {"choices": [32, 64]}})
+    before = os.times()
+    start = time.monotonic()
+    out = run_sweep(path, timeout=120)
+    wall = time.monotonic() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "space.model.hiden_size: unknown option model.hiden_size — did you mean model.d_model?" in out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 5, out.stderr
+    assert not (tmp_path / "runs").exists()          # no study database, no run directory
+    # CPU seconds, not wall: five developers share two cores here (wall time is in the message).
+    assert cpu < 5, f"{cpu:.1f} s CPU, {wall:.1f} s wall"
+    print(f"typo'd sweep: exit 2 after {wall:.1f} s wall, {cpu:.1f} s CPU")
+
+
 # -- PostgreSQL: the `postgres` fixture (conftest.py) starts a private server ---------------------
+
 
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
@@ -190,7 +209,10 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
 def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
     path = sweep_file(tmp_path, "nan", {"model.lr": {"choices": [3.0e-3, 1.0e30]}})
     out = run_sweep(path)
-    assert out.returncode == 0, out.stdout + out.stderr
+    # Not every requested cell finished: exit 1 and a line per unfinished cell with its reason.
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "1 requested cell(s) did not finish" in out.stderr
+    assert "lr=1e+30 seed=0: failed (1 attempt(s)): " in out.stderr and "non-finite" in out.stderr
     trials = load(sqlite_url(tmp_path, "nan"), "nan").get_trials()
     by_lr = {t.params["model.lr"]: t for t in trials}
     assert by_lr[3.0e-3].state == TrialState.COMPLETE

@@ -1,0 +1,68 @@
+"""The one strict-key check: an unknown option stops the program with the nearest valid name.
+
+Used by the model factories, the training CLI (on jsonargparse's errors) and, through the CLI's
+parser, by the sweep driver. Messages are short: one line naming the option and a suggestion.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+# Names other toolkits use for our options (PyTorch, Hugging Face, fairseq): a hint only, offered
+# when its target is one of the valid names at hand.
+SYNONYMS = {
+    "hidden_size": ("d_model", "hidden_size"), "hidden_dim": ("d_model", "d_hidden"),
+    "dim": ("d_model",), "d_hidden": ("d_model",), "embed_dim": ("emb_size", "d_embed"),
+    "embedding_size": ("emb_size", "d_embed"), "emb_dim": ("emb_size", "d_embed"),
+    "num_heads": ("heads",), "n_heads": ("heads",), "nhead": ("heads",),
+    "num_layers": ("layers", "enc_layers"), "n_layers": ("layers", "enc_layers"),
+    "dim_feedforward": ("ffn",), "ffn_dim": ("ffn",), "d_ff": ("ffn",),
+    "learning_rate": ("lr",), "beam": ("beam_size",), "epochs": ("max_epochs",),
+    "seed": ("seed_everything",),
+}
+
+
+class ConfigError(ValueError):
+    """A key or value the program cannot honour. ``str(err)`` is the whole message (≤ 5 lines)."""
+
+    exit_code = 2
+
+
+def suggest(name: str, valid: Iterable[str]) -> str | None:
+    """The valid name closest to ``name`` (difflib, or a known synonym), or None."""
+    valid = list(dict.fromkeys(valid))
+    head, dot, last = name.rpartition(".")
+    prefix = head + dot
+
+    def synonym_target(word: str) -> str | None:
+        return next((prefix + t for t in SYNONYMS.get(word, ()) if prefix + t in valid), None)
+
+    found = synonym_target(last)
+    if found:
+        return found
+    # Compare the last part among names of the same group ("model." matches itself otherwise).
+    siblings = [v.rpartition(".")[2] for v in valid if v.rpartition(".")[0] == head]
+    if siblings:
+        words = siblings + [s for s in SYNONYMS if synonym_target(s)]
+        close = difflib.get_close_matches(last, words, n=1, cutoff=0.6)
+        if not close:
+            return None
+        return synonym_target(close[0]) if close[0] not in siblings else prefix + close[0]
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> ConfigError:
+    """``unknown option model.hiden_size — did you mean model.d_model?``"""
+    near = suggest(name, valid)
+    hint = f" — did you mean {near}?" if near else ""
+    return ConfigError(f"unknown {what} {name}{hint}")
+
+
+def check_keys(given: Iterable[str], valid: Iterable[str], prefix: str = "", what: str = "option") -> None:
+    """Raise ConfigError for the first key of ``given`` that is not in ``valid`` (names get ``prefix``)."""
+    valid = [prefix + v for v in valid]
+    for key in given:
+        if prefix + key not in valid:
+            raise unknown_option(prefix + key, valid, what)

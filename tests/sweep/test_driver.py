@@ -1,0 +1,75 @@
+"""The driver's checks before a sweep starts and its account of unfinished cells (no training)."""
+
+import optuna
+import pytest
+import yaml
+
+from conftest import REPO
+from lit_attention.sweep import driver
+from lit_attention.sweep.schema import SweepError, parse_sweep, read_yaml
+
+COPY = REPO / "configs" / "copy.yaml"
+
+
+def sweep_from(tmp_path, text: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"study_name: s\nbase: {COPY}\nroot: {tmp_path / 'runs'}\n"
+                    "objective: {metric: val_loss, direction: minimize}\n" + text)
+    data, lines = read_yaml(path.read_text(), path)
+    return parse_sweep(data, path, lines)
+
+
+CASES = [
+    ("space:\n  model.family: [transformer, rnn]\n  model.hiden_size: [32, 64]\n",
+     "space.model.hiden_size", 7, "unknown option model.hiden_size — did you mean model.d_model?"),
+    ("fixed: {trainer.max_epoch: 2}\nspace:\n  model.lr: [0.1]\n",
+     "fixed.trainer.max_epoch", 5, "unknown option trainer.max_epoch — did you mean trainer.max_epochs?"),
+    ("space:\n  model.d_model: {low: 32.0, high: 64.0, step: 16.0}\n",   # a float parameter: 32.0, 48.0 ...
+     "space.model.d_model", 6, "invalid value for model.d_model: expected int, got '32.0'"),
+    ("space:\n  model.dropout: [0.1, high]\n",
+     "space.model.dropout", 6, "invalid value for model.dropout: expected float, got 'high'"),
+]
+
+
+@pytest.mark.parametrize("text,key,line,message", CASES, ids=[c[1] for c in CASES])
+def test_every_space_and_fixed_value_is_parsed_by_the_training_cli_first(tmp_path, text, key, line, message):
+    sweep = sweep_from(tmp_path, text)
+    with pytest.raises(SweepError) as err:
+        driver.check_trials(sweep, tmp_path / "runs")
+    assert (err.value.key, err.value.line) == (key, line)
+    assert message in str(err.value)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_value_only_some_cells_use_is_checked_in_such_a_cell(tmp_path):
+    # `lstmm`-style typos of registry choices are the schema's; a value the parser refuses only in
+    # a conditional branch must still be reached: here the rnn branch's bad teacher_forcing.
+    sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
+                                 "  model.teacher_forcing: {choices: [1.0, never], when: {model.family: rnn}}\n")
+    with pytest.raises(SweepError, match="invalid value for model.teacher_forcing") as err:
+        driver.check_trials(sweep, tmp_path / "runs")
+    assert err.value.key == "space.model.teacher_forcing"
+
+
+def test_a_valid_sweep_passes_the_check(tmp_path):
+    sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
+                                 "  model.cell: {choices: [gru, lstm], when: {model.family: rnn}}\n"
+                                 "  model.d_model: {low: 32, high: 64, step: 16}\n")
+    driver.check_trials(sweep, tmp_path / "runs")
+
+
+def test_unfinished_cells_are_listed_with_their_reason(tmp_path):
+    sweep = sweep_from(tmp_path, "seeds: 2\nspace:\n  model.lr: [0.1, 0.2]\n")
+    study = optuna.create_study()
+    dist = {"model.lr": optuna.distributions.CategoricalDistribution([0.1, 0.2]),
+            "seed": optuna.distributions.CategoricalDistribution([0, 1])}
+    state = optuna.trial.TrialState
+    for lr, seed, st, attrs in [(0.1, 0, state.COMPLETE, {}), (0.1, 1, state.PRUNED, {}),
+                                (0.2, 0, state.FAIL, {"error": "FloatingPointError: non-finite loss"}),
+                                (0.2, 0, state.FAIL, {"skipped": "duplicate"})]:
+        study.add_trial(optuna.create_trial(params={"model.lr": lr, "seed": seed}, distributions=dist,
+                                            state=st, value=1.0 if st == state.COMPLETE else None,
+                                            user_attrs=attrs))
+    lines = driver.unfinished_cells(sweep, study)
+    assert lines == ["lr=0.2 seed=0: failed (1 attempt(s)): FloatingPointError: non-finite loss",
+                     "lr=0.2 seed=1: never ran"]
