@@ -1,0 +1,279 @@
+"""Sentence-level sufficient statistics of BLEU and chrF, computed once per run and split.
+
+A corpus score is a function of column sums of per-sentence statistics, so a bootstrap resample
+is a weighted sum (resample counts @ statistics) and never re-reads or re-tokenizes a sentence.
+Both metrics use sacreBLEU's defaults, the ones `lit-attention test` reports:
+
+    BLEU  [N, 10]  hyp_len, ref_len, correct_1..4, total_1..4 (tokenizer 13a, mixed case, exp smoothing)
+    chrF  [N, 18]  (hyp, ref, match) character n-gram counts for n = 1..6 (beta 2, no word n-grams)
+
+They are cached in the run store as hyps/<split>.stats.npz, keyed by a hash of the hypotheses,
+the references and both metrics' sacreBLEU signatures: a changed file is recomputed, never read
+stale. Scores from summed statistics equal sacrebleu.corpus_bleu / corpus_chrf exactly
+(tests/analysis/test_sentence_stats.py checks it on Multi30k).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import repeat
+from pathlib import Path
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.helpers import extract_all_char_ngrams
+
+from lit_attention.tracking.run_store import atomic_write
+
+MAX_NGRAM = 4        # BLEU
+CHAR_ORDER = 6       # chrF
+BETA = 2
+FORMAT = 1           # bump when the layout of the cached arrays changes
+METRICS = ("bleu", "chrf")
+
+
+@lru_cache(maxsize=1)
+def _metrics() -> tuple[BLEU, CHRF]:
+    bleu, chrf = BLEU(), CHRF()
+    assert chrf.char_order == CHAR_ORDER and chrf.word_order == 0 and chrf.beta == BETA
+    assert bleu.max_ngram_order == MAX_NGRAM and bleu.smooth_method == "exp"
+    for metric in (bleu, chrf):
+        metric.corpus_score(["a"], [["a"]])   # a signature needs the number of references set
+    return bleu, chrf
+
+
+def signatures() -> dict[str, str]:
+    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
+    bleu, chrf = _metrics()
+    return {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
+
+
+# ---- statistics of one corpus -----------------------------------------------------------------
+
+def _matches(hyp: Counter, ref: Counter) -> int:
+    """sum over n-grams of min(hypothesis count, reference count): clipped matches."""
+    return sum(map(min, hyp.values(), map(ref.get, hyp.keys(), repeat(0))))
+
+
+def word_ngrams(tokens: list[str]) -> list[Counter]:
+    """Counters of the word n-grams of order 1..4 (sacreBLEU's extract_all_word_ngrams, by order)."""
+    return [Counter(zip(*(tokens[i:] for i in range(n)))) for n in range(1, MAX_NGRAM + 1)]
+
+
+def _bleu_row(hyp_tokens: list[str], ref: tuple[list[Counter], int]) -> list[int]:
+    ref_ngrams, ref_len = ref
+    hyp_ngrams = word_ngrams(hyp_tokens)
+    correct = [_matches(h, r) for h, r in zip(hyp_ngrams, ref_ngrams)]
+    total = [max(0, len(hyp_tokens) - n) for n in range(MAX_NGRAM)]
+    return [len(hyp_tokens), ref_len, *correct, *total]
+
+
+def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
+    row = []
+    for hyp, ref in zip(hyp_ngrams, ref_ngrams):
+        # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
+        row += [hyp.total() if ref else 0, ref.total(), _matches(hyp, ref)]
+    return row
+
+
+class Extractor:
+    """Computes statistics sentence by sentence, remembering references (shared by every run of
+    a study) and (reference, hypothesis) pairs already seen, which runs of one sweep repeat often."""
+
+    def __init__(self, max_pairs: int = 1_000_000):
+        bleu, _ = _metrics()
+        self.tokenize = bleu.tokenizer
+        self.refs: dict[str, tuple] = {}
+        self.pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self.max_pairs = max_pairs
+
+    def _ref(self, ref: str) -> tuple:
+        found = self.refs.get(ref)
+        if found is None:
+            tokens = self.tokenize(ref.rstrip()).split()
+            found = self.refs[ref] = ((word_ngrams(tokens), len(tokens)),
+                                      extract_all_char_ngrams(ref, CHAR_ORDER))
+        return found
+
+    def pair(self, hyp: str, ref: str) -> tuple[list[int], list[int]]:
+        """(BLEU row, chrF row) of one sentence."""
+        key = (ref, hyp)
+        found = self.pairs.get(key)
+        if found is None:
+            ref_words, ref_chars = self._ref(ref)
+            found = (_bleu_row(self.tokenize(hyp.rstrip()).split(), ref_words),
+                     _chrf_row(extract_all_char_ngrams(hyp, CHAR_ORDER), ref_chars))
+            if len(self.pairs) >= self.max_pairs:
+                self.pairs.clear()
+            self.pairs[key] = found
+        return found
+
+    def corpus(self, hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """BLEU [N, 10] and chrF [N, 18] statistics (int64) of aligned hypotheses and references."""
+        if len(hyps) != len(refs):
+            raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+        rows = [self.pair(h, r) for h, r in zip(hyps, refs)]
+        bleu = np.array([b for b, _ in rows], dtype=np.int64).reshape(len(rows), 2 + 2 * MAX_NGRAM)
+        chrf = np.array([c for _, c in rows], dtype=np.int64).reshape(len(rows), 3 * CHAR_ORDER)
+        return bleu, chrf
+
+
+def corpus_stats(hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """BLEU [N, 10] and chrF [N, 18] sentence statistics (a fresh Extractor)."""
+    return Extractor().corpus(hyps, refs)
+
+
+# ---- scores from summed statistics -------------------------------------------------------------
+
+def bleu_score(sums) -> float:
+    """Corpus BLEU of column sums [10] (sacreBLEU's own BLEU.compute_bleu)."""
+    sums = [int(x) for x in sums]
+    return BLEU.compute_bleu(correct=sums[2:2 + MAX_NGRAM], total=sums[2 + MAX_NGRAM:],
+                             sys_len=sums[0], ref_len=sums[1], smooth_method="exp").score
+
+
+def bleu_scores(sums: np.ndarray) -> np.ndarray:
+    """BLEU of many sum vectors at once: [..., 10] -> [...] (float64).
+
+    The same steps as sacreBLEU's BLEU.compute_bleu (exp smoothing), elementwise; agrees with it
+    to a few ulps (numpy's log/exp may round differently from math's in the last bit)."""
+    sums = np.asarray(sums, dtype=np.float64)
+    sys_len, ref_len = sums[..., 0], sums[..., 1]
+    correct, total = sums[..., 2:2 + MAX_NGRAM], sums[..., 2 + MAX_NGRAM:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(sys_len < ref_len,
+                      np.where(sys_len > 0, np.exp(1 - ref_len / sys_len), 0.0), 1.0)
+        smooth = np.ones_like(sys_len)
+        stopped = np.zeros(sys_len.shape, dtype=bool)    # compute_bleu breaks at a zero total
+        log_sum = np.zeros_like(sys_len)
+        for n in range(MAX_NGRAM):
+            c, t = correct[..., n], total[..., n]
+            stopped |= t == 0
+            missed = (c == 0) & ~stopped
+            smooth = np.where(missed, smooth * 2, smooth)
+            precision = np.where(stopped, 0.0, np.where(c == 0, 100. / (smooth * t), 100. * c / t))
+            log_sum = log_sum + np.where(precision == 0, -9999999999.0, np.log(precision))
+        score = bp * np.exp(log_sum / MAX_NGRAM)
+    return np.where(correct.any(axis=-1), score, 0.0)
+
+
+def chrf_scores(sums: np.ndarray) -> np.ndarray:
+    """chrF of many sum vectors at once: [..., 18] -> [...] (float64).
+
+    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation,
+    so each value equals sacreBLEU's to the last bit."""
+    sums = np.asarray(sums, dtype=np.float64)
+    factor = BETA ** 2
+    avg_prec = np.zeros(sums.shape[:-1])
+    avg_rec = np.zeros(sums.shape[:-1])
+    order = np.zeros(sums.shape[:-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(CHAR_ORDER):
+            n_hyp, n_ref, n_match = sums[..., 3 * i], sums[..., 3 * i + 1], sums[..., 3 * i + 2]
+            counted = (n_hyp > 0) & (n_ref > 0)
+            avg_prec = np.where(counted, avg_prec + n_match / n_hyp, avg_prec)
+            avg_rec = np.where(counted, avg_rec + n_match / n_ref, avg_rec)
+            order += counted
+        avg_prec = np.where(order > 0, avg_prec / order, 0.0)
+        avg_rec = np.where(order > 0, avg_rec / order, 0.0)
+        score = (1 + factor) * avg_prec * avg_rec
+        score = score / ((factor * avg_prec) + avg_rec)
+    return np.where(avg_prec + avg_rec != 0, 100 * score, 0.0)
+
+
+def chrf_score(sums) -> float:
+    """Corpus chrF of column sums [18]."""
+    return float(chrf_scores(np.asarray(sums)))
+
+
+SCORES = {"bleu": bleu_scores, "chrf": chrf_scores}     # vectorized: [..., K] -> [...]
+SCORE = {"bleu": bleu_score, "chrf": chrf_score}        # exact corpus score of one sum vector
+
+
+def corpus_score(metric: str, stats: np.ndarray) -> float:
+    """The corpus score of sentence statistics [N, K] (their column sums)."""
+    return SCORE[metric](stats.sum(axis=0))
+
+
+# ---- the cache in the run store ----------------------------------------------------------------
+
+@dataclass
+class SentenceStats:
+    """One run's statistics on one split; `hyps_hash`/`refs_hash` identify the texts."""
+    bleu: np.ndarray      # [N, 10] int64
+    chrf: np.ndarray      # [N, 18] int64
+    hyps_hash: str
+    refs_hash: str
+
+    def __len__(self) -> int:
+        return len(self.bleu)
+
+    def of(self, metric: str) -> np.ndarray:
+        return {"bleu": self.bleu, "chrf": self.chrf}[metric]
+
+
+def text_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def cache_key(hyps_hash: str, refs_hash: str) -> str:
+    sig = signatures()
+    return f"format:{FORMAT}|bleu:{sig['bleu']}|chrf:{sig['chrf']}|hyps:{hyps_hash}|refs:{refs_hash}"
+
+
+def cache_path(run_dir: Path | str, split: str) -> Path:
+    return Path(run_dir) / "hyps" / f"{split}.stats.npz"
+
+
+def _lines(data: bytes) -> list[str]:
+    return data.decode("utf-8").splitlines()   # as load.read_hyps reads them
+
+
+def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
+                    extractor: Extractor | None = None) -> SentenceStats:
+    """The statistics of hyps/<split>.txt against hyps/<split>.ref.txt (or `refs`, the raw bytes
+    of another run's reference file, when this run stored none), from the cache if its key matches,
+    else computed and cached. A run store that cannot be written to is only read.
+
+    Raises FileNotFoundError when the hypotheses (or any references) are missing."""
+    hyp_dir = Path(run_dir) / "hyps"
+    hyps_data = (hyp_dir / f"{split}.txt").read_bytes()
+    ref_path = hyp_dir / f"{split}.ref.txt"
+    if ref_path.is_file():
+        refs = ref_path.read_bytes()
+    elif refs is None:
+        raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
+    hyps_hash, refs_hash = text_hash(hyps_data), text_hash(refs)
+    key = cache_key(hyps_hash, refs_hash)
+    path = cache_path(run_dir, split)
+    cached = _read_cache(path, key)
+    if cached is not None:
+        return SentenceStats(cached["bleu"], cached["chrf"], hyps_hash, refs_hash)
+    bleu, chrf = (extractor or Extractor()).corpus(_lines(hyps_data), _lines(refs))
+    _write_cache(path, key, bleu, chrf)
+    return SentenceStats(bleu, chrf, hyps_hash, refs_hash)
+
+
+def _read_cache(path: Path, key: str) -> dict | None:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if str(npz["key"]) != key:
+                return None
+            return {"bleu": npz["bleu"].astype(np.int64), "chrf": npz["chrf"].astype(np.int64)}
+    except (OSError, KeyError, ValueError, EOFError):   # missing, unreadable or foreign file
+        return None
+
+
+def _write_cache(path: Path, key: str, bleu: np.ndarray, chrf: np.ndarray) -> None:
+    small = np.int32 if max(bleu.max(initial=0), chrf.max(initial=0)) < 2 ** 31 else np.int64
+    buf = io.BytesIO()
+    np.savez(buf, key=np.array(key), bleu=bleu.astype(small), chrf=chrf.astype(small))
+    try:
+        atomic_write(path, buf.getvalue())
+    except OSError:
+        pass    # a read-only store (e.g. results/ under version control): just not cached
+
