@@ -127,7 +127,8 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
-    runs = runs.assign(_usable=usable(runs, metric))
+    needed = [*keys, metric, "status", "seed", "run_id", *COSTS, *GRADIENT]   # groups of wide frames are slow
+    runs = runs[[c for c in dict.fromkeys(needed) if c in runs]].assign(_usable=usable(runs, metric))
     rows = []
     for values, group in runs.groupby(keys, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)

@@ -36,15 +36,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="keep only runs matching every KEY=VALUE")
     p.add_argument("--split", default=None,
                    help="hypotheses used for significance (default: test if stored, else val)")
-    p.add_argument("--samples", type=int, default=significance.N_SAMPLES, help="bootstrap resamples")
+    p.add_argument("--samples", type=int, default=None,
+                   help=f"resamples per test (default: {significance.N_SAMPLES}, more with many "
+                        "comparisons, so that Holm-corrected p-values can go below 0.01)")
+    p.add_argument("--test", choices=sorted(significance.TESTS), default=None,
+                   help="paired test against the baseline (default: bootstrap; sacreBLEU's bs or ar)")
+    p.add_argument("--resample-seed", type=int, default=None,
+                   help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
-    p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    p.add_argument("--no-figures", action="store_true",
+                   help="write the tables only, from summary.json, config.yaml and hypotheses (fast: "
+                        "metrics.csv and gradflow.csv are not read, so gradient columns show only "
+                        "what summaries record)")
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
                    help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
     p.add_argument("--group", default=None, help="the W&B group (study) to read")
     args = p.parse_args(argv)
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
+    if args.samples is not None and args.samples < 1:
+        p.error(f"--samples must be at least 1, got {args.samples}")
     if args.out is None:
         if args.wandb:
             p.error("give --out DIR with --wandb")
@@ -112,7 +123,7 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
         runs, metrics = load_wandb(args.wandb, args.group, args.metric)
     else:
         runs = load.load_runs(args.runs_dir)
-        metrics = load.load_metrics(runs)
+        metrics = pd.DataFrame() if args.no_figures else load.load_metrics(runs)
     if args.where:
         runs = runs[significance.matches(runs, selector(runs, args.where))]
         if runs.empty:
@@ -121,13 +132,18 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame]:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
         raise AnalysisError(f"metric {args.metric!r} is in no run summary")
-    return agg_mod.add_gradient_stats(runs), metrics
+    return (runs if args.no_figures else agg_mod.add_gradient_stats(runs)), metrics
 
 
 def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     """(significance table, which agg row is the baseline, baseline text), or Nones."""
     pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
     if not pairs or pairs == ["off"]:
+        given = [f for f, v in (("--samples", args.samples), ("--test", args.test),
+                                ("--resample-seed", args.resample_seed)) if v is not None]
+        if given:
+            raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
+                                "choose a baseline with --baseline KEY=VALUE")
         return None, None, None
     chosen = selector(runs, pairs)
     outside = [k for k in chosen if k not in keys]
@@ -135,7 +151,9 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
     sig = significance.compare_to_baseline(
         runs, keys, chosen, split=hyps_split(runs, args.split),
-        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
+        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples,
+        seed=significance.SEED if args.resample_seed is None else args.resample_seed,
+        test=args.test or "bootstrap")
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
@@ -144,7 +162,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline)
     """Every table file; returns the Markdown tables to print."""
     keys = rows + cols
     caption = tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                  significance.method(args.samples) if sig is not None else None,
+                                  significance.method(**sig.attrs) if sig is not None else None,
                                   baseline, notes=(tables.scoring_note(runs),))
     runs.to_csv(out / "runs.csv", index=False)
     agg_mod.excluded_runs(runs, args.metric).to_csv(out / "excluded.csv", index=False)

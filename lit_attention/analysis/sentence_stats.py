@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -26,8 +28,6 @@ from pathlib import Path
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.helpers import extract_all_char_ngrams
-
-from lit_attention.tracking.run_store import atomic_write
 
 MAX_NGRAM = 4        # BLEU
 CHAR_ORDER = 6       # chrF
@@ -84,7 +84,7 @@ class Extractor:
     """Computes statistics sentence by sentence, remembering references (shared by every run of
     a study) and (reference, hypothesis) pairs already seen, which runs of one sweep repeat often."""
 
-    def __init__(self, max_pairs: int = 1_000_000):
+    def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
         bleu, _ = _metrics()
         self.tokenize = bleu.tokenizer
         self.refs: dict[str, tuple] = {}
@@ -115,7 +115,8 @@ class Extractor:
     def corpus(self, hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """BLEU [N, 10] and chrF [N, 18] statistics (int64) of aligned hypotheses and references."""
         if len(hyps) != len(refs):
-            raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references")
+            raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references (a paired "
+                             "test needs equal lengths)")
         rows = [self.pair(h, r) for h, r in zip(hyps, refs)]
         bleu = np.array([b for b, _ in rows], dtype=np.int64).reshape(len(rows), 2 + 2 * MAX_NGRAM)
         chrf = np.array([c for _, c in rows], dtype=np.int64).reshape(len(rows), 3 * CHAR_ORDER)
@@ -139,9 +140,24 @@ def bleu_score(sums) -> float:
 def bleu_scores(sums: np.ndarray) -> np.ndarray:
     """BLEU of many sum vectors at once: [..., 10] -> [...] (float64).
 
-    The same steps as sacreBLEU's BLEU.compute_bleu (exp smoothing), elementwise; agrees with it
-    to a few ulps (numpy's log/exp may round differently from math's in the last bit)."""
+    sacreBLEU's BLEU.compute_bleu (exp smoothing) elementwise; agrees with it to a few ulps
+    (the geometric mean of the usual case is taken as a square root of a square root)."""
     sums = np.asarray(sums, dtype=np.float64)
+    sys_len, ref_len = sums[..., 0], sums[..., 1]
+    correct, total = sums[..., 2:2 + MAX_NGRAM], sums[..., 2 + MAX_NGRAM:]
+    usual = (correct > 0).all(axis=-1)       # every order matched: no smoothing, no early stop
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precisions = 100. * correct / total
+        score = np.sqrt(np.sqrt(np.prod(precisions, axis=-1)))
+        score *= np.where(sys_len < ref_len, np.exp(1 - ref_len / sys_len), 1.0)
+    if not usual.all():
+        score[~usual] = _bleu_scores_smoothed(sums[~usual])
+    return score
+
+
+def _bleu_scores_smoothed(sums: np.ndarray) -> np.ndarray:
+    """compute_bleu step by step, for sums where some order has no match (exp smoothing, and
+    the stop at an order with no n-grams at all)."""
     sys_len, ref_len = sums[..., 0], sums[..., 1]
     correct, total = sums[..., 2:2 + MAX_NGRAM], sums[..., 2 + MAX_NGRAM:]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -203,17 +219,21 @@ def corpus_score(metric: str, stats: np.ndarray) -> float:
 
 @dataclass
 class SentenceStats:
-    """One run's statistics on one split; `hyps_hash`/`refs_hash` identify the texts."""
-    bleu: np.ndarray      # [N, 10] int64
-    chrf: np.ndarray      # [N, 18] int64
+    """One run's statistics on one split; `hyps_hash`/`refs_hash` identify the texts. A metric
+    not asked for when reading the cache is None."""
+    bleu: np.ndarray | None      # [N, 10] int64
+    chrf: np.ndarray | None      # [N, 18] int64
     hyps_hash: str
     refs_hash: str
 
     def __len__(self) -> int:
-        return len(self.bleu)
+        return len(self.bleu if self.bleu is not None else self.chrf)
 
     def of(self, metric: str) -> np.ndarray:
-        return {"bleu": self.bleu, "chrf": self.chrf}[metric]
+        found = {"bleu": self.bleu, "chrf": self.chrf}[metric]
+        if found is None:
+            raise ValueError(f"{metric} statistics were not loaded")
+        return found
 
 
 def text_hash(data: bytes) -> str:
@@ -234,36 +254,37 @@ def _lines(data: bytes) -> list[str]:
 
 
 def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
-                    extractor: Extractor | None = None) -> SentenceStats:
-    """The statistics of hyps/<split>.txt against hyps/<split>.ref.txt (or `refs`, the raw bytes
-    of another run's reference file, when this run stored none), from the cache if its key matches,
-    else computed and cached. A run store that cannot be written to is only read.
+                    extractor: Extractor | None = None, metrics=METRICS) -> SentenceStats:
+    """The statistics of hyps/<split>.txt against `refs` (raw bytes of a reference file; by
+    default the run's own hyps/<split>.ref.txt), from the cache if its key matches, else computed
+    (both metrics) and cached. Only `metrics` are read from the cache. A run store that cannot
+    be written to is only read.
 
-    Raises FileNotFoundError when the hypotheses (or any references) are missing."""
+    Raises FileNotFoundError when the hypotheses (or the references) are missing."""
     hyp_dir = Path(run_dir) / "hyps"
     hyps_data = (hyp_dir / f"{split}.txt").read_bytes()
-    ref_path = hyp_dir / f"{split}.ref.txt"
-    if ref_path.is_file():
+    if refs is None:
+        ref_path = hyp_dir / f"{split}.ref.txt"
+        if not ref_path.is_file():
+            raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
         refs = ref_path.read_bytes()
-    elif refs is None:
-        raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
     hyps_hash, refs_hash = text_hash(hyps_data), text_hash(refs)
     key = cache_key(hyps_hash, refs_hash)
     path = cache_path(run_dir, split)
-    cached = _read_cache(path, key)
+    cached = _read_cache(path, key, metrics)
     if cached is not None:
-        return SentenceStats(cached["bleu"], cached["chrf"], hyps_hash, refs_hash)
+        return SentenceStats(cached.get("bleu"), cached.get("chrf"), hyps_hash, refs_hash)
     bleu, chrf = (extractor or Extractor()).corpus(_lines(hyps_data), _lines(refs))
     _write_cache(path, key, bleu, chrf)
     return SentenceStats(bleu, chrf, hyps_hash, refs_hash)
 
 
-def _read_cache(path: Path, key: str) -> dict | None:
+def _read_cache(path: Path, key: str, metrics=METRICS) -> dict | None:
     try:
         with np.load(path, allow_pickle=False) as npz:
             if str(npz["key"]) != key:
                 return None
-            return {"bleu": npz["bleu"].astype(np.int64), "chrf": npz["chrf"].astype(np.int64)}
+            return {m: npz[m].astype(np.int64) for m in metrics}
     except (OSError, KeyError, ValueError, EOFError):   # missing, unreadable or foreign file
         return None
 
@@ -272,8 +293,53 @@ def _write_cache(path: Path, key: str, bleu: np.ndarray, chrf: np.ndarray) -> No
     small = np.int32 if max(bleu.max(initial=0), chrf.max(initial=0)) < 2 ** 31 else np.int64
     buf = io.BytesIO()
     np.savez(buf, key=np.array(key), bleu=bleu.astype(small), chrf=chrf.astype(small))
-    try:
-        atomic_write(path, buf.getvalue())
-    except OSError:
-        pass    # a read-only store (e.g. results/ under version control): just not cached
+    tmp = None
+    try:   # temp file + rename, so a concurrent reader never sees half a file
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(buf.getvalue())
+        os.replace(tmp, path)
+    except OSError:     # a read-only store (e.g. results/ under version control): just not cached
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
+
+
+# ---- filling many caches at once ---------------------------------------------------------------
+
+def probably_cached(run_dir: Path | str, split: str, refs_path: Path) -> bool:
+    """A cache file newer than the texts: likely valid (load_or_compute still checks the hash)."""
+    try:
+        built = cache_path(run_dir, split).stat().st_mtime_ns
+        texts = Path(run_dir) / "hyps" / f"{split}.txt"
+        return built >= max(texts.stat().st_mtime_ns, Path(refs_path).stat().st_mtime_ns)
+    except OSError:
+        return False
+
+
+def _fill(job: tuple[str, str, str]) -> None:
+    run_dir, split, refs_path = job
+    global _WORKER_EXTRACTOR
+    if _WORKER_EXTRACTOR is None:
+        _WORKER_EXTRACTOR = Extractor()
+    try:
+        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR)
+    except (OSError, ValueError):
+        pass    # the caller meets the same problem when it loads the run, and reports it
+
+
+_WORKER_EXTRACTOR = None
+
+
+def fill_caches(jobs: list[tuple[str, str, str]], workers: int | None = None, min_jobs: int = 16) -> int:
+    """Compute the statistics of (run_dir, split, references file) jobs whose cache is missing or
+    older than the texts, in `workers` processes (default: the usable CPUs). Returns how many."""
+    todo = [job for job in jobs if not probably_cached(*job)]
+    workers = workers or len(os.sched_getaffinity(0))
+    if len(todo) < min_jobs or workers < 2:
+        return len(todo)     # computed on demand by load_or_compute
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_fill, todo, chunksize=4))
+    return len(todo)

@@ -27,13 +27,12 @@ STOP_FILE = "STOP"
 RUN_ID_ENV = "LIT_ATTENTION_RUN_ID"
 
 
-def atomic_write(path: Path | str, text: str | bytes) -> None:
+def atomic_write(path: Path | str, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        mode = {"mode": "wb"} if isinstance(text, bytes) else {"mode": "w", "encoding": "utf-8"}
-        with os.fdopen(fd, **mode) as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
