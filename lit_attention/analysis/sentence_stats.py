@@ -7,9 +7,9 @@ Both metrics use sacreBLEU's defaults, the ones `lit-attention test` reports:
     BLEU  [N, 10]  hyp_len, ref_len, correct_1..4, total_1..4 (tokenizer 13a, mixed case, exp smoothing)
     chrF  [N, 18]  (hyp, ref, match) character n-gram counts for n = 1..6 (beta 2, no word n-grams)
 
-They are cached in the run store as hyps/<split>.stats.npz, keyed by a hash of the hypotheses,
-the references and both metrics' sacreBLEU signatures: a changed file is recomputed, never read
-stale. Scores from summed statistics equal sacrebleu.corpus_bleu / corpus_chrf exactly
+They are cached in the run store as hyps/<split>.<metric>.stats.npz (computed when a metric is
+first asked for), keyed by a hash of the hypotheses, the references and the metric's sacreBLEU
+signature: a changed file is recomputed, never read stale. Scores from summed statistics equal sacrebleu.corpus_bleu / corpus_chrf exactly
 (tests/analysis/test_sentence_stats.py checks it on Multi30k).
 """
 
@@ -34,6 +34,7 @@ CHAR_ORDER = 6       # chrF
 BETA = 2
 FORMAT = 1           # bump when the layout of the cached arrays changes
 METRICS = ("bleu", "chrf")
+WIDTH = {"bleu": 2 + 2 * MAX_NGRAM, "chrf": 3 * CHAR_ORDER}     # statistics per sentence
 
 
 @lru_cache(maxsize=1)
@@ -81,51 +82,54 @@ def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]
 
 
 class Extractor:
-    """Computes statistics sentence by sentence, remembering references (shared by every run of
-    a study) and (reference, hypothesis) pairs already seen, which runs of one sweep repeat often."""
+    """Computes statistics sentence by sentence, remembering the n-grams of references (shared by
+    every run of a study) and the (reference, hypothesis) pairs already seen, which runs of one
+    sweep repeat often."""
 
     def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
         bleu, _ = _metrics()
         self.tokenize = bleu.tokenizer
-        self.refs: dict[str, tuple] = {}
-        self.pairs: dict[tuple[str, str], tuple[list[int], list[int]]] = {}
+        self.refs = {"bleu": {}, "chrf": {}}
+        self.pairs = {"bleu": {}, "chrf": {}}
         self.max_pairs = max_pairs
 
-    def _ref(self, ref: str) -> tuple:
-        found = self.refs.get(ref)
-        if found is None:
+    def _bleu(self, hyp: str, ref: str) -> list[int]:
+        ref_words = self.refs["bleu"].get(ref)
+        if ref_words is None:
             tokens = self.tokenize(ref.rstrip()).split()
-            found = self.refs[ref] = ((word_ngrams(tokens), len(tokens)),
-                                      extract_all_char_ngrams(ref, CHAR_ORDER))
-        return found
+            ref_words = self.refs["bleu"][ref] = (word_ngrams(tokens), len(tokens))
+        return _bleu_row(self.tokenize(hyp.rstrip()).split(), ref_words)
 
-    def pair(self, hyp: str, ref: str) -> tuple[list[int], list[int]]:
-        """(BLEU row, chrF row) of one sentence."""
-        key = (ref, hyp)
-        found = self.pairs.get(key)
+    def _chrf(self, hyp: str, ref: str) -> list[int]:
+        ref_chars = self.refs["chrf"].get(ref)
+        if ref_chars is None:
+            ref_chars = self.refs["chrf"][ref] = extract_all_char_ngrams(ref, CHAR_ORDER)
+        return _chrf_row(extract_all_char_ngrams(hyp, CHAR_ORDER), ref_chars)
+
+    def row(self, metric: str, hyp: str, ref: str) -> list[int]:
+        """One sentence's statistics for `metric`."""
+        memo = self.pairs[metric]
+        found = memo.get((ref, hyp))
         if found is None:
-            ref_words, ref_chars = self._ref(ref)
-            found = (_bleu_row(self.tokenize(hyp.rstrip()).split(), ref_words),
-                     _chrf_row(extract_all_char_ngrams(hyp, CHAR_ORDER), ref_chars))
-            if len(self.pairs) >= self.max_pairs:
-                self.pairs.clear()
-            self.pairs[key] = found
+            found = self._bleu(hyp, ref) if metric == "bleu" else self._chrf(hyp, ref)
+            if len(memo) >= self.max_pairs:
+                memo.clear()
+            memo[(ref, hyp)] = found
         return found
 
-    def corpus(self, hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """BLEU [N, 10] and chrF [N, 18] statistics (int64) of aligned hypotheses and references."""
+    def corpus(self, hyps: list[str], refs: list[str], metrics=METRICS) -> dict[str, np.ndarray]:
+        """{metric: statistics [N, K] (int64)} of aligned hypotheses and references."""
         if len(hyps) != len(refs):
             raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references (a paired "
                              "test needs equal lengths)")
-        rows = [self.pair(h, r) for h, r in zip(hyps, refs)]
-        bleu = np.array([b for b, _ in rows], dtype=np.int64).reshape(len(rows), 2 + 2 * MAX_NGRAM)
-        chrf = np.array([c for _, c in rows], dtype=np.int64).reshape(len(rows), 3 * CHAR_ORDER)
-        return bleu, chrf
+        return {m: np.array([self.row(m, h, r) for h, r in zip(hyps, refs)],
+                            dtype=np.int64).reshape(len(hyps), WIDTH[m]) for m in metrics}
 
 
 def corpus_stats(hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """BLEU [N, 10] and chrF [N, 18] sentence statistics (a fresh Extractor)."""
-    return Extractor().corpus(hyps, refs)
+    found = Extractor().corpus(hyps, refs)
+    return found["bleu"], found["chrf"]
 
 
 # ---- scores from summed statistics -------------------------------------------------------------
@@ -240,13 +244,12 @@ def text_hash(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def cache_key(hyps_hash: str, refs_hash: str) -> str:
-    sig = signatures()
-    return f"format:{FORMAT}|bleu:{sig['bleu']}|chrf:{sig['chrf']}|hyps:{hyps_hash}|refs:{refs_hash}"
+def cache_key(metric: str, hyps_hash: str, refs_hash: str) -> str:
+    return f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
 
 
-def cache_path(run_dir: Path | str, split: str) -> Path:
-    return Path(run_dir) / "hyps" / f"{split}.stats.npz"
+def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
+    return Path(run_dir) / "hyps" / f"{split}.{metric}.stats.npz"
 
 
 def _lines(data: bytes) -> list[str]:
@@ -255,10 +258,10 @@ def _lines(data: bytes) -> list[str]:
 
 def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
                     extractor: Extractor | None = None, metrics=METRICS) -> SentenceStats:
-    """The statistics of hyps/<split>.txt against `refs` (raw bytes of a reference file; by
-    default the run's own hyps/<split>.ref.txt), from the cache if its key matches, else computed
-    (both metrics) and cached. Only `metrics` are read from the cache. A run store that cannot
-    be written to is only read.
+    """The `metrics` statistics of hyps/<split>.txt against `refs` (raw bytes of a reference file;
+    by default the run's own hyps/<split>.ref.txt), each read from its cache file
+    hyps/<split>.<metric>.stats.npz when the key matches, else computed and cached. A run store
+    that cannot be written to is only read.
 
     Raises FileNotFoundError when the hypotheses (or the references) are missing."""
     hyp_dir = Path(run_dir) / "hyps"
@@ -269,30 +272,30 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
             raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
         refs = ref_path.read_bytes()
     hyps_hash, refs_hash = text_hash(hyps_data), text_hash(refs)
-    key = cache_key(hyps_hash, refs_hash)
-    path = cache_path(run_dir, split)
-    cached = _read_cache(path, key, metrics)
-    if cached is not None:
-        return SentenceStats(cached.get("bleu"), cached.get("chrf"), hyps_hash, refs_hash)
-    bleu, chrf = (extractor or Extractor()).corpus(_lines(hyps_data), _lines(refs))
-    _write_cache(path, key, bleu, chrf)
-    return SentenceStats(bleu, chrf, hyps_hash, refs_hash)
+    found = {}
+    for metric in metrics:
+        key, path = cache_key(metric, hyps_hash, refs_hash), cache_path(run_dir, split, metric)
+        found[metric] = _read_cache(path, key)
+        if found[metric] is None:
+            extractor = extractor or Extractor()
+            found[metric] = extractor.corpus(_lines(hyps_data), _lines(refs), [metric])[metric]
+            _write_cache(path, key, found[metric])
+    return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
 
 
-def _read_cache(path: Path, key: str, metrics=METRICS) -> dict | None:
+def _read_cache(path: Path, key: str) -> np.ndarray | None:
+    """The cached statistics if the file holds them under `key` (None: missing, stale, foreign)."""
     try:
         with np.load(path, allow_pickle=False) as npz:
-            if str(npz["key"]) != key:
-                return None
-            return {m: npz[m].astype(np.int64) for m in metrics}
-    except (OSError, KeyError, ValueError, EOFError):   # missing, unreadable or foreign file
+            return npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
+    except (OSError, KeyError, ValueError, EOFError):
         return None
 
 
-def _write_cache(path: Path, key: str, bleu: np.ndarray, chrf: np.ndarray) -> None:
-    small = np.int32 if max(bleu.max(initial=0), chrf.max(initial=0)) < 2 ** 31 else np.int64
+def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
     buf = io.BytesIO()
-    np.savez(buf, key=np.array(key), bleu=bleu.astype(small), chrf=chrf.astype(small))
+    np.savez(buf, key=np.array(key),
+             stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
     tmp = None
     try:   # temp file + rename, so a concurrent reader never sees half a file
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -304,26 +307,25 @@ def _write_cache(path: Path, key: str, bleu: np.ndarray, chrf: np.ndarray) -> No
             os.unlink(tmp)
 
 
-
 # ---- filling many caches at once ---------------------------------------------------------------
 
-def probably_cached(run_dir: Path | str, split: str, refs_path: Path) -> bool:
-    """A cache file newer than the texts: likely valid (load_or_compute still checks the hash)."""
+def probably_cached(run_dir: Path | str, split: str, refs_path: Path | str, metrics=METRICS) -> bool:
+    """Cache files newer than the texts: likely valid (load_or_compute still checks the hash)."""
     try:
-        built = cache_path(run_dir, split).stat().st_mtime_ns
         texts = Path(run_dir) / "hyps" / f"{split}.txt"
-        return built >= max(texts.stat().st_mtime_ns, Path(refs_path).stat().st_mtime_ns)
+        newest = max(texts.stat().st_mtime_ns, Path(refs_path).stat().st_mtime_ns)
+        return all(cache_path(run_dir, split, m).stat().st_mtime_ns >= newest for m in metrics)
     except OSError:
         return False
 
 
-def _fill(job: tuple[str, str, str]) -> None:
-    run_dir, split, refs_path = job
+def _fill(job: tuple[str, str, str, tuple]) -> None:
+    run_dir, split, refs_path, metrics = job
     global _WORKER_EXTRACTOR
     if _WORKER_EXTRACTOR is None:
         _WORKER_EXTRACTOR = Extractor()
     try:
-        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR)
+        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR, metrics)
     except (OSError, ValueError):
         pass    # the caller meets the same problem when it loads the run, and reports it
 
@@ -331,9 +333,11 @@ def _fill(job: tuple[str, str, str]) -> None:
 _WORKER_EXTRACTOR = None
 
 
-def fill_caches(jobs: list[tuple[str, str, str]], workers: int | None = None, min_jobs: int = 16) -> int:
-    """Compute the statistics of (run_dir, split, references file) jobs whose cache is missing or
-    older than the texts, in `workers` processes (default: the usable CPUs). Returns how many."""
+def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = None,
+                min_jobs: int = 16) -> int:
+    """Compute the statistics of (run_dir, split, references file, metrics) jobs whose cache is
+    missing or older than the texts, in `workers` processes (default: the usable CPUs). Returns
+    how many it computed."""
     todo = [job for job in jobs if not probably_cached(*job)]
     workers = workers or len(os.sched_getaffinity(0))
     if len(todo) < min_jobs or workers < 2:

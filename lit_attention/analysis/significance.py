@@ -92,8 +92,8 @@ def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], me
         raise AnalysisError(f"paired test needs equal lengths: baseline {len(baseline)}, "
                             f"system {len(system)}, references {len(refs)}")
     extractor = ss.Extractor()
-    base_stats = extractor.corpus(baseline, refs)[ss.METRICS.index(metric)]
-    sys_stats = extractor.corpus(system, refs)[ss.METRICS.index(metric)]
+    base_stats = extractor.corpus(baseline, refs, [metric])[metric]
+    sys_stats = extractor.corpus(system, refs, [metric])[metric]
     base_score, sys_score = ss.corpus_score(metric, base_stats), ss.corpus_score(metric, sys_stats)
     if list(system) == list(baseline):
         return dict(baseline=base_score, system=sys_score, p=1.0)   # see _identical
@@ -217,9 +217,10 @@ def _fill_caches(store: RunStats, pairs: list) -> None:
     jobs = {}
     for _, _, run_dir, base_dir in pairs:
         refs_from = run_dir if store.refs(run_dir).is_file() else base_dir
-        jobs[run_dir] = (run_dir, store.split, str(store.refs(refs_from)))
+        metrics = (store.metric,)
+        jobs[run_dir] = (run_dir, store.split, str(store.refs(refs_from)), metrics)
         base_refs = base_dir if store.refs(base_dir).is_file() else refs_from
-        jobs.setdefault(base_dir, (base_dir, store.split, str(store.refs(base_refs))))
+        jobs.setdefault(base_dir, (base_dir, store.split, str(store.refs(base_refs)), metrics))
     ss.fill_caches(list(jobs.values()))
 
 

@@ -125,15 +125,17 @@ def write_store(tmp_path, hyps, refs):
 def test_cache_is_written_read_and_never_stale(tmp_path):
     refs = ["a cat sat on the mat", "the dog ran", "über alles"]
     run = write_store(tmp_path, ["a cat sat", "the dog ran fast", "über"], refs)
-    first = ss.load_or_compute(run, "test")
-    path = ss.cache_path(run, "test")
-    assert path.is_file()
+    first = ss.load_or_compute(run, "test", metrics=["bleu"])       # a metric when asked for
+    path = ss.cache_path(run, "test", "bleu")
+    assert path.is_file() and not ss.cache_path(run, "test", "chrf").exists() and first.chrf is None
     assert ss.corpus_score("bleu", first.bleu) == sacre(["a cat sat", "the dog ran fast", "über"], refs)[0]
+    assert ss.load_or_compute(run, "test").chrf is not None
+    assert ss.cache_path(run, "test", "chrf").is_file()
 
     # a cache whose key matches is what is read: plant different numbers under the same key
     with np.load(path) as npz:
         key = str(npz["key"])
-    np.savez(path, key=np.array(key), bleu=first.bleu + 1, chrf=first.chrf)
+    np.savez(path, key=np.array(key), stats=first.bleu + 1)
     assert (ss.load_or_compute(run, "test").bleu == first.bleu + 1).all()
 
     # a changed hypothesis file is recomputed, and the cache rewritten under the new key
@@ -142,7 +144,7 @@ def test_cache_is_written_read_and_never_stale(tmp_path):
     assert ss.corpus_score("bleu", again.bleu) == pytest.approx(100.0)
     assert again.hyps_hash != first.hyps_hash
     with np.load(path) as npz:
-        assert str(npz["key"]) != key and (npz["bleu"] == again.bleu).all()
+        assert str(npz["key"]) != key and (npz["stats"] == again.bleu).all()
 
     # changed references: recomputed too
     write_store(tmp_path, ["a cat sat on the mat", "the dog ran", "über alles"], refs[:2] + ["x"])
@@ -161,7 +163,22 @@ def test_references_from_elsewhere_and_read_only_stores(tmp_path):
     stats = ss.load_or_compute(run, "test", refs=b"a b c\nd e\n")
     assert len(stats) == 2 and stats.chrf[1].tolist()[:3] == [1, 2, 1]
     # a store the cache cannot be written into (here: a directory in the way) is only read
-    ss.cache_path(run, "test").unlink()
-    ss.cache_path(run, "test").mkdir()
+    path = ss.cache_path(run, "test", "bleu")
+    path.unlink()
+    path.mkdir()
     assert (ss.load_or_compute(run, "test", refs=b"a b c\nd e\n").bleu == stats.bleu).all()
-    assert ss.cache_path(run, "test").is_dir()
+    assert path.is_dir()
+
+
+def test_fill_caches_computes_missing_statistics_in_worker_processes(tmp_path):
+    refs = ["a cat sat on the mat", "the dog ran", "über alles"]
+    jobs = []
+    for i in range(3):
+        run = write_store(tmp_path / f"r{i}", [f"a cat {i}", "the dog", "über"], refs)
+        jobs.append((str(run), "test", str(run / "hyps" / "test.ref.txt"), ("bleu",)))
+    assert ss.fill_caches(jobs, workers=2, min_jobs=1) == 3
+    for run, *_ in jobs:
+        assert ss.cache_path(run, "test", "bleu").is_file()
+        assert not ss.cache_path(run, "test", "chrf").exists()
+    assert ss.fill_caches(jobs, workers=2, min_jobs=1) == 0       # all cached now
+    assert ss.probably_cached(*jobs[0]) and not ss.probably_cached(*jobs[0][:3], ("chrf",))

@@ -48,9 +48,8 @@ def sacrebleu_p(refs, base, others, metric, test_type) -> list[float]:
 
 
 def our_p(corpus_stats: dict, metric: str, test: str, seed: int) -> np.ndarray:
-    column = ss.METRICS.index(metric)
-    base_stats = corpus_stats[0][column]
-    stats = np.stack([corpus_stats[i][column] for i in range(1, len(corpus_stats))])
+    base_stats = corpus_stats[0][metric]
+    stats = np.stack([corpus_stats[i][metric] for i in range(1, len(corpus_stats))])
     draw = resampling.draw(test, stats.shape[1], B, seed)
     return significance.pvalues(metric, draw, np.broadcast_to(base_stats, stats.shape), stats)
 
@@ -125,7 +124,7 @@ def test_family_pvalues_equal_one_pair_at_a_time(family):
     assert by_name.loc["dot", "significant"] and by_name.loc["bahdanau", "significant"]
     assert not by_name.loc["luong", "significant"]
     # the statistics were cached beside the hypotheses, and a second run reads them
-    assert (study / "none-1" / "hyps" / "test.stats.npz").is_file()
+    assert (study / "none-1" / "hyps" / "test.bleu.stats.npz").is_file()
     again = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
                                              n_samples=500, seed=11)
     assert again["per_seed"].tolist() == sig["per_seed"].tolist()
