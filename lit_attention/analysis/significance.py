@@ -143,6 +143,10 @@ class RunStats:
     def refs(self, run_dir: str) -> Path:
         return Path(run_dir) / "hyps" / f"{self.split}.ref.txt"
 
+    def refs_from(self, run_dir: str, other: str) -> str:
+        """The run whose reference file `run_dir` is scored against: its own, else `other`'s."""
+        return run_dir if self.refs(run_dir).is_file() else other
+
     def get(self, run_dir: str, refs_from: str) -> ss.SentenceStats:
         """A run's statistics against the references stored in run `refs_from`."""
         try:
@@ -175,7 +179,7 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
                             "give more KEY=VALUE pairs")
     base_by_seed = {r.seed: r.run_dir for r in runs[is_base].itertuples()}
     store = RunStats(split, metric)
-    configs, pairs = [], []        # pairs: (config index, seed, run_dir, baseline run_dir)
+    configs, pairs = [], []   # (config index, seed, run_dir, baseline run_dir, references' run)
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
         configs.append(values if isinstance(values, tuple) else (values,))
         for run in group.itertuples():
@@ -184,7 +188,8 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
             if (base_dir is not None and store.hyps(run.run_dir).is_file()
                     and store.hyps(base_dir).is_file()
                     and (store.refs(run.run_dir).is_file() or store.refs(base_dir).is_file())):
-                pairs.append((len(configs) - 1, run.seed, run.run_dir, base_dir))
+                pairs.append((len(configs) - 1, run.seed, run.run_dir, base_dir,
+                              store.refs_from(run.run_dir, base_dir)))
     _fill_caches(store, pairs)
     n_samples = n_samples or default_samples(len({c for c, *_ in pairs}))
     tester = _Tester(store, metric, test, n_samples, seed)
@@ -214,13 +219,11 @@ CHUNK = 256    # pairs whose statistics are loaded and tested together
 
 def _fill_caches(store: RunStats, pairs: list) -> None:
     """Compute missing statistics of every run of the family on all CPUs before testing."""
-    jobs = {}
-    for _, _, run_dir, base_dir in pairs:
-        refs_from = run_dir if store.refs(run_dir).is_file() else base_dir
-        metrics = (store.metric,)
+    jobs, metrics = {}, (store.metric,)
+    for _, _, run_dir, base_dir, refs_from in pairs:
         jobs[run_dir] = (run_dir, store.split, str(store.refs(refs_from)), metrics)
-        base_refs = base_dir if store.refs(base_dir).is_file() else refs_from
-        jobs.setdefault(base_dir, (base_dir, store.split, str(store.refs(base_refs)), metrics))
+        base_refs = store.refs(store.refs_from(base_dir, refs_from))
+        jobs.setdefault(base_dir, (base_dir, store.split, str(base_refs), metrics))
     ss.fill_caches(list(jobs.values()))
 
 
@@ -240,7 +243,7 @@ class _Tester:
 
     def _baseline(self, base_dir: str, refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
         """The baseline's statistics and (bootstrap) its resampled scores [B]."""
-        key = (base_dir, refs_from if not self.store.refs(base_dir).is_file() else base_dir)
+        key = (base_dir, self.store.refs_from(base_dir, refs_from))
         if key not in self.baselines:
             stats = self.store.get(base_dir, key[1])
             scores = None
@@ -253,9 +256,9 @@ class _Tester:
     def __call__(self, pairs: list) -> list[tuple[float, float]]:
         """(p, system - baseline score) of every pair."""
         metric, loaded = self.metric, []
-        for _, _, run_dir, base_dir in pairs:
-            refs_from = run_dir if self.store.refs(run_dir).is_file() else base_dir
-            (base, base_scores), system = self._baseline(base_dir, refs_from), self.store.get(run_dir, refs_from)
+        for _, _, run_dir, base_dir, refs_from in pairs:
+            base, base_scores = self._baseline(base_dir, refs_from)
+            system = self.store.get(run_dir, refs_from)
             if base.refs_hash != system.refs_hash:
                 raise AnalysisError(f"{run_dir} and its baseline {base_dir} were scored against "
                                     f"different references ({self.store.split}); a paired test "
