@@ -14,6 +14,7 @@ fraction of the cost.
 from __future__ import annotations
 
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,18 +26,29 @@ from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 
 N_SAMPLES = 10_000          # at least; more when many comparisons (default_samples)
+MAX_DEFAULT_SAMPLES = 50_000   # the draw alone is 4 bytes x resamples x sentences
 SEED = 12345                # sacreBLEU's default seed
 ALPHA = 0.05
-RESOLVE = 0.005             # the smallest Holm-adjusted p the default number of resamples can reach
+RESOLVE = 0.01              # Holm-adjusted p-values the default number of resamples can go below
 TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTest bs)",
          "permutation": "paired approximate randomization (sacreBLEU PairedTest ar)"}
 
 
 def default_samples(n_comparisons: int) -> int:
-    """Enough resamples that Holm over `n_comparisons` can go below 0.01: the smallest p a test
-    can give is 1/(B+1), Holm multiplies it by the number of comparisons."""
-    needed = math.ceil(n_comparisons / RESOLVE / 1000) * 1000
-    return max(N_SAMPLES, needed)
+    """Enough resamples that Holm over `n_comparisons` can go below 0.01 (up to 499 comparisons;
+    MAX_DEFAULT_SAMPLES beyond): the smallest p a test can give is 1/(B+1), and Holm multiplies
+    the smallest by the number of comparisons."""
+    return min(max(N_SAMPLES, resolving_samples(n_comparisons)), MAX_DEFAULT_SAMPLES)
+
+
+def resolving_samples(n_comparisons: int) -> int:
+    """The fewest resamples (a multiple of 1,000) with holm_floor below RESOLVE."""
+    return (math.floor(n_comparisons / RESOLVE) // 1000 + 1) * 1000
+
+
+def holm_floor(n_comparisons: int, n_samples: int) -> float:
+    """The smallest Holm-adjusted p-value `n_samples` resamples can give."""
+    return min(1.0, n_comparisons / (n_samples + 1))
 
 
 def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = "bootstrap") -> str:
@@ -212,6 +224,11 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     result["p_holm"] = holm(result["p_max"].tolist()) if len(result) else []
     result["significant"] = result["p_holm"] < ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test)
+    compared = int(result["p_max"].notna().sum())
+    if holm_floor(compared, n_samples) >= RESOLVE:
+        print(f"warning: with {compared} comparisons and {n_samples} resamples no Holm-adjusted "
+              f"p-value can be below {holm_floor(compared, n_samples):.3g}; --samples "
+              f"{resolving_samples(compared)} resolves p < {RESOLVE}", file=sys.stderr)
     return result
 
 

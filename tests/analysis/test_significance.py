@@ -74,10 +74,13 @@ def test_pvalues_agree_with_sacrebleu_paired_test(systems, metric, test, test_ty
 
 
 def test_default_resamples_let_holm_go_below_one_percent():
-    for m in (1, 3, 99, 100, 249, 1000):
+    for m in (1, 3, 99, 100, 249, 499):
         n = significance.default_samples(m)
-        assert n >= significance.N_SAMPLES and m / (n + 1) < 0.01
+        assert n >= significance.N_SAMPLES and significance.holm_floor(m, n) < 0.01
     assert significance.default_samples(3) == 10_000
+    assert significance.default_samples(249) == 25_000
+    assert significance.default_samples(5000) == significance.MAX_DEFAULT_SAMPLES
+    assert significance.holm_floor(5000, significance.resolving_samples(5000)) < 0.01
     text = significance.method(12_000, 7, "permutation")
     assert "approximate randomization" in text and "12000 resamples" in text and "seed 7" in text
 
@@ -101,7 +104,7 @@ def family(tmp_path):
     return tmp_path / "study", refs
 
 
-def test_family_pvalues_equal_one_pair_at_a_time(family):
+def test_family_pvalues_equal_one_pair_at_a_time(family, capsys):
     study, refs = family
     runs = load.load_runs(study)
     sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
@@ -132,6 +135,11 @@ def test_family_pvalues_equal_one_pair_at_a_time(family):
     auto = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
                                             test="permutation")
     assert auto.attrs["n_samples"] == significance.default_samples(3)
+    assert "warning" not in capsys.readouterr().err
+    significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
+                                     n_samples=100)
+    assert "3 comparisons and 100 resamples no Holm-adjusted p-value can be below 0.0297; " \
+           "--samples 1000 resolves p < 0.01" in capsys.readouterr().err
 
 
 def test_identical_systems_get_p_one_and_references_must_match(family):
