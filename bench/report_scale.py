@@ -165,10 +165,13 @@ def write_stores(root: Path, n_runs: int, pool: list[list[str]], refs: list[str]
 
 # ---- measurements, each in a fresh process ---------------------------------------------------
 
-def measure(kind: str, study: str, samples: int) -> dict:
+def measure(kind: str, study: str, samples: int, pairs: int) -> dict:
     """Run one measurement in this process; seconds (load: after its imports; report: with its
     imports, as a user waits for it) and peak resident memory (MB)."""
     start = time.perf_counter()
+    if kind == "paired":
+        per_pair, timed = paired_test_seconds(Path(study), samples, pairs)
+        return dict(seconds=per_pair, timed=timed, peak_mb=peak_mb())
     if kind == "load":
         from lit_attention.analysis import load
         start = time.perf_counter()
@@ -187,13 +190,23 @@ def measure(kind: str, study: str, samples: int) -> dict:
         if code != 0:
             raise SystemExit(f"report {' '.join(args)} exited {code}")
     seconds = time.perf_counter() - start
-    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024   # stats workers
-    return dict(seconds=seconds, peak_mb=own, worker_peak_mb=children)
+    return dict(seconds=seconds, peak_mb=peak_mb(), worker_peak_mb=children)
 
 
-def in_fresh_process(kind: str, study: Path, samples: int) -> dict:
-    out = subprocess.run([sys.executable, __file__, "--measure", kind, str(study), str(samples)],
+def peak_mb() -> float:
+    """This process's peak resident memory. VmHWM, not ru_maxrss: Linux carries ru_maxrss over
+    from the parent through fork and exec, so a child of a large parent would report the parent's."""
+    try:
+        status = Path("/proc/self/status").read_text()
+        return int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmHWM"))) / 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def in_fresh_process(kind: str, study: Path, samples: int, pairs: int = 0) -> dict:
+    out = subprocess.run([sys.executable, __file__, "--measure", kind, str(study), str(samples),
+                          str(pairs)],
                          capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"measurement {kind} failed:\n{out.stderr[-3000:]}")
@@ -244,7 +257,7 @@ def cpu_line() -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--measure":
-        print(json.dumps(measure(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
+        print(json.dumps(measure(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))))
         return 0
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000], help="runs per store")
@@ -282,7 +295,8 @@ def main() -> int:
             tables = in_fresh_process("tables", study, args.samples)
             cold = in_fresh_process("cold", study, args.samples)
             warm = in_fresh_process("warm", study, args.samples)
-            per_pair, timed = paired_test_seconds(study, args.samples, args.paired_test_pairs)
+            paired_run = in_fresh_process("paired", study, args.samples, args.paired_test_pairs)
+            per_pair, timed = paired_run["seconds"], paired_run["timed"]
             n_pairs = (max(1, size // len(SEEDS)) - 1) * len(SEEDS)
             paired = per_pair * n_pairs
             results.append((size, warm["seconds"], paired))

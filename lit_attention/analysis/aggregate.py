@@ -127,8 +127,9 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
-    needed = [*keys, metric, "status", "seed", "run_id", *COSTS, *GRADIENT]   # groups of wide frames are slow
-    runs = runs[[c for c in dict.fromkeys(needed) if c in runs]].assign(_usable=usable(runs, metric))
+    needed = dict.fromkeys([*keys, metric, "status", "seed", "run_id", *COSTS, *GRADIENT])
+    runs = runs[[c for c in needed if c in runs]]     # groups of a wide frame are slow to cut
+    runs = runs.assign(_usable=usable(runs, metric))
     rows = []
     for values, group in runs.groupby(keys, dropna=False, sort=True):
         values = values if isinstance(values, tuple) else (values,)

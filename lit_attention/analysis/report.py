@@ -37,8 +37,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--split", default=None,
                    help="hypotheses used for significance (default: test if stored, else val)")
     p.add_argument("--samples", type=int, default=None,
-                   help=f"resamples per test (default: {significance.N_SAMPLES}, more with many "
-                        "comparisons, so that Holm-corrected p-values can go below 0.01)")
+                   help=f"resamples per test (default: 100 x comparisons, at least "
+                        f"{significance.N_SAMPLES}, at most {significance.MAX_DEFAULT_SAMPLES}: "
+                        "enough for Holm-corrected p-values below 0.01)")
     p.add_argument("--test", choices=sorted(significance.TESTS), default=None,
                    help="paired test against the baseline (default: bootstrap; sacreBLEU's bs or ar)")
     p.add_argument("--resample-seed", type=int, default=None,
