@@ -81,9 +81,14 @@ def resampled_sums(weights: np.ndarray, stats: np.ndarray, max_weight: float | N
     """weights [B, N] @ stats [R, N, K] -> [B, R, K] float64 holding exact integer sums (a view
     of a [B, K, R] array: each statistic's sums are contiguous rows)."""
     weights = _float_weights(weights, stats, max_weight)
+    return np.moveaxis(_product(weights, stats).astype(np.float64), 1, 2)
+
+
+def _product(weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
+    """float weights [B, N] @ stats [R, N, K] -> [B, K, R] in the weights' dtype."""
     r, n, k = stats.shape
     flat = stats.transpose(1, 2, 0).reshape(n, k * r).astype(weights.dtype)
-    return np.moveaxis((weights @ flat).reshape(len(weights), k, r).astype(np.float64), 1, 2)
+    return (weights @ flat).reshape(len(weights), k, r)
 
 
 def _chunks(n_runs: int, n_resamples: int, k: int):
@@ -94,22 +99,14 @@ def _chunks(n_runs: int, n_resamples: int, k: int):
 def resampled_scores(metric: str, draw_: Draw, stats: np.ndarray) -> np.ndarray:
     """Scores of every run on every bootstrap resample: stats [R, N, K] -> [B, R] (float64).
 
-    Columns equal in every run (those of the references: BLEU's reference length, chrF's
-    reference n-gram counts) are resampled once, not once per run."""
+    The products stay float32 when exact; the score functions read them a column at a time."""
     if draw_.kind != "bootstrap":
         raise ValueError("resampled_scores needs a bootstrap draw; use swapped_scores for permutations")
     _check(draw_, stats)
     score, weights = SCORES[metric], _float_weights(draw_.weights, stats, draw_.max_weight)
-    shared = (stats == stats[:1]).all(axis=(0, 1)) if len(stats) > 1 else np.zeros(stats.shape[2], bool)
-    own = np.flatnonzero(~shared)
     out = np.empty((draw_.n_resamples, len(stats)))
-    shared_sums = np.moveaxis(resampled_sums(weights, stats[:1][:, :, shared], draw_.max_weight), 2, 1)
-    for part in _chunks(len(stats), draw_.n_resamples, max(1, len(own))):
-        sums = np.empty((draw_.n_resamples, stats.shape[2], part.stop - part.start))   # [B, K, R]
-        sums[:, shared, :] = shared_sums
-        sums[:, own, :] = np.moveaxis(resampled_sums(weights, stats[part][:, :, own],
-                                                     draw_.max_weight), 2, 1)
-        out[:, part] = score(np.moveaxis(sums, 1, 2))
+    for part in _chunks(len(stats), draw_.n_resamples, stats.shape[2]):
+        out[:, part] = score(np.moveaxis(_product(weights, stats[part]), 1, 2))
     return out
 
 
@@ -136,9 +133,10 @@ def swapped_scores(metric: str, draw_: Draw, stats_a: np.ndarray, stats_b: np.nd
         pseudo_a = np.repeat(sum_a[None], draw_.n_resamples, axis=0)   # [B, K, R]
         pseudo_b = np.repeat(sum_b[None], draw_.n_resamples, axis=0)
         if len(moving):
-            moved = np.moveaxis(resampled_sums(weights, diff[part][:, :, moving], 1.0), 2, 1)
-            pseudo_a[:, moving, :] += moved
-            pseudo_b[:, moving, :] -= moved
+            moved = _product(weights, diff[part][:, :, moving])
+            for j, column in enumerate(moving):
+                pseudo_a[:, column, :] += moved[:, j, :]
+                pseudo_b[:, column, :] -= moved[:, j, :]
         out_a[:, part] = score(np.moveaxis(pseudo_a, 1, 2))
         out_b[:, part] = score(np.moveaxis(pseudo_b, 1, 2))
     return out_a, out_b

@@ -144,18 +144,24 @@ def bleu_score(sums) -> float:
 def bleu_scores(sums: np.ndarray) -> np.ndarray:
     """BLEU of many sum vectors at once: [..., 10] -> [...] (float64).
 
-    sacreBLEU's BLEU.compute_bleu (exp smoothing) elementwise; agrees with it to a few ulps
-    (the geometric mean of the usual case is taken as a square root of a square root)."""
-    sums = np.asarray(sums, dtype=np.float64)
+    sacreBLEU's BLEU.compute_bleu (exp smoothing) elementwise; agrees with it to a few ulps:
+    where every order has a match, the geometric mean of the precisions 100 c_n / t_n is taken
+    as a fourth root of their product, one column at a time; other sums go step by step."""
+    sums = np.asarray(sums)
+    if sums.dtype not in (np.float32, np.float64):
+        sums = sums.astype(np.float64)
     sys_len, ref_len = sums[..., 0], sums[..., 1]
-    correct, total = sums[..., 2:2 + MAX_NGRAM], sums[..., 2 + MAX_NGRAM:]
-    usual = (correct > 0).all(axis=-1)       # every order matched: no smoothing, no early stop
-    with np.errstate(divide="ignore", invalid="ignore"):
-        precisions = 100. * correct / total
-        score = np.sqrt(np.sqrt(np.prod(precisions, axis=-1)))
-        score *= np.where(sys_len < ref_len, np.exp(1 - ref_len / sys_len), 1.0)
+    c = [sums[..., 2 + n] for n in range(MAX_NGRAM)]
+    t = [sums[..., 2 + MAX_NGRAM + n] for n in range(MAX_NGRAM)]
+    f64 = np.float64          # float32 sums (exact integers) are widened column by column
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.multiply(c[0], c[1], dtype=f64) * np.multiply(c[2], c[3], dtype=f64)
+        ratio /= np.multiply(t[0], t[1], dtype=f64) * np.multiply(t[2], t[3], dtype=f64)
+        score = np.asarray(np.sqrt(np.sqrt(1e8 * ratio)))                 # 100 ** 4 = 1e8
+        score *= np.exp(np.minimum(0.0, 1 - np.divide(ref_len, sys_len, dtype=f64)))   # brevity
+    usual = (c[0] > 0) & (c[1] > 0) & (c[2] > 0) & (c[3] > 0)       # then every total > 0 too
     if not usual.all():
-        score[~usual] = _bleu_scores_smoothed(sums[~usual])
+        score[~usual] = _bleu_scores_smoothed(sums[~usual].astype(f64))
     return score
 
 
@@ -186,7 +192,7 @@ def chrf_scores(sums: np.ndarray) -> np.ndarray:
 
     sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation,
     so each value equals sacreBLEU's to the last bit."""
-    sums = np.asarray(sums, dtype=np.float64)
+    sums = np.asarray(sums, dtype=np.float64)          # float32 sums: exact integers, widened
     factor = BETA ** 2
     avg_prec = np.zeros(sums.shape[:-1])
     avg_rec = np.zeros(sums.shape[:-1])
