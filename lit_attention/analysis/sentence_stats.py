@@ -350,6 +350,10 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
         return len(todo)     # computed on demand by load_or_compute
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        list(pool.map(_fill, todo, chunksize=4))
+    from concurrent.futures.process import BrokenProcessPool
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_fill, todo, chunksize=4))
+    except (BrokenProcessPool, OSError, RuntimeError):
+        pass    # no worker processes here (e.g. a caller without a __main__ guard): on demand
     return len(todo)
