@@ -307,12 +307,13 @@ def main() -> int:
                 f"{paired:.0f} ({per_pair:.2f} s/pair x {n_pairs} pairs, {timed} timed) "
                 f"| {paired / warm['seconds']:.0f}x |")
             print(lines[-1], flush=True)
-            if not args.keep:
-                shutil.rmtree(root / f"runs{size}")
     finally:
-        if not args.keep and args.root is None:
-            shutil.rmtree(root, ignore_errors=True)
-    print("\n".join(lines))
+        print("\n".join(lines))
+        if not args.keep:
+            for size in args.sizes:
+                shutil.rmtree(root / f"runs{size}", ignore_errors=True)
+            if args.root is None:
+                shutil.rmtree(root, ignore_errors=True)
     print("load: summary.json + config.yaml of every run; tables: report --no-figures --baseline off; "
           "sig: + paired bootstrap vs attention=none, per seed, Holm; cold: computing and caching "
           "sentence statistics, warm: reading them; MB: peak resident memory of the report process "
