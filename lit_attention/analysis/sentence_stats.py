@@ -9,8 +9,9 @@ Both metrics use sacreBLEU's defaults, the ones `lit-attention test` reports:
 
 They are cached in the run store as hyps/<split>.<metric>.stats.npz (computed when a metric is
 first asked for), keyed by a hash of the hypotheses, the references and the metric's sacreBLEU
-signature: a changed file is recomputed, never read stale. Scores from summed statistics equal sacrebleu.corpus_bleu / corpus_chrf exactly
-(tests/analysis/test_sentence_stats.py checks it on Multi30k).
+signature: a changed file is recomputed, never read stale. Scores from summed statistics equal
+sacrebleu.corpus_bleu / corpus_chrf exactly (tests/analysis/test_sentence_stats.py checks it on
+Multi30k).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def _metrics() -> tuple[BLEU, CHRF]:
     return bleu, chrf
 
 
+@lru_cache(maxsize=1)
 def signatures() -> dict[str, str]:
     """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
     bleu, chrf = _metrics()
