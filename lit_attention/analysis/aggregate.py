@@ -196,6 +196,9 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
+    needed = dict.fromkeys([*keys, metric, "status", "seed", "run_id", "run_dir", "nonfinite", *COSTS,
+                            *GRADIENT])
+    runs = runs[[c for c in needed if c in runs]]     # groups of a wide frame are slow to cut
     runs = runs.assign(_usable=usable(runs, metric),
                        _invalid=(runs["status"] == FINISHED) & invalid(runs, metric))
     rows = []

@@ -18,7 +18,10 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+
 import yaml
+
+from lit_attention.analysis import config_cache
 
 SUMMARY = "summary.json"
 FINISHED = "finished"
@@ -123,7 +126,11 @@ def read_summary(run_dir: Path | str) -> dict:
 def read_config(path: Path) -> dict:
     """A run's config.yaml as a dict; AnalysisError naming the file and what is wrong with it."""
     try:
-        config = yaml.safe_load(_text(path))
+        config = config_cache.read_config(path)          # parsed once, kept beside it
+    except UnicodeDecodeError as exc:
+        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise AnalysisError(f"{path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -39,7 +39,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="keep only runs matching every KEY=VALUE")
     p.add_argument("--split", default=None,
                    help="hypotheses used for significance (default: test if stored, else val)")
-    p.add_argument("--samples", type=int, default=significance.N_SAMPLES, help="bootstrap resamples")
+    p.add_argument("--samples", type=int, default=None,
+                   help=f"resamples per test (default: 100 x comparisons, at least "
+                        f"{significance.N_SAMPLES}, at most {significance.MAX_DEFAULT_SAMPLES}: "
+                        "enough for Holm-corrected p-values below 0.01)")
+    p.add_argument("--test", choices=sorted(significance.TESTS), default=None,
+                   help="paired test against the baseline (default: bootstrap; sacreBLEU's bs or ar)")
+    p.add_argument("--resample-seed", type=int, default=None,
+                   help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
                    help="the columns of table.tex/table.md beside the configuration keys, in this "
@@ -50,7 +57,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="table.tex as a table* that fits the text width of a two-column paper")
     p.add_argument("--label", default=None,
                    help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
-    p.add_argument("--no-figures", action="store_true", help="write the tables only")
+    p.add_argument("--no-figures", action="store_true",
+                   help="write the tables only, from summary.json, config.yaml and hypotheses (fast: "
+                        "metrics.csv and gradflow.csv are not read, so gradient columns show only "
+                        "what summaries record)")
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
                    help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
     p.add_argument("--group", default=None, help="the W&B group (study) to read")
@@ -64,6 +74,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--interactions needs --effects")
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
+    if args.samples is not None and args.samples < 1:
+        p.error(f"--samples must be at least 1, got {args.samples}")
     if args.out is None:
         if args.wandb:
             p.error("give --out DIR with --wandb")
@@ -164,7 +176,7 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         runs, skipped = load.scan_runs(args.runs_dir)
         for _, problem in skipped:
             load.warn(f"skipped run: {problem}")
-        metrics = load.load_metrics(runs)
+        metrics = pd.DataFrame() if args.no_figures else load.load_metrics(runs)
     if args.where:
         runs = runs[significance.matches(runs, selector(runs, args.where))]
         if runs.empty:
@@ -173,7 +185,7 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
         raise AnalysisError(f"metric {args.metric!r} is in no run summary")
-    runs = agg_mod.add_gradient_stats(runs)
+    runs = runs if args.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
         load.warn(f"{run_dir}: {column} is {value!r}, not a finite number; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
@@ -185,6 +197,11 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     """(significance table, which agg row is the baseline, baseline text), or Nones."""
     pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
     if not pairs or pairs == ["off"]:
+        given = [f for f, v in (("--samples", args.samples), ("--test", args.test),
+                                ("--resample-seed", args.resample_seed)) if v is not None]
+        if given:
+            raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
+                                "choose a baseline with --baseline KEY=VALUE")
         return None, None, None
     chosen = selector(runs, pairs)
     outside = [k for k in chosen if k not in keys]
@@ -192,7 +209,9 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
     sig = significance.compare_to_baseline(
         runs[~agg_mod.invalid(runs, args.metric)], keys, chosen, split=hyps_split(runs, args.split),
-        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples)
+        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples,
+        seed=significance.SEED if args.resample_seed is None else args.resample_seed,
+        test=args.test or "bootstrap")
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
@@ -204,7 +223,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
 
     def caption(shown=None) -> str:
         return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                   significance.method(args.samples) if sig is not None else None,
+                                   significance.method(**sig.attrs) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
                                    unreadable=len(skipped), notes=(tables.scoring_note(runs),),
                                    decoding=decoding(runs, args.metric),

@@ -36,7 +36,7 @@ def test_malformed_summary_is_skipped_naming_file_and_problem(tmp_path, content,
 
 
 @pytest.mark.parametrize("content, problem", [
-    ("model: [\n", "not valid YAML (expected the node content, but found '<stream end>' at line 2"),
+    ("model: [\n", "not valid YAML ("),          # the problem's wording depends on libyaml
     ("- a\n- b\n", "holds a YAML list, not a mapping"),
 ])
 def test_malformed_config_is_skipped(tmp_path, content, problem):
@@ -45,6 +45,7 @@ def test_malformed_config_is_skipped(tmp_path, content, problem):
     (bad / "config.yaml").write_text(content)
     runs, [(run_dir, message)] = load.scan_runs(tmp_path / "g")
     assert len(runs) == 1 and str(bad / "config.yaml") in message and problem in message
+    assert "\n" not in message
 
 
 def test_load_runs_warns_one_line_per_skipped_run(tmp_path, capsys):

@@ -1,0 +1,357 @@
+"""Sentence-level sufficient statistics of BLEU and chrF, computed once per run and split.
+
+A corpus score is a function of column sums of per-sentence statistics, so a bootstrap resample
+is a weighted sum (resample counts @ statistics) and never re-reads or re-tokenizes a sentence.
+Both metrics use sacreBLEU's defaults, the ones `lit-attention test` reports:
+
+    BLEU  [N, 10]  hyp_len, ref_len, correct_1..4, total_1..4 (tokenizer 13a, mixed case, exp smoothing)
+    chrF  [N, 18]  (hyp, ref, match) character n-gram counts for n = 1..6 (beta 2, no word n-grams)
+
+They are cached in the run store as hyps/<split>.<metric>.stats.npz (computed when a metric is
+first asked for), keyed by a hash of the hypotheses, the references and the metric's sacreBLEU
+signature: a changed file is recomputed, never read stale. Scores from summed statistics equal
+sacrebleu.corpus_bleu / corpus_chrf exactly (tests/analysis/test_sentence_stats.py checks it on
+Multi30k).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import repeat
+from pathlib import Path
+
+import numpy as np
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.metrics.helpers import extract_all_char_ngrams
+
+from lit_attention.files import atomic_write
+
+MAX_NGRAM = 4        # BLEU
+CHAR_ORDER = 6       # chrF
+BETA = 2
+FORMAT = 1           # bump when the layout of the cached arrays changes
+METRICS = ("bleu", "chrf")
+WIDTH = {"bleu": 2 + 2 * MAX_NGRAM, "chrf": 3 * CHAR_ORDER}     # statistics per sentence
+
+
+@lru_cache(maxsize=1)
+def _metrics() -> tuple[BLEU, CHRF]:
+    bleu, chrf = BLEU(), CHRF()
+    assert chrf.char_order == CHAR_ORDER and chrf.word_order == 0 and chrf.beta == BETA
+    assert bleu.max_ngram_order == MAX_NGRAM and bleu.smooth_method == "exp"
+    for metric in (bleu, chrf):
+        metric.corpus_score(["a"], [["a"]])   # a signature needs the number of references set
+    return bleu, chrf
+
+
+@lru_cache(maxsize=1)
+def signatures() -> dict[str, str]:
+    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
+    bleu, chrf = _metrics()
+    return {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
+
+
+# ---- statistics of one corpus -----------------------------------------------------------------
+
+def _matches(hyp: Counter, ref: Counter) -> int:
+    """sum over n-grams of min(hypothesis count, reference count): clipped matches."""
+    return sum(map(min, hyp.values(), map(ref.get, hyp.keys(), repeat(0))))
+
+
+def word_ngrams(tokens: list[str]) -> list[Counter]:
+    """Counters of the word n-grams of order 1..4 (sacreBLEU's extract_all_word_ngrams, by order)."""
+    return [Counter(zip(*(tokens[i:] for i in range(n)))) for n in range(1, MAX_NGRAM + 1)]
+
+
+def _bleu_row(hyp_tokens: list[str], ref: tuple[list[Counter], int]) -> list[int]:
+    ref_ngrams, ref_len = ref
+    hyp_ngrams = word_ngrams(hyp_tokens)
+    correct = [_matches(h, r) for h, r in zip(hyp_ngrams, ref_ngrams)]
+    total = [max(0, len(hyp_tokens) - n) for n in range(MAX_NGRAM)]
+    return [len(hyp_tokens), ref_len, *correct, *total]
+
+
+def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
+    row = []
+    for hyp, ref in zip(hyp_ngrams, ref_ngrams):
+        # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
+        row += [hyp.total() if ref else 0, ref.total(), _matches(hyp, ref)]
+    return row
+
+
+class Extractor:
+    """Computes statistics sentence by sentence, remembering the n-grams of references (shared by
+    every run of a study) and the (reference, hypothesis) pairs already seen, which runs of one
+    sweep repeat often."""
+
+    def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
+        bleu, _ = _metrics()
+        self.tokenize = bleu.tokenizer
+        self.refs = {"bleu": {}, "chrf": {}}
+        self.pairs = {"bleu": {}, "chrf": {}}
+        self.max_pairs = max_pairs
+
+    def _bleu(self, hyp: str, ref: str) -> list[int]:
+        ref_words = self.refs["bleu"].get(ref)
+        if ref_words is None:
+            tokens = self.tokenize(ref.rstrip()).split()
+            ref_words = self.refs["bleu"][ref] = (word_ngrams(tokens), len(tokens))
+        return _bleu_row(self.tokenize(hyp.rstrip()).split(), ref_words)
+
+    def _chrf(self, hyp: str, ref: str) -> list[int]:
+        ref_chars = self.refs["chrf"].get(ref)
+        if ref_chars is None:
+            ref_chars = self.refs["chrf"][ref] = extract_all_char_ngrams(ref, CHAR_ORDER)
+        return _chrf_row(extract_all_char_ngrams(hyp, CHAR_ORDER), ref_chars)
+
+    def row(self, metric: str, hyp: str, ref: str) -> list[int]:
+        """One sentence's statistics for `metric`."""
+        memo = self.pairs[metric]
+        found = memo.get((ref, hyp))
+        if found is None:
+            found = self._bleu(hyp, ref) if metric == "bleu" else self._chrf(hyp, ref)
+            if len(memo) >= self.max_pairs:
+                memo.clear()
+            memo[(ref, hyp)] = found
+        return found
+
+    def corpus(self, hyps: list[str], refs: list[str], metrics=METRICS) -> dict[str, np.ndarray]:
+        """{metric: statistics [N, K] (int64)} of aligned hypotheses and references."""
+        if len(hyps) != len(refs):
+            raise ValueError(f"{len(hyps)} hypotheses but {len(refs)} references (a paired "
+                             "test needs equal lengths)")
+        return {m: np.array([self.row(m, h, r) for h, r in zip(hyps, refs)],
+                            dtype=np.int64).reshape(len(hyps), WIDTH[m]) for m in metrics}
+
+
+def corpus_stats(hyps: list[str], refs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """BLEU [N, 10] and chrF [N, 18] sentence statistics (a fresh Extractor)."""
+    found = Extractor().corpus(hyps, refs)
+    return found["bleu"], found["chrf"]
+
+
+# ---- scores from summed statistics -------------------------------------------------------------
+
+def bleu_score(sums) -> float:
+    """Corpus BLEU of column sums [10] (sacreBLEU's own BLEU.compute_bleu)."""
+    sums = [int(x) for x in sums]
+    return BLEU.compute_bleu(correct=sums[2:2 + MAX_NGRAM], total=sums[2 + MAX_NGRAM:],
+                             sys_len=sums[0], ref_len=sums[1], smooth_method="exp").score
+
+
+def bleu_scores(sums: np.ndarray) -> np.ndarray:
+    """BLEU of many sum vectors at once: [..., 10] -> [...] (float64).
+
+    sacreBLEU's BLEU.compute_bleu (exp smoothing) elementwise; agrees with it to a few ulps:
+    where every order has a match, the geometric mean of the precisions 100 c_n / t_n is taken
+    as a fourth root of their product, one column at a time; other sums go step by step."""
+    sums = np.asarray(sums)
+    if sums.dtype not in (np.float32, np.float64):
+        sums = sums.astype(np.float64)
+    sys_len, ref_len = sums[..., 0], sums[..., 1]
+    c = [sums[..., 2 + n] for n in range(MAX_NGRAM)]
+    t = [sums[..., 2 + MAX_NGRAM + n] for n in range(MAX_NGRAM)]
+    f64 = np.float64          # float32 sums (exact integers) are widened column by column
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        ratio = np.multiply(c[0], c[1], dtype=f64) * np.multiply(c[2], c[3], dtype=f64)
+        ratio /= np.multiply(t[0], t[1], dtype=f64) * np.multiply(t[2], t[3], dtype=f64)
+        score = np.asarray(np.sqrt(np.sqrt(1e8 * ratio)))                 # 100 ** 4 = 1e8
+        score *= np.exp(np.minimum(0.0, 1 - np.divide(ref_len, sys_len, dtype=f64)))   # brevity
+    usual = (c[0] > 0) & (c[1] > 0) & (c[2] > 0) & (c[3] > 0)       # then every total > 0 too
+    if not usual.all():
+        score[~usual] = _bleu_scores_smoothed(sums[~usual].astype(f64))
+    return score
+
+
+def _bleu_scores_smoothed(sums: np.ndarray) -> np.ndarray:
+    """compute_bleu step by step, for sums where some order has no match (exp smoothing, and
+    the stop at an order with no n-grams at all)."""
+    sys_len, ref_len = sums[..., 0], sums[..., 1]
+    correct, total = sums[..., 2:2 + MAX_NGRAM], sums[..., 2 + MAX_NGRAM:]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(sys_len < ref_len,
+                      np.where(sys_len > 0, np.exp(1 - ref_len / sys_len), 0.0), 1.0)
+        smooth = np.ones_like(sys_len)
+        stopped = np.zeros(sys_len.shape, dtype=bool)    # compute_bleu breaks at a zero total
+        log_sum = np.zeros_like(sys_len)
+        for n in range(MAX_NGRAM):
+            c, t = correct[..., n], total[..., n]
+            stopped |= t == 0
+            missed = (c == 0) & ~stopped
+            smooth = np.where(missed, smooth * 2, smooth)
+            precision = np.where(stopped, 0.0, np.where(c == 0, 100. / (smooth * t), 100. * c / t))
+            log_sum = log_sum + np.where(precision == 0, -9999999999.0, np.log(precision))
+        score = bp * np.exp(log_sum / MAX_NGRAM)
+    return np.where(correct.any(axis=-1), score, 0.0)
+
+
+def chrf_scores(sums: np.ndarray) -> np.ndarray:
+    """chrF of many sum vectors at once: [..., 18] -> [...] (float64).
+
+    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation,
+    so each value equals sacreBLEU's to the last bit."""
+    sums = np.asarray(sums, dtype=np.float64)          # float32 sums: exact integers, widened
+    factor = BETA ** 2
+    avg_prec = np.zeros(sums.shape[:-1])
+    avg_rec = np.zeros(sums.shape[:-1])
+    order = np.zeros(sums.shape[:-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for i in range(CHAR_ORDER):
+            n_hyp, n_ref, n_match = sums[..., 3 * i], sums[..., 3 * i + 1], sums[..., 3 * i + 2]
+            counted = (n_hyp > 0) & (n_ref > 0)
+            avg_prec = np.where(counted, avg_prec + n_match / n_hyp, avg_prec)
+            avg_rec = np.where(counted, avg_rec + n_match / n_ref, avg_rec)
+            order += counted
+        avg_prec = np.where(order > 0, avg_prec / order, 0.0)
+        avg_rec = np.where(order > 0, avg_rec / order, 0.0)
+        score = (1 + factor) * avg_prec * avg_rec
+        score = score / ((factor * avg_prec) + avg_rec)
+    return np.where(avg_prec + avg_rec != 0, 100 * score, 0.0)
+
+
+def chrf_score(sums) -> float:
+    """Corpus chrF of column sums [18]."""
+    return float(chrf_scores(np.asarray(sums)))
+
+
+SCORES = {"bleu": bleu_scores, "chrf": chrf_scores}     # vectorized: [..., K] -> [...]
+SCORE = {"bleu": bleu_score, "chrf": chrf_score}        # exact corpus score of one sum vector
+
+
+def corpus_score(metric: str, stats: np.ndarray) -> float:
+    """The corpus score of sentence statistics [N, K] (their column sums)."""
+    return SCORE[metric](stats.sum(axis=0))
+
+
+# ---- the cache in the run store ----------------------------------------------------------------
+
+@dataclass
+class SentenceStats:
+    """One run's statistics on one split; `hyps_hash`/`refs_hash` identify the texts. A metric
+    not asked for when reading the cache is None."""
+    bleu: np.ndarray | None      # [N, 10] int64
+    chrf: np.ndarray | None      # [N, 18] int64
+    hyps_hash: str
+    refs_hash: str
+
+    def __len__(self) -> int:
+        return len(self.bleu if self.bleu is not None else self.chrf)
+
+    def of(self, metric: str) -> np.ndarray:
+        found = {"bleu": self.bleu, "chrf": self.chrf}[metric]
+        if found is None:
+            raise ValueError(f"{metric} statistics were not loaded")
+        return found
+
+
+def text_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def cache_key(metric: str, hyps_hash: str, refs_hash: str) -> str:
+    return f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
+
+
+def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
+    return Path(run_dir) / "hyps" / f"{split}.{metric}.stats.npz"
+
+
+def _lines(data: bytes) -> list[str]:
+    return data.decode("utf-8").splitlines()   # as load.read_hyps reads them
+
+
+def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
+                    extractor: Extractor | None = None, metrics=METRICS) -> SentenceStats:
+    """The `metrics` statistics of hyps/<split>.txt against `refs` (raw bytes of a reference file;
+    by default the run's own hyps/<split>.ref.txt), each read from its cache file
+    hyps/<split>.<metric>.stats.npz when the key matches, else computed and cached. A run store
+    that cannot be written to is only read.
+
+    Raises FileNotFoundError when the hypotheses (or the references) are missing."""
+    hyp_dir = Path(run_dir) / "hyps"
+    hyps_data = (hyp_dir / f"{split}.txt").read_bytes()
+    if refs is None:
+        ref_path = hyp_dir / f"{split}.ref.txt"
+        if not ref_path.is_file():
+            raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
+        refs = ref_path.read_bytes()
+    hyps_hash, refs_hash = text_hash(hyps_data), text_hash(refs)
+    found = {}
+    for metric in metrics:
+        key, path = cache_key(metric, hyps_hash, refs_hash), cache_path(run_dir, split, metric)
+        found[metric] = _read_cache(path, key)
+        if found[metric] is None:
+            extractor = extractor or Extractor()
+            found[metric] = extractor.corpus(_lines(hyps_data), _lines(refs), [metric])[metric]
+            _write_cache(path, key, found[metric])
+    return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
+
+
+def _read_cache(path: Path, key: str) -> np.ndarray | None:
+    """The cached statistics if the file holds them under `key` (None: missing, stale, foreign)."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
+    except (OSError, KeyError, ValueError, EOFError):
+        return None
+
+
+def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, key=np.array(key),
+             stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
+    try:
+        atomic_write(path, buf.getvalue())
+    except OSError:     # a read-only store (e.g. results/ under version control): just not cached
+        pass
+
+
+# ---- filling many caches at once ---------------------------------------------------------------
+
+def probably_cached(run_dir: Path | str, split: str, refs_path: Path | str, metrics=METRICS) -> bool:
+    """Cache files newer than the texts: likely valid (load_or_compute still checks the hash)."""
+    try:
+        texts = Path(run_dir) / "hyps" / f"{split}.txt"
+        newest = max(texts.stat().st_mtime_ns, Path(refs_path).stat().st_mtime_ns)
+        return all(cache_path(run_dir, split, m).stat().st_mtime_ns >= newest for m in metrics)
+    except OSError:
+        return False
+
+
+def _fill(job: tuple[str, str, str, tuple]) -> None:
+    run_dir, split, refs_path, metrics = job
+    global _WORKER_EXTRACTOR
+    if _WORKER_EXTRACTOR is None:
+        _WORKER_EXTRACTOR = Extractor()
+    try:
+        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR, metrics)
+    except (OSError, ValueError):
+        pass    # the caller meets the same problem when it loads the run, and reports it
+
+
+_WORKER_EXTRACTOR = None
+
+
+def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = None,
+                min_jobs: int = 16) -> int:
+    """Compute the statistics of (run_dir, split, references file, metrics) jobs whose cache is
+    missing or older than the texts, in `workers` processes (default: the usable CPUs). Returns
+    how many it computed."""
+    todo = [job for job in jobs if not probably_cached(*job)]
+    workers = workers or len(os.sched_getaffinity(0))
+    if len(todo) < min_jobs or workers < 2:
+        return len(todo)     # computed on demand by load_or_compute
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_fill, todo, chunksize=4))
+    except (BrokenProcessPool, OSError, RuntimeError):
+        pass    # no worker processes here (e.g. a caller without a __main__ guard): on demand
+    return len(todo)
