@@ -72,6 +72,7 @@ class DiagnosticsOptions:
 
 
 def _build_cli_class():
+    import yaml
     from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.cli import LightningCLI
@@ -141,14 +142,16 @@ def _build_cli_class():
             except ValueError as exc:                      # an unsafe --run.id / --run.group
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
-            self.config_yaml = self._parser(self.subcommand).dump(cfg, skip_none=False)
+            # the subcommand's config as the run's config.yaml (the parser's public dump of the
+            # whole config, then only this subcommand's part)
+            whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+            self.config_yaml = yaml.safe_dump(whole[self.subcommand], sort_keys=False)
 
         def instantiate_trainer(self, **kwargs):
             cfg = self.config[self.subcommand]
             run = cfg.run
-            callbacks = [self._get(self.config_init, c) for c in self._parser(self.subcommand).callback_keys]
-            callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
-                                              cfg.get("seed_everything"), self.subcommand))
+            callbacks = [RunStoreCallback(self.run_dir, run.group, self.config_yaml,
+                                              cfg.get("seed_everything"), self.subcommand)]
             callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
             callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
                                              monitor="val_loss", mode="min", save_last=True,
@@ -160,11 +163,13 @@ def _build_cli_class():
                 loggers.append(make_wandb_logger(
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
                     run.job_type, [t for t in run.tags.split(",") if t], wandb_id))
-            trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+            trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
             warn_emulated_bf16(trainer_config)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
-            trainer = self._instantiate_trainer(trainer_config, callbacks)
+            given = trainer_config.get("callbacks") or []
+            trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks]
+            trainer = self.trainer_class(**trainer_config)
             self.session.update(trainer=trainer, run_dir=self.run_dir.path)
             if os.environ.get("LOCAL_RANK", "0") == "0":
                 print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)

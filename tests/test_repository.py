@@ -23,3 +23,18 @@ def test_every_torch_load_refuses_code():
             if "weights_only=True" not in call.group(1):
                 unsafe.append(f"{name}: {call.group(0)[:80]}")
     assert not unsafe
+
+
+# Lightning attributes that are private (a leading underscore) and that this project once used.
+PRIVATE_LIGHTNING = re.compile(r"\.(_trainer|_get|_parser|_instantiate_trainer|_subcommand_parsers|"
+                               r"_checkpoint_connector|_logger_connector|_results|_accelerator_connector|"
+                               r"_run_stage|_data_connector)\b")
+
+
+def test_no_private_lightning_attribute_is_used():
+    """Public hooks and properties only, so the project is not pinned to one Lightning release."""
+    used = [f"{name}:{text[:m.start()].count(chr(10)) + 1}: {m.group(0)}"
+            for name, text in _tracked_python_sources().items()
+            if name != "tests/test_repository.py"
+            for m in PRIVATE_LIGHTNING.finditer(text)]
+    assert not used
