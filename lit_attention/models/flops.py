@@ -128,7 +128,8 @@ class TrainingFlopCounter:
 
     def __init__(self, module: nn.Module):
         self.cached: dict[Hashable, int] = {}
-        self._key: Hashable | None = None
+        self._key: Hashable = None
+        self._counting = False
         self._mode: FlopCounterMode | None = None
         self._recurrent = 0   # this step's recurrent FLOPs (formula)
         self._seen = 0        # the part of them FlopCounterMode counted too (unrolled kernels)
@@ -141,19 +142,19 @@ class TrainingFlopCounter:
 
     @property
     def counting(self) -> bool:
-        return self._key is not None
+        return self._counting
 
     def start(self, key: Hashable) -> None:
         if self.counting:
             raise RuntimeError("TrainingFlopCounter.start: the previous step was not stopped")
-        self._key, self._recurrent, self._seen = key, 0, 0
+        self._key, self._counting, self._recurrent, self._seen = key, True, 0, 0
         if key not in self.cached:
             self._mode = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
             self._mode.__enter__()
 
     def stop(self) -> int:
         """The FLOPs of the step since ``start``."""
-        key, self._key = self._key, None
+        key, self._counting = self._key, False
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
@@ -164,7 +165,7 @@ class TrainingFlopCounter:
         """Abandon the current step (an exception interrupted it)."""
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-        self._key, self._mode = None, None
+        self._counting, self._mode = False, None
 
     def remove(self) -> None:
         self.cancel()

@@ -159,3 +159,13 @@ def test_counter_counts_language_models_with_carried_state(family):
         state = step()
         state = detach_state(state)
         assert counter.stop() == counted(step) > 0
+
+
+def test_any_hashable_is_a_key_none_included():
+    """bench/benchlib.count_flops counts one step under the key None."""
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    x = torch.randn(2, 5, 8, requires_grad=True)
+    counter = TrainingFlopCounter(lstm)
+    counter.start(None)
+    lstm(x)[0].sum().backward()
+    assert counter.stop() == recurrent_flops(lstm, x)[1] > 0
