@@ -199,3 +199,10 @@ def test_a_reference_config_trains_on_multi30k_to_a_tiny_flop_budget(shared_data
     assert summary["train_flops"] >= 1e11 and summary["steps"] >= 2
     assert summary["train_seconds"] > 0 and summary["val_loss"] > 0
 
+
+def test_reference_configs_share_one_compute_budget_and_no_wall_clock_limit():
+    configs = sorted((CONFIGS / "reference").glob("multi30k-*.yaml"))
+    assert len(configs) >= 7
+    loaded = [yaml.safe_load(path.read_text()) for path in configs]
+    assert {float(c["budget"]["flops"]) for c in loaded} == {float(loaded[0]["budget"]["flops"])}
+    assert all("max_time" not in c["trainer"] for c in loaded)
