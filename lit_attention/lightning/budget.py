@@ -38,6 +38,8 @@ def step_limit(budget_steps: int, max_steps: int | None) -> int:
 
 
 class TrainingBudget(Callback):
+    """Counts training tokens and FLOPs every step and stops at the first budget used up."""
+
     def __init__(self, steps: int | None = None, tokens: int | None = None,
                  flops: float | None = None):
         self.budget = {"steps": steps, "tokens": tokens, "flops": flops}
@@ -50,6 +52,7 @@ class TrainingBudget(Callback):
         self._pending = [0, 0]                        # this rank's tokens, FLOPs since the last step
         self._tokens_before = 0
         self._step = 0
+        self._restored = False
 
     # -- checkpoint --------------------------------------------------------------------------
 
@@ -58,6 +61,7 @@ class TrainingBudget(Callback):
 
     def load_state_dict(self, state: dict) -> None:
         self.used = {"tokens": int(state.get("tokens", 0)), "flops": int(state.get("flops", 0))}
+        self._restored = True
 
     # -- counting ----------------------------------------------------------------------------
 
@@ -73,6 +77,9 @@ class TrainingBudget(Callback):
             raise ValueError(f"--budget.tokens: {type(pl_module).__name__} does not count training tokens")
         self._counter = TrainingFlopCounter(pl_module)
         self._step = trainer.global_step
+        if trainer.global_step and not self._restored and trainer.is_global_zero:
+            print(f"warning: the checkpoint (step {trainer.global_step}) holds no budget counts: "
+                  "train_tokens, train_flops and budgets count from here", file=sys.stderr)
         reached = self._reached(trainer)
         if reached:   # a resumed run that had used its budget up already
             self.stopped_by = f"budget.{reached[0]}"
@@ -94,7 +101,7 @@ class TrainingBudget(Callback):
         self._stop_counting()
         self._pending[0] += getattr(pl_module, "train_tokens", 0) - self._tokens_before
         if trainer.global_step == self._step:
-            return   # no optimizer step yet (gradient accumulation, or a step that was skipped)
+            return   # no optimizer step yet (gradient accumulation)
         self._step = trainer.global_step
         step = torch.tensor(self._pending, dtype=torch.int64, device=pl_module.device)
         tokens, flops = trainer.strategy.reduce(step, reduce_op="sum").tolist()
