@@ -177,14 +177,18 @@ def matmul_gflops(n: int = 1024, seconds: float = 1.0) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def count_flops(fn) -> int:
-    """Floating-point operations torch's FlopCounterMode sees in fn() (matmuls, convolutions,
-    attention products; elementwise work is not counted, as usual for MFU)."""
-    from torch.utils.flop_counter import FlopCounterMode
-    counter = FlopCounterMode(display=False)
-    with counter:
+def count_flops(fn, module) -> int:
+    """Matrix-product FLOPs of fn() (a forward and backward of ``module``), counted as training
+    budgets count them (lit_attention/models/flops.py): FlopCounterMode alone misses the fused
+    CPU attention kernel and oneDNN's LSTM; elementwise work is not counted, as usual for MFU."""
+    from lit_attention.models.flops import TrainingFlopCounter
+    counter = TrainingFlopCounter(module)
+    counter.start(None)
+    try:
         fn()
-    return counter.get_total_flops()
+        return counter.stop()
+    finally:
+        counter.remove()
 
 
 # ---- output -----------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ Rows: the reference Transformer (fp32, and bf16 autocast on a CPU with native bf
 Luong-general), at the reference RNN size (embedding and hidden 256, one bidirectional encoder
 layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss,
 backward, clipping and Adam.
-MFU is model FLOP/s (matmul-class FLOPs counted by torch's FlopCounterMode on the timed batches)
-over an fp32 GEMM measured in the same run at the same thread count.
+MFU is model FLOP/s (matrix-product FLOPs of the timed batches, counted as training budgets
+count them: lit_attention/models/flops.py) over an fp32 GEMM measured in the same run at the
+same thread count.
 
     .venv/bin/python bench/throughput.py [--quick] [--steps 8]
 
@@ -52,7 +53,7 @@ def measure(net, batches, warmup: int, bf16: bool) -> tuple[float, float]:
     flops = 0
     for b in timed:   # counted apart: the counter slows the step it watches
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            flops += B.count_flops(lambda: B.seq2seq_loss(net, b).backward())
+            flops += B.count_flops(lambda: B.seq2seq_loss(net, b).backward(), net)
         net.zero_grad(set_to_none=True)
     tokens = sum(B.target_tokens(b) for b in timed)
     return tokens / seconds, flops / seconds

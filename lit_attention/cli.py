@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+from jsonargparse.typing import PositiveFloat, PositiveInt
+
 from lit_attention.config_check import ConfigError, suggest, unknown_option
 
 TRAINING_COMMANDS = ("fit", "validate", "test")
@@ -71,12 +73,28 @@ class DiagnosticsOptions:
     heatmaps: int = 4
 
 
+@dataclass
+class BudgetOptions:
+    """Training budget: training stops at the first optimizer step that uses one up (counts
+    summed over DDP ranks, carried across --ckpt_path last; see lit_attention/lightning/budget.py).
+
+    Args:
+        steps: optimizer steps (also sets trainer.max_steps).
+        tokens: training target tokens (padding excluded).
+        flops: training FLOPs: forward + backward matrix products (lit_attention/models/flops.py).
+    """
+    steps: Optional[PositiveInt] = None
+    tokens: Optional[PositiveInt] = None
+    flops: Optional[PositiveFloat] = None
+
+
 def _build_cli_class():
     import yaml
     from lightning.pytorch import LightningDataModule, LightningModule
     from lightning.pytorch.callbacks import ModelCheckpoint
     from lightning.pytorch.cli import LightningCLI
 
+    from lit_attention.lightning.budget import TrainingBudget, step_limit
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.tracking.callback import RunStoreCallback
     from lit_attention.tracking.run_store import (RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run,
@@ -90,6 +108,7 @@ def _build_cli_class():
             self.__dict__.setdefault("subcommand_parsers", []).append(parser)
             parser.add_class_arguments(RunOptions, "run")
             parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
+            parser.add_class_arguments(BudgetOptions, "budget")
             parser.add_argument("--tracking", type=Literal["none", "wandb"], default="none",
                                 help="also log to Weights & Biases (offline without a key or network)")
 
@@ -150,8 +169,11 @@ def _build_cli_class():
         def instantiate_trainer(self, **kwargs):
             cfg = self.config[self.subcommand]
             run = cfg.run
-            callbacks = [RunStoreCallback(self.run_dir, run.group, self.config_yaml,
-                                              cfg.get("seed_everything"), self.subcommand)]
+            callbacks = []
+            if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
+                callbacks.append(TrainingBudget(**vars(cfg.budget)))
+            callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
+                                              cfg.get("seed_everything"), self.subcommand))
             callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
             callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
                                              monitor="val_loss", mode="min", save_last=True,
@@ -164,6 +186,12 @@ def _build_cli_class():
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
                     run.job_type, [t for t in run.tags.split(",") if t], wandb_id))
             trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
+            if cfg.budget.steps is not None:
+                try:
+                    trainer_config["max_steps"] = step_limit(cfg.budget.steps, trainer_config.get("max_steps"))
+                except ValueError as exc:
+                    print(f"error: {exc}", file=sys.stderr)
+                    raise SystemExit(2) from None
             warn_emulated_bf16(trainer_config)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)

@@ -19,8 +19,10 @@ from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, 
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
-# Per-run quantities averaged per configuration beside the metric.
-COSTS = ("params", "train_seconds", "tokens_per_second", "machine_gflops")
+# Per-run quantities averaged per configuration beside the metric: what training cost, never
+# the budget it was given (that is `budget`, and `n_under_budget` counts runs that fell short).
+COSTS = ("params", "steps", "train_seconds", "train_flops", "tokens_per_second", "machine_gflops")
+BUDGETS = {"budget_flops": "FLOPs", "budget_tokens": "tokens", "budget_steps": "steps"}
 GRADIENT = ("grad_norm_median", "clip_fraction")
 # Gradient flow through time: one fit per configuration and direction, sentences pooled over seeds.
 GRADFLOW_RESAMPLES = 1000
@@ -176,6 +178,12 @@ def invalid(runs: pd.DataFrame, metric: str) -> pd.Series:
     return np.isinf(values) | written_nan | (values.isna() & runs[metric].notna())
 
 
+def budget_text(run) -> str:
+    """The training budget a run asked for (summary.json budget_*), e.g. '1.8e+14 FLOPs'; '' if none."""
+    return ", ".join(f"{float(run[col]):.3g} {unit}" for col, unit in BUDGETS.items()
+                     if col in run and run[col] is not None and not pd.isna(run[col]))
+
+
 def usable(runs: pd.DataFrame, metric: str) -> pd.Series:
     """Which runs are averaged: finished and with a finite value for the metric."""
     return (runs["status"] == FINISHED) & runs[metric].notna() & ~invalid(runs, metric)
@@ -191,13 +199,14 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
 
     Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs), n_failed,
     n_pruned, n_invalid, n_other, the finite means of COSTS and GRADIENT columns present, the
-    `gradflow_columns` of the averaged runs' gradflow.csv pooled, run_ids (averaged runs) and
-    excluded_ids (`run_id:status`), both ';'-separated.
+    `gradflow_columns` of the averaged runs' gradflow.csv pooled, budget (the budgets of the
+    averaged runs, ';'-separated), n_under_budget (averaged runs that stopped before their budget
+    was used up), run_ids (averaged runs) and excluded_ids (`run_id:status`), both ';'-separated.
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
     needed = dict.fromkeys([*keys, metric, "status", "seed", "run_id", "run_dir", "nonfinite", *COSTS,
-                            *GRADIENT])
+                            *GRADIENT, *BUDGETS, "budget_reached"])
     runs = runs[[c for c in needed if c in runs]]     # groups of a wide frame are slow to cut
     runs = runs.assign(_usable=usable(runs, metric),
                        _invalid=(runs["status"] == FINISHED) & invalid(runs, metric))
@@ -216,6 +225,8 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
                 row[col] = finite_mean(good[col])
         if "run_dir" in good and len(good):
             row.update(gradflow_columns(last_gradflow(load_gradflow(good))))
+        row["budget"] = ";".join(sorted({budget_text(r) for _, r in good.iterrows()}))
+        row["n_under_budget"] = int(good["budget_reached"].eq(False).sum()) if "budget_reached" in good else 0
         row["seeds"] = ";".join(str(s) for s in good.get("seed", []))
         row["run_ids"] = ";".join(good["run_id"])
         row["excluded_ids"] = ";".join(f"{r.run_id}:{r.status}" for r in bad.itertuples())
@@ -231,7 +242,8 @@ BOOKKEEPING = ("config.run.", "config.seed_everything", "config.ckpt_path", "con
 
 def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
-    fields = [c for c in runs.columns if c.startswith(("config.model.", "config.data.", "config.trainer."))
+    fields = [c for c in runs.columns
+              if c.startswith(("config.model.", "config.data.", "config.trainer.", "config.budget."))
               and not c.startswith(BOOKKEEPING) and c not in keys]
     if not fields:
         return []

@@ -88,7 +88,7 @@ def count(x) -> str:
     """Parameter counts and rates: 1234567 -> '1.23M'."""
     if x is None or pd.isna(x):
         return ""
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= scale:
             return f"{x / scale:.3g}{suffix}"
     return f"{x:.3g}"
@@ -152,8 +152,9 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
                           for f, p, i, o in zip(agg["n_failed"], agg["n_pruned"],
                                                 agg.get("n_invalid", [0] * len(agg)), agg["n_other"])],
     }
-    optional = {"params": ("params", count), "train s": ("train_seconds", lambda x: number(x, 0)),
-                "tok/s": ("tokens_per_second", count),
+    optional = {"params": ("params", count), "steps": ("steps", lambda x: number(x, 0)),
+                "train s": ("train_seconds", lambda x: number(x, 0)),
+                "train FLOPs": ("train_flops", count), "tok/s": ("tokens_per_second", count),
                 "machine GFLOP/s": ("machine_gflops", lambda x: number(x, 0)),
                 "grad norm": ("grad_norm_median", lambda x: number(x, 2)),
                 "clip %": ("clip_fraction", lambda x: number(100 * x, 0))}
@@ -163,6 +164,10 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     decays = gradflow_cells(agg)
     if any(decays):
         columns[GRADFLOW_COLUMN] = decays
+    if "budget" in agg and agg["budget"].nunique() > 1:
+        columns["budget"] = list(agg["budget"])
+    if "n_under_budget" in agg and agg["n_under_budget"].any():
+        columns["under budget"] = agg["n_under_budget"].astype(int).astype(str).tolist()
     if sig is not None:
         p_by_config = {tuple(label(v) for v in r[:-1]): r[-1]
                        for r in sig[keys + ["p_holm"]].itertuples(index=False)}
@@ -223,7 +228,7 @@ COLUMN_NAMES = {"ci": "95% CI", "n": "n", "excluded": "failed/pruned", "params":
                 "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": "p (Holm)",
                 "gradflow": GRADFLOW_COLUMN}
 # The columns shown, in this order, as long as the table fits (after the keys and the metric).
-PRIORITY = ("ci", "n", "p", "excluded", "params")
+PRIORITY = ("ci", "n", "budget", "under_budget", "p", "excluded", "params")
 
 
 def _slug(header) -> str:
@@ -402,6 +407,16 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     if unreadable:
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")
+    budgets = set(agg["budget"]) if "budget" in agg else set()
+    if len(budgets) == 1 and budgets != {""}:
+        parts.append(f"Every run trained to the same budget, {budgets.pop()}; steps, train s (wall "
+                     "time) and train FLOPs are what training used.")
+    elif len(budgets) > 1:
+        parts.append("Training budgets differ between rows.")
+    under = int(agg["n_under_budget"].sum()) if "n_under_budget" in agg else 0
+    if under:
+        parts.append(f"Not compute-matched: {under} averaged run(s) stopped before the budget was "
+                     "used up; another limit (e.g. max_epochs) came first.")
     if significance:
         on = f" on the {SPLITS.get(test_split, test_split)} hypotheses" if test_split else ""
         parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}){on}; {significance}.")

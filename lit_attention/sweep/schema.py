@@ -39,7 +39,7 @@ PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("minimize", "maximize")
 KINDS = ("seq2seq", "lm")
 TRACKING = ("none", "wandb")
-PREFIXES = ("model.", "data.", "trainer.")
+PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
 TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
             "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking", "workers")

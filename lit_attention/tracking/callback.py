@@ -9,6 +9,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, git_commit, now_iso, package_versions
 
@@ -150,11 +151,17 @@ class RunStoreCallback(Callback):
         if not trainer.is_global_zero:
             return
         seconds = self._elapsed()
-        tokens = getattr(pl_module, "train_tokens", 0) * trainer.world_size
+        # Exact token and FLOP counts (summed over ranks every step) come from the budget callback.
+        budget = next((c for c in trainer.callbacks if isinstance(c, TrainingBudget)), None)
+        counts = (budget.summary(trainer) if budget is not None
+                  else {"train_tokens": getattr(pl_module, "train_tokens", 0) * trainer.world_size})
+        if self.stop_reason:
+            counts["stopped_by"] = f"STOP file: {self.stop_reason}"
+        tokens = counts["train_tokens"]
         status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         summary = self.run_dir.update_summary(
-            status=status, finished_at=now_iso(), train_seconds=seconds, train_tokens=tokens,
+            status=status, finished_at=now_iso(), train_seconds=seconds, **counts,
             tokens_per_second=tokens / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None,
