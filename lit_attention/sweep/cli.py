@@ -60,8 +60,7 @@ def _url(args, sweep) -> str:
 
 
 def _placements(args, sweep, workers: int) -> list:
-    """Each worker's GPUs and threads; raises PlacementError (or SweepError) on a request that
-    cannot be met."""
+    """Each worker's GPUs and threads; raises PlacementError on a request that cannot be met."""
     if args.gpus is not None:
         gpus, source = parse_gpus(args.gpus), "--gpus"
     else:
