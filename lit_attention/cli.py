@@ -352,8 +352,10 @@ def _train(argv: list[str]) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_attention.data.text import DataError
+    from lit_attention.threads import use_allowed_cores
     from lit_attention.tracking.wandb import finish
 
+    use_allowed_cores()  # OMP_NUM_THREADS (a sweep trial's share), else the cores we may use
     cli_class, module_base, data_base = _build_cli_class()
     session = cli_class.session = {}
     status = "failed"

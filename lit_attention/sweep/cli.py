@@ -1,15 +1,19 @@
-"""`lit-attention sweep FILE [--workers N] [--storage URL] [--devices-per-trial G] [--resume]`."""
+"""`lit-attention sweep FILE [--workers N] [--gpus LIST] [--devices-per-trial G] [--storage URL] [--resume]
+[--dry-run]`."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
 import optuna
 
 from lit_attention.sweep import driver, progress
+from lit_attention.sweep.placement import PlacementError, parse_gpus, place, visible_gpus
+from lit_attention.sweep.space import config_name
 from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 
@@ -25,8 +29,18 @@ def parser() -> argparse.ArgumentParser:
         "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
     p.add_argument("--devices-per-trial", type=int, default=1,
                    help="G > 1: each trial trains with DDP on G devices (on CPU: G gloo processes)")
-    p.add_argument("--accelerator", default="cpu",
-                   help="accelerator of DDP trials (--devices-per-trial > 1): cpu (gloo), gpu, auto")
+    p.add_argument("--gpus", default=None, help=(
+        "GPUs to share out, e.g. 0,1,2,3: worker i gets LIST[i*G:(i+1)*G] as CUDA_VISIBLE_DEVICES "
+        "(default: every visible GPU; none: hide them all, CPU trials)"))
+    p.add_argument("--nodes-per-trial", type=int, default=1, help=(
+        "M > 1: each trial is one srun step of M nodes x G tasks (--trainer.num_nodes M); "
+        "only inside a SLURM allocation"))
+    p.add_argument("--accelerator", default=None, help=(
+        "trainer.accelerator of every trial: auto, cpu, gpu (default: the config's, `auto`: "
+        "a GPU when there is one, else the CPU with gloo for DDP)"))
+    p.add_argument("--dry-run", action="store_true", help=(
+        "print each worker's CUDA_VISIBLE_DEVICES, threads and first trial command; train nothing, "
+        "write nothing"))
     p.add_argument("--resume", action="store_true",
                    help="re-queue cells of an existing study that have no finished trial (failed, interrupted)")
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
@@ -45,6 +59,27 @@ def _url(args, sweep) -> str:
         args.root or sweep.root, sweep.study_name)
 
 
+def _placements(args, sweep, workers: int) -> list:
+    """Each worker's GPUs and threads; raises PlacementError on a request that cannot be met."""
+    if args.gpus is not None:
+        gpus, source = parse_gpus(args.gpus), "--gpus"
+    else:
+        gpus, source = visible_gpus()
+        gpus = gpus or None  # no GPU here: leave CUDA_VISIBLE_DEVICES alone
+    if args.accelerator in ("gpu", "cuda") and not gpus:
+        raise PlacementError(f"--accelerator {args.accelerator}: no GPU to give the trials "
+                             f"({source}: none)")
+    keys = [f"fixed.{k}" for k in sweep.fixed if k == "trainer.accelerator"]
+    keys += [f"space.{p.name}" for p in sweep.space if config_name(p.name) == "trainer.accelerator"]
+    if args.accelerator and keys:
+        raise PlacementError(f"--accelerator {args.accelerator} and the sweep's {keys[0]} both set the "
+                             f"accelerator; keep one")
+    if args.nodes_per_trial > 1 and not os.environ.get("SLURM_JOB_ID"):
+        raise PlacementError(f"--nodes-per-trial {args.nodes_per_trial}: a trial spanning nodes is an srun "
+                             "step; run the sweep inside a SLURM allocation (sweeps/slurm-workers.sbatch)")
+    return place(workers, args.devices_per_trial, gpus, source)
+
+
 def report_study(study_dir: Path, metric: str) -> int:
     """The paper table of a finished study, from its run store (tables and plots in study_dir/report)."""
     from lit_attention.analysis.report import main as report_main
@@ -58,20 +93,31 @@ def report_study(study_dir: Path, metric: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1:
-        print("lit-attention sweep: --workers and --devices-per-trial must be >= 1", file=sys.stderr)
+    if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1 or args.nodes_per_trial < 1:
+        print("lit-attention sweep: --workers, --devices-per-trial and --nodes-per-trial must be >= 1",
+              file=sys.stderr)
         return 2
     try:
         sweep = load_sweep(args.file, args.max_cells)
         root = (args.root or sweep.root).resolve()
         if not args.worker:  # before anything is written: no study, no run directory
-            driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator)
-    except SweepError as e:
+            workers = args.workers or sweep.workers
+            placements = _placements(args, sweep, workers)
+            driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator,
+                                args.nodes_per_trial)
+    except (SweepError, PlacementError) as e:
         print(f"lit-attention sweep: error: {e}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.tracking,
+                                         args.accelerator, args.nodes_per_trial)
+        for i, (placement, cmd) in enumerate(zip(placements, commands)):
+            print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
+        return 0
     url = _url(args, sweep)
     if args.worker:
-        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator)
+        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator,
+                                 args.nodes_per_trial)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
@@ -96,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             last[0] = line
 
-    workers = args.workers or sweep.workers
-    procs = driver.spawn_workers(args.file, url, workers, root, args.devices_per_trial, args.tracking,
-                                 args.accelerator, args.max_cells)
+    procs = driver.spawn_workers(args.file, url, placements, root, args.devices_per_trial, args.tracking,
+                                 args.accelerator, args.max_cells, args.nodes_per_trial)
     try:
         codes = driver.wait_workers(procs, study, show)
     except KeyboardInterrupt:

@@ -45,7 +45,7 @@ class StudyMismatch(SweepError):
 
 
 def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
-                 accelerator: str = "cpu") -> None:
+                 accelerator: str | None = None, nodes: int = 1) -> None:
     """Parse the training arguments of a few trials with the training CLI's own parser, before
     any trial starts: together they use every value of every space parameter (ranges: their
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
@@ -55,11 +55,11 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
     from lit_attention.config_check import ConfigError
 
     base = yaml.safe_dump(sweep.base) if isinstance(sweep.base, dict) else sweep.base
-    prefix = len(tr.fit_command())
+    prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
     for cell in sp.probe_cells(sweep.space) or [{}]:
         cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
                                params=cell, fixed=sweep.fixed, tracking=tracking or sweep.tracking,
-                               name="check", devices=devices, accelerator=accelerator)
+                               name="check", devices=devices, accelerator=accelerator, nodes=nodes)
         try:
             check_training_args(["fit", *cmd[prefix:]])
         except ConfigError as e:
@@ -192,9 +192,10 @@ class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
     def __init__(self, sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
-                 accelerator: str = "cpu"):
+                 accelerator: str | None = None, nodes: int = 1):
         self.sweep = sweep
         self.accelerator = accelerator
+        self.nodes = nodes
         self.root = Path(root).resolve()
         self.devices = devices
         self.tracking = tracking or sweep.tracking
@@ -247,7 +248,8 @@ class Objective:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
         cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
-                               name=name, devices=self.devices, accelerator=self.accelerator)
+                               name=name, devices=self.devices, accelerator=self.accelerator,
+                               nodes=self.nodes)
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
               flush=True)
         try:
@@ -333,14 +335,14 @@ def _raise_interrupt(signum, frame):
 
 
 def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
-               accelerator: str = "cpu") -> int:
+               accelerator: str | None = None, nodes: int = 1) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    objective = Objective(sweep, root, devices, tracking, accelerator)
+    objective = Objective(sweep, root, devices, tracking, accelerator, nodes)
     skips = 0
     try:
         while True:
@@ -359,17 +361,39 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
         return 130
 
 
-def spawn_workers(sweep_file: Path, url: str, n: int, root: Path, devices: int, tracking: str | None,
-                  accelerator: str = "cpu", max_cells: int | None = None) -> list:
-    env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"})
-    # Trials running side by side must not each spawn a thread per core: on a small CPU box that
-    # oversubscription made a trial 5-10x slower.
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // (n * devices))))
-    procs = []
+def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking: str | None = None,
+                   accelerator: str | None = None, nodes: int = 1) -> list[list[str]]:
+    """The command of each of the first n trials, as a worker would start them (for --dry-run).
+
+    Grid and brute force: the first n cells in queue order (which worker pops which is a race);
+    random/TPE: the first probe configuration, since their cells are sampled while running.
+    """
+    cells = planned_cells(sweep) if sweep.enumerated else []
+    base = sweep.base if not isinstance(sweep.base, dict) else root / sweep.study_name / "base.yaml"
+    commands = []
     for i in range(n):
+        cell = dict(cells[i]) if i < len(cells) else {**(sp.probe_cells(sweep.space) or [{}])[0],
+                                                       "seed": sweep.seeds[0]}
+        seed = cell.pop("seed")
+        commands.append(tr.build_command(
+            base=base, root=root, study=sweep.study_name, run_id=f"t{i:04d}-s{seed}", seed=seed, params=cell,
+            fixed=sweep.fixed, tracking=tracking or sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",
+            devices=devices, accelerator=accelerator, nodes=nodes))
+    return commands
+
+
+def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devices: int, tracking: str | None,
+                  accelerator: str | None = None, max_cells: int | None = None, nodes: int = 1) -> list:
+    """One worker process per placement, with that placement's GPUs and threads in its environment
+    (its trials inherit them)."""
+    procs = []
+    for placement in placements:
+        env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}, **placement.env())
         cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
                sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
-               "--root", str(root), "--devices-per-trial", str(devices), "--accelerator", accelerator]
+               "--root", str(root), "--devices-per-trial", str(devices), "--nodes-per-trial", str(nodes)]
+        if accelerator:
+            cmd += ["--accelerator", accelerator]
         if max_cells:
             cmd += ["--max-cells", str(max_cells)]
         if tracking:

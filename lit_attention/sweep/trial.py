@@ -48,6 +48,14 @@ def fit_command() -> list[str]:
     return [sys.executable, "-m", "lit_attention.cli", "fit"]
 
 
+def launcher(nodes: int, devices: int) -> list[str]:
+    """What starts a trial spanning nodes: one srun step of nodes x devices tasks in the current
+    SLURM allocation; Lightning's SLURMEnvironment reads each rank from the task's variables."""
+    if nodes <= 1:
+        return []
+    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={devices}", "--kill-on-bad-exit=1"]
+
+
 def format_value(value) -> str:
     """A config value as jsonargparse reads it on the command line."""
     if isinstance(value, bool):
@@ -61,19 +69,23 @@ def format_value(value) -> str:
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
                   fixed: dict, tracking: str, name: str, devices: int = 1,
-                  accelerator: str = "cpu") -> list[str]:
+                  accelerator: str | None = None, nodes: int = 1) -> list[str]:
+    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto)."""
     params = {config_name(k): v for k, v in params.items()}
     tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
-    cmd = fit_command() + [
+    cmd = launcher(nodes, devices) + fit_command() + [
         "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,
         "--seed_everything", str(seed), "--tracking", tracking,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
-    if devices > 1:
-        # Lightning relaunches the ranks itself; Optuna stays in this (the worker) process.
-        cmd += ["--trainer.accelerator", accelerator, "--trainer.devices", str(devices),
-                "--trainer.strategy", "ddp"]
+    if accelerator:
+        cmd += ["--trainer.accelerator", accelerator]
+    if devices > 1 or nodes > 1:
+        # Lightning relaunches the ranks itself (srun does across nodes); Optuna stays in the worker.
+        cmd += ["--trainer.devices", str(devices), "--trainer.strategy", "ddp"]
+    if nodes > 1:
+        cmd += ["--trainer.num_nodes", str(nodes)]
     return cmd
 
 

@@ -163,7 +163,8 @@ def test_trial_command_follows_the_contract(tmp_path):
     assert "--model.scoring dot" in joined  # the @suffix only names the Optuna parameter
     assert "--model.lr 0.001" in joined and "0.5" not in cmd  # the trial's value wins over fixed
     assert "--trainer.enable_progress_bar false" in joined
-    assert "--trainer.accelerator cpu --trainer.devices 2 --trainer.strategy ddp" in joined
+    assert "--trainer.devices 2 --trainer.strategy ddp" in joined
+    assert "--trainer.accelerator" not in joined  # the config's (auto) unless --accelerator is given
     tags = cmd[cmd.index("--run.tags") + 1].split(",")
     assert set(tags) == {"family:rnn", "scoring:dot"}
 
