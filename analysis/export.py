@@ -17,6 +17,7 @@ from pathlib import Path
 
 KEEP_FILES = ("summary.json", "config.yaml", "metrics.csv", "gradflow.csv")
 KEEP_DIRS = ("hyps",)
+CACHES = ("*.stats.npz",)      # the report's caches: rebuilt from the files they hash
 
 
 def export_run(run_dir: Path, destination: Path) -> Path:
@@ -30,7 +31,7 @@ def export_run(run_dir: Path, destination: Path) -> Path:
             shutil.copy2(run_dir / name, target / name)
     for name in KEEP_DIRS:
         if (run_dir / name).is_dir():
-            shutil.copytree(run_dir / name, target / name)
+            shutil.copytree(run_dir / name, target / name, ignore=shutil.ignore_patterns(*CACHES))
     return target
 
 

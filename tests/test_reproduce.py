@@ -31,6 +31,7 @@ def store(tmp_path):
                       model={"family": "rnn", "attention": attention})
     (runs / "study" / "none-s1" / "checkpoints").mkdir()
     (runs / "study" / "none-s1" / "checkpoints" / "best.ckpt").write_bytes(b"weights")
+    (runs / "study" / "none-s1" / "hyps" / "test.bleu.stats.npz").write_bytes(b"cache")
     assert export.main([str(runs / "study"), str(tmp_path / "results" / "study")]) == 0
     return tmp_path / "results" / "study"
 
@@ -44,7 +45,7 @@ def _doc(tmp_path, store, body):
 def test_export_keeps_the_compact_files_only(store):
     kept = {p.relative_to(store).as_posix() for p in store.rglob("*") if p.is_file()}
     assert "none-s1/summary.json" in kept and "none-s1/metrics.csv" in kept
-    assert not [k for k in kept if "checkpoints" in k]
+    assert not [k for k in kept if "checkpoints" in k or k.endswith(".npz")]
 
 
 def test_values_and_tables_are_regenerated_and_checked(tmp_path, store):
