@@ -9,6 +9,7 @@ from pathlib import Path
 
 import optuna
 
+from lit_attention.files import check_writable
 from lit_attention.sweep import driver, progress
 from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
@@ -69,7 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:
         print(f"lit-attention sweep: error: {e}", file=sys.stderr)
         return 2
-    url = _url(args, sweep)
+    try:
+        url = _url(args, sweep)
+    except OSError as e:   # the default SQLite study lives under the root: read-only or full
+        print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e}", file=sys.stderr)
+        return 1
     if args.worker:
         return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator)
 
@@ -97,6 +102,12 @@ def main(argv: list[str] | None = None) -> int:
             last[0] = line
 
     workers = args.workers or sweep.workers
+    try:   # the trials' run directories: refuse an unwritable root before any trial fails on it
+        check_writable(root / sweep.study_name)
+    except OSError as e:
+        print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e} "
+              f"(the study is unchanged: fix it, then rerun with --resume)", file=sys.stderr)
+        return 1
     procs = driver.spawn_workers(args.file, url, workers, root, args.devices_per_trial, args.tracking,
                                  args.accelerator, args.max_cells)
     try:
