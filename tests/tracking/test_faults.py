@@ -58,6 +58,17 @@ def test_a_killed_run_is_reported_killed_with_a_reason(tmp_path):
     row = load_run(run_dir)
     assert row["status"] == "killed" and "never recorded an end" in row["error"]
 
+    # `report` counts it and says why it is left out.
+    finished = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "ok")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    report = run_cli("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "1 other (interrupted, killed, running or without the metric)" in report.stdout
+    with open(tmp_path / "report" / "excluded.csv", newline="") as f:
+        [excluded] = list(csv.DictReader(f))
+    assert excluded["run_id"] == "k" and excluded["status"] == "killed"
+    assert "never recorded an end" in excluded["error"]
+
 
 def test_a_live_run_stays_running():
     import os
