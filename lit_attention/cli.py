@@ -146,13 +146,14 @@ def _build_cli_class():
                     cfg.model.init_args[key] = value
             try:
                 self.run_dir = RunDir(self._resolve_run_dir(cfg))
-            except (ValueError, NothingToResume) as exc:   # an unsafe --run.id / --run.group
+            except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
             try:   # an unwritable root, a read-only or full file system: say so before training
                 check_writable(self.run_dir.path)
             except OSError as exc:
-                print(f"lit-attention {self.subcommand}: error: {write_fault(exc)}", file=sys.stderr)
+                fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
+                print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
                 raise SystemExit(1) from None
             self.config_yaml = self._parser(self.subcommand).dump(cfg, skip_none=False)
 

@@ -267,6 +267,9 @@ class Objective:
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
             raise
+        except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            raise
         s = out.summary
         trial.set_user_attr("status", out.status)
         trial.set_user_attr("error", out.error)
