@@ -70,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     except SweepError as e:
         print(f"lit-attention sweep: error: {e}", file=sys.stderr)
         return 2
-    try:
+    try:   # the default SQLite study and the trials' run directories live under the root
         url = _url(args, sweep)
-    except OSError as e:   # the default SQLite study lives under the root: read-only or full
+        if not args.worker:
+            check_writable(root / sweep.study_name)
+    except OSError as e:   # refused before the study is touched: fix it, then rerun (--resume)
         print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e}", file=sys.stderr)
         return 1
     if args.worker:
@@ -102,12 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             last[0] = line
 
     workers = args.workers or sweep.workers
-    try:   # the trials' run directories: refuse an unwritable root before any trial fails on it
-        check_writable(root / sweep.study_name)
-    except OSError as e:
-        print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e} "
-              f"(the study is unchanged: fix it, then rerun with --resume)", file=sys.stderr)
-        return 1
     procs = driver.spawn_workers(args.file, url, workers, root, args.devices_per_trial, args.tracking,
                                  args.accelerator, args.max_cells)
     try:

@@ -94,6 +94,12 @@ def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp
     errors = [line for line in out.stderr.splitlines() if "error" in line]
     assert errors == [f"lit-attention sweep: error: cannot write {fs.path / 'runs'}: Read-only file system"], errors
 
+    # A study database elsewhere: still refused before the study is created.
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    out = sweep(path, "--storage", elsewhere)
+    assert out.returncode == 1 and "Read-only file system" in out.stderr, out.stdout + out.stderr
+    assert optuna.study.get_all_study_names(elsewhere) == []
+
     fs.remount("rw")
     again = sweep(path, "--resume")
     assert again.returncode == 0, again.stdout + again.stderr
