@@ -149,12 +149,6 @@ def _build_cli_class():
             except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
-            try:   # an unwritable root, a read-only or full file system: say so before training
-                check_writable(self.run_dir.path)
-            except OSError as exc:
-                fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
-                print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
-                raise SystemExit(1) from None
             self.config_yaml = self._parser(self.subcommand).dump(cfg, skip_none=False)
 
         def instantiate_trainer(self, **kwargs):
@@ -180,6 +174,12 @@ def _build_cli_class():
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
             trainer = self._instantiate_trainer(trainer_config, callbacks)
+            try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
+                check_writable(self.run_dir.path)   # read-only or full file system, before training
+            except OSError as exc:
+                fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
+                print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
+                raise SystemExit(1) from None
             self.session.update(trainer=trainer, run_dir=self.run_dir.path)
             if os.environ.get("LOCAL_RANK", "0") == "0":
                 print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
