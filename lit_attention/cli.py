@@ -6,6 +6,7 @@ Training goes through LightningCLI; every run lands in the run store
 
 from __future__ import annotations
 
+import errno
 import inspect
 import json
 import os
@@ -21,6 +22,7 @@ from typing import Literal, Optional
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
 from lit_attention.config_check import ConfigError, suggest, unknown_option
+from lit_attention.files import check_writable
 
 TRAINING_COMMANDS = ("fit", "validate", "test")
 # Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
@@ -119,6 +121,12 @@ def _build_cli_class():
                 run_id = os.environ[RUN_ID_ENV]  # a DDP rank relaunched by Lightning: same run
             elif run.id:
                 run_id = run.id
+                if ckpt_path == "last" and self.subcommand == "fit":
+                    last = run_path(run.root, run.group, run_id) / "checkpoints" / "last.ckpt"
+                    if not last.is_file():   # killed before its first checkpoint: refuse, touch nothing
+                        raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
+                                              f"exist (the run stopped before its first checkpoint); "
+                                              f"start it afresh without --ckpt_path")
             elif ckpt_path == "last":
                 latest = find_latest_run(run.root, run.group)
                 if latest is None:
@@ -158,7 +166,7 @@ def _build_cli_class():
                     cfg.model.init_args[key] = value
             try:
                 self.run_dir = RunDir(self._resolve_run_dir(cfg))
-            except ValueError as exc:                      # an unsafe --run.id / --run.group
+            except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
             # the subcommand's config as the run's config.yaml (the parser's public dump of the
@@ -173,7 +181,8 @@ def _build_cli_class():
             if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
                 callbacks.append(TrainingBudget(**vars(cfg.budget)))
             callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
-                                              cfg.get("seed_everything"), self.subcommand))
+                                              cfg.get("seed_everything"), self.subcommand,
+                                              from_checkpoint=bool(cfg.get("ckpt_path"))))
             callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
             callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
                                              monitor="val_loss", mode="min", save_last=True,
@@ -198,12 +207,39 @@ def _build_cli_class():
             given = trainer_config.get("callbacks") or []
             trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks]
             trainer = self.trainer_class(**trainer_config)
+            try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
+                check_writable(self.run_dir.path)   # read-only or full file system, before training
+            except OSError as exc:
+                fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
+                print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
+                raise SystemExit(1) from None
             self.session.update(trainer=trainer, run_dir=self.run_dir.path)
             if os.environ.get("LOCAL_RANK", "0") == "0":
                 print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
             return trainer
 
     return LitAttentionCLI, LightningModule, LightningDataModule
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+
+
+def write_fault(exc: BaseException, directory: Path | None = None) -> str | None:
+    """`cannot write PATH: No space left on device` for an exception caused by a file system
+    refusing a write (somewhere in its chain of causes); None for any other exception. A write
+    to an open file names no path: then `under DIRECTORY` (the run directory)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            where = f" {exc.filename}" if exc.filename else f" under {directory}" if directory else ""
+            return f"cannot write{where}: {exc.strerror}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class NothingToResume(Exception):
+    """`fit --run.id X --ckpt_path last` for a run without checkpoints/last.ckpt."""
 
 
 class _Parsed(Exception):
@@ -386,6 +422,10 @@ def _train(argv: list[str]) -> int:
         print(f"interrupted (Ctrl-C): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
         return 130
     except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
+        fault = write_fault(exc, session.get("run_dir"))
+        if fault:   # disk full, read-only file system: one line, what and where
+            print(f"lit-attention {argv[0]}: error: {fault}", file=sys.stderr)
+            return 1
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -29,3 +29,19 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def check_writable(directory: Path) -> None:
+    """Create `directory` and a 4 KiB file in it, then remove the file: OSError (naming the path)
+    if the file system refuses (read-only, full, no permission)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / f".write-test-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"x" * 4096)
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(probe)

@@ -113,3 +113,33 @@ def postgres():
     finally:
         as_postgres(bindir / "pg_ctl", "-D", data / "db", "-m", "fast", "-w", "stop")
         shutil.rmtree(data, ignore_errors=True)
+
+
+# -- Real file-system faults: a tmpfs of a given size (ENOSPC when full), remountable read-only -----
+
+class Tmpfs:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def remount(self, options: str) -> None:
+        """e.g. "ro", "rw", "size=64m" (a full file system given room)."""
+        subprocess.run(["mount", "-o", f"remount,{options}", str(self.path)], check=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a real tmpfs mounted under tmp_path (needs root; skips otherwise)."""
+    mounted = []
+
+    def mount(size: str = "64m") -> Tmpfs:
+        path = tmp_path / f"fs{len(mounted)}"
+        path.mkdir()
+        if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                                str(path)], capture_output=True).returncode != 0:
+            pytest.skip("mounting a tmpfs needs root (and a mount namespace that allows it)")
+        mounted.append(path)
+        return Tmpfs(path)
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)

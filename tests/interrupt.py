@@ -13,3 +13,13 @@ class SigtermAfterSteps(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if trainer.global_step == self.steps:
             os.kill(os.getpid(), signal.SIGTERM)
+
+
+class SigkillAtFirstValidation(Callback):
+    """kill -9 of the process at the end of its first validation: the validation row is in
+    metrics.csv, the checkpoint (saved by ModelCheckpoint, which Lightning runs after every other
+    callback) is not written yet — a run killed before its first checkpoint."""
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            os.kill(os.getpid(), signal.SIGKILL)

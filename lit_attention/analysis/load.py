@@ -22,6 +22,7 @@ import pandas as pd
 import yaml
 
 from lit_attention.analysis import config_cache
+from lit_attention.tracking.liveness import run_state
 
 SUMMARY = "summary.json"
 FINISHED = "finished"
@@ -33,7 +34,7 @@ class AnalysisError(ValueError):
 
 # Summary fields that are not scalars and live in their own tables (or nowhere).
 NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
-          "attention_entropy", "machine_gflops_probes")
+          "attention_entropy", "machine_gflops_probes", "process")
 # The JSON type each summary field the analysis relies on must have when present (null is fine).
 SHAPES = {"model": dict, "status": str, "run_id": str, "group": str, "task": str,
           "test_bleu_by_length": list, "val_bleu_by_length": list}
@@ -85,7 +86,10 @@ def load_run(run_dir: Path | str) -> dict:
     row["run_id"] = summary.get("run_id") or run_dir.name
     row["group"] = summary.get("group") or run_dir.parent.name
     row["run_dir"] = str(run_dir)  # where it is now, not where it was written
-    row["status"] = summary.get("status") or "unknown"
+    status, error = run_state(summary)   # a "running" run whose process is gone: killed, and why
+    row["status"] = status or "unknown"
+    if error:
+        row["error"] = error
     row["nonfinite"] = ";".join(k for k, v in summary.items()
                                 if isinstance(v, float) and not math.isfinite(v))
     config = run_dir / "config.yaml"

@@ -403,7 +403,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     if failed or pruned or invalid or other:
         invalid_text = f", {invalid} with an invalid {metric} (inf, NaN or not a number)" if invalid else ""
         parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned{invalid_text} and "
-                     f"{other} other (interrupted, running or without the metric) runs.")
+                     f"{other} other (interrupted, killed, running or without the metric) runs.")
     if unreadable:
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")

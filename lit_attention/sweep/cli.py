@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 
+from lit_attention.files import check_writable
 from lit_attention.sweep import driver, progress
 from lit_attention.sweep.placement import PlacementError, parse_gpus, place, visible_gpus
 from lit_attention.sweep.space import config_name
@@ -114,7 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
         return 0
-    url = _url(args, sweep)
+    try:   # the default SQLite study and the trials' run directories live under the root
+        url = _url(args, sweep)
+        if not args.worker:
+            check_writable(root / sweep.study_name)
+    except OSError as e:   # refused before the study is touched: fix it, then rerun (--resume)
+        print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e}", file=sys.stderr)
+        return 1
     if args.worker:
         return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator,
                                  args.nodes_per_trial)

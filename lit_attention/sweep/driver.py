@@ -243,7 +243,12 @@ class Objective:
         trial.set_user_attr("cell", cell)
         trial.set_user_attr("run_id", run_id)
         trial.set_user_attr("run_dir", str(run_dir))
-        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        trial.set_user_attr("worker", worker)
+        # The reason this trial carries if its worker dies and a heartbeat check fails it (Optuna
+        # cannot change a failed trial's attributes); replaced by the outcome when the trial ends.
+        trial.set_user_attr("error", f"stale heartbeat: worker {worker} stopped sending heartbeats "
+                                     f"before the trial ended (killed, or its machine lost)")
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
         cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
@@ -254,12 +259,22 @@ class Objective:
               flush=True)
         try:
             out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
+        except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
+            why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
+            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("error", why)
+            print(f"[{sweep.study_name}] trial {trial.number} failed ({why})", flush=True)
+            raise tr.TrialFailed(why) from None
         except KeyboardInterrupt:
             trial.set_user_attr("status", "interrupted")
             trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
             raise
+        except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
+            trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
+            raise
         s = out.summary
         trial.set_user_attr("status", out.status)
+        trial.set_user_attr("error", out.error)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
         trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
                                                                "test_bleu", "params", "train_seconds", "epochs")

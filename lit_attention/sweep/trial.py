@@ -7,6 +7,7 @@ status `pruned`). Nothing of the child (process group, seed, env, W&B run) leaks
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
 import math
@@ -14,8 +15,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from lit_attention.sweep.space import config_name
@@ -106,12 +109,51 @@ def read_summary(run_dir: Path) -> dict:
         return {}
 
 
-def _tail(path: Path, lines: int = 5) -> str:
+class _Tee(threading.Thread):
+    """Copies the child's output to trial.log and keeps its last lines in memory: on a full or
+    read-only disk the log loses them, and they hold the reason the trial failed."""
+
+    def __init__(self, stream, log):
+        super().__init__(daemon=True)
+        self.stream, self.log, self.lines = stream, log, collections.deque(maxlen=5)
+
+    def run(self) -> None:
+        for line in iter(self.stream.readline, b""):
+            if line.strip():
+                self.lines.append(line.decode(errors="replace").strip())
+            if self.log is not None:
+                try:
+                    self.log.write(line)
+                    self.log.flush()
+                except OSError:
+                    self.log = None
+
+    def tail(self) -> str:
+        return " | ".join(self.lines)
+
+
+def exit_reason(returncode: int) -> str:
+    """`exit code 1`, or `killed by SIGKILL (signal 9)` for a process a signal ended."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "signal"
+        return f"killed by {name} (signal {-returncode})"
+    return f"exit code {returncode}"
+
+
+def record_end(run_dir: Path, status: str, error: str) -> dict:
+    """Write `status` and `error` into a run's summary.json that still says "running" (or has
+    none); returns the summary. A run store that cannot be written is left as it is."""
+    from lit_attention.files import atomic_write
+    ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    summary = {**read_summary(run_dir), "status": status, "error": error, "finished_at": ended}
     try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except FileNotFoundError:
-        return ""
-    return " | ".join(line.strip() for line in text[-lines:])
+        atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    except OSError:
+        pass
+    return summary
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
@@ -141,10 +183,12 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
     env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
     reported, stop_sent = 0, False
-    with open(run_dir / "trial.log", "ab") as log:
+    with open(run_dir / "trial.log", "ab", buffering=0) as log:
         # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
-        proc = subprocess.Popen(guarded, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        tee = _Tee(proc.stdout, log)
+        tee.start()
         try:
             while True:
                 done = proc.poll() is not None
@@ -171,13 +215,15 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                     os.killpg(proc.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            tee.join(timeout=10)
 
     summary = read_summary(run_dir)
     status = summary.get("status")
     if proc.returncode != 0 or status in ("failed", "interrupted", None, "running"):
-        error = summary.get("error") or f"exit code {proc.returncode}: {_tail(run_dir / 'trial.log')}"
-        if status in (None, "running"):
-            status = "failed"
+        error = summary.get("error") or f"{exit_reason(proc.returncode)}: {tee.tail()}"
+        if status in (None, "running"):   # it never recorded an end: say so in its run store too
+            status = "killed" if proc.returncode < 0 else "failed"
+            summary = record_end(run_dir, status, error)
         return Outcome(status if status == "interrupted" else "failed", None, summary, error, reported)
     if status == "pruned" or (stop_sent and status != "finished"):
         return Outcome("pruned", None, summary, None, reported)

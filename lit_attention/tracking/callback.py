@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.tracking import machine_speed
+from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, git_commit, now_iso, package_versions
 
 
@@ -29,8 +30,9 @@ def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
 
 class RunStoreCallback(Callback):
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
-                 subcommand: str):
+                 subcommand: str, from_checkpoint: bool = False):
         self.run_dir = run_dir
+        self.from_checkpoint = from_checkpoint
         self.group = group
         self.config_yaml = config_yaml
         self.seed = seed
@@ -60,7 +62,14 @@ class RunStoreCallback(Callback):
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
                       versions=package_versions(), world_size=trainer.world_size)
         if stage == "fit":
-            fields.update(status="running", error=None, started_at=now_iso())
+            fields.update(status="running", error=None, started_at=now_iso(), process=process_identity(),
+                          heartbeat_at=now_iso())
+            if not self.from_checkpoint:
+                # A fit from scratch in an existing run directory (an attempt killed before its
+                # first checkpoint, started again) logs every step anew: drop the old rows.
+                for logger in trainer.loggers:
+                    if isinstance(logger, RunStoreLogger):
+                        logger.rewind(-1)
         dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
         if dropped:
             fields["data_dropped"] = {**self.run_dir.read_summary().get("data_dropped", {}), **dropped}
@@ -123,7 +132,7 @@ class RunStoreCallback(Callback):
             fields[f"{split}_chrf_signature"] = pl_module.chrf_signature
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
-            fields.update(steps=trainer.global_step, epochs=trainer.current_epoch)
+            fields.update(steps=trainer.global_step, epochs=trainer.current_epoch, heartbeat_at=now_iso())
         self.run_dir.update_summary(**fields)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -175,6 +184,9 @@ class RunStoreCallback(Callback):
             trainer.save_checkpoint(self.run_dir.checkpoints / "last.ckpt")
         if trainer.is_global_zero:
             status = "interrupted" if interrupted else "failed"
-            self.run_dir.update_summary(status=status, finished_at=now_iso(),
-                                        error=f"{type(exception).__name__}: {exception}",
-                                        steps=trainer.global_step)
+            try:
+                self.run_dir.update_summary(status=status, finished_at=now_iso(),
+                                            error=f"{type(exception).__name__}: {exception}",
+                                            steps=trainer.global_step)
+            except OSError:   # the disk is full or read-only: the original error is what matters
+                pass

@@ -199,6 +199,7 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
+    assert trials[victim.number].user_attrs["error"].startswith("stale heartbeat: worker "), output
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params

@@ -1,0 +1,60 @@
+"""Whether a run whose summary says "running" still has a process behind it.
+
+A run killed with SIGKILL (or by the OOM killer, or a reboot) never writes its end, so its
+summary.json keeps ``status: running``. The training process records who it is (pid, host and
+the pid's start time, which tells a reused pid apart); a reader on the same host checks that
+process and reports the run as ``killed`` with a reason when it is gone. On another host it
+cannot look, and the run stays ``running`` (its ``heartbeat_at``, written at every validation,
+says how recent it is).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+KILLED = "killed"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22); None if
+    there is no such process or no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])   # fields after "(comm)" start at field 3
+
+
+def process_identity() -> dict:
+    """pid, host and pid start time of this process (recorded in summary.json by a running fit)."""
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "pid_started": _start_ticks(pid)}
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    if not os.path.isdir("/proc"):   # no /proc: only whether some process has this pid
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    ticks = _start_ticks(pid)
+    return ticks is not None and (started is None or ticks == started)
+
+
+def run_state(summary: dict) -> tuple[str | None, str | None]:
+    """(status, error) of a run as a reader should report it: a "running" run whose process on this
+    host is gone is ("killed", reason); everything else is as the summary says."""
+    status, error = summary.get("status"), summary.get("error")
+    proc = summary.get("process")
+    if status != "running" or not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+        return status, error
+    if proc.get("host") != socket.gethostname() or _alive(proc["pid"], proc.get("pid_started")):
+        return status, error
+    return KILLED, (f"process {proc['pid']} on {proc['host']} is gone but never recorded an end "
+                    f"(killed with SIGKILL, by the OOM killer or a reboot); last heartbeat "
+                    f"{summary.get('heartbeat_at') or summary.get('started_at') or 'unknown'}")

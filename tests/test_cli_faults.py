@@ -1,0 +1,45 @@
+"""`fit` on a read-only or full file system: one line naming the path, exit 1, a run that can be
+started again once the fault is fixed. Real tmpfs mounts (root only; skipped otherwise)."""
+
+import csv
+
+from conftest import CONFIGS, run_cli
+
+TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
+        "--data.n_test", "40", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
+        "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2",
+        "--diagnostics.heatmaps", "0", "--trainer.log_every_n_steps", "1"]
+
+
+def _errors(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
+    fs = tmpfs("8m")
+    fs.remount("ro")
+    out = run_cli("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = _errors(out.stderr)
+    assert errors == [f"lit-attention fit: error: cannot write {fs.path / 'runs'}: Read-only file system"], errors
+
+    fs.remount("rw")
+    again = run_cli("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")
+    assert again.returncode == 0, again.stderr[-3000:]
+
+
+def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs):
+    fs = tmpfs("200k")            # room for the config and summary, not for a checkpoint
+    out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r")
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = _errors(out.stderr)
+    assert len(errors) == 1 and errors[0].startswith(f"lit-attention fit: error: cannot write under {fs.path}/default/r"), errors
+    assert errors[0].endswith(": No space left on device"), errors
+
+    fs.remount("size=64m")
+    again = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r")
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(fs.path / "default" / "r" / "metrics.csv", newline="") as f:
+        steps = [r["step"] for r in csv.DictReader(f) if r.get("train_loss")]
+    assert steps and len(steps) == len(set(steps))

@@ -1,0 +1,81 @@
+"""A run killed with kill -9: resuming it, restarting it, and what readers say about it."""
+
+import csv
+import json
+import signal
+
+from conftest import CONFIGS, REPO, cli_env, run_cli
+from lit_attention.analysis.load import load_run
+from lit_attention.tracking.liveness import run_state
+
+TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
+        "--data.n_test", "40", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
+        "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false", "--trainer.max_epochs", "2",
+        "--diagnostics.heatmaps", "0", "--trainer.log_every_n_steps", "1"]
+
+
+def _steps(run_dir, column):
+    with open(run_dir / "metrics.csv", newline="") as f:
+        return [r["step"] for r in csv.DictReader(f) if r.get(column)]
+
+
+def _killed_before_first_checkpoint(tmp_path):
+    killed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k",
+                     "--trainer.callbacks+=interrupt.SigkillAtFirstValidation",
+                     env=cli_env(PYTHONPATH=str(REPO / "tests")))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    run_dir = tmp_path / "default" / "k"
+    assert _steps(run_dir, "val_loss") and not (run_dir / "checkpoints" / "last.ckpt").exists()
+    return run_dir
+
+
+def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_nothing(tmp_path):
+    run_dir = _killed_before_first_checkpoint(tmp_path)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
+
+    resumed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k", "--ckpt_path", "last")
+    assert resumed.returncode == 2, resumed.stderr[-2000:]
+    lines = [line for line in resumed.stderr.splitlines() if line.strip() and line != "Seed set to 1"]
+    assert len(lines) == 1 and "nothing to resume" in lines[0] and "last.ckpt" in lines[0], lines
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
+
+    # Started again from scratch under the same id: its metrics file holds each step once.
+    again = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k")
+    assert again.returncode == 0, again.stderr[-2000:]
+    for column in ("val_loss", "train_loss"):
+        steps = _steps(run_dir, column)
+        assert steps and len(steps) == len(set(steps)), (column, steps)
+    assert len(_steps(run_dir, "val_loss")) == 2    # one validation per epoch, 2 epochs
+
+
+def test_a_killed_run_is_reported_killed_with_a_reason(tmp_path):
+    run_dir = _killed_before_first_checkpoint(tmp_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "running"             # the process had no chance to write its end
+    assert summary["process"]["pid"] > 0 and summary["heartbeat_at"]
+    status, reason = run_state(summary)
+    assert status == "killed" and str(summary["process"]["pid"]) in reason, reason
+    row = load_run(run_dir)
+    assert row["status"] == "killed" and "never recorded an end" in row["error"]
+
+    # `report` counts it and says why it is left out.
+    finished = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "ok")
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    report = run_cli("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "1 other (interrupted, killed, running or without the metric)" in report.stdout
+    with open(tmp_path / "report" / "excluded.csv", newline="") as f:
+        [excluded] = list(csv.DictReader(f))
+    assert excluded["run_id"] == "k" and excluded["status"] == "killed"
+    assert "never recorded an end" in excluded["error"]
+
+
+def test_a_live_run_stays_running():
+    import os
+    import socket
+    from lit_attention.tracking.liveness import process_identity
+    me = process_identity()
+    assert me["host"] == socket.gethostname() and me["pid"] == os.getpid()
+    assert run_state({"status": "running", "process": me}) == ("running", None)
+    # the same pid with another start time is another process: this run's process is gone
+    assert run_state({"status": "running", "process": {**me, "pid_started": me["pid_started"] + 1}})[0] == "killed"
