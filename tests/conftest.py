@@ -1,3 +1,4 @@
+import gzip
 import os
 import pwd
 import shutil
@@ -20,6 +21,17 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA} (a fresh clone has no ../shared)")
     return SHARED_DATA
+
+
+def write_lines(path, lines, gz=False) -> str:
+    """Write `lines` (one per line, newline-terminated) to `path`, gzipped if asked; returns the path."""
+    data = "".join(line + "\n" for line in lines).encode()
+    if gz:
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        Path(path).write_bytes(data)
+    return str(path)
 
 
 def cli_env(**extra) -> dict:

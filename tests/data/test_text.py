@@ -6,29 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from conftest import write_lines
 from lit_attention.data.text import DataError, read_lines, read_parallel, resolve
 
-
-def write(path, lines, gz=False):
-    data = "".join(line + "\n" for line in lines).encode()
-    if gz:
-        with gzip.open(path, "wb") as f:
-            f.write(data)
-    else:
-        Path(path).write_bytes(data)
-    return str(path)
 
 # ---- text ---------------------------------------------------------------------------------
 
 def test_plain_and_gz_read_the_same(tmp_path):
     lines = ["ein Hund läuft .", "", "zwei Katzen"]
-    assert read_lines(write(tmp_path / "a.de", lines)) == lines
-    assert read_lines(write(tmp_path / "b.de.gz", lines, gz=True)) == lines
+    assert read_lines(write_lines(tmp_path / "a.de", lines)) == lines
+    assert read_lines(write_lines(tmp_path / "b.de.gz", lines, gz=True)) == lines
 
 
 def test_resolve_finds_plain_or_gz(tmp_path):
-    write(tmp_path / "train.de.gz", ["x"], gz=True)
-    write(tmp_path / "train.en", ["y"])
+    write_lines(tmp_path / "train.de.gz", ["x"], gz=True)
+    write_lines(tmp_path / "train.en", ["y"])
     assert resolve(str(tmp_path), "train", "de") == str(tmp_path / "train.de.gz")
     assert resolve(str(tmp_path), "train", "en") == str(tmp_path / "train.en")
     with pytest.raises(DataError, match=r"val\.fr.*val\.fr\.gz"):
@@ -36,7 +28,7 @@ def test_resolve_finds_plain_or_gz(tmp_path):
 
 
 def test_missing_file_is_named_with_gz_hint(tmp_path):
-    write(tmp_path / "train.de.gz", ["x"], gz=True)
+    write_lines(tmp_path / "train.de.gz", ["x"], gz=True)
     with pytest.raises(DataError, match=r"missing data file: .*train\.de \(but .*train\.de\.gz"):
         read_lines(str(tmp_path / "train.de"))
     with pytest.raises(DataError, match=r"missing data file: .*nothing\.en$"):
@@ -50,7 +42,7 @@ def test_non_utf8_names_file_and_line(tmp_path):
         read_lines(str(path))
     gz = tmp_path / "bad.en.gz"
     with gzip.open(gz, "wb") as f:
-        f.write(b"\xe9t\xe9\n")
+        f.write_lines(b"\xe9t\xe9\n")
     with pytest.raises(DataError, match=r"bad\.en\.gz, line 1"):
         read_lines(str(gz))
 
@@ -63,8 +55,8 @@ def test_corrupt_gzip_is_a_data_error(tmp_path):
 
 
 def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
-    src = write(tmp_path / "train.de", ["a", "b", "c"])
-    tgt = write(tmp_path / "train.en", ["a", "b"])
+    src = write_lines(tmp_path / "train.de", ["a", "b", "c"])
+    tgt = write_lines(tmp_path / "train.en", ["a", "b"])
     with pytest.raises(DataError) as err:
         read_parallel(src, tgt)
     message = str(err.value)
@@ -72,22 +64,22 @@ def test_mismatched_line_counts_name_both_files_and_counts(tmp_path):
 
 
 def test_training_pairs_with_an_empty_side_or_invalid_utf8_are_dropped_and_counted(tmp_path):
-    src = write(tmp_path / "s", ["a", "", "c", "d", "  ", "f"])
-    tgt = write(tmp_path / "t", ["A", "B", "", "D", "E", "F"])
+    src = write_lines(tmp_path / "s", ["a", "", "c", "d", "  ", "f"])
+    tgt = write_lines(tmp_path / "t", ["A", "B", "", "D", "E", "F"])
     Path(src).write_bytes(Path(src).read_bytes().replace(b"f\n", b"\xe9t\xe9\n"))
     assert read_parallel(src, tgt) == (["a", "d"], ["A", "D"],
                                        {"empty": 3, "too_long": 0, "invalid_utf8": 1})
 
 
 def test_evaluation_splits_keep_every_line_so_index_i_is_line_i(tmp_path):
-    src = write(tmp_path / "val.de", ["a", "", "c", "d"])
-    tgt = write(tmp_path / "val.en", ["A", "B", "", "D"])
+    src = write_lines(tmp_path / "val.de", ["a", "", "c", "d"])
+    tgt = write_lines(tmp_path / "val.en", ["A", "B", "", "D"])
     assert read_parallel(src, tgt, train=False) == (["a", "", "c", "d"], ["A", "B", "", "D"],
                                                     {"empty": 0, "too_long": 0, "invalid_utf8": 0})
 
 
 def test_invalid_utf8_in_an_evaluation_split_is_refused_naming_file_and_line(tmp_path):
-    src = write(tmp_path / "val.de", ["a", "b"])
+    src = write_lines(tmp_path / "val.de", ["a", "b"])
     tgt = tmp_path / "val.en"
     tgt.write_bytes(b"A\n\xe9t\xe9\n")
     with pytest.raises(DataError, match=r"val\.en, line 2: not valid UTF-8"):
@@ -95,12 +87,12 @@ def test_invalid_utf8_in_an_evaluation_split_is_refused_naming_file_and_line(tmp
 
 
 def test_empty_split_fails_naming_files(tmp_path):
-    src = write(tmp_path / "val.de", [])
-    tgt = write(tmp_path / "val.en", [])
+    src = write_lines(tmp_path / "val.de", [])
+    tgt = write_lines(tmp_path / "val.en", [])
     with pytest.raises(DataError, match=r"empty split.*val\.de.*val\.en"):
         read_parallel(src, tgt, train=False)
-    src = write(tmp_path / "v.de", ["", "x"])
-    tgt = write(tmp_path / "v.en", ["y", ""])
+    src = write_lines(tmp_path / "v.de", ["", "x"])
+    tgt = write_lines(tmp_path / "v.en", ["y", ""])
     with pytest.raises(DataError, match="empty split"):
         read_parallel(src, tgt, train=False)
     with pytest.raises(DataError, match=r"no usable training pair in .*v\.de and .*v\.en: 2 lines, "
@@ -119,7 +111,7 @@ def test_a_binary_file_is_refused_naming_it(tmp_path):
     with pytest.raises(DataError, match="binary file, not text .or UTF-16"):
         read_lines(str(utf16))
     gz = tmp_path / "train.en.gz"
-    write(gz, ["x"], gz=True)
+    write_lines(gz, ["x"], gz=True)
     gz.rename(tmp_path / "train.en")
     with pytest.raises(DataError, match=r"train\.en is gzip-compressed: name it .*train\.en\.gz"):
         read_lines(str(tmp_path / "train.en"))

@@ -3,19 +3,14 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from conftest import write_lines
 from lit_attention.data.synthetic import generate
 from lit_attention.data.tokenizers import (CharTokenizer, SentencePieceTokenizer, Tokenizer,
                                            WordTokenizer, build_tokenizers)
 from lit_attention.data.vocab import BOS, EOS, PAD, UNK
-
-
-def write(path, lines):
-    Path(path).write_text("".join(line + "\n" for line in lines))
-    return str(path)
 
 
 def test_word_vocab_order_and_round_trip():
@@ -74,7 +69,7 @@ print(tok.cache_hit, tok.path)
 
 
 def test_concurrent_builds_share_one_model(tmp_path):
-    corpus = write(tmp_path / "corpus.txt", generate("toy-mt", 2000, seed=5)[1])
+    corpus = write_lines(tmp_path / "corpus.txt", generate("toy-mt", 2000, seed=5)[1])
     cache = tmp_path / "cache"
     procs = [subprocess.Popen([sys.executable, "-c", BUILD_SCRIPT, corpus, str(cache)],
                               stdout=subprocess.PIPE, text=True) for _ in range(2)]

@@ -1,29 +1,16 @@
 """The translation DataModule (lit_attention/data/translation.py): splits, vocabularies, batches,
 dropped-pair counts, evaluation splits aligned with their files line by line."""
 
-import gzip
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, SHARED_DATA, run_cli, write_lines
 from lit_attention.data.text import DataError
 from lit_attention.data.translation import TranslationDataModule
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 MULTI30K = SHARED_DATA / "multi30k"
 RANK_ZERO_LOGGER = "lightning.pytorch.utilities.rank_zero"   # where the per-split line goes
-
-
-def write(path, lines, gz=False):
-    data = "".join(line + "\n" for line in lines).encode()
-    if gz:
-        with gzip.open(path, "wb") as f:
-            f.write(data)
-    else:
-        Path(path).write_bytes(data)
-    return str(path)
 
 
 # ---- DataModule ---------------------------------------------------------------------------
@@ -99,12 +86,12 @@ def test_datamodule_max_len_filter_counts(tmp_path, caplog):
 def test_datamodule_files_task(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    write(data / "train.de.gz", ["ein hund", "", "eine katze", "der mann"], gz=True)
-    write(data / "train.en.gz", ["a dog", "x", "a cat", "the man"], gz=True)
-    write(data / "val.de", ["ein mann"])
-    write(data / "val.en", ["a man"])
-    write(data / "test.de", ["eine katze", "ein hund"])
-    write(data / "test.en", ["a cat"])
+    write_lines(data / "train.de.gz", ["ein hund", "", "eine katze", "der mann"], gz=True)
+    write_lines(data / "train.en.gz", ["a dog", "x", "a cat", "the man"], gz=True)
+    write_lines(data / "val.de", ["ein mann"])
+    write_lines(data / "val.en", ["a man"])
+    write_lines(data / "test.de", ["eine katze", "ein hund"])
+    write_lines(data / "test.en", ["a cat"])
     dm = TranslationDataModule(task="files", data_dir=str(data), src_lang="de", tgt_lang="en",
                                cache_dir=str(tmp_path / "cache"))
     dm.setup("fit")
@@ -159,8 +146,8 @@ def files_dm(data, tmp_path, **kwargs):
 
 def parallel(data, split, pairs):
     data.mkdir(exist_ok=True)
-    write(data / f"{split}.de", [s for s, _ in pairs])
-    write(data / f"{split}.en", [t for _, t in pairs])
+    write_lines(data / f"{split}.de", [s for s, _ in pairs])
+    write_lines(data / f"{split}.en", [t for _, t in pairs])
 
 
 def test_no_usable_training_pair_is_an_error_naming_split_counts_and_limit(tmp_path):
