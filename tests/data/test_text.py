@@ -42,7 +42,7 @@ def test_non_utf8_names_file_and_line(tmp_path):
         read_lines(str(path))
     gz = tmp_path / "bad.en.gz"
     with gzip.open(gz, "wb") as f:
-        f.write_lines(b"\xe9t\xe9\n")
+        f.write(b"\xe9t\xe9\n")
     with pytest.raises(DataError, match=r"bad\.en\.gz, line 1"):
         read_lines(str(gz))
 
