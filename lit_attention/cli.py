@@ -379,8 +379,9 @@ def _choices(argv: list[str]) -> int:
     if "--json" in argv:
         print(json.dumps(data, indent=2))
     else:
+        width = max(map(len, data))
         for key, values in data.items():
-            print(f"{key:20s} {', '.join(values)}")
+            print(f"{key:{width}s}  {', '.join(values)}")
     return 0
 
 

@@ -154,17 +154,18 @@ def check_rnn(cell: str, attention: str, scoring: str, context: str = "init",
     check("encoder output", enc_output, ENC_OUTPUT)
     if attention == "none":
         if input_feeding:
-            raise ValueError("input_feeding feeds the previous attentional readout to the decoder; "
-                             "attention 'none' has none: set input_feeding false or choose an attention wiring")
+            raise ValueError("model.input_feeding feeds the previous attentional readout to the decoder; "
+                             "model.attention 'none' has none: set model.input_feeding false or choose "
+                             "an attention wiring")
         return
     if context != "init":
-        raise ValueError(f"context={context!r} is the no-attention wiring; attention={attention!r} "
-                         f"already feeds a context at every step: set context 'init'")
+        raise ValueError(f"model.context {context!r} is the no-attention wiring; model.attention "
+                         f"{attention!r} already feeds a context at every step: set model.context 'init'")
     if scoring in PARAMETER_FREE_SCORING and bidirectional and enc_output == "concat":
-        raise ValueError(f"scoring {scoring!r} has no parameters, so keys must have the decoder's size, "
-                         f"but a bidirectional encoder with enc_output 'concat' gives 2H: set "
-                         f"enc_output 'sum' or 'project' (for every arm of the comparison), or "
-                         f"bidirectional false")
+        raise ValueError(f"model.scoring {scoring!r} has no parameters, so keys must have the decoder's "
+                         f"size, but a bidirectional encoder with model.enc_output 'concat' gives 2H: "
+                         f"set model.enc_output 'sum' or 'project' (the same for every arm of the "
+                         f"comparison), or model.bidirectional false")
 
 
 def check_seq2seq(family: str, cell: str, attention: str, scoring: str, positional: str,

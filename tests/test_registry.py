@@ -77,7 +77,7 @@ def test_the_registry_allows_every_scoring_with_some_encoder_output():
         assert any(c["scoring"] == scoring and c["bidirectional"] for c in RNN_CONFIGS)
     refused = dict(family="rnn", cell="gru", attention="luong", scoring="dot", positional="none",
                    bidirectional=True, enc_output="concat")
-    with pytest.raises(ValueError, match="enc_output 'sum' or 'project'"):
+    with pytest.raises(ValueError, match="set model.enc_output 'sum' or 'project'"):
         registry.check_seq2seq(**refused)
 
 
