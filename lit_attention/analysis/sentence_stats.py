@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,6 +29,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.helpers import extract_all_char_ngrams
 
 from lit_attention.files import atomic_write
+from lit_attention.threads import allowed_cores
 
 MAX_NGRAM = 4        # BLEU
 CHAR_ORDER = 6       # chrF
@@ -343,7 +343,7 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
     missing or older than the texts, in `workers` processes (default: the usable CPUs). Returns
     how many it computed."""
     todo = [job for job in jobs if not probably_cached(*job)]
-    workers = workers or len(os.sched_getaffinity(0))
+    workers = workers or allowed_cores()
     if len(todo) < min_jobs or workers < 2:
         return len(todo)     # computed on demand by load_or_compute
     import multiprocessing
