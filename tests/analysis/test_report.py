@@ -108,7 +108,7 @@ def test_usable_invalid_and_missing_metrics_are_told_apart():
     assert aggregate.usable(runs, "val_bleu").tolist() == [True, False, False, False, False]
     assert aggregate.invalid(runs, "val_bleu").tolist() == [False, True, False, True, False]
     agg = aggregate.aggregate(runs.assign(k="x", run_id=list("abcde")), ["k"])
-    assert agg.loc[0, ["n", "n_invalid", "n_other", "n_failed"]].tolist() == [1, 2, 1, 1]
+    assert agg.loc[0, ["n", "n_invalid", "n_missing", "n_other", "n_failed"]].tolist() == [1, 2, 1, 0, 1]
     assert load.FINISHED == "finished"
 
 

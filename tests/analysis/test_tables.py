@@ -113,7 +113,8 @@ def test_caption_names_metric_split_decoding_and_the_tested_hypotheses():
                         decoding="beam 5, length penalty 1", test_split="test")
     assert text.startswith("BLEU ↑ (test_bleu: test split; beam 5, length penalty 1): mean ± standard "
                            "deviation (ddof=1) over n = 3 seeds")
-    assert "against the baseline (none) on the test hypotheses; paired bootstrap." in text
+    assert ("▲/▼: better/worse than the baseline (none) on the test hypotheses, Holm-adjusted p < 0.05; "
+            "p (Holm): paired bootstrap.") in text
     assert caption_text("val_ppl", agg, "CI", None).startswith("PPL ↓ (val_ppl: validation split): ")
 
 
