@@ -1,8 +1,8 @@
 """Tests of every configuration of a table against a baseline, with Holm's correction.
 
-The default test treats seeds as the random factor (seed_bootstrap.py): a two-stage bootstrap over
-seeds x sentences of the difference of seed means, one-sided in the direction of the observed
-difference, with its 95 % interval. Both directions of every comparison are hypotheses of one
+The default test treats seeds as the random factor (seed_test.py): over seeds x sentences (a
+bootstrap of the sentences, Welch's t over the seeds) the difference of seed means, one-sided in
+the direction of the observed difference, with its 95 % interval. Both directions of every comparison are hypotheses of one
 Holm family, so choosing the direction after seeing the data costs what it should. A
 configuration (or baseline) with one seed is not tested: its row says n=1.
 
@@ -28,9 +28,9 @@ import pandas as pd
 
 from lit_attention import registry
 from lit_attention.analysis import resampling
-from lit_attention.analysis import seed_bootstrap as sb
+from lit_attention.analysis import seed_test as sb
 from lit_attention.analysis import sentence_stats as ss
-from lit_attention.analysis.aggregate import SPLITS
+from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError
 
 N_SAMPLES = 10_000          # at least; more when many comparisons (default_samples)
@@ -41,7 +41,7 @@ RESOLVE = 0.01              # Holm-adjusted p-values the default number of resam
 DEFAULT_TEST = "seeds"
 SENTENCE_TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTest bs)",
                   "permutation": "paired approximate randomization (sacreBLEU PairedTest ar)"}
-TESTS = {DEFAULT_TEST: "two-stage bootstrap over seeds × sentences", **SENTENCE_TESTS}
+TESTS = {DEFAULT_TEST: "test over seeds × sentences", **SENTENCE_TESTS}
 ONE_SEED = "n=1"            # the note of a comparison a seed-aware test cannot make
 NO_DATA = "untested"        # ... of one without hypotheses (or values) to test
 
@@ -78,16 +78,17 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                 f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
                 "not training randomness")
     name = registry.METRICS.get(metric, (metric,))[0]
-    resampled = (f"each configuration's seeds (their {values} values) with replacement" if values else
-                 f"the {SPLITS.get(split, split)} sentences with replacement, one draw for every run, "
-                 "and each configuration's seeds with replacement")
-    rescored = "" if values else f"; corpus {name} is recomputed from cached sentence statistics"
+    sentences = ("" if values else f"the {SPLITS.get(split, split)} sentences with replacement (one draw "
+                 f"for every run; corpus {name} recomputed from cached sentence statistics), and ")
+    of = f" (of the {values} values)" if values else ""
     family = "" if comparisons is None else (f" of {comparisons} comparison{'s' * (comparisons != 1)} "
                                              f"({hypotheses(test, comparisons)} hypotheses)")
-    return (f"{TESTS[test]}: each of {n_samples:,} resamples (seed {seed}) draws {resampled}, spread "
-            f"by √(n/(n-1)) so that the seed variance is unbiased{rescored}; p is one-sided in the "
-            f"direction of Δ (the share of resamples where Δ has the other sign), Holm-corrected "
-            f"over both directions{family}")
+    return (f"{'test over seeds' if values else TESTS[test]}: each of {n_samples:,} resamples "
+            f"(seed {seed}) draws {sentences}moves the difference of the seed means{of} by its "
+            f"standard error times Student's t with Welch–Satterthwaite degrees of freedom (Welch's "
+            f"test over seeds: 2 seeds count for as little as they say); p is one-sided in the "
+            f"direction of Δ (the share of resamples where Δ has the other sign), Holm-corrected over "
+            f"both directions{family}")
 
 
 def method_of(result: pd.DataFrame) -> str:
@@ -262,7 +263,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     n_samples = n_samples or default_samples(n_hypotheses)
     source.prepare([*base, *(d for _, dirs, _ in configs for d in dirs)], n_samples, seed)
     if test == DEFAULT_TEST:
-        rows = _seed_test(source, base, configs, n_samples, seed, higher_is_better)
+        low, high = metric_range(column or metric)
+        width = high - low if low is not None and high is not None else None
+        rows = _seed_test(source, base, configs, n_samples, seed, higher_is_better, width)
     else:
         rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
@@ -302,13 +305,13 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 
 def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int, seed: int,
-               higher_is_better: bool) -> list[dict]:
-    """The seeds x sentences bootstrap of every configuration against the baseline; Holm over
-    both one-sided directions of every comparison made."""
-    base_means, base_observed = None, np.array([])
+               higher_is_better: bool, width: float | None) -> list[dict]:
+    """The seeds x sentences test of every configuration against the baseline; Holm over both
+    one-sided directions of every comparison made. Intervals are clipped to ±`width` (the
+    largest difference the metric allows)."""
+    base_scores, base_observed = None, np.array([])
     if len(base) >= 2:
-        scores, base_observed = source.scores(base)
-        base_means = sb.resampled_means(scores, sb.seed_rng(seed, 0))
+        base_scores, base_observed = source.scores(base)
     elif base:
         base_observed = source.observed(base)
     rows, family = [], []      # family: (row index, p up, p down)
@@ -317,12 +320,13 @@ def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int
                    delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
                    p_holm=math.nan, note=NO_DATA if not dirs or not base else "")
         if not row["note"]:
-            if len(dirs) < 2 or base_means is None:
+            if len(dirs) < 2 or base_scores is None:
                 row["note"], observed = ONE_SEED, source.observed(dirs)
             else:
                 scores, observed = source.scores(dirs)
-                deltas = sb.resampled_means(scores, sb.seed_rng(seed, i + 1)) - base_means
-                row["delta_lo"], row["delta_hi"] = sb.interval(deltas)
+                deltas = sb.resampled_differences(scores, base_scores, sb.seed_rng(seed, i + 1))
+                bounds = (-width, width) if width is not None else (None, None)
+                row["delta_lo"], row["delta_hi"] = (clip(v, bounds) for v in sb.interval(deltas))
                 family.append((i, *sb.one_sided_pvalues(deltas)))
             row["delta"] = float(observed.mean() - base_observed.mean())
             row["direction"] = _direction(row["delta"], higher_is_better)

@@ -438,9 +438,10 @@ def test_notes(sig: pd.DataFrame | None, keys: list[str]) -> str | None:
             f"without stored {split} hypotheses"
         parts.append(f"Runs averaged but not tested ({why}): {'; '.join(untested)}.")
     unmatched = sig[sig["n_unmatched"] > 0]
+    unpaired = int(unmatched["n_unmatched"].sum())
     if len(unmatched):
         parts.append(f"Seed numbers differ from the baseline's in {len(unmatched)} configuration"
-                     f"{'s' * (len(unmatched) != 1)} ({int(unmatched['n_unmatched'].sum())} seeds "
+                     f"{'s' * (len(unmatched) != 1)} ({unpaired} seed{'s' * (unpaired != 1)} "
                      "without a partner): the test does not pair runs by seed number, so all count.")
     return " ".join(parts) or None
 
@@ -508,7 +509,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
         legend = (f"{BETTER}/{WORSE}: better/worse than the baseline ({baseline}){on}, Holm-adjusted "
                   f"p < 0.05" if marked else f"Against the baseline ({baseline}){on}")
         parts.append(f"{legend}; {P_COLUMN}: {significance}. {DELTA_COLUMN}: difference of the seed "
-                     f"means from the baseline's" + (", with its 95% bootstrap interval. n=1: one seed "
+                     f"means from the baseline's" + (", with its 95% interval over the resamples. n=1: one seed "
                      "(here or in the baseline), so no test over seeds and no mark." if marked else
                      "; no marks: one run per configuration says nothing about training randomness."))
     parts += [note for note in notes if note]

@@ -17,7 +17,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
-from lit_attention.analysis import load, report, resampling, seed_bootstrap, significance, tables
+from lit_attention.analysis import aggregate, load, report, resampling, seed_test, significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 
@@ -125,10 +125,10 @@ def store(root, refs, plan: dict, status: dict = ()) -> object:
     return root / "study"
 
 
-def naive_seed_bootstrap(base, systems, refs, n_samples, seed):
-    """The two-stage bootstrap written out: sacreBLEU's corpus BLEU of every run on every
-    resampled test set (the sentences of the family's draw, listed one by one), seeds drawn
-    with replacement and spread by sqrt(n/(n-1)), difference of the seed means."""
+def naive_seed_test(base, systems, refs, n_samples, seed):
+    """The test written out: sacreBLEU's corpus BLEU of every run on every resampled test set
+    (the sentences of the family's draw, listed one by one), then on each resample the difference
+    of the seed means plus its Welch standard error times t(Welch-Satterthwaite df)."""
     weights = resampling.draw("bootstrap", len(refs), n_samples, seed).weights.astype(int)
     picks = [np.repeat(np.arange(len(refs)), w) for w in weights]
 
@@ -136,17 +136,17 @@ def naive_seed_bootstrap(base, systems, refs, n_samples, seed):
         return np.array([[bleu_of([h[i] for i in idx], [refs[i] for i in idx]) for h in runs]
                          for idx in picks])
 
-    def means(values, member):
-        n = values.shape[1]
-        drawn = seed_bootstrap.seed_rng(seed, member).integers(0, n, size=(n_samples, n))
-        mean = values.mean(axis=1)
-        resampled = np.array([row[d].mean() for row, d in zip(values, drawn)])
-        return mean + math.sqrt(n / (n - 1)) * (resampled - mean)
-
-    base_means = means(scores(base), 0)
+    base_scores = scores(base)
     found = []
     for member, runs in enumerate(systems, start=1):
-        deltas = means(scores(runs), member) - base_means
+        rng = seed_test.seed_rng(seed, member)
+        deltas = []
+        for a, b in zip(scores(runs), base_scores):
+            va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+            df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+            deltas.append((a.mean() - b.mean(), math.sqrt(va + vb), df))
+        t = rng.standard_t([d for *_, d in deltas], size=n_samples)
+        deltas = np.array([d + se * t_b for (d, se, _), t_b in zip(deltas, t)])
         observed = np.mean([bleu_of(h, refs) for h in runs]) - np.mean([bleu_of(h, refs) for h in base])
         p_up = ((deltas <= 0).sum() + 1) / (n_samples + 1)
         p_down = ((deltas >= 0).sum() + 1) / (n_samples + 1)
@@ -154,7 +154,7 @@ def naive_seed_bootstrap(base, systems, refs, n_samples, seed):
     return found
 
 
-def test_seed_bootstrap_equals_the_test_written_out_on_sacrebleu(tmp_path):
+def test_seed_test_equals_the_test_written_out_on_sacrebleu(tmp_path):
     refs = references(60, seed=5)
     plan = {"none": [(0.5, 0), (0.5, 0), (0.5, 0)], "bahdanau": [(0.3, 10), (0.35, 10)],
             "luong": [(0.5, 20), (0.6, 20), (0.45, 20)]}
@@ -163,7 +163,7 @@ def test_seed_bootstrap_equals_the_test_written_out_on_sacrebleu(tmp_path):
                                            {"model.attention": "none"}, n_samples=150, seed=3)
     hyps = {a: [corrupt(refs, f, seed=s + o) for s, (f, o) in enumerate(seeds, start=1)]
             for a, seeds in plan.items()}
-    expected = naive_seed_bootstrap(hyps["none"], [hyps["bahdanau"], hyps["luong"]], refs, 150, 3)
+    expected = naive_seed_test(hyps["none"], [hyps["bahdanau"], hyps["luong"]], refs, 150, 3)
     ups, downs = [e[3] for e in expected], [e[4] for e in expected]
     adjusted = significance.holm(ups + downs)
     for row, (observed, lo, hi, up, down), k in zip(sig.itertuples(), expected, range(2)):
@@ -178,8 +178,8 @@ def test_seed_bootstrap_equals_the_test_written_out_on_sacrebleu(tmp_path):
 def test_planted_effects_get_their_direction_and_one_seed_gets_no_mark(tmp_path, capsys):
     """Better over seeds: ▲; worse over seeds: ▼ (the old two-sided † marked both alike); as good:
     no mark; one seed: 'n=1' and no mark; failed, pruned, untested runs counted."""
-    refs = references(150, seed=5)
-    plan = {"none": [(0.5, 0)] * 3, "bahdanau": [(0.2, 10)] * 3, "luong": [(0.8, 20)] * 3,
+    refs = references(300, seed=5)
+    plan = {"none": [(0.5, 0)] * 4, "bahdanau": [(0.2, 10)] * 4, "luong": [(0.8, 20)] * 4,
             "dot": [(0.5, 30)] * 3, "general": [(0.1, 40)], "concat": [(0.2, 50)] * 3}
     study = store(tmp_path, refs, plan, status={"concat-3": "failed", "concat-2": "pruned"})
     write_run(tmp_path, "study", "dot-4", seed=4, model=rnn("dot"), val_bleu=20.0)   # no hypotheses
@@ -193,8 +193,9 @@ def test_planted_effects_get_their_direction_and_one_seed_gets_no_mark(tmp_path,
     assert "▼" in rows["luong"] and "▲" not in rows["luong"]
     assert "▲" not in rows["dot"] + rows["general"] + rows["concat"] and "▼" not in rows["dot"]
     assert "| n=1 " in rows["general"] and "| n=1 " in rows["concat"]     # concat: 1 usable seed
-    assert "<0.001" in rows["bahdanau"] and "<0.001" in rows["luong"] and "0.000" not in md
     sig = pd.read_csv(out / "significance.csv").set_index("model.attention")
+    assert sig.loc["bahdanau", "p_holm"] < 0.01 and sig.loc["luong", "p_holm"] < 0.01
+    assert "0.000" not in md
     assert sig.loc["bahdanau", "direction"] == "better" and sig.loc["luong", "direction"] == "worse"
     assert sig.loc["bahdanau", "delta_lo"] > 0 > sig.loc["luong", "delta_hi"]
     assert sig.loc["dot", "delta_lo"] < 0 < sig.loc["dot", "delta_hi"]
@@ -205,7 +206,7 @@ def test_planted_effects_get_their_direction_and_one_seed_gets_no_mark(tmp_path,
                   "seeds × sentences", "10,000 resamples", "Holm-corrected over both directions of "
                   "3 comparisons (6 hypotheses)", "n=1: one seed", "1 failed, 1 pruned",
                   "1 finished without val_bleu", "Runs averaged but not tested (without stored test "
-                  "hypotheses): 1 of 4 of dot"):
+                  "hypotheses): 1 of 4 of dot", "(1 seed without a partner)"):
         assert words in caption, words
     assert "significance against the configuration without attention" in capsys.readouterr().err
 
@@ -226,9 +227,11 @@ def test_seeds_that_disagree_are_no_evidence_however_sure_each_seed_is(tmp_path)
     assert not row["significant"] and row["p_holm"] > 0.2 and row["delta_lo"] < 0 < row["delta_hi"]
 
 
-def test_a_summary_metric_without_sentences_is_tested_over_seeds_in_its_own_direction(tmp_path):
-    for attention, ppls in {"none": [9.0, 9.4, 9.2], "bahdanau": [5.0, 5.3, 5.1],
-                            "luong": [9.1, 9.3, 9.2]}.items():
+def test_a_summary_metric_is_tested_over_seeds_by_welchs_t_in_its_own_direction(tmp_path):
+    """Without sentence statistics (perplexity) the test is Welch's t-test over seeds: equal
+    spreads of 3 seeds give exactly 4 degrees of freedom, so p is a printed t-table value."""
+    for attention, ppls in {"none": [9.0, 9.4, 9.2], "bahdanau": [5.0, 5.4, 5.2],
+                            "luong": [8.7, 9.1, 8.9]}.items():
         for seed, ppl in enumerate(ppls, start=1):
             run = write_run(tmp_path, "lm", f"{attention}-{seed}", seed=seed, model=rnn(attention),
                             val_bleu=1.0)
@@ -239,10 +242,15 @@ def test_a_summary_metric_without_sentences_is_tested_over_seeds_in_its_own_dire
                         "--no-figures"]) == 0
     sig = pd.read_csv(out / "significance.csv").set_index("model.attention")
     assert sig.loc["bahdanau", "direction"] == "better" and sig.loc["bahdanau", "significant"]
-    assert sig.loc["bahdanau", "delta"] == pytest.approx(5.1333 - 9.2, abs=1e-3)
-    assert not sig.loc["luong", "significant"]
+    assert sig.loc["bahdanau", "delta"] == pytest.approx(-4.0)
+    t = 0.3 / math.sqrt(2 * 0.04 / 3)                        # 1.837 on 4 degrees of freedom
+    welch = (1 - aggregate.t_coverage(t, 4)) / 2              # one-sided: 0.070
+    sd = math.sqrt(welch * (1 - welch) / 10_000)
+    assert sig.loc["luong", "direction"] == "better"
+    assert abs(sig.loc["luong", "p"] - welch) < 4.5 * sd, (sig.loc["luong", "p"], welch)
     md = (out / "table.md").read_text()
-    assert "▲" in md and "seeds (their val_ppl values)" in md and "hypotheses" not in md.split("▲/▼")[1][:80]
+    assert "▲" in md and "test over seeds: " in md and "seed means (of the val_ppl values)" in md
+    assert "sentences" not in md.split("▲/▼")[1]
 
 
 def test_sentence_level_tests_compare_single_runs_only(tmp_path, capsys):
@@ -280,7 +288,7 @@ def test_references_must_match_and_identical_systems_do_not_differ(tmp_path):
     (study / "luong-1" / "hyps" / "test.ref.txt").unlink()
     sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
                                            n_samples=200).set_index("model.attention")
-    assert sig.loc["luong", "n_tested"] == 2 and sig.loc["luong", "significant"]
+    assert sig.loc["luong", "n_tested"] == 2 and sig.loc["luong", "delta"] > 5
     # the baseline's own hypotheses, seed for seed: no difference, no direction, no mark
     assert sig.loc["bahdanau", "delta"] == 0 and sig.loc["bahdanau", "direction"] == ""
     assert not sig.loc["bahdanau", "significant"]
@@ -304,4 +312,4 @@ def test_seed_numbers_are_not_paired_and_unmatched_ones_are_counted(tmp_path):
     assert report.main([str(study), "--out", str(out), "--no-figures"]) == 0
     sig = pd.read_csv(out / "significance.csv")
     assert sig.loc[0, "n_tested"] == 3 and sig.loc[0, "n_unmatched"] == 1
-    assert "1 seeds without a partner" in (out / "table.md").read_text()
+    assert "1 seed without a partner" in (out / "table.md").read_text()
