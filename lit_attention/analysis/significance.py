@@ -315,15 +315,14 @@ def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int
     elif base:
         base_observed = source.observed(base)
     rows, family = [], []      # family: (row index, p up, p down)
-    for i, (_, dirs, untested) in enumerate(configs):
+    for i, (scores, observed, (_, dirs, untested)) in enumerate(_batched(source, configs, base_scores)):
         row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=math.nan,
                    delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
                    p_holm=math.nan, note=NO_DATA if not dirs or not base else "")
         if not row["note"]:
-            if len(dirs) < 2 or base_scores is None:
-                row["note"], observed = ONE_SEED, source.observed(dirs)
+            if scores is None:
+                row["note"] = ONE_SEED
             else:
-                scores, observed = source.scores(dirs)
                 deltas = sb.resampled_differences(scores, base_scores, sb.seed_rng(seed, i + 1))
                 bounds = (-width, width) if width is not None else (None, None)
                 row["delta_lo"], row["delta_hi"] = (clip(v, bounds) for v in sb.interval(deltas))
@@ -338,6 +337,31 @@ def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int
         rows[i]["p"] = max((up, down)[j // len(family)] for j in pick)
         rows[i]["p_holm"] = max(adjusted[j] for j in pick)
     return rows
+
+
+def _batched(source: "_Source", configs: list, base_scores: np.ndarray | None):
+    """(scores [B, n] or None, observed [n], config) of every configuration in order; the
+    configurations with two or more seeds (when the baseline has two) are resampled CHUNK runs
+    at a time, as one matrix product each."""
+    todo = [i for i, (_, dirs, _) in enumerate(configs) if len(dirs) >= 2 and base_scores is not None]
+    found, start = {}, 0
+    while start < len(todo):
+        batch, runs = [], 0
+        while start < len(todo) and (not batch or runs + len(configs[todo[start]][1]) <= CHUNK):
+            batch.append(todo[start])
+            runs += len(configs[todo[start]][1])
+            start += 1
+        scores, observed = source.scores([d for i in batch for d in configs[i][1]])
+        at = 0
+        for i in batch:
+            n = len(configs[i][1])
+            found[i] = scores[:, at:at + n], observed[at:at + n]
+            at += n
+    for i, config in enumerate(configs):
+        dirs = config[1]
+        if i not in found:
+            found[i] = None, source.observed(dirs) if dirs else np.array([])
+        yield *found.pop(i), config
 
 
 def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
