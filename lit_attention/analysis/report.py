@@ -19,6 +19,7 @@ import pandas as pd
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.tracking.schema import hyps_file
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -162,7 +163,7 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
 def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
     if wanted:
         return wanted
-    has_test = any((Path(d) / "hyps" / "test.txt").is_file() for d in runs["run_dir"])
+    has_test = any((Path(d) / hyps_file("test")).is_file() for d in runs["run_dir"])
     return "test" if has_test else "val"
 
 
