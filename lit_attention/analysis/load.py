@@ -48,7 +48,7 @@ def find_run_dirs(root: Path | str) -> list[Path]:
     root = Path(root)
     if (root / SUMMARY).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob(SUMMARY) if "checkpoints" not in p.parts)
+    return sorted(p.parent for p in root.rglob(SUMMARY) if schema.CHECKPOINTS not in p.parts)
 
 
 def _scalar(value):

@@ -14,7 +14,7 @@ from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import (RunDir, RunStoreLogger, atomic_write, git_commit, now_iso,
                                               package_versions)
-from lit_attention.tracking.schema import CONFIG, Status, hyps_file, refs_file
+from lit_attention.tracking.schema import CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, refs_file
 
 
 def _metrics(trainer: Trainer, prefix: str) -> dict:
@@ -183,12 +183,12 @@ class RunStoreCallback(Callback):
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
         if interrupted and trainer.state.fn == "fit":
             # Leave a resumable checkpoint: `fit ... --ckpt_path last` continues from here.
-            trainer.save_checkpoint(self.run_dir.checkpoints / "last.ckpt")
+            trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
         if trainer.is_global_zero:
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             try:
                 self.run_dir.update_summary(status=status, finished_at=now_iso(),
                                             error=f"{type(exception).__name__}: {exception}",
                                             steps=trainer.global_step)
-            except OSError:   # the disk is full or read-only: the original error is what matters
+            except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
                 pass

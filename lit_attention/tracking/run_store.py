@@ -81,8 +81,8 @@ def find_latest_run(root: Path | str, group: str, with_checkpoint: bool = True) 
     group_dir = Path(root) / schema.check_name("--run.group", group)
     if not group_dir.is_dir():
         return None
-    runs = [p for p in group_dir.iterdir()
-            if p.is_dir() and (not with_checkpoint or (p / schema.CHECKPOINTS / schema.LAST_CHECKPOINT).exists())]
+    last = Path(schema.CHECKPOINTS) / schema.LAST_CHECKPOINT
+    runs = [p for p in group_dir.iterdir() if p.is_dir() and (not with_checkpoint or (p / last).exists())]
     return max(runs, key=lambda p: p.stat().st_mtime, default=None)
 
 
