@@ -99,8 +99,9 @@ def _build_cli_class():
     from lit_attention.lightning.budget import TrainingBudget, step_limit
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.tracking.callback import RunStoreCallback
-    from lit_attention.tracking.run_store import (RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run,
-                                                 new_run_id, run_path)
+    from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
+    from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
+                                               new_run_id, run_path)
 
     class LitAttentionCLI(LightningCLI):
         parse_only = False   # check_training_args: stop once the arguments are parsed
@@ -122,7 +123,7 @@ def _build_cli_class():
             elif run.id:
                 run_id = run.id
                 if ckpt_path == "last" and self.subcommand == "fit":
-                    last = run_path(run.root, run.group, run_id) / "checkpoints" / "last.ckpt"
+                    last = run_path(run.root, run.group, run_id) / CHECKPOINTS / LAST_CHECKPOINT
                     if not last.is_file():   # killed before its first checkpoint: refuse, touch nothing
                         raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
                                               f"exist (the run stopped before its first checkpoint); "
@@ -133,7 +134,7 @@ def _build_cli_class():
                     raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
                                      f"in {Path(run.root) / run.group}")
                 run_id = latest.name
-            elif ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+            elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
                 return Path(ckpt_path).resolve().parent.parent
             else:
                 run_id = new_run_id()
@@ -184,7 +185,7 @@ def _build_cli_class():
                                               cfg.get("seed_everything"), self.subcommand,
                                               from_checkpoint=bool(cfg.get("ckpt_path"))))
             callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
-            callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
+            callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
                                              monitor="val_loss", mode="min", save_last=True,
                                              save_top_k=1, enable_version_counter=False))
             loggers = [RunStoreLogger(self.run_dir)]
@@ -390,12 +391,13 @@ def _train(argv: list[str]) -> int:
 
     from lit_attention.data.text import DataError
     from lit_attention.threads import use_allowed_cores
+    from lit_attention.tracking.schema import Status
     from lit_attention.tracking.wandb import finish
 
     use_allowed_cores()  # OMP_NUM_THREADS (a sweep trial's share), else the cores we may use
     cli_class, module_base, data_base = _build_cli_class()
     session = cli_class.session = {}
-    status = "failed"
+    status = Status.FAILED
     try:
         cli_class(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
                   save_config_callback=None, seed_everything_default=1,
@@ -405,12 +407,12 @@ def _train(argv: list[str]) -> int:
                                     "log_every_n_steps": 10,
                                     # token batches are re-bucketed each epoch, so their count varies
                                     "reload_dataloaders_every_n_epochs": 1})
-        status = "finished"
+        status = Status.FINISHED
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
     except SIGTERMException:
-        status = "interrupted"
+        status = Status.INTERRUPTED
         print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
         return 143
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -418,7 +420,7 @@ def _train(argv: list[str]) -> int:
         # Lightning turns Ctrl-C into sys.exit(1) after its clean stop (on_exception saved last.ckpt)
         if isinstance(exc, SystemExit) and not (trainer is not None and trainer.interrupted):
             raise
-        status = "interrupted"
+        status = Status.INTERRUPTED
         run_id = session["run_dir"].name if session.get("run_dir") else "<id>"
         print(f"interrupted (Ctrl-C): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
         return 130

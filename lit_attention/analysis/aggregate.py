@@ -19,6 +19,7 @@ import pandas as pd
 
 from lit_attention import registry
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
+from lit_attention.tracking.schema import Status
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
@@ -240,8 +241,8 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
         good, bad = group[group["_usable"]], group[~group["_usable"]]
         row = dict(zip(keys, values))
         row.update(seed_stats(good[metric], metric_range(metric)))
-        row["n_failed"] = int((bad["status"] == "failed").sum())
-        row["n_pruned"] = int((bad["status"] == "pruned").sum())
+        row["n_failed"] = int((bad["status"] == Status.FAILED).sum())
+        row["n_pruned"] = int((bad["status"] == Status.PRUNED).sum())
         row["n_invalid"] = int(bad["_invalid"].sum())
         row["n_missing"] = int(((bad["status"] == FINISHED) & bad[metric].isna() & ~bad["_invalid"]).sum())
         row["n_other"] = (len(bad) - row["n_failed"] - row["n_pruned"] - row["n_invalid"]

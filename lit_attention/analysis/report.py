@@ -20,6 +20,7 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.tracking.schema import hyps_file
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -177,7 +178,7 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
     if wanted:
         return wanted
     stored = [split for split in dict.fromkeys([tables.split_of(metric or ""), "test"]) if split
-              and any((Path(d) / "hyps" / f"{split}.txt").is_file() for d in runs["run_dir"])]
+              and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
     return stored[0] if stored else "val"
 
 

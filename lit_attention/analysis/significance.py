@@ -32,6 +32,7 @@ from lit_attention.analysis import seed_test as sb
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.tracking.schema import Status, hyps_file, refs_file
 
 N_SAMPLES = 10_000          # at least; more when many comparisons (default_samples)
 MAX_DEFAULT_SAMPLES = 50_000   # the draw alone is 4 bytes x resamples x sentences
@@ -190,10 +191,10 @@ class RunStats:
         self.extractor = ss.Extractor()
 
     def hyps(self, run_dir: str) -> Path:
-        return Path(run_dir) / "hyps" / f"{self.split}.txt"
+        return Path(run_dir) / hyps_file(self.split)
 
     def refs(self, run_dir: str) -> Path:
-        return Path(run_dir) / "hyps" / f"{self.split}.ref.txt"
+        return Path(run_dir) / refs_file(self.split)
 
     def refs_from(self, run_dir: str, other: str) -> str:
         """The run whose reference file `run_dir` is scored against: its own, else `other`'s."""
@@ -240,7 +241,7 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         raise AnalysisError(f"--test {test} resamples test sentences, and {column} has no sentence "
                             f"statistics: use --test {DEFAULT_TEST}")
     needed = dict.fromkeys([*keys, *baseline, "seed", "run_dir", *([column] if column else [])])
-    runs = runs.loc[runs["status"] == "finished", list(needed)]
+    runs = runs.loc[runs["status"] == Status.FINISHED, list(needed)]
     is_base = matches(runs, baseline)
     if not is_base.any():
         raise AnalysisError(f"no finished run matches the baseline {baseline}")

@@ -33,6 +33,7 @@ from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
 from lit_attention.sweep.schema import Sweep, SweepError
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage
+from lit_attention.tracking.schema import Status, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
@@ -237,7 +238,7 @@ class Objective:
             for s in sweep.seeds[1:]:
                 trial.study.enqueue_trial({**params, "seed": s})
 
-        run_id = f"t{trial.number:04d}-s{seed}"
+        run_id = trial_run_id(trial.number, seed)
         run_dir = self.root / sweep.study_name / run_id
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
         trial.set_user_attr("cell", cell)
@@ -261,19 +262,19 @@ class Objective:
             out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
-            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("status", Status.FAILED.value)
             trial.set_user_attr("error", why)
             print(f"[{sweep.study_name}] trial {trial.number} failed ({why})", flush=True)
             raise tr.TrialFailed(why) from None
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
             raise
         except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
             raise
         s = out.summary
-        trial.set_user_attr("status", out.status)
+        trial.set_user_attr("status", out.status.value)
         trial.set_user_attr("error", out.error)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
         trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
@@ -282,9 +283,9 @@ class Objective:
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
-        if out.status == "pruned":
+        if out.status is Status.PRUNED:
             raise optuna.TrialPruned(f"pruned after {out.reported} validations")
-        if out.status != "finished":
+        if out.status is not Status.FINISHED:
             trial.set_user_attr("error", out.error)
             raise tr.TrialFailed(out.error)
         return out.value

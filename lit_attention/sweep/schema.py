@@ -33,6 +33,7 @@ import yaml
 from lit_attention import registry
 from lit_attention.config_check import suggest
 from lit_attention.sweep.space import Condition, Param, config_name, count
+from lit_attention.tracking.schema import SAFE_NAME
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
@@ -313,8 +314,8 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
             ck.fail(k, "missing (required)")
 
     name = data["study_name"]
-    if not isinstance(name, str) or not name or any(c in name for c in "/\\ \t") or name.startswith("."):
-        ck.fail("study_name", "must be a non-empty name without slashes or spaces")
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):   # it names the runs' group directory
+        ck.fail("study_name", "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
     kind = ck.choice("kind", data.get("kind", "seq2seq"), KINDS)
 
     base = data["base"]

@@ -10,14 +10,16 @@ are not tested (they are not completed cells) and are counted.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, CONFIG, SUMMARY, Status,
+                                          SummaryError, read_summary, summary_path)
+
 TEST_COMMAND = [sys.executable, "-m", "lit_attention.cli", "test"]
-BEST = Path("checkpoints") / "best.ckpt"
+BEST = Path(CHECKPOINTS) / f"{BEST_CHECKPOINT}.ckpt"
 
 
 @dataclass
@@ -43,17 +45,16 @@ def test_metric(objective: str) -> str:
 
 def _summary(run_dir: Path) -> dict:
     try:
-        found = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        return dict(read_summary(run_dir))
+    except (OSError, SummaryError):
         return {}
-    return found if isinstance(found, dict) else {}
 
 
 def already_tested(run_dir: Path, summary: dict) -> bool:
     """A test result newer than the best checkpoint."""
     try:
         return (summary.get("test_loss") is not None and
-                (run_dir / "summary.json").stat().st_mtime_ns >= (run_dir / BEST).stat().st_mtime_ns)
+                summary_path(run_dir).stat().st_mtime_ns >= (run_dir / BEST).stat().st_mtime_ns)
     except OSError:
         return False
 
@@ -61,7 +62,7 @@ def already_tested(run_dir: Path, summary: dict) -> bool:
 def command(run_dir: Path, accelerator: str | None = None, tracking: str | None = None) -> list[str]:
     """The `lit-attention test` command of one run: its config, its best checkpoint, its run store,
     one process."""
-    cmd = TEST_COMMAND + ["--config", str(run_dir / "config.yaml"), "--ckpt_path", str(run_dir / BEST),
+    cmd = TEST_COMMAND + ["--config", str(run_dir / CONFIG), "--ckpt_path", str(run_dir / BEST),
                           "--run.root", str(run_dir.parent.parent), "--run.group", run_dir.parent.name,
                           "--run.id", run_dir.name, "--trainer.devices", "1", "--trainer.num_nodes", "1",
                           "--trainer.strategy", "auto"]
@@ -77,9 +78,13 @@ def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | 
     """Test every finished run under `study_dir` that has a best checkpoint and no test result
     on it yet; one line per run through `log`."""
     done = Tested()
-    for run_dir in sorted(p.parent for p in study_dir.glob("*/summary.json")):
-        summary = _summary(run_dir)
-        if summary.get("status") != "finished":
+    for run_dir in sorted(p.parent for p in study_dir.glob(f"*/{SUMMARY}")):
+        try:
+            summary = dict(read_summary(run_dir))
+        except SummaryError as exc:       # unreadable: a failure with its reason, not "unfinished"
+            done.failed.append((run_dir.name, str(exc)))
+            continue
+        if summary.get("status") != Status.FINISHED:
             done.not_finished += 1
             continue
         if not (run_dir / BEST).is_file():

@@ -23,11 +23,13 @@ from pathlib import Path
 
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
+from lit_attention.tracking import schema
+from lit_attention.tracking.schema import Status, Summary, SummaryError
 
 FIT_COMMAND_ENV = "LIT_ATTENTION_FIT_COMMAND"  # JSON list overriding the trial command (tests, debugging)
 POLL_SECONDS = 0.5
 # Environment of the worker that must not reach a fresh training run.
-_SCRUB_ENV = (STORAGE_ENV, "LIT_ATTENTION_RUN_ID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
+_SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
               "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
 
@@ -38,9 +40,9 @@ class TrialFailed(Exception):
 
 @dataclass
 class Outcome:
-    status: str  # finished | pruned | failed | interrupted
+    status: Status  # FINISHED | PRUNED | FAILED | INTERRUPTED
     value: float | None
-    summary: dict
+    summary: Summary
     error: str | None
     reported: int  # validation rows reported to the trial
 
@@ -102,13 +104,6 @@ def validation_values(metrics_csv: Path, metric: str) -> list[float]:
     return [float(r[metric]) for r in rows if r.get(metric) not in (None, "")]
 
 
-def read_summary(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
 class _Tee(threading.Thread):
     """Copies the child's output to trial.log and keeps its last lines in memory: on a full or
     read-only disk the log loses them, and they hold the reason the trial failed."""
@@ -143,17 +138,15 @@ def exit_reason(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def record_end(run_dir: Path, status: str, error: str) -> dict:
+def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
     none); returns the summary. A run store that cannot be written is left as it is."""
-    from lit_attention.files import atomic_write
     ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    summary = {**read_summary(run_dir), "status": status, "error": error, "finished_at": ended}
+    fields = {**summary, "status": status, "error": error, "finished_at": ended}
     try:
-        atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return schema.write_summary(run_dir, fields)
     except OSError:
-        pass
-    return summary
+        return Summary(fields, summary.path)
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
@@ -183,7 +176,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
     env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
     reported, stop_sent = 0, False
-    with open(run_dir / "trial.log", "ab", buffering=0) as log:
+    with open(run_dir / schema.TRIAL_LOG, "ab", buffering=0) as log:
         # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
         proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -192,13 +185,13 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
         try:
             while True:
                 done = proc.poll() is not None
-                values = validation_values(run_dir / "metrics.csv", metric)
+                values = validation_values(run_dir / schema.METRICS, metric)
                 for value in values[reported:]:
                     if not stop_sent and math.isfinite(value):
                         report(value, reported)
                     reported += 1
                 if not done and not stop_sent and reported and should_prune():
-                    (run_dir / "STOP").write_text("pruned\n")
+                    schema.request_stop(run_dir, Status.PRUNED)
                     stop_sent = True
                 if done:
                     break
@@ -217,20 +210,25 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                     pass
             tee.join(timeout=10)
 
-    summary = read_summary(run_dir)
-    status = summary.get("status")
-    if proc.returncode != 0 or status in ("failed", "interrupted", None, "running"):
-        error = summary.get("error") or f"{exit_reason(proc.returncode)}: {tee.tail()}"
-        if status in (None, "running"):   # it never recorded an end: say so in its run store too
-            status = "killed" if proc.returncode < 0 else "failed"
-            summary = record_end(run_dir, status, error)
-        return Outcome(status if status == "interrupted" else "failed", None, summary, error, reported)
-    if status == "pruned" or (stop_sent and status != "finished"):
-        return Outcome("pruned", None, summary, None, reported)
+    try:
+        summary = schema.read_summary(run_dir, missing_ok=True)
+    except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
+        return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
+    status = summary.status
+    if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
+        error = summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}"
+        if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
+            status = Status.KILLED if proc.returncode < 0 else Status.FAILED
+            summary = record_end(run_dir, summary, status, error)
+        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
+                       summary, error, reported)
+    if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
+        return Outcome(Status.PRUNED, None, summary, None, reported)
     value = summary.get(metric)
     if value is None:
-        values = validation_values(run_dir / "metrics.csv", metric)
+        values = validation_values(run_dir / schema.METRICS, metric)
         value = values[-1] if values else None
     if value is None or not math.isfinite(float(value)):
-        return Outcome("failed", None, summary, f"objective {metric} missing or not finite ({value})", reported)
-    return Outcome("finished", float(value), summary, None, reported)
+        return Outcome(Status.FAILED, None, summary, f"objective {metric} missing or not finite ({value})",
+                       reported)
+    return Outcome(Status.FINISHED, float(value), summary, None, reported)
