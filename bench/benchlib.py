@@ -111,7 +111,7 @@ def seq2seq_loss(net, batch, label_smoothing: float = 0.1) -> torch.Tensor:
 
 def adam_with_warmup(params, lr: float = 1e-3, warmup: int = 1000):
     """The optimiser and schedule TranslationModule.configure_optimizers builds."""
-    from lit_attention.lightning.translation import inverse_sqrt_warmup
+    from lit_attention.lightning.optim import inverse_sqrt_warmup
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98))
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(warmup))
 

@@ -21,14 +21,13 @@ import math
 from typing import Literal, Optional
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
 
 from lit_attention import registry
-from lit_attention.lightning.optim import adam
-from lit_attention.lightning.steps import attached_datamodule, logs_this_step
-from lit_attention.metrics import perplexity, token_nll
+from lit_attention.lightning.base import SequenceModule
+from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
+from lit_attention.lightning.steps import attached_datamodule
+from lit_attention.metrics import token_nll
 from lit_attention.models.base import count_parameters
 from lit_attention.models.base import closest_width
 from lit_attention.models.lm import build_lm, detach_state
@@ -42,20 +41,7 @@ Norm = Literal[registry.NORM]
 Smoothing = Literal[SMOOTHING]
 
 
-
-def warmup_cosine(warmup: int, total: int, floor: float = 0.1):
-    """Linear warm-up to the base rate, then cosine decay to ``floor`` of it at ``total`` steps."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        if total <= warmup:
-            return 1.0
-        progress = min((step - warmup) / (total - warmup), 1.0)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-    return factor
-
-
-class LanguageModelModule(LightningModule):
+class LanguageModelModule(SequenceModule):
     """Train and evaluate any registered language model on an LMDataModule."""
 
     def __init__(
@@ -94,9 +80,6 @@ class LanguageModelModule(LightningModule):
         self.net = None
         # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
         self._state = {}           # training state carried across batches ("train")
-        self._eval: dict[str, list[float]] = {}
-        self.eval_extras: dict[str, dict] = {}
-        self.train_tokens = 0
 
     # -- model construction ------------------------------------------------------------------
 
@@ -189,63 +172,28 @@ class LanguageModelModule(LightningModule):
             # No gradient: the counts were taken in on_fit_start. The epoch still runs (doing
             # nothing) because returning -1 from on_train_batch_start would skip its validation.
             return None
+        return super().training_step(batch, batch_idx)
+
+    def training_loss(self, batch):
         tokens, targets = batch["tokens"], batch["targets"]
         logits, state = self.net(tokens, self._state.get("train"))
         self._state["train"] = detach_state(state)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
-        self.train_tokens += targets.numel()
-        if logs_this_step(self):
-            self.log("train_loss", loss, prog_bar=True, batch_size=targets.shape[0])
-            self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
-        return loss
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1)), targets
 
     def configure_optimizers(self):
         if self.hparams.family == "ngram":
             return None
         h = self.hparams
-        opt = adam(self, h.lr, h.betas, h.weight_decay, decoupled=True)
         total = self.trainer.estimated_stepping_batches
         total = int(total) if math.isfinite(total) else 0
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(max(h.warmup, 1), total))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return stepwise(adam(self, h.lr, h.betas, h.weight_decay, decoupled=True),
+                        warmup_cosine(max(h.warmup, 1), total))
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def _eval_start(self, split: str) -> None:
-        self._eval[split] = [0.0, 0.0]
-
-    def _eval_step(self, split: str, batch) -> None:
+    def evaluate(self, split: str, batch):
         logits, _ = self.net(batch["tokens"])          # a fresh state for every window
-        nll, n = token_nll(logits, batch["targets"])   # PAD targets (context only) do not count
-        self._eval[split][0] += float(nll)
-        self._eval[split][1] += float(n)
+        return token_nll(logits, batch["targets"])     # PAD targets (context only) do not count
 
-    def _eval_end(self, split: str) -> None:
-        totals = torch.tensor(self._eval.pop(split), dtype=torch.float64)
-        if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
-            dist.all_reduce(totals)
-        nll, tokens = totals.tolist()
-        self.log(f"{split}_loss", nll / max(tokens, 1), batch_size=1)
-        self.log(f"{split}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
-        dm = self._datamodule()
-        self.eval_extras[split] = {"eval_protocol": getattr(dm, "eval_protocol", None)}
-
-    def on_validation_epoch_start(self):
-        self._eval_start("val")
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch)
-
-    def on_validation_epoch_end(self):
-        self._eval_end("val")
-
-    def on_test_epoch_start(self):
-        self._eval_start("test")
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch)
-
-    def on_test_epoch_end(self):
-        self._eval_end("test")
+    def evaluation_end(self, split: str) -> None:
+        self.eval_extras[split] = {"eval_protocol": getattr(self._datamodule(), "eval_protocol", None)}

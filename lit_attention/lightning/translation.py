@@ -6,22 +6,21 @@ decided the vocabulary sizes, so one config line (``model.family``) swaps the wh
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Literal, Optional
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
-from lightning.pytorch import LightningModule
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
-from lit_attention.lightning.optim import adam
-from lit_attention.lightning.steps import attached_datamodule, logs_this_step
-from lit_attention.metrics import bleu_chrf, perplexity, token_nll
+from lit_attention.lightning.base import SequenceModule
+from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
+from lit_attention.lightning.steps import attached_datamodule
+from lit_attention.lightning.totals import Hypotheses
+from lit_attention.metrics import bleu_chrf, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
 Family = Literal[registry.FAMILIES]
@@ -36,15 +35,8 @@ Norm = Literal[registry.NORM]
 # command line and config of that invocation, never from the checkpoint (lit_attention/cli.py).
 DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
 
-def inverse_sqrt_warmup(warmup: int):
-    """Linear warm-up to the base rate, then decay with 1/sqrt(step)."""
-    def factor(step: int) -> float:
-        step = step + 1
-        return min(step / max(warmup, 1), math.sqrt(max(warmup, 1) / step))
-    return factor
 
-
-class TranslationModule(LightningModule):
+class TranslationModule(SequenceModule):
     """Train and evaluate any registered encoder-decoder on a TranslationDataModule."""
 
     def __init__(
@@ -96,11 +88,8 @@ class TranslationModule(LightningModule):
         self.save_hyperparameters()
         self.hparams.scoring = scoring
         self.net = None
-        self._eval: dict[str, dict] = {}
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}
-        self.eval_extras: dict[str, dict] = {}
-        self.train_tokens = 0
 
     # -- model construction ------------------------------------------------------------------
 
@@ -139,29 +128,17 @@ class TranslationModule(LightningModule):
 
     # -- training ----------------------------------------------------------------------------
 
-    def training_step(self, batch, batch_idx):
-        out = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing)
-        logits = out.logits
+    def training_loss(self, batch):
+        logits = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing).logits
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
                                ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
-        self.train_tokens += int((batch["tgt_out"] != PAD).sum())
-        if logs_this_step(self):
-            self.log("train_loss", loss, prog_bar=True, batch_size=batch["src"].size(0))
-            self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
-        return loss
+        return loss, batch["tgt_out"]
 
     def configure_optimizers(self):
         h = self.hparams
-        opt = adam(self, h.lr, h.betas, h.weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(h.warmup))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+        return stepwise(adam(self, h.lr, h.betas, h.weight_decay), inverse_sqrt_warmup(h.warmup))
 
     # -- evaluation --------------------------------------------------------------------------
-
-    def _eval_start(self, split: str) -> None:
-        self._eval[split] = {"nll": 0.0, "tokens": 0, "hyps": {}, "seconds": 0.0}
 
     def decoding_settings(self, beam_size: int = 1) -> dict:
         """What produced a split's hypotheses (recorded next to its BLEU in the summary)."""
@@ -178,72 +155,41 @@ class TranslationModule(LightningModule):
             return beam_search(self.net, src, beam_size, h.length_penalty, h.max_len_a, h.max_len_b)
         return greedy_decode(self.net, src, h.max_len_a, h.max_len_b)
 
-    def _eval_step(self, split: str, batch, decode: bool, beam_size: int = 1) -> None:
-        if "keep" in batch and not batch["keep"].all():
-            # padding repeats that give every DDP rank a batch: not part of the metrics
-            batch = {k: v[batch["keep"]] for k, v in batch.items()}
-            if batch["src"].size(0) == 0:
-                return
+    def evaluation_start(self, split: str) -> None:
+        # test decodes with beam search; validation greedily, if asked, and not in the sanity check
+        decodes = split == "test" or (self.hparams.val_bleu and not self.trainer.sanity_checking)
+        if decodes:
+            self.eval_totals["hyps"] = Hypotheses().to(self.device)
+
+    def evaluate(self, split: str, batch):
         out = self.net(batch["src"], batch["tgt_in"])
-        nll, n = token_nll(out.logits, batch["tgt_out"])
-        acc = self._eval[split]
-        acc["nll"] += float(nll)
-        acc["tokens"] += int(n)
-        if decode:
+        if "hyps" in self.eval_totals:
             start = time.perf_counter()
-            ids = self.decode(batch["src"], beam_size)
-            acc["seconds"] += time.perf_counter() - start
-            tok = self.trainer.datamodule.tgt_tokenizer
-            for i, row in zip(batch["idx"].tolist(), ids.tolist()):
-                acc["hyps"][i] = tok.decode(row)
+            ids = self.decode(batch["src"], self.hparams.beam_size if split == "test" else 1)
+            self.eval_totals["hyps"].update(batch["idx"], ids, time.perf_counter() - start)
+        return token_nll(out.logits, batch["tgt_out"])
 
-    def _eval_end(self, split: str, prefix: str, decode: bool) -> None:
-        acc = self._eval.pop(split)
-        totals = torch.tensor([acc["nll"], acc["tokens"]], dtype=torch.float64)
-        hyps, seconds = acc["hyps"], acc["seconds"]
-        if dist.is_available() and dist.is_initialized() and self.trainer.world_size > 1:
-            totals = totals.to(self.device)
-            dist.all_reduce(totals)
-            gathered = [None] * self.trainer.world_size
-            dist.all_gather_object(gathered, (hyps, seconds))
-            hyps = {k: v for part in gathered for k, v in part[0].items()}
-            seconds = max(part[1] for part in gathered)
-        nll, tokens = totals.tolist()
-        self.log(f"{prefix}_loss", nll / max(tokens, 1), batch_size=1)
-        self.log(f"{prefix}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
-        if decode and hyps:
-            refs = self.trainer.datamodule.references(split)
-            ordered = [hyps.get(i, "") for i in range(len(refs))]
-            scores = bleu_chrf(ordered, refs)
-            self.hyps[split] = ordered
-            self.refs[split] = refs
-            # Buckets count whitespace words of the raw source, whatever the model's tokenizer.
-            lengths = source_words(self.trainer.datamodule.sources(split))
-            self.eval_extras[split] = {
-                f"{prefix}_bleu_by_length": bleu_by_length(lengths, ordered, refs, self.hparams.length_buckets,
-                                                           self.hparams.min_bucket_sentences),
-                f"{prefix}_decode_seconds": seconds,
-                f"{prefix}_sentences_per_second": len(hyps) / seconds if seconds else None,
-            }
-            self.sacrebleu_signature = scores["bleu_signature"]
-            self.chrf_signature = scores["chrf_signature"]
-            self.log(f"{prefix}_bleu", scores["bleu"], batch_size=1, prog_bar=True)
-            self.log(f"{prefix}_chrf", scores["chrf"], batch_size=1)
-
-    def on_validation_epoch_start(self):
-        self._eval_start("val")
-
-    def validation_step(self, batch, batch_idx):
-        self._eval_step("val", batch, decode=self.hparams.val_bleu and not self.trainer.sanity_checking)
-
-    def on_validation_epoch_end(self):
-        self._eval_end("val", "val", decode=self.hparams.val_bleu and not self.trainer.sanity_checking)
-
-    def on_test_epoch_start(self):
-        self._eval_start("test")
-
-    def test_step(self, batch, batch_idx):
-        self._eval_step("test", batch, decode=True, beam_size=self.hparams.beam_size)
-
-    def on_test_epoch_end(self):
-        self._eval_end("test", "test", decode=True)
+    def evaluation_end(self, split: str) -> None:
+        if "hyps" not in self.eval_totals:
+            return
+        decoded, seconds = self.eval_totals["hyps"].compute()      # every rank's, by example index
+        if not decoded:
+            return
+        tok = self.trainer.datamodule.tgt_tokenizer
+        refs = self.trainer.datamodule.references(split)
+        hyps = [tok.decode(decoded[i]) if i in decoded else "" for i in range(len(refs))]
+        scores = bleu_chrf(hyps, refs)
+        self.hyps[split] = hyps
+        self.refs[split] = refs
+        # Buckets count whitespace words of the raw source, whatever the model's tokenizer.
+        lengths = source_words(self.trainer.datamodule.sources(split))
+        self.eval_extras[split] = {
+            f"{split}_bleu_by_length": bleu_by_length(lengths, hyps, refs, self.hparams.length_buckets,
+                                                      self.hparams.min_bucket_sentences),
+            f"{split}_decode_seconds": seconds,
+            f"{split}_sentences_per_second": len(decoded) / seconds if seconds else None,
+        }
+        self.sacrebleu_signature = scores["bleu_signature"]
+        self.chrf_signature = scores["chrf_signature"]
+        self.log(f"{split}_bleu", scores["bleu"], batch_size=1, prog_bar=True)
+        self.log(f"{split}_chrf", scores["chrf"], batch_size=1)
