@@ -104,6 +104,22 @@ def test_choices_json_lists_the_registry():
     assert set(data["scoring"]) == {"dot", "scaled_dot", "general", "low_rank", "additive", "concat"}
     assert set(data["positional"]) == {"none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw"}
     assert {"transformer", "rnn"} <= set(data["families"]) and "toy-mt" in data["tasks"]
+    # the config keys every validator shares, and the tracking choices
+    from lit_attention import registry
+    assert data["config"] == {kind: {key: list(values) for key, values in keys.items()}
+                              for kind, keys in registry.CONFIG_CHOICES.items()}
+    assert data["config"]["seq2seq"]["model.enc_output"] == ["concat", "sum", "project"]
+    assert data["tracking"] == ["none", "wandb"]
+
+
+def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registry_list(tmp_path):
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
+    assert result.returncode == 2
+    assert "invalid value for tracking: 'mlflow' is not one of: none, wandb" in result.stderr
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
+    assert result.returncode == 2
+    assert "'bytes' is not one of: word, char, sentencepiece" in result.stderr
+    assert not tmp_path.joinpath("default").exists()
 
 
 def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
