@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -95,6 +96,25 @@ def test_unknown_choice_fails_at_parse_time_listing_valid_ones(tmp_path):
     assert result.returncode == 2
     assert "wavelet" in result.stderr and "rotary" in result.stderr and "alibi" in result.stderr
     assert not tmp_path.joinpath("default").exists()
+
+
+def documented_summary_keys() -> set[str]:
+    """The keys of docs/ARCHITECTURE.md's summary.json table (`{split}` as val and test)."""
+    from conftest import REPO
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text[text.index("`summary.json` keys"):].split("\n\n")[1]
+    names = [n for row in table.splitlines()[2:] for n in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    return {n.replace("{split}", split) for n in names for split in ("val", "test")}
+
+
+@pytest.mark.slow
+def test_every_summary_key_a_real_run_writes_is_documented(copy_run):
+    """A key added to (or renamed in) summary.json without docs/ARCHITECTURE.md fails here."""
+    summary = json.loads((copy_run / "summary.json").read_text())
+    documented = documented_summary_keys()
+    assert {"run_id", "val_bleu", "test_decoding", "eval_protocol"} <= documented
+    assert not summary.keys() - documented, (f"summary.json keys missing from docs/ARCHITECTURE.md's "
+                                             f"table: {sorted(summary.keys() - documented)}")
 
 
 def test_choices_json_lists_the_registry():
