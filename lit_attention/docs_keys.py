@@ -2,8 +2,8 @@
 
 The keys are the constructor arguments of the LightningModules and DataModules (what
 LightningCLI turns into `--model.X` / `--data.X`), the run options of `lit-attention fit`, the
-choices each takes from `registry.CONFIG_CHOICES`, and the per-family fields `summary.json`'s
-`model` records (`registry.variant_fields`). tests/test_docs_keys.py fails when the file differs::
+choices each takes from `registry.CONFIG_CHOICES` (which options each family uses and their
+defaults are the registry's family tables). tests/test_docs_keys.py fails when the file differs::
 
     python -m lit_attention.docs_keys --write    # rewrite the section of docs/ARCHITECTURE.md
     python -m lit_attention.docs_keys --check    # exit 1 if it is out of date
@@ -89,32 +89,6 @@ def option_rows(cls, group: str) -> list[str]:
             for f in dataclasses.fields(cls)]
 
 
-def _variant_rows() -> list[str]:
-    """Which fields summary.json's `model` records, per family; a field recorded only with some
-    attention wirings or scorings says which."""
-    combos = [(a, s) for a in registry.ATTENTION for s in registry.SCORING]
-    rows = []
-    for family in registry.FAMILIES:
-        fields = {f: [] for a, s in combos for f in registry.variant_fields(family, a, s)}
-        for a, s in combos:
-            for f in registry.variant_fields(family, a, s):
-                fields[f].append((a, s))
-        described = []
-        for f, where in fields.items():
-            attentions = [a for a in registry.ATTENTION if any(w[0] == a for w in where)]
-            scorings = [s for s in registry.SCORING if any(w[1] == s for w in where)]
-            if len(where) == len(combos):
-                described.append(f)
-            elif len(where) == len(attentions) * len(registry.SCORING):
-                described.append(f"{f} (attention {'/'.join(attentions)})")
-            else:
-                described.append(f"{f} (scoring {'/'.join(scorings)})")
-        rows.append(f"| seq2seq | {family} | {', '.join(described)} |")
-    rows += [f"| lm | {family} | {', '.join(registry.lm_variant_fields(family))} |"
-             for family in registry.LM_FAMILIES]
-    return rows
-
-
 def generated(classes: dict[str, dict[str, type]] | None = None) -> str:
     """The section between BEGIN and END (markers included)."""
     from lit_attention.cli import BudgetOptions, DiagnosticsOptions, RunOptions
@@ -132,10 +106,7 @@ def generated(classes: dict[str, dict[str, type]] | None = None) -> str:
     for cls, group in ((RunOptions, "run"), (DiagnosticsOptions, "diagnostics"), (BudgetOptions, "budget")):
         out += option_rows(cls, group)
     out += [f"| `tracking` | `{registry.NO_TRACKING}` | {', '.join(registry.TRACKING)}: where the run is "
-            "logged besides the run store |", ""]
-    out += ["**summary.json `model`**: the fields that describe a model of each family "
-            "(`registry.variant_fields`, `registry.lm_variant_fields`):", "",
-            "| kind | family | fields |", "|---|---|---|", *_variant_rows(), "", END]
+            "logged besides the run store |", "", END]
     return "\n".join(out)
 
 
