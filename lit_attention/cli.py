@@ -21,6 +21,7 @@ from typing import Literal, Optional
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
+from lit_attention import registry
 from lit_attention.config_check import ConfigError, suggest, unknown_option
 from lit_attention.files import check_writable
 
@@ -112,7 +113,8 @@ def _build_cli_class():
             parser.add_class_arguments(RunOptions, "run")
             parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
             parser.add_class_arguments(BudgetOptions, "budget")
-            parser.add_argument("--tracking", type=Literal["none", "wandb"], default="none",
+            parser.add_argument("--tracking", type=Literal[tuple(registry.TRACKING)],
+                                default=registry.NO_TRACKING,
                                 help="also log to Weights & Biases (offline without a key or network)")
 
         def _resolve_run_dir(self, cfg) -> Path:
@@ -189,12 +191,12 @@ def _build_cli_class():
                                              monitor="val_loss", mode="min", save_last=True,
                                              save_top_k=1, enable_version_counter=False))
             loggers = [RunStoreLogger(self.run_dir)]
-            if cfg.tracking == "wandb":
-                from lit_attention.tracking.wandb import make_wandb_logger
-                wandb_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
-                loggers.append(make_wandb_logger(
+            make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
+            if make_logger is not None:   # besides the run store
+                tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
+                loggers.append(make_logger(
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
-                    run.job_type, [t for t in run.tags.split(",") if t], wandb_id))
+                    run.job_type, [t for t in run.tags.split(",") if t], tracker_id))
             trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
             if cfg.budget.steps is not None:
                 try:
@@ -310,7 +312,7 @@ def short_parse_error(message: str, parsers: list) -> str:
             return f"unknown option {name}{hint}"
         return str(unknown_option(name, valid))
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
-    if single and "\n" not in message.strip():
+    if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)
         return f"invalid value for {single.group(1)}: {_reason(single.group(2))}"
     if single:   # a union (int | None, or several literals): every alternative's complaint
         given = re.search(r"Given value: (.*)", message)
@@ -371,17 +373,21 @@ def warn_emulated_bf16(trainer_config: dict) -> None:
 
 
 def _choices(argv: list[str]) -> int:
-    from lit_attention import registry
     for arg in argv:
         if arg != "--json":
             print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)
             return 2
-    data = registry.as_dict()
+    # the registry's tables, then every config key whose value is a choice, by kind of model
+    config = {kind: {key: list(values) for key, values in keys.items()}
+              for kind, keys in registry.CONFIG_CHOICES.items()}
+    data = {**registry.as_dict(), "tracking": list(registry.TRACKING), "config": config}
     if "--json" in argv:
         print(json.dumps(data, indent=2))
     else:
-        width = max(map(len, data))
-        for key, values in data.items():
+        rows = {**{k: v for k, v in data.items() if k != "config"},
+                **{f"{kind} {key}": values for kind, keys in config.items() for key, values in keys.items()}}
+        width = max(map(len, rows))
+        for key, values in rows.items():
             print(f"{key:{width}s}  {', '.join(values)}")
     return 0
 

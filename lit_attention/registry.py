@@ -231,3 +231,84 @@ def as_dict() -> dict:
         "tokenizers": list(TOKENIZERS),
         "spm_models": list(SPM_MODELS),
     }
+
+
+# -- Choices outside the model: tracking, and what implements a task or a tokenizer ---------------
+# Implementations are named "module:attribute" and imported on use (`implementation`), so that
+# the registry stays pure data and the code behind a choice never spells the choice's name.
+
+TRACKING = {
+    "none": None,   # the run store only (always written)
+    "wandb": "lit_attention.tracking.wandb:make_wandb_logger",   # and a W&B run (offline without a key)
+}
+NO_TRACKING = "none"   # the default
+
+TASK_GENERATORS = {
+    "copy": "lit_attention.data.synthetic:copy_pairs",
+    "reverse": "lit_attention.data.synthetic:reverse_pairs",
+    "sort": "lit_attention.data.synthetic:sort_pairs",
+    "toy-mt": "lit_attention.data.synthetic:toy_mt_pairs",
+}
+SYNTHETIC_TASKS = tuple(TASK_GENERATORS)
+# The task that reads text files (data.data_dir / data.path) instead of generating pairs.
+FILES_TASK = "files"
+
+TOKENIZER_CLASSES = {
+    "word": "lit_attention.data.tokenizers:WordTokenizer",
+    "char": "lit_attention.data.tokenizers:CharTokenizer",
+    "sentencepiece": "lit_attention.data.tokenizers:SentencePieceTokenizer",
+}
+
+# The ATTENTION choice without attention: the configuration the report compares against by default.
+NO_ATTENTION = "none"
+
+
+def implementation(table: dict, name: str):
+    """The object ``table[name]`` names as "module:attribute" (None for an entry of None)."""
+    import importlib
+    if table[name] is None:
+        return None
+    module, _, attribute = table[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# -- Config keys whose value is a choice --------------------------------------------------------
+# By kind of model ("seq2seq": TranslationModule + TranslationDataModule, "lm": LanguageModelModule
+# + LMDataModule). The training CLI's types and checks, the sweep schema and `lit-attention
+# choices` all validate against this table; tests/test_registry.py checks the CLI's types match it.
+CONFIG_CHOICES = {
+    "seq2seq": {
+        "model.family": FAMILIES, "model.cell": CELLS, "model.attention": ATTENTION,
+        "model.scoring": tuple(SCORING), "model.context": CONTEXT,
+        "model.enc_output": tuple(ENC_OUTPUT), "model.positional": tuple(POSITIONAL),
+        "model.norm": NORM,
+        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+    },
+    "lm": {
+        "model.family": LM_FAMILIES, "model.cell": CELLS, "model.positional": tuple(POSITIONAL),
+        "model.scoring": TRANSFORMER_SCORING, "model.norm": NORM, "model.smoothing": NGRAM_SMOOTHING,
+        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+    },
+}
+KINDS = tuple(CONFIG_CHOICES)
+# Keys a family narrows: (kind, family) -> key -> its valid values.
+FAMILY_CHOICES = {("seq2seq", "transformer"): {"model.scoring": TRANSFORMER_SCORING}}
+
+
+def config_choices(key: str, kind: str, families=None) -> tuple | None:
+    """The valid values of config key ``key`` ("model.cell") for ``kind``, narrowed to those some
+    family of ``families`` accepts; None when the key's value is not a registry choice."""
+    valid = CONFIG_CHOICES[kind].get(key)
+    if valid is None or not families:
+        return valid
+    narrowed = [FAMILY_CHOICES.get((kind, family), {}).get(key, valid) for family in families]
+    if len(narrowed) == 1:
+        return tuple(narrowed[0])
+    return tuple(v for v in valid if any(v in n for n in narrowed))
+
+
+def check_config(kind: str, group: str, **values) -> None:
+    """Refuse a value that is not a choice of its key: ``check_config("lm", "data", task="x")``
+    raises "unknown data.task 'x'; valid choices: ..."."""
+    for name, value in values.items():
+        check(f"{group}.{name}", value, CONFIG_CHOICES[kind][f"{group}.{name}"])

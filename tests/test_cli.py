@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -98,6 +99,25 @@ def test_unknown_choice_fails_at_parse_time_listing_valid_ones(tmp_path):
     assert not tmp_path.joinpath("default").exists()
 
 
+def documented_summary_keys() -> set[str]:
+    """The keys of docs/ARCHITECTURE.md's summary.json table (`{split}` as val and test)."""
+    from conftest import REPO
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text[text.index("`summary.json` keys"):].split("\n\n")[1]
+    names = [n for row in table.splitlines()[2:] for n in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    return {n.replace("{split}", split) for n in names for split in ("val", "test")}
+
+
+@pytest.mark.slow
+def test_every_summary_key_a_real_run_writes_is_documented(copy_run):
+    """A key added to (or renamed in) summary.json without docs/ARCHITECTURE.md fails here."""
+    summary = json.loads((copy_run / "summary.json").read_text())
+    documented = documented_summary_keys()
+    assert {"run_id", "val_bleu", "test_decoding", "eval_protocol"} <= documented
+    assert not summary.keys() - documented, (f"summary.json keys missing from docs/ARCHITECTURE.md's "
+                                             f"table: {sorted(summary.keys() - documented)}")
+
+
 def test_choices_json_lists_the_registry():
     result = run_cli("choices", "--json")
     assert result.returncode == 0
@@ -105,6 +125,22 @@ def test_choices_json_lists_the_registry():
     assert set(data["scoring"]) == {"dot", "scaled_dot", "general", "low_rank", "additive", "concat"}
     assert set(data["positional"]) == {"none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw"}
     assert {"transformer", "rnn"} <= set(data["families"]) and "toy-mt" in data["tasks"]
+    # the config keys every validator shares, and the tracking choices
+    from lit_attention import registry
+    assert data["config"] == {kind: {key: list(values) for key, values in keys.items()}
+                              for kind, keys in registry.CONFIG_CHOICES.items()}
+    assert data["config"]["seq2seq"]["model.enc_output"] == ["concat", "sum", "project"]
+    assert data["tracking"] == ["none", "wandb"]
+
+
+def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registry_list(tmp_path):
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
+    assert result.returncode == 2
+    assert "invalid value for tracking: 'mlflow' is not one of: none, wandb" in result.stderr
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
+    assert result.returncode == 2
+    assert "'bytes' is not one of: word, char, sentencepiece" in result.stderr
+    assert not tmp_path.joinpath("default").exists()
 
 
 def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):

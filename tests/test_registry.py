@@ -218,3 +218,51 @@ def test_every_combination_overfits_a_batch_of_8_pairs(choice):
                         dec_layers=1, ffn=64, hidden_size=32, emb_size=32, dropout=0.0, rank=8, **choice)
     first, last = train_on_batch(net, *_reverse_pairs(), steps=200, lr=5e-3)
     assert last < 0.5 < first, (first, last)
+
+
+# -- the config-key table every validator reads ---------------------------------------------------
+
+def _choice_params(cls) -> dict[str, tuple]:
+    """Constructor parameter -> the values of its Literal type, for every Literal-typed parameter."""
+    import typing
+    found = {}
+    for name, hint in typing.get_type_hints(cls.__init__).items():
+        for arg in (hint, *typing.get_args(hint)):   # Literal[...] or Optional[Literal[...]]
+            if typing.get_origin(arg) is typing.Literal:
+                found[name] = typing.get_args(arg)
+    return found
+
+
+def test_the_cli_types_are_the_registry_config_choices():
+    """What the training CLI accepts for a choice key (the Literal types jsonargparse checks) is
+    exactly registry.CONFIG_CHOICES, and every Literal-typed key is in the table (so the sweep
+    schema and `lit-attention choices` know it)."""
+    from lit_attention.data.lm import LMDataModule
+    from lit_attention.data.translation import TranslationDataModule
+    from lit_attention.lightning.lm import LanguageModelModule
+
+    classes = {"seq2seq": {"model": TranslationModule, "data": TranslationDataModule},
+               "lm": {"model": LanguageModelModule, "data": LMDataModule}}
+    for kind, groups in classes.items():
+        typed = {f"{group}.{name}": values for group, cls in groups.items()
+                 for name, values in _choice_params(cls).items()}
+        assert typed == registry.CONFIG_CHOICES[kind], kind
+
+
+def test_the_implementation_tables_name_every_choice_and_resolve():
+    assert set(registry.TASK_GENERATORS) | {registry.FILES_TASK} == set(registry.TASKS)
+    assert set(registry.TOKENIZER_CLASSES) == set(registry.TOKENIZERS)
+    assert registry.NO_ATTENTION in registry.ATTENTION and registry.NO_TRACKING in registry.TRACKING
+    for table in (registry.TASK_GENERATORS, registry.TOKENIZER_CLASSES, registry.TRACKING):
+        for name in table:
+            assert table[name] is None or callable(registry.implementation(table, name)), name
+    assert registry.implementation(registry.TRACKING, registry.NO_TRACKING) is None
+
+
+def test_a_family_narrows_its_choices():
+    assert registry.config_choices("model.scoring", "seq2seq") == tuple(registry.SCORING)
+    assert registry.config_choices("model.scoring", "seq2seq", ["transformer"]) == registry.TRANSFORMER_SCORING
+    assert registry.config_choices("model.scoring", "seq2seq", ["rnn", "transformer"]) == tuple(registry.SCORING)
+    assert registry.config_choices("model.lr", "seq2seq") is None
+    with pytest.raises(ValueError, match="unknown data.task 'cpy'; valid choices: copy, reverse"):
+        registry.check_config("lm", "data", task="cpy")

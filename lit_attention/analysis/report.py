@@ -20,6 +20,7 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking.schema import hyps_file
 
 
@@ -127,11 +128,12 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
 
 
 def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
-    """attention=none (the model without attention) when it is one configuration of the table."""
-    if "model.attention" in keys and (agg["model.attention"] == "none").sum() == 1:
-        print("significance against the configuration without attention (model.attention=none); "
+    """The model without attention (model.attention=none) when it is one configuration of the table."""
+    baseline = f"model.attention={NO_ATTENTION}"
+    if "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
+        print(f"significance against the configuration without attention ({baseline}); "
               "choose another with --baseline KEY=VALUE", file=sys.stderr)
-        return ["model.attention=none"]
+        return [baseline]
     return None
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import optuna
 
 from lit_attention.files import check_writable
+from lit_attention.registry import TRACKING
 from lit_attention.sweep import driver, progress, testing
 from lit_attention.sweep.placement import PlacementError, parse_gpus, place, visible_gpus
 from lit_attention.sweep.space import config_name
@@ -49,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
         "test`, the run's own decoding settings; runs already tested are skipped) and report the "
         "objective's test metric (val_bleu -> test_bleu)"))
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
-    p.add_argument("--tracking", choices=("none", "wandb"), default=None,
+    p.add_argument("--tracking", choices=tuple(TRACKING), default=None,
                    help="override the file's tracking (one W&B run per trial)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS,
                    help=f"refuse grids of more configurations x seeds than this (default {MAX_CELLS:,})")

@@ -15,8 +15,9 @@ A sweep file looks like::
       model.scoring: {choices: [dot, additive], when: {model.attention: {not: none}}}
       model.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
 
-Every value naming a registry choice (family, cell, attention, scoring, positional, task, ...) is
-checked against `lit_attention.registry`.
+Every value of a config key whose values are registry choices (family, cell, attention, scoring,
+positional, task, ...) is checked against `registry.CONFIG_CHOICES`, and so is `tracking`.
+Samplers, pruners and their options are the sweep's own vocabulary (Optuna's), listed here.
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ from lit_attention.tracking.schema import SAFE_NAME
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("minimize", "maximize")
-KINDS = ("seq2seq", "lm")
-TRACKING = ("none", "wandb")
 PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
 TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
@@ -83,7 +82,7 @@ class Sweep:
     root: Path = Path("runs")
     fixed: dict = field(default_factory=dict)
     kind: str = "seq2seq"
-    tracking: str = "none"
+    tracking: str = registry.NO_TRACKING
     heartbeat_interval: int = 10
     grace_period: int = 30
     max_retry: int = 2
@@ -119,22 +118,6 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tuple | None:
-    """Valid values of a registry-backed config key, or None when the key is free-form."""
-    prefix, _, name = key.rpartition(".")
-    if prefix not in ("model", "data"):
-        return None
-    if name == "family":
-        return tuple(registry.LM_FAMILIES if kind == "lm" else registry.FAMILIES)
-    if name == "scoring":
-        return tuple(registry.TRANSFORMER_SCORING if transformer_only or kind == "lm" else registry.SCORING)
-    table = {"cell": registry.CELLS, "attention": registry.ATTENTION, "context": registry.CONTEXT,
-             "positional": registry.POSITIONAL, "norm": registry.NORM, "task": registry.TASKS,
-             "tokenizer": registry.TOKENIZERS, "spm_model": registry.SPM_MODELS,
-             "smoothing": registry.NGRAM_SMOOTHING}
-    return tuple(table[name]) if name in table else None
 
 
 class _Checker:
@@ -237,9 +220,10 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
                 ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
         if len(set(map(repr, choices))) != len(choices):
             ck.fail(f"{key}.choices", "duplicate values")
-        transformer_only = any(c.name.endswith(".family") and not c.negate and set(c.values) == {"transformer"}
-                               for c in conditions)
-        valid = registry_choices(config_name(name), kind, transformer_only)
+        # a condition naming the families narrows the choices (Transformer scoring functions)
+        families = next((c.values for c in conditions
+                         if config_name(c.name) == "model.family" and not c.negate), None)
+        valid = registry.config_choices(config_name(name), kind, families)
         if valid is not None:
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
@@ -293,11 +277,15 @@ def _check_cells(ck: _Checker, sweep: Sweep) -> None:
                                          "(both set the same config key); make their conditions exclusive")
             keys[config_name(name)] = name
         values = {**sweep.fixed, **{config_name(k): v for k, v in cell.items()}}
-        family, scoring = values.get("model.family"), values.get("model.scoring")
-        if family == "transformer" and scoring is not None and scoring not in registry.TRANSFORMER_SCORING:
-            key = f"space.{keys['model.scoring']}" if "model.scoring" in keys else "fixed.model.scoring"
-            ck.fail(key, f"{scoring!r} is not a Transformer scoring function "
-                         f"(valid: {', '.join(registry.TRANSFORMER_SCORING)}); add `when: {{model.family: rnn}}`")
+        family = values.get("model.family")
+        if family is None:
+            continue
+        for name, value in values.items():
+            valid = registry.config_choices(name, sweep.kind, [family])
+            if valid is not None and value not in valid:
+                key = f"space.{keys[name]}" if name in keys else f"fixed.{name}"
+                ck.fail(key, f"{value!r} is not a {name} of model.family {family!r} (valid: "
+                             f"{', '.join(valid)}); add a `when: {{model.family: ...}}` condition")
 
 
 def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None,
@@ -316,7 +304,7 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     name = data["study_name"]
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):   # it names the runs' group directory
         ck.fail("study_name", "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-    kind = ck.choice("kind", data.get("kind", "seq2seq"), KINDS)
+    kind = ck.choice("kind", data.get("kind", "seq2seq"), registry.KINDS)
 
     base = data["base"]
     if isinstance(base, str):
@@ -362,14 +350,14 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     root = data.get("root", "runs")
     if not isinstance(root, str):
         ck.fail("root", "must be a path")
-    tracking = ck.choice("tracking", data.get("tracking", "none"), TRACKING)
+    tracking = ck.choice("tracking", data.get("tracking", registry.NO_TRACKING), tuple(registry.TRACKING))
     workers = ck.int("workers", data.get("workers", 1), 1)
 
     fixed = dict(ck.mapping("fixed", data.get("fixed") or {}))
     for k, v in fixed.items():
         if not isinstance(k, str) or not k.startswith(PREFIXES):
             ck.fail(f"fixed.{k}", f"keys are dotted config keys starting with {', '.join(PREFIXES)}")
-        valid = registry_choices(k, kind, fixed.get("model.family") == "transformer")
+        valid = registry.config_choices(k, kind, [fixed["model.family"]] if "model.family" in fixed else None)
         if valid is not None:
             ck.choice(f"fixed.{k}", v, valid)
 

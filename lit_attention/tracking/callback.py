@@ -10,6 +10,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
+from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import (RunDir, RunStoreLogger, atomic_write, git_commit, now_iso,
@@ -49,7 +50,7 @@ class RunStoreCallback(Callback):
     def _task(self, trainer: Trainer) -> str | None:
         dm = trainer.datamodule
         task = getattr(dm, "task", None) or getattr(getattr(dm, "hparams", {}), "get", lambda k: None)("task")
-        if task == "files":
+        if task == FILES_TASK:
             return getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
         return task
 
