@@ -13,24 +13,26 @@ from lit_attention.models.attention import MultiHeadAttention
 from seq2seq_training import train_on_batch
 
 
-H = 16          # hidden size / d_model of the models built below
-SMALL = dict(d_model=H, heads=2, enc_layers=1, dec_layers=1, ffn=32, hidden_size=H, emb_size=H,
-             rank=4)
+H = 16          # d_model of the models built below
+SMALL = {"transformer": dict(d_model=H, heads=2, enc_layers=1, dec_layers=1, ffn=32),
+         "rnn": dict(d_model=H, emb_size=H, enc_layers=1, dec_layers=1, rank=4)}
 
 
 def _rnn_configs():
-    """Every recurrent configuration the registry allows (options that do not act are left out:
-    scoring and enc_output without attention)."""
-    for cell, attention, context, feeding, bidirectional in itertools.product(
-            registry.CELLS, registry.ATTENTION, registry.CONTEXT, (False, True), (False, True)):
-        scorings = registry.SCORING if attention != "none" else ("additive",)
-        outputs = registry.ENC_OUTPUT if attention != "none" else ("concat",)
-        for scoring, enc_output in itertools.product(scorings, outputs):
-            config = dict(family="rnn", cell=cell, attention=attention, scoring=scoring,
-                          context=context, input_feeding=feeding, bidirectional=bidirectional,
-                          enc_output=enc_output)
+    """Every recurrent configuration the registry allows, with the options that act only:
+    context without attention; scoring, enc_output and input feeding with it."""
+    for cell, attention, bidirectional in itertools.product(registry.CELLS, registry.ATTENTION, (False, True)):
+        if attention == "none":
+            variants = [dict(context=context) for context in registry.CONTEXT]
+        else:
+            variants = [dict(scoring=scoring, enc_output=enc_output, input_feeding=feeding)
+                        for scoring, enc_output, feeding in itertools.product(
+                            registry.SCORING, registry.ENC_OUTPUT, (False, True))]
+        for variant in variants:
+            config = dict(family="rnn", cell=cell, attention=attention, bidirectional=bidirectional,
+                          **variant)
             try:
-                registry.check_seq2seq(positional="none", **config)
+                registry.resolve(registry.SEQ2SEQ_MODELS, "rnn", {**config, "family": None}, {"d_model": H})
             except ValueError:
                 continue
             yield config
@@ -47,7 +49,7 @@ def _name(config):
 
 def _build(config):
     torch.manual_seed(0)
-    return build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, **SMALL, **config)
+    return build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, **SMALL[config["family"]], **config)
 
 
 def _shapes(net, leave_out=lambda name: False):
@@ -74,18 +76,17 @@ def test_every_registered_combination_builds_through_the_factory(choice):
 
 def test_the_registry_allows_every_scoring_with_some_encoder_output():
     for scoring in registry.SCORING:
-        assert any(c["scoring"] == scoring and c["bidirectional"] for c in RNN_CONFIGS)
-    refused = dict(family="rnn", cell="gru", attention="luong", scoring="dot", positional="none",
-                   bidirectional=True, enc_output="concat")
+        assert any(c.get("scoring") == scoring and c["bidirectional"] for c in RNN_CONFIGS)
+    refused = dict(cell="gru", attention="luong", scoring="dot", bidirectional=True, enc_output="concat")
     with pytest.raises(ValueError, match="set model.enc_output 'sum' or 'project'"):
-        registry.check_seq2seq(**refused)
+        registry.resolve(registry.SEQ2SEQ_MODELS, "rnn", refused, {"d_model": H})
 
 
 def _scorer_parameters(config):
     """What the registry documents each recurrent scorer to own, Dq = H, Dk = size of the keys."""
     dq = H
     dk = 2 * H if config["bidirectional"] and config["enc_output"] == "concat" else H
-    a, r = H, SMALL["rank"]
+    a, r = H, SMALL["rnn"]["rank"]
     return {"dot": 0, "scaled_dot": 0, "general": dq * dk, "low_rank": r * (dq + dk),
             "additive": a * (dq + dk + 1), "concat": a * (dq + dk + 1)}[config["scoring"]]
 
@@ -133,7 +134,7 @@ def _mha_count(net):
 def test_transformer_scoring_arms_differ_in_the_scoring_parameters_only():
     """dot/scaled_dot own nothing beyond the projections every arm shares; general one d x d map
     per head (h d^2 per attention module); additive two maps and a vector (2 h d^2 + h d)."""
-    heads, d = SMALL["heads"], H // SMALL["heads"]
+    heads, d = SMALL["transformer"]["heads"], H // SMALL["transformer"]["heads"]
     own = {"scaled_dot": 0, "dot": 0, "general": heads * d * d,
            "additive": 2 * heads * d * d + heads * d}
     scoring_parameter = lambda name: name.rsplit(".", 1)[-1] in ("w", "w_query", "w_key", "v")
@@ -169,13 +170,20 @@ def test_transformer_only_scoring_is_rejected_for_transformers():
         TranslationModule(family="transformer", scoring="low_rank")
 
 
-@pytest.mark.parametrize("family", registry.FAMILIES)
-def test_match_params_picks_the_width_closest_to_the_budget(family):
+@pytest.mark.parametrize("family,options", [
+    ("transformer", dict(d_model=64, heads=4, ffn=128)),
+    ("rnn", dict(d_model=64, emb_size=64, cell="gru", attention="bahdanau"))])
+def test_match_params_picks_the_width_closest_to_the_budget(family, options):
     from lit_attention.models import match_width
+    from lit_attention.models.base import at_width
     target = 200_000
-    options = dict(heads=4, enc_layers=2, dec_layers=2, ffn_ratio=2.0, cell="gru", attention="bahdanau")
-    width = match_width(family, target, 500, 500, multiple=8, **options)
-    count = lambda w: count_parameters(build_seq2seq(family, 500, 500, width=w, **options))
+    build = lambda **o: build_seq2seq(family, 500, 500, enc_layers=2, dec_layers=2, **o)
+    matched = match_width(build, options, target)
+    width = matched["d_model"]
+    assert matched == at_width(options, width) and width % 8 == 0
+    sized = [k for k in ("emb_size", "ffn") if k in options]     # keep their ratio to d_model
+    assert all(matched[k] * options["d_model"] == options[k] * width for k in sized)
+    count = lambda w: count_parameters(build(**at_width(options, w)))
     best = count(width)
     assert abs(best - target) <= abs(count(width - 8) - target)
     assert abs(best - target) <= abs(count(width + 8) - target)
@@ -214,7 +222,8 @@ def _family_scoring_positional():
 @pytest.mark.parametrize("choice", list(_family_scoring_positional()), ids=lambda c: "-".join(c.values()))
 def test_every_combination_overfits_a_batch_of_8_pairs(choice):
     torch.manual_seed(0)
-    net = build_seq2seq(src_vocab_size=12, tgt_vocab_size=12, d_model=32, heads=2, enc_layers=1,
-                        dec_layers=1, ffn=64, hidden_size=32, emb_size=32, dropout=0.0, rank=8, **choice)
+    sizes = {"transformer": dict(heads=2, ffn=64), "rnn": dict(emb_size=32, rank=8)}[choice["family"]]
+    net = build_seq2seq(src_vocab_size=12, tgt_vocab_size=12, d_model=32, enc_layers=1, dec_layers=1,
+                        dropout=0.0, **sizes, **choice)
     first, last = train_on_batch(net, *_reverse_pairs(), steps=200, lr=5e-3)
     assert last < 0.5 < first, (first, last)

@@ -4,16 +4,16 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, family_neutral
 from lit_attention.sweep import driver
 from lit_attention.sweep.schema import SweepError, parse_sweep, read_yaml
 
 COPY = REPO / "configs" / "copy.yaml"
 
 
-def sweep_from(tmp_path, text: str):
+def sweep_from(tmp_path, text: str, base=COPY):
     path = tmp_path / "s.yaml"
-    path.write_text(f"study_name: s\nbase: {COPY}\nroot: {tmp_path / 'runs'}\n"
+    path.write_text(f"study_name: s\nbase: {base}\nroot: {tmp_path / 'runs'}\n"
                     "objective: {metric: val_loss, direction: minimize}\n" + text)
     data, lines = read_yaml(path.read_text(), path)
     return parse_sweep(data, path, lines)
@@ -41,11 +41,19 @@ def test_every_space_and_fixed_value_is_parsed_by_the_training_cli_first(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
+def neutral_base(tmp_path):
+    """copy.yaml without its Transformer options: a base every family starts from."""
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(family_neutral(COPY)))
+    return base
+
+
 def test_a_value_only_some_cells_use_is_checked_in_such_a_cell(tmp_path):
     # `lstmm`-style typos of registry choices are the schema's; a value the parser refuses only in
     # a conditional branch must still be reached: here the rnn branch's bad teacher_forcing.
     sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
-                                 "  model.teacher_forcing: {choices: [1.0, never], when: {model.family: rnn}}\n")
+                                 "  model.teacher_forcing: {choices: [1.0, never], when: {model.family: rnn}}\n",
+                       neutral_base(tmp_path))
     with pytest.raises(SweepError, match="invalid value for model.teacher_forcing") as err:
         driver.check_trials(sweep, tmp_path / "runs")
     assert err.value.key == "space.model.teacher_forcing"
@@ -54,8 +62,15 @@ def test_a_value_only_some_cells_use_is_checked_in_such_a_cell(tmp_path):
 def test_a_valid_sweep_passes_the_check(tmp_path):
     sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
                                  "  model.cell: {choices: [gru, lstm], when: {model.family: rnn}}\n"
-                                 "  model.d_model: {low: 32, high: 64, step: 16}\n")
+                                 "  model.heads: {choices: [2, 4], when: {model.family: transformer}}\n"
+                                 "  model.d_model: {low: 32, high: 64, step: 16}\n", neutral_base(tmp_path))
     driver.check_trials(sweep, tmp_path / "runs")
+
+
+def test_an_option_of_another_family_in_the_base_stops_the_sweep(tmp_path):
+    sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n")   # copy.yaml sets positional
+    with pytest.raises(SweepError, match="option model.positional belongs to family transformer, not to 'rnn'"):
+        driver.check_trials(sweep, tmp_path / "runs")
 
 
 def test_unfinished_cells_are_listed_with_their_reason(tmp_path):
