@@ -288,8 +288,8 @@ def resolve(families: Mapping[str, Family], family: str, given: Mapping[str, Any
             raise ValueError(f"option model.{key} is not one of {what} {family!r}: it reads "
                              f"model.{spec.moved[key]} instead (docs/CONFIG.md)")
         owners = [name for name, f in families.items() if key in f.options]
-        raise ValueError(f"option model.{key} belongs to {what} {' and '.join(owners)}, not to "
-                         f"{family!r}: leave it unset (remove it from the config, or --model.{key} null)")
+        raise ValueError(f"option model.{key} is not one of {what} {family!r}, only of {', '.join(owners)}: "
+                         f"leave it unset (remove it from the config, or --model.{key} null)")
     values = {k: default if given.get(k) is None else given[k] for k, default in spec.options.items()}
     for key, source in DERIVED.items():
         if key in values and values[key] is None:

@@ -10,6 +10,7 @@ from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.lightning.translation import TranslationModule
 from lit_attention.models import build_seq2seq, count_parameters
 from lit_attention.models.attention import MultiHeadAttention
+from conftest import REPO
 from seq2seq_training import train_on_batch
 
 
@@ -188,6 +189,122 @@ def test_match_params_picks_the_width_closest_to_the_budget(family, options):
     assert abs(best - target) <= abs(count(width - 8) - target)
     assert abs(best - target) <= abs(count(width + 8) - target)
     assert abs(best - target) / target < 0.15
+
+
+# -- the family tables: every name builds its class, every option exists where it is used ---------
+
+KINDS = {"seq2seq": (registry.SEQ2SEQ_MODELS, registry.SEQ2SEQ_COMMON),
+         "lm": (registry.LM_MODELS, ())}
+
+
+def _model_classes(package) -> set[type]:
+    """The nn.Module classes defined at the top level of every module of ``package``."""
+    import importlib
+    import inspect
+    import pkgutil
+    found = set()
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if c.__module__ == module.__name__ and issubclass(c, torch.nn.Module)}
+    return found
+
+
+def test_every_family_name_builds_its_class_and_every_model_class_has_a_name():
+    import lit_attention.models
+    import lit_attention.models.lm
+    from lit_attention.models import model_class
+    from lit_attention.models.base import Seq2SeqModel
+    seq2seq = {model_class(registry.SEQ2SEQ_MODELS, f) for f in registry.FAMILIES}
+    lms = {model_class(registry.LM_MODELS, f) for f in registry.LM_FAMILIES}
+    assert len(seq2seq) == len(registry.FAMILIES) and len(lms) == len(registry.LM_FAMILIES)
+    defined = _model_classes(lit_attention.models)
+    assert seq2seq == {c for c in defined if issubclass(c, Seq2SeqModel) and c is not Seq2SeqModel}
+    assert lms == _model_classes(lit_attention.models.lm)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_option_group_field_is_a_module_argument_and_a_constructor_argument(kind):
+    """Each family's options exist on the LightningModule (default None: the family's default)
+    and, unless they shape training only, on the family's model constructor; the shared ones too."""
+    import inspect
+    from lit_attention.lightning.lm import LanguageModelModule
+    from lit_attention.models import constructor_options, model_class
+    families, common = KINDS[kind]
+    module = TranslationModule if kind == "seq2seq" else LanguageModelModule
+    params = inspect.signature(module.__init__).parameters
+    for family, spec in families.items():
+        takes = constructor_options(model_class(families, family))
+        for option in (*common, *spec.options):
+            assert option in params, (family, option)
+            assert option in takes or option in registry.TRAINING_OPTIONS, (family, option)
+        for option in spec.options:
+            assert option in common or params[option].default is None, (family, option)
+        assert set(spec.active_when) <= set(spec.options)
+        assert all(other in spec.options for other, _ in spec.active_when.values())
+        assert set(spec.moved.values()) <= set(spec.options)
+    # an option some family has is None by default everywhere: set, it is never silently dropped
+    for option in registry.family_options(families):
+        assert option in common or params[option].default is None, option
+
+
+def test_every_family_builds_from_its_defaults_and_records_what_acts():
+    from lit_attention.lightning.lm import LanguageModelModule
+    for family in registry.FAMILIES:
+        module = TranslationModule(family=family, d_model=32, src_vocab_size=20, tgt_vocab_size=20)
+        module.configure_model()
+        model = module.describe()["model"]
+        assert tuple(model) == registry.variant_fields(family, module.hparams)
+        assert None not in model.values(), model
+        others = set(registry.family_options(registry.SEQ2SEQ_MODELS)) - set(model)
+        assert all(module.hparams[k] is None for k in others), family
+    for family in registry.LM_FAMILIES:
+        module = LanguageModelModule(family=family, n_vocab=20)
+        module.configure_model()
+        model = module.describe()["model"]
+        assert tuple(model) == registry.lm_variant_fields(family)
+        assert None not in model.values(), model
+
+
+def test_a_recorded_option_holds_the_resolved_value():
+    rnn = TranslationModule(family="rnn", d_model=48, attention="none")
+    model = rnn.describe()["model"]
+    assert model["emb_size"] == 48 and model["context"] == "init" and model["cell"] == "lstm"
+    assert "scoring" not in model and rnn.hparams.scoring is None and rnn.hparams.heads is None
+    transformer = TranslationModule(family="transformer")
+    assert transformer.hparams.scoring == "scaled_dot" and transformer.hparams.cell is None
+
+
+def test_renamed_names_point_at_options_and_are_options_nowhere():
+    import inspect
+    from lit_attention.lightning.lm import LanguageModelModule
+    from lit_attention.models import constructor_options, model_class
+    everywhere = set()
+    for families, common in KINDS.values():
+        everywhere |= set(common) | set(registry.family_options(families))
+        everywhere |= {o for f in families for o in constructor_options(model_class(families, f))}
+    for module in (TranslationModule, LanguageModelModule):
+        everywhere |= set(inspect.signature(module.__init__).parameters)
+    assert set(registry.RENAMED.values()) <= everywhere
+    assert not set(registry.RENAMED) & everywhere
+
+
+def test_the_config_doc_lists_every_family_option_with_its_default():
+    """docs/CONFIG.md's table of families is the registry's (this test names a missing row)."""
+    text = (REPO / "docs" / "CONFIG.md").read_text()
+    for kind, (families, common) in KINDS.items():
+        for family, spec in families.items():
+            row = config_doc_row(kind, family, spec)
+            assert row in text, f"docs/CONFIG.md lacks (or has another) row: {row}"
+    for old, new in registry.RENAMED.items():
+        assert f"| `{old}` | `{new}` |" in text
+
+
+def config_doc_row(kind, family, spec) -> str:
+    def value(k, v):
+        return f"(= {registry.DERIVED[k]})" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    options = ", ".join(f"`{k}` {value(k, v)}" for k, v in spec.options.items())
+    return f"| {kind} | `{family}` | {options} |"
 
 
 def test_choices_cover_the_issue_lists():

@@ -301,3 +301,27 @@ def test_the_run_store_records_the_evaluation_protocol(tmp_path):
     summary = json.loads((tmp_path / "default" / "lm" / "summary.json").read_text())
     assert summary["eval_protocol"] == "sliding window 16, stride 8"
     assert math.isfinite(summary["val_ppl"])
+
+
+@pytest.mark.parametrize("family,options,message", [
+    ("ngram", dict(d_model=64), "option model.d_model is not one of language-model family 'ngram', "
+                                "only of window, rnn, transformer"),
+    ("rnn", dict(heads=4), "option model.heads is not one of language-model family 'rnn', only of transformer"),
+    ("transformer", dict(window=3), "option model.window is not one of language-model family 'transformer', "
+                                    "only of window"),
+    ("window", dict(ffn=256), "option model.ffn is not one of language-model family 'window': it reads "
+                              "model.d_model instead"),
+    ("ngram", dict(match_params=1000), "option model.match_params searches model.d_model")])
+def test_an_option_another_family_uses_is_refused(family, options, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageModelModule(family=family, **options)
+
+
+def test_only_the_counted_family_has_no_gradient_and_the_window_width_is_d_model():
+    assert [LanguageModelModule(family=f).counted for f in registry.LM_FAMILIES] == [
+        not registry.LM_MODELS[f].gradient for f in registry.LM_FAMILIES] == [True, False, False, False]
+    module = LanguageModelModule(family="window", d_model=48, emb_size=8, window=2, n_vocab=20)
+    module.configure_model()
+    assert module.net.hidden.weight.shape == (48, 2 * 8)
+    assert module.describe()["model"] == {"family": "window", "window": 2, "d_model": 48, "emb_size": 8,
+                                          "dropout": 0.1}

@@ -272,3 +272,14 @@ def test_default_model_overfits_a_reverse_task():
         tokens = logits.argmax(-1)
         output.append(tokens)
     assert torch.equal(torch.stack(output, 1), tgt_out)
+
+
+def test_every_registered_cell_builds_its_torch_module():
+    from lit_attention.models.rnn import CELL_MODULES, make_rnn
+    assert list(CELL_MODULES) == list(CELLS)
+    built = {cell: make_rnn(cell, 4, 6, 2, 0.0) for cell in CELLS}
+    assert {type(m).__name__ for m in built.values()} == {"RNN", "GRU", "LSTM"}
+    assert (built["elman-tanh"].nonlinearity, built["elman-relu"].nonlinearity) == ("tanh", "relu")
+    assert all(m.hidden_size == 6 and m.num_layers == 2 and m.batch_first for m in built.values())
+    with pytest.raises(ValueError, match="valid choices: elman-tanh"):
+        make_rnn("mlstm", 4, 6, 1, 0.0)

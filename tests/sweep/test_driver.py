@@ -28,6 +28,8 @@ CASES = [
      "space.model.d_model", 6, "invalid value for model.d_model: expected int, got '32.0'"),
     ("space:\n  model.dropout: [0.1, high]\n",
      "space.model.dropout", 6, "invalid value for model.dropout: expected float, got 'high'"),
+    ("space:\n  model.width: [32, 64]\n",                      # a former name (registry.RENAMED)
+     "space.model.width", 6, "unknown option model.width — did you mean model.d_model? (renamed: docs/CONFIG.md)"),
 ]
 
 
@@ -69,7 +71,7 @@ def test_a_valid_sweep_passes_the_check(tmp_path):
 
 def test_an_option_of_another_family_in_the_base_stops_the_sweep(tmp_path):
     sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n")   # copy.yaml sets positional
-    with pytest.raises(SweepError, match="option model.positional belongs to family transformer, not to 'rnn'"):
+    with pytest.raises(SweepError, match="option model.positional is not one of family 'rnn', only of transformer"):
         driver.check_trials(sweep, tmp_path / "runs")
 
 
@@ -88,3 +90,12 @@ def test_unfinished_cells_are_listed_with_their_reason(tmp_path):
     lines = driver.unfinished_cells(sweep, study)
     assert lines == ["lr=0.2 seed=0: failed (1 attempt(s)): FloatingPointError: non-finite loss",
                      "lr=0.2 seed=1: never ran"]
+
+
+@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
+def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
+    """Each family's options are set only where that family is (`when`), so every probe cell
+    passes the model's own checks."""
+    from lit_attention.sweep.schema import load_sweep
+    driver.check_trials(load_sweep(REPO / "sweeps" / f"{name}.yaml"), tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()
