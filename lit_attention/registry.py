@@ -340,4 +340,7 @@ def as_dict() -> dict:
         "tasks": list(TASKS),
         "tokenizers": list(TOKENIZERS),
         "spm_models": list(SPM_MODELS),
+        "seq2seq_options": {f: dict(spec.options) for f, spec in SEQ2SEQ_MODELS.items()},
+        "lm_options": {f: dict(spec.options) for f, spec in LM_MODELS.items()},
+        "renamed": dict(RENAMED),
     }

@@ -79,3 +79,14 @@ def test_switching_family_works_once_the_configs_family_options_are_unset():
     from lit_attention.cli import check_training_args
     check_training_args(["fit", "--config", str(CONFIGS / "toy-mt.yaml"),
                          *unset_family_options(CONFIGS / "toy-mt.yaml"), "--model.family", "rnn"])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model.heads", "abc"], "invalid value for model.heads: expected int, got 'abc'"),
+    (["--model.positional", "wavelet"], "invalid value for model.positional: 'wavelet' is not one of: none, "
+                                        "sinusoidal, learned, rotary, alibi, t5_bias, shaw"),
+    (["--model.family", "rnn", "--model.cell", "lstmm"], "invalid value for model.cell: 'lstmm' is not one of: "
+                                                         "elman-tanh, elman-relu, gru, lstm")])
+def test_a_bad_value_of_a_family_option_names_what_it_takes(args, message):
+    """Family options are Optional (None: the family's default); the message is about the value."""
+    assert str(parse_error("--config", CONFIGS / "copy.yaml", *args)) == message

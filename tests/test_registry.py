@@ -309,6 +309,8 @@ def config_doc_row(kind, family, spec) -> str:
 
 def test_choices_cover_the_issue_lists():
     data = registry.as_dict()
+    assert data["seq2seq_options"]["rnn"]["cell"] == "lstm" and data["renamed"]["d_embed"] == "emb_size"
+    assert list(data["lm_options"]) == list(registry.LM_FAMILIES)
     assert len(data["scoring"]) == 6 and len(data["positional"]) == 7
     assert {"copy", "reverse", "sort", "toy-mt"} <= set(data["tasks"])
 
