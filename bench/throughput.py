@@ -22,9 +22,9 @@ import benchlib as B
 from lit_attention import registry
 from lit_attention.models import build_seq2seq, count_parameters
 
-RNN_SIZE = dict(emb_size=256, hidden_size=256, enc_layers=1, dec_layers=1, dropout=0.2,
+RNN_SIZE = dict(emb_size=256, d_model=256, enc_layers=1, dec_layers=1, dropout=0.2,
                 bidirectional=True, tie_embeddings=True)
-TINY_RNN = dict(RNN_SIZE, emb_size=32, hidden_size=32)
+TINY_RNN = dict(RNN_SIZE, emb_size=32, d_model=32)
 SCORING = {"none": "additive", "bahdanau": "additive", "luong": "general"}
 
 

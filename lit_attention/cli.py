@@ -298,7 +298,13 @@ def short_parse_error(message: str, parsers: list) -> str:
             return str(unknown_option(prefix + option.group(1), valid))
         field = re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message)
         if field:
-            return f"invalid value for {prefix}{field.group(1)}: {_reason(field.group(2))}"
+            reason = field.group(2)
+            nested = message[field.end():]
+            wanted = re.search(r"- (Expected a (?!<class 'NoneType'>)[^\n]*)", nested)
+            given = re.search(r"Given value: (.*)", nested)
+            if "Union subtypes" in reason and wanted and given:   # Optional[X]: what X wants
+                reason = f"{wanted.group(1)}. Got value: {given.group(1)}"
+            return f"invalid value for {prefix}{field.group(1)}: {_reason(reason)}"
     unknown = (re.search(r"does not accept option '([\w.]+)'", message)
                or re.search(r"unrecognized arguments: --([^\s=]+)", message))
     if unknown:
@@ -388,6 +394,9 @@ def _choices(argv: list[str]) -> int:
                 **{f"{kind} {key}": values for kind, keys in config.items() for key, values in keys.items()}}
         width = max(map(len, rows))
         for key, values in rows.items():
+            if isinstance(values, dict):   # family -> its options; former name -> new name
+                values = [f"{k} ({', '.join(v)})" if isinstance(v, dict) else f"{k} -> {v}"
+                          for k, v in values.items()]
             print(f"{key:{width}s}  {', '.join(values)}")
     return 0
 

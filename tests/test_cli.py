@@ -330,3 +330,11 @@ def test_an_unknown_command_names_the_nearest_one():
     assert len(result.stderr.strip().splitlines()) <= 5
     result = run_cli("choices", "--jsn")
     assert result.returncode == 2 and "unknown option --jsn — did you mean --json?" in result.stderr
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_shipped_config_passes_the_model_checks(config):
+    """Parsed and its LightningModule built (every option of the config's family, none of another),
+    as `lit-attention fit --config X` does before training."""
+    from lit_attention.cli import check_training_args
+    check_training_args(["fit", "--config", str(config)])

@@ -23,6 +23,8 @@ from lit_attention.lightning.totals import Hypotheses
 from lit_attention.metrics import bleu_chrf, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
 
+SEQ2SEQ = registry.SEQ2SEQ_MODELS
+
 Family = Literal[registry.FAMILIES]
 Cell = Literal[registry.CELLS]
 Attention = Literal[registry.ATTENTION]
@@ -37,30 +39,35 @@ DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
 
 
 class TranslationModule(SequenceModule):
-    """Train and evaluate any registered encoder-decoder on a TranslationDataModule."""
+    """Train and evaluate any registered encoder-decoder on a TranslationDataModule.
+
+    The options of one family (registry.SEQ2SEQ_MODELS) default to None: unset, the family's
+    default applies; set for a family that does not use them, they are refused. hparams hold the
+    resolved values, so a checkpoint rebuilds the same model.
+    """
 
     def __init__(
         self,
         family: Family = "transformer",
-        cell: Cell = "lstm",
-        attention: Attention = "bahdanau",
+        cell: Optional[Cell] = None,
+        attention: Optional[Attention] = None,
         scoring: Optional[Scoring] = None,
-        positional: Positional = "sinusoidal",
-        context: Context = "init",
+        positional: Optional[Positional] = None,
+        context: Optional[Context] = None,
         d_model: int = 256,
         emb_size: Optional[int] = None,
-        heads: int = 4,
+        heads: Optional[int] = None,
         enc_layers: int = 3,
         dec_layers: int = 3,
-        ffn: int = 1024,
+        ffn: Optional[int] = None,
         dropout: float = 0.1,
-        norm: Norm = "pre",
-        tie_embeddings: bool = True,
-        bidirectional: bool = True,
-        input_feeding: bool = False,
-        enc_output: EncOutput = "concat",
-        rank: int = 32,
-        teacher_forcing: float = 1.0,
+        norm: Optional[Norm] = None,
+        tie_embeddings: Optional[bool] = None,
+        bidirectional: Optional[bool] = None,
+        input_feeding: Optional[bool] = None,
+        enc_output: Optional[EncOutput] = None,
+        rank: Optional[int] = None,
+        teacher_forcing: Optional[float] = None,
         match_params: Optional[int] = None,
         label_smoothing: float = 0.1,
         lr: float = 5e-4,
@@ -78,15 +85,13 @@ class TranslationModule(SequenceModule):
         tgt_vocab_size: int = 0,
     ):
         super().__init__()
-        if scoring is None:
-            scoring = "scaled_dot" if family == "transformer" else "additive"
-        registry.check_seq2seq(family, cell, attention, scoring, positional, context,
-                               input_feeding, bidirectional, enc_output)
         if min_bucket_sentences < 0:
             raise ValueError(f"min_bucket_sentences must be >= 0 (0 keeps every length bucket), "
                              f"got {min_bucket_sentences}")
         self.save_hyperparameters()
-        self.hparams.scoring = scoring
+        h = self.hparams
+        h.update(registry.resolve(SEQ2SEQ, family, {k: h[k] for k in registry.family_options(SEQ2SEQ)},
+                                  {k: h[k] for k in registry.SEQ2SEQ_COMMON}))
         self.net = None
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}
@@ -94,13 +99,10 @@ class TranslationModule(SequenceModule):
     # -- model construction ------------------------------------------------------------------
 
     def _arch_options(self) -> dict:
+        """The model constructor's arguments: the shared options and the family's that act."""
         h = self.hparams
-        return dict(cell=h.cell, attention=h.attention, scoring=h.scoring, positional=h.positional,
-                    context=h.context, d_model=h.d_model, hidden_size=h.d_model,
-                    emb_size=h.emb_size or h.d_model, heads=h.heads, enc_layers=h.enc_layers,
-                    dec_layers=h.dec_layers, ffn=h.ffn, dropout=h.dropout, norm=h.norm,
-                    tie_embeddings=h.tie_embeddings, bidirectional=h.bidirectional,
-                    input_feeding=h.input_feeding, enc_output=h.enc_output, rank=h.rank)
+        names = (*registry.SEQ2SEQ_COMMON, *SEQ2SEQ[h.family].options)
+        return {k: h[k] for k in names if k not in registry.TRAINING_OPTIONS and h[k] is not None}
 
     def configure_model(self) -> None:
         if self.net is not None:
@@ -113,17 +115,15 @@ class TranslationModule(SequenceModule):
             raise ValueError("vocabulary sizes are unknown: attach a data module or set model.src_vocab_size")
         options = self._arch_options()
         if h.match_params:
-            width = match_width(h.family, h.match_params, h.src_vocab_size, h.tgt_vocab_size,
-                                multiple=max(8, h.heads) if h.family == "transformer" else 8,
-                                ffn_ratio=h.ffn / h.d_model, **options)
-            h.d_model, h.emb_size, h.ffn = width, width, int(round(width * h.ffn / h.d_model))
+            options = match_width(lambda **o: build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **o),
+                                  options, h.match_params)
+            h.update(options)
             h.match_params = None  # the checkpoint records the chosen width, not the search
-            options = self._arch_options()
         self.net = build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **options)
 
     def describe(self) -> dict:
         h = self.hparams
-        model = {k: h[k] for k in registry.variant_fields(h.family, h.attention, h.scoring)}
+        model = {k: h[k] for k in registry.variant_fields(h.family, h)}
         return {"model": model, "params": count_parameters(self.net) if self.net is not None else None}
 
     # -- training ----------------------------------------------------------------------------

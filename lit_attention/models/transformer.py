@@ -28,7 +28,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
-from lit_attention.models.positional import AbsolutePositions, AlibiBias, T5Bias
+from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
 
 
 class Embeddings(nn.Module):
@@ -40,8 +40,7 @@ class Embeddings(nn.Module):
         self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
         self.max_len = max_len
         self.scale = math.sqrt(d_model)
-        self.position = (AbsolutePositions(positional, max_len, d_model)
-                         if positional in ("sinusoidal", "learned") else None)
+        self.position = absolute_positions(positional, max_len, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
@@ -62,8 +61,8 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = registry.check("norm", norm, registry.NORM) == "pre"
         self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring,
-                                            rotary=positional == "rotary",
-                                            shaw_clip=shaw_clip if positional == "shaw" else 0)
+                                            rotary=ACTS_ON[positional] == "rotation",
+                                            shaw_clip=shaw_clip if ACTS_ON[positional] == "keys" else 0)
         self.self_norm = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring) if cross else None
         self.cross_norm = nn.LayerNorm(d_model) if cross else None
@@ -113,13 +112,7 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(
             Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)
             for _ in range(layers))
-        if positional == "alibi":
-            self.bias = AlibiBias(heads)
-        elif positional == "t5_bias":
-            self.bias = T5Bias(heads, bidirectional=not causal, buckets=rel_buckets,
-                               max_distance=rel_max_distance)
-        else:
-            self.bias = None
+        self.bias = score_bias(positional, heads, causal, rel_buckets, rel_max_distance)
         self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 
     def init_cache(self, batch: int, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

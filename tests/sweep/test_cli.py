@@ -17,15 +17,17 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, family_neutral
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
-    "model.d_model": 32, "model.ffn": 64, "model.enc_layers": 1, "model.dec_layers": 1,
+    "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
     "model.dropout": 0.0, "model.val_bleu": False, "model.warmup": 1,
     "trainer.max_epochs": 2, "trainer.enable_progress_bar": False,
 }
+# On a base without copy.yaml's Transformer options (an option of another family is refused).
 TWO_FAMILIES = {"model.family": {"choices": ["transformer", "rnn"]},
+                "model.ffn": {"choices": [64], "when": {"model.family": "transformer"}},
                 "model.cell": {"choices": ["gru"], "when": {"model.family": "rnn"}}}
 
 pytestmark = pytest.mark.slow
@@ -87,7 +89,7 @@ def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
 
 
 def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(tmp_path):
-    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2)
+    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2)
     assert out.returncode == 0, out.stdout + out.stderr
     study = load(sqlite_url(tmp_path, "duo"), "duo")
@@ -125,7 +127,7 @@ def test_a_sweep_over_a_typo_exits_2_within_5_seconds_without_writing_anything(t
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
     url = postgres(secret)
-    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2)
+    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2, "--storage", url)
     assert out.returncode == 0, out.stdout + out.stderr
     complete = assert_complete_without_duplicates(load(url, "pg"), 4)
