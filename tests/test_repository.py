@@ -47,25 +47,26 @@ def test_no_private_lightning_attribute_is_used():
 # dispatch table of its own). Other strings that happen to be such a word ("none" in a message,
 # "sentencepiece" in a list of package names) are not choices and pass.
 #
-# Allowed for now, (file, name) -> why. "knobs branch removes": a family/cell/scoring/positional
-# branch or table that the knobs branch replaces with registry lookups (issue 22, item 1); the lead
-# drops these entries after merging it (test_choice_allow_list_has_no_stale_entry says which).
-KNOBS = "knobs branch removes"
+# Allowed, (file, name) -> why. Two kinds:
+# - TABLE: the implementing module's table from registry name to implementation (cell module,
+#   scorer class, where a positional encoding acts); its keys are tested equal to the registry's
+#   (tests/models/test_rnn.py, test_scoring.py, test_positional.py), so a name added to the
+#   registry without an implementation fails there.
+# - BRANCH: a model's forward/constructor branching on one of its own choices (issue 22 item 1
+#   leaves these inside the model that implements them; each is a candidate for a table).
+TABLE = "implementation table keyed by registry names, keys tested equal to the registry's"
+BRANCH = "a model branching on its own choice inside the module that implements it"
 CHOICE_LITERAL_ALLOWED = {
-    **{("lit_attention/lightning/lm.py", name): KNOBS for name in ("ngram", "window", "rnn", "transformer")},
-    ("lit_attention/lightning/translation.py", "transformer"): KNOBS,
-    ("lit_attention/models/__init__.py", "transformer"): KNOBS,
-    **{("lit_attention/models/lm/__init__.py", name): KNOBS for name in ("ngram", "window", "rnn")},
-    ("lit_attention/models/lm/ngram.py", "add"): KNOBS,
-    **{("lit_attention/models/scoring.py", name): KNOBS
+    **{("lit_attention/models/scoring.py", name): TABLE
        for name in ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")},
-    **{("lit_attention/models/positional.py", name): KNOBS for name in ("sinusoidal", "learned")},
-    **{("lit_attention/models/rnn.py", name): KNOBS
-       for name in ("lstm", "gru", "none", "bahdanau", "luong", "every-step", "concat", "sum", "project")},
-    # scoring/positional/norm branches of the Transformer (bf16's files; knobs' builders)
-    **{("lit_attention/models/attention.py", name): KNOBS for name in ("general", "additive", "scaled_dot")},
-    **{("lit_attention/models/transformer.py", name): KNOBS
-       for name in ("sinusoidal", "learned", "rotary", "shaw", "alibi", "t5_bias", "pre")},
+    **{("lit_attention/models/positional.py", name): TABLE
+       for name in ("none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw")},
+    **{("lit_attention/models/rnn.py", name): TABLE for name in ("elman-tanh", "elman-relu", "gru", "lstm")},
+    **{("lit_attention/models/rnn.py", name): BRANCH
+       for name in ("none", "bahdanau", "luong", "every-step", "concat", "sum", "project")},
+    ("lit_attention/models/lm/ngram.py", "add"): BRANCH,
+    **{("lit_attention/models/attention.py", name): BRANCH for name in ("general", "additive", "scaled_dot")},
+    ("lit_attention/models/transformer.py", "pre"): BRANCH,
 }
 
 
