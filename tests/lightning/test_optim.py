@@ -61,7 +61,7 @@ def test_lm_decays_to_the_floor_over_the_whole_run(tmp_path):
     torch.manual_seed(0)
     dm = LMDataModule(task="toy-mt", tokenizer="word", n_sentences=300, batch_size=8, bptt=16,
                       cache_dir=str(tmp_path / "cache"))
-    module = LanguageModelModule(family="window", window=3, d_model=16, ffn=32, lr=1e-2, warmup=2)
+    module = LanguageModelModule(family="window", window=3, d_model=32, emb_size=16, lr=1e-2, warmup=2)
     rates = Rates()
     Trainer(max_steps=10, callbacks=[rates], **QUIET).fit(module, dm)
     assert rates.rates == pytest.approx([1e-2 * warmup_cosine(2, 10)(s) for s in range(10)])
