@@ -8,7 +8,7 @@ import statistics
 import pytest
 import yaml
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process, run_cli
 
 SUMMARY_KEYS = {"run_id", "status", "task", "model", "seed", "params", "train_seconds",
                 "tokens_per_second", "val_ppl", "val_bleu", "test_bleu", "test_chrf",
@@ -134,10 +134,10 @@ def test_choices_json_lists_the_registry():
 
 
 def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registry_list(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
     assert result.returncode == 2
     assert "invalid value for tracking: 'mlflow' is not one of: none, wandb" in result.stderr
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
     assert result.returncode == 2
     assert "'bytes' is not one of: word, char, sentencepiece" in result.stderr
     assert not tmp_path.joinpath("default").exists()
@@ -241,7 +241,7 @@ TYPOS = [
 
 @pytest.mark.parametrize("args,message", TYPOS, ids=[a[0] for a, _ in TYPOS])
 def test_a_typo_or_bad_value_is_one_short_line_with_exit_2(tmp_path, args, message):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *args)
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *args)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "Warning" not in line and line.strip()]
     assert len(lines) <= 5, result.stderr
@@ -254,7 +254,7 @@ def test_an_unknown_key_in_a_config_file_names_it(tmp_path):
     config["model"]["init_args"]["num_heads"] = 8
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("fit", "--config", path, "--run.root", tmp_path)
+    result = cli_in_process("fit", "--config", path, "--run.root", tmp_path)
     assert result.returncode == 2
     assert "unknown option model.num_heads — did you mean model.heads?" in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 5, result.stderr

@@ -10,7 +10,7 @@ import yaml
 from lightning.pytorch import Callback, Trainer
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import CONFIGS, REPO, cli_env, run_cli
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
 from lit_attention.data.batching import TokenBatchSampler, padded_length
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import PAD
@@ -150,7 +150,7 @@ def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
     (["--budget.steps", "5", "--trainer.max_steps", "3"], "--budget.steps 5 and --trainer.max_steps 3"),
 ])
 def test_bad_budgets_are_config_errors(tmp_path, args, message):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, *args)
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, *args)
     assert result.returncode == 2
     assert message in result.stderr
 

@@ -4,7 +4,7 @@ what it writes to gradflow.csv, and what the analysis reads from it."""
 import pandas as pd
 import pytest
 
-from conftest import CONFIGS, run_cli, unset_family_options
+from conftest import CONFIGS, cli_in_process, run_cli, unset_family_options
 from lit_attention.analysis.aggregate import gradflow_decay, last_gradflow
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.diagnostics import long_sentence_sample
@@ -45,7 +45,7 @@ def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_directi
 
 
 def test_a_gradflow_distance_the_sample_cannot_reach_stops_the_run(tmp_path):
-    fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--diagnostics.gradflow_distance", "31")
+    fit = cli_in_process("fit", *ARGS, *RNN, "--run.root", tmp_path, "--diagnostics.gradflow_distance", "31")
     assert fit.returncode != 0
     assert "gradflow_distance=31: only 0 sentences reach it, gradflow_sentences=32" in fit.stderr
 
