@@ -143,6 +143,7 @@ def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registr
     assert not tmp_path.joinpath("default").exists()
 
 
+@pytest.mark.slow
 def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "nan",
                      "--model.lr", "1e30", "--model.warmup", "1", "--trainer.gradient_clip_val", "0",
@@ -153,6 +154,7 @@ def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
     assert "non-finite" in summary["error"]
 
 
+@pytest.mark.slow
 def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 
@@ -167,6 +169,7 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_without_key(tmp_path):
     env_extra = {"WANDB_API_KEY": "", "WANDB_MODE": ""}
     from conftest import cli_env
@@ -185,6 +188,7 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
 
 
+@pytest.mark.slow
 def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
                      "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
@@ -260,6 +264,7 @@ def test_an_unknown_key_in_a_config_file_names_it(tmp_path):
     assert len(result.stderr.strip().splitlines()) <= 5, result.stderr
 
 
+@pytest.mark.slow
 def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "r",
                      "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
@@ -270,6 +275,7 @@ def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
     assert f"run directory: {run_dir} (finished)" in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_path):
     import signal
     import subprocess
@@ -297,6 +303,7 @@ def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_p
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.slow
 def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_path):
     fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "d",
                   "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",

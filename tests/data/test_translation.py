@@ -246,6 +246,7 @@ def test_fit_on_a_binary_file_fails_naming_it(tmp_path):
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+@pytest.mark.slow
 def test_fit_and_test_record_dropped_pairs_and_keep_hypotheses_aligned_with_the_files(tmp_path):
     data = tmp_path / "data"
     parallel(data, "train", TRAIN + [("", "x"), ("ein hund", ""), ("ein " * 20, "a dog")])

@@ -120,6 +120,7 @@ def test_a_checkpoint_without_budget_counts_says_where_counting_starts(tmp_path,
     assert 0 < budget.used["tokens"] < module.train_tokens
 
 
+@pytest.mark.slow
 def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
     result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
                      "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
@@ -131,6 +132,7 @@ def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
     assert summary["train_flops"] > 0
 
 
+@pytest.mark.slow
 def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
     result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
     assert result.returncode == 0, result.stderr[-3000:]

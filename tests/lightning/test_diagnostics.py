@@ -17,6 +17,7 @@ ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1", "--diagn
 RNN = [*unset_family_options(CONFIGS / "copy.yaml"), "--model.family", "rnn"]   # after ARGS
 
 
+@pytest.mark.slow
 def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_direction(tmp_path):
     fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--run.id", "gru", "--model.cell", "gru", "--model.attention", "none", "--model.bidirectional", "true",
                   "--diagnostics.gradflow_every", "1", "--diagnostics.gradflow_sentences", "16")
