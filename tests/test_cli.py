@@ -74,6 +74,7 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert set(summary["attention_entropy"]) >= {"cross.0", "cross.1", "enc_self.0", "dec_self.1"}
 
 
+@pytest.mark.slow
 def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
