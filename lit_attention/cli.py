@@ -161,6 +161,8 @@ def _build_cli_class():
 
         def before_instantiate_classes(self):
             cfg = self.config[self.subcommand]
+            if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
+                cfg.trainer.precision = choose_precision(cfg.trainer.get("accelerator"))
             if self.subcommand in ("validate", "test") and self.decoding_given:
                 for key, value in self.decoding_given.items():
                     cfg.model.init_args[key] = value
@@ -355,6 +357,19 @@ def check_training_args(argv: list[str]) -> None:
             getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
         except Exception as exc:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+
+
+def choose_precision(accelerator) -> str:
+    """`fit`'s precision when none is given (tracking/machine_speed.py: bf16-mixed where the
+    hardware does bf16 natively, 32-true elsewhere), announced in one line with the reason."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+    on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
+    precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"precision: {precision}: {why}; --trainer.precision overrides", file=sys.stderr, flush=True)
+    return precision
 
 
 def warn_emulated_bf16(trainer_config: dict) -> None:
