@@ -12,7 +12,6 @@ from typing import Literal, Optional
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 
 from lit_attention import registry
@@ -23,6 +22,7 @@ from lit_attention.lightning.optim import adam
 from lit_attention.lightning.steps import attached_datamodule, logs_this_step
 from lit_attention.metrics import bleu_chrf, perplexity, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
+from lit_attention.models.loss import smoothed_cross_entropy
 
 Family = Literal[registry.FAMILIES]
 Cell = Literal[registry.CELLS]
@@ -142,8 +142,8 @@ class TranslationModule(LightningModule):
     def training_step(self, batch, batch_idx):
         out = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing)
         logits = out.logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
-                               ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
+        loss = smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
+                                      ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
         self.train_tokens += int((batch["tgt_out"] != PAD).sum())
