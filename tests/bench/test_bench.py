@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
@@ -87,10 +87,24 @@ def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
     assert ("bf16 rows skipped" in default) != cpu_has_native_bf16()
 
 
+def test_throughput_steps_both_precisions_in_turn_and_profiles_where_time_goes(monkeypatch):
+    text = run_script("throughput", monkeypatch, "--quick", "--bf16", "--no-rnn", "--profile")
+    assert re.search(r"round 2/2: transformer [\d.]+ s, transformer bf16 [\d.]+ s; fp32 GEMM", text)
+    assert re.search(r"bf16/fp32 per round: [\d.]+, [\d.]+", text)
+    assert "rnn " not in text
+    kinds = ["matrix products", "copies and dtype casts", "dropout masks", "attention softmax",
+             "layer norm", "loss (cross-entropy)", "elementwise and other", "optimizer (clip + Adam)"]
+    table = text.split("where a step's time goes")[1]
+    shares = [int(m) for kind in kinds for m in re.findall(rf"^{re.escape(kind)} .*?\((\d+)%\)", table, re.M)]
+    assert len(shares) == len(kinds) and 95 <= sum(shares) <= 105    # each kind once; shares add up
+    assert re.search(r"^loss \(cross-entropy\) +\d+ \((?!0%)\d+%\)", table, re.M)   # found the loss
+
+
 def test_joey_quick_skips_the_install_and_says_so(monkeypatch):
     text = run_script("joeynmt_side_by_side", monkeypatch, "--quick", "--no-bf16")
     assert "Joey NMT is not installed or run" in text
     assert "Joey NMT skipped (--quick)" in text
+    assert text.count("lit-attention 32-true") == 2   # --rounds 2: our fp32 run twice
 
 
 def test_reference_configs_cover_the_issue():
