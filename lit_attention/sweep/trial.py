@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
 from lit_attention.tracking import schema
@@ -75,9 +76,14 @@ def format_value(value) -> str:
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
                   fixed: dict, tracking: str, name: str, devices: int = 1,
                   accelerator: str | None = None, nodes: int = 1) -> list[str]:
-    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto)."""
-    params = {config_name(k): v for k, v in params.items()}
-    tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
+    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto).
+
+    `base` is the config file; a `base` parameter (the chosen file's stem) becomes only a tag.
+    """
+    label = params.get(BASE_PARAM)
+    params = {config_name(k): v for k, v in params.items() if k != BASE_PARAM}
+    tags = [f"{BASE_PARAM}:{label}"] if label is not None else []
+    tags += [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
     cmd = launcher(nodes, devices) + fit_command() + [
         "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,
         "--seed_everything", str(seed), "--tracking", tracking,
