@@ -216,6 +216,15 @@ class Objective:
             return path
         return Path(self.sweep.base)
 
+    def _resumable_attempt(self, others: list, cell: str) -> optuna.trial.FrozenTrial | None:
+        """The latest earlier attempt of `cell`, if the run it left can be continued (trial.resumable)."""
+        attempts = [t for t in _counted(others) if trial_cell(t) == cell and t.state == TrialState.FAIL
+                    and t.user_attrs.get("run_id")]
+        if not attempts:
+            return None
+        last = max(attempts, key=lambda t: t.number)
+        return last if tr.resumable(self.root / self.sweep.study_name / last.user_attrs["run_id"]) else None
+
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         trial.set_user_attr(SKIPPED, why)
         raise tr.TrialFailed(f"skipped: {why}")
@@ -245,8 +254,13 @@ class Objective:
                 trial.study.enqueue_trial({**params, "seed": s})
 
         run_id = trial_run_id(trial.number, seed)
-        run_dir = self.root / sweep.study_name / run_id
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
+        earlier = self._resumable_attempt(others, cell)
+        if earlier is not None:   # continue the run it left, from its last checkpoint
+            run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
+            trial.set_user_attr("resumed_from", earlier.number)
+        run_dir = self.root / sweep.study_name / run_id
+        trial.set_user_attr("run_name", name)
         trial.set_user_attr("cell", cell)
         trial.set_user_attr("run_id", run_id)
         trial.set_user_attr("run_dir", str(run_dir))
@@ -262,9 +276,11 @@ class Objective:
         cmd = tr.build_command(base=base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
                                name=name, devices=self.devices, accelerator=self.accelerator,
-                               nodes=self.nodes)
-        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
-              flush=True)
+                               nodes=self.nodes, resume=earlier is not None)
+        resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
+                   if earlier is not None else "")
+        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
+              f"{run_dir}{resumed}", flush=True)
         try:
             out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
