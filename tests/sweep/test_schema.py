@@ -424,3 +424,31 @@ def test_the_multi30k_scoring_sweep_has_honest_arms_under_the_reference_budget(m
     assert set(scoring.choices) == set(registry.SCORING) and sweep.seeds == [0, 1]
     assert cli.main([str(path), "--dry-run"]) == 0
     assert sum(line.startswith("trial ") for line in capsys.readouterr().out.splitlines()) == 12
+
+
+def test_the_report_gives_every_multi30k_reference_row_its_own_row(tmp_path, monkeypatch):
+    """Stand-in run stores of the reference sweep (each run's real config.yaml and the model fields
+    its module records; BLEU made up): `lit-attention report` keeps the 7 configs apart by what
+    differs between them, and `--rows run.tags` labels the rows by the base's stem."""
+    import importlib
+
+    from analysis_stores import write_run
+    from lit_attention.analysis import report
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(REPO / "sweeps" / "reference-multi30k.yaml")
+    for i, cell in enumerate(driver.planned_cells(sweep)):
+        config = yaml.safe_load(sweep.bases[cell["base"]].read_text())
+        module, _, name = config["model"]["class_path"].rpartition(".")
+        model = getattr(importlib.import_module(module), name)(**config["model"]["init_args"]).describe()["model"]
+        run_dir = write_run(tmp_path / "runs", sweep.study_name, f"t{i:04d}-s{cell['seed']}", seed=cell["seed"],
+                            model=model, val_bleu=30.0 + i)
+        config.update(seed_everything=cell["seed"], run={"tags": f"base:{cell['base']}"})
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    study = tmp_path / "runs" / sweep.study_name
+    assert report.main([str(study), "--out", str(tmp_path / "a"), "--metric", "val_bleu", "--no-figures"]) == 0
+    rows = [line for line in (tmp_path / "a" / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 7 and all("| 3 " in row for row in rows), rows   # 7 configurations, 3 seeds each
+    assert report.main([str(study), "--out", str(tmp_path / "b"), "--metric", "val_bleu", "--no-figures",
+                        "--rows", "run.tags"]) == 0
+    labelled = (tmp_path / "b" / "table.md").read_text()
+    assert all(f"base:{stem}" in labelled for stem in sweep.bases), labelled
