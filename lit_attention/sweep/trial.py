@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -109,8 +110,11 @@ def resumable(run_dir: Path) -> Summary | None:
     from its checkpoints/last.ckpt: one stopped from outside (interrupted by Ctrl-C or SIGTERM;
     killed, or "running" while its process on this host is gone: SIGKILL, a session's end).
     None for any other run (failed by its own error, finished, still alive or on another host, or
-    without last.ckpt): that cell starts afresh."""
-    if not (run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT).is_file():
+    without a complete last.ckpt): that cell starts afresh."""
+    last = run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT
+    # torch.save writes a zip whose directory comes last: a checkpoint cut short by a kill or a
+    # full disk has none, and loading it would only fail the next attempt too
+    if not last.is_file() or not zipfile.is_zipfile(last):
         return None
     try:
         summary = schema.read_summary(run_dir)

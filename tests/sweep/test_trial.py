@@ -48,6 +48,7 @@ def test_a_pruned_trial_stops_its_fit_which_records_status_pruned(tmp_path, monk
     ("failed", None, True, False),          # its own error (NaN, exception): it would fail again
     ("finished", None, True, False),
     ("killed", None, False, False),         # killed before its first checkpoint: nothing to continue
+    ("killed", None, "cut", False),         # killed while writing it: the checkpoint is incomplete
 ])
 def test_only_a_run_stopped_from_outside_with_a_last_checkpoint_is_continued(tmp_path, status, process,
                                                                            checkpoint, resumable):
@@ -55,7 +56,11 @@ def test_only_a_run_stopped_from_outside_with_a_last_checkpoint_is_continued(tmp
     run_dir = tmp_path / "t0000-s0"
     (run_dir / "checkpoints").mkdir(parents=True)
     if checkpoint:
-        (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")
+        import torch
+        last = run_dir / "checkpoints" / "last.ckpt"
+        torch.save({"global_step": 3, "state_dict": {"w": torch.zeros(1000)}}, last)
+        if checkpoint == "cut":
+            last.write_bytes(last.read_bytes()[:2000])
     fields = {"status": status}
     if process:
         gone = subprocess.Popen([sys.executable, "-c", ""])
