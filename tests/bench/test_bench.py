@@ -43,12 +43,13 @@ SUMMARIES = {
                       r"(?P<met>met|NOT met)\); fused/explicit speed-up geometric mean (?P<fused>N)x over "
                       r"(?P<encodings>N) positional encodings",
     "throughput": r"transformer (?P<tokens_per_s>N) target tokens/s at (?P<mfu_percent>N)% MFU of a "
-                  r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM; fastest recurrent row \((?P<row>[^)]+)\) "
-                  r"(?P<rnn_ratio>N)x the transformer",
+                  r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM \(goal >= (?P<mfu_goal>N)%\)"
+                  r"(?:; bf16 autocast (?P<bf16_ratio>N)x fp32 \(goal >= (?P<bf16_goal>N)\))?"
+                  r"; fastest recurrent row \((?P<row>[^)]+)\) (?P<rnn_ratio>N)x the transformer",
     "decoding": r"greedy (?P<greedy>N) and beam-(?P<beam>N) (?P<beam_rate>N) sentences/s \([^)]+\); "
                 r"cached/uncached greedy = (?P<cached_ratio>N)x",
     "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
-                            r"(?:, bf16-mixed/fp32 = (?P<bf16_ratio>N)x)?",
+                            r"(?:; bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\))?",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
 GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",)}   # min of these vs goal
