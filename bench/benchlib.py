@@ -236,5 +236,5 @@ def cpu_model() -> str:
 
 
 def summary(text: str) -> None:
-    """The one-line result every script ends with (tests/test_bench.py looks for 'SUMMARY')."""
+    """The one-line result every script ends with (tests/bench/test_bench.py looks for 'SUMMARY')."""
     print(f"SUMMARY {text}", flush=True)
