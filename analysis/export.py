@@ -1,6 +1,6 @@
 """Copy the compact part of run stores into the committed results/ store.
 
-    python analysis/export.py runs/multi30k results/multi30k [--runs ID ...]
+    python analysis/export.py runs/multi30k results/multi30k [--runs ID ...] [--finished]
 
 Per run: summary.json, config.yaml, metrics.csv, gradflow.csv and hyps/ (hypotheses and
 references: what significance tests and BLEU by length need). Checkpoints, attention heatmaps and
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("destination", type=Path, help="results/<name>")
     parser.add_argument("--runs", dest="only", nargs="+", default=None, metavar="ID",
                         help="export only these run ids")
+    parser.add_argument("--finished", action="store_true",
+                        help="export only finished runs (not one still training, killed or failed)")
     args = parser.parse_args(argv)
     found = sorted(p for p in args.runs.iterdir() if schema.summary_path(p).is_file()) \
         if args.runs.is_dir() else []
@@ -62,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             schema.read_summary(run_dir)
         except schema.SummaryError as exc:
             print(f"error: {exc}; nothing exported", file=sys.stderr)
+            return 2
+    if args.finished:
+        found = [p for p in found if schema.read_summary(p).status is schema.Status.FINISHED]
+        if not found:
+            print(f"error: no finished run in {args.runs}", file=sys.stderr)
             return 2
     for run_dir in found:
         export_run(run_dir, args.destination)

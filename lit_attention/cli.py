@@ -172,6 +172,9 @@ def _build_cli_class():
             except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
+            self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
+            if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
+                cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
             # the subcommand's config as the run's config.yaml (the parser's public dump of the
             # whole config, then only this subcommand's part)
             whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
@@ -205,6 +208,8 @@ def _build_cli_class():
                     print(f"error: {exc}", file=sys.stderr)
                     raise SystemExit(2) from None
             warn_emulated_bf16(trainer_config)
+            if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
+                print(self.precision_notice, file=sys.stderr, flush=True)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
             given = trainer_config.get("callbacks") or []
@@ -364,6 +369,17 @@ def check_training_args(argv: list[str]) -> None:
             getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
         except Exception as exc:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+
+
+def choose_precision(accelerator) -> tuple[str, str]:
+    """`fit`'s precision when none is given (tracking/machine_speed.py: bf16-mixed where the
+    hardware does bf16 natively, 32-true elsewhere) and the one-line notice that says why."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+    on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
+    precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
+    return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
 
 
 def warn_emulated_bf16(trainer_config: dict) -> None:

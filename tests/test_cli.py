@@ -168,6 +168,20 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     fp32 = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
                    "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
     assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
+    assert "precision: " not in result.stderr   # given: no automatic choice, no notice
+
+
+def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
+                     "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    precision, why = default_precision(cpu_flags())
+    notice = [line for line in result.stderr.splitlines() if line.startswith("precision: ")]
+    assert notice == [f"precision: {precision}: {why}; --trainer.precision overrides"]
+    config = yaml.safe_load((tmp_path / "default" / "auto" / "config.yaml").read_text())
+    assert config["trainer"]["precision"] == precision   # the run records what it trained in
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ import time
 from typing import Literal, Optional
 
 import torch
-import torch.nn.functional as F
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
@@ -22,6 +21,7 @@ from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
 from lit_attention.metrics import bleu_chrf, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
+from lit_attention.models.loss import smoothed_cross_entropy
 
 SEQ2SEQ = registry.SEQ2SEQ_MODELS
 
@@ -130,8 +130,8 @@ class TranslationModule(SequenceModule):
 
     def training_loss(self, batch):
         logits = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
-                               ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
+        loss = smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
+                                      ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
         return loss, batch["tgt_out"]
 
     def configure_optimizers(self):

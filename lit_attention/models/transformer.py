@@ -28,6 +28,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
+from lit_attention.models.dropout import Dropout
 from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
 
 
@@ -41,7 +42,7 @@ class Embeddings(nn.Module):
         self.max_len = max_len
         self.scale = math.sqrt(d_model)
         self.position = absolute_positions(positional, max_len, d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         x = self.token(tokens) * self.scale
@@ -66,20 +67,21 @@ class Block(nn.Module):
         self.self_norm = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring) if cross else None
         self.cross_norm = nn.LayerNorm(d_model) if cross else None
-        self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), nn.Dropout(dropout),
+        self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), Dropout(dropout),
                                  nn.Linear(ffn, d_model))
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x, q_pos, k_pos, mask: AttentionMask, past=None, cross_kv=None,
                 cross_mask: AttentionMask | None = None, need_weights=False):
         """x [B, T, D]; past: cached self-attention (k, v) of earlier positions; cross_kv: (k, v) of
         the memory. Returns (x, (k, v) of all self-attention keys so far, self weights, cross weights)."""
         h = self.branch_input(x, self.self_norm)
-        k, v = self.self_attn.keys_values(h, q_pos)
+        q, k, v = self.self_attn.queries_keys_values(h, q_pos)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, need_weights=need_weights, mask=mask)
+        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, need_weights=need_weights, mask=mask,
+                                           q=q)
         x = self.add(x, out, self.self_norm)
         cross_weights = None
         if self.cross_attn is not None:

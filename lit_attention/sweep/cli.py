@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -97,6 +98,10 @@ def report_study(study_dir: Path, metric: str) -> int:
         return 1
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1 or args.nodes_per_trial < 1:
@@ -119,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                                          args.accelerator, args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
+        cells = driver.planned_cells(sweep) if sweep.enumerated else []
+        every = driver.first_commands(sweep, root, len(cells), args.devices_per_trial, args.tracking,
+                                      args.accelerator, args.nodes_per_trial)
+        print(progress.trial_list(sweep, cells, every))
         return 0
     try:   # the default SQLite study and the trials' run directories live under the root
         url = _url(args, sweep)
@@ -154,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             last[0] = line
 
+    # SIGTERM (a session's or a batch job's end) stops the sweep as Ctrl-C does: the running trials
+    # write a checkpoint of the step they reached, which --resume continues. Without this, the
+    # driver died at once and took its workers and their trials down with SIGKILL.
+    signal.signal(signal.SIGTERM, _interrupt)
     procs = driver.spawn_workers(args.file, url, placements, root, args.devices_per_trial, args.tracking,
                                  args.accelerator, args.max_cells, args.nodes_per_trial)
     try:

@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
-from lit_attention.sweep.schema import Sweep, SweepError
+from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage
 from lit_attention.tracking.schema import Status, trial_run_id
 
@@ -55,9 +55,10 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
     from lit_attention.cli import check_training_args
     from lit_attention.config_check import ConfigError
 
-    base = yaml.safe_dump(sweep.base) if isinstance(sweep.base, dict) else sweep.base
     prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
     for cell in sp.probe_cells(sweep.space) or [{}]:
+        base = sweep.base_for(cell)
+        base = yaml.safe_dump(base) if isinstance(base, dict) else base
         cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
                                params=cell, fixed=sweep.fixed, tracking=tracking or sweep.tracking,
                                name="check", devices=devices, accelerator=accelerator, nodes=nodes)
@@ -68,9 +69,12 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
             config_key = named.group(1) if named else None
             keys = [f"space.{k}" for k in cell if sp.config_name(k) == config_key]
             keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []
-            key = (keys or ["space" if cell else "base"])[0]
+            chosen = cell.get(BASE_PARAM)
+            choice = f"space.{BASE_PARAM}.choices[{list(sweep.bases).index(chosen)}]" if chosen else None
+            key = (keys or [choice or ("space" if cell else "base")])[0]
             line = next((sweep.lines[k] for k in (key, key.rpartition(".")[0]) if k in sweep.lines), None)
-            raise SweepError(sweep.path, key, f"{e} (checked with the training CLI: "
+            where = f"base choice {chosen!r} ({base}): " if chosen else ""
+            raise SweepError(sweep.path, key, f"{where}{e} (checked with the training CLI: "
                                               f"{short_params(cell) or 'base + fixed'})", line) from None
 
 
@@ -202,13 +206,24 @@ class Objective:
         self.tracking = tracking or sweep.tracking
         self.base = self._base_path()
 
-    def _base_path(self) -> Path:
+    def _base_path(self) -> Path | None:
+        if self.sweep.base is None:   # chosen per trial (space `base`)
+            return None
         if isinstance(self.sweep.base, dict):
             path = self.root / self.sweep.study_name / "base.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(self.sweep.base, sort_keys=False))
             return path
         return Path(self.sweep.base)
+
+    def _resumable_attempt(self, others: list, cell: str) -> optuna.trial.FrozenTrial | None:
+        """The latest earlier attempt of `cell`, if the run it left can be continued (trial.resumable)."""
+        attempts = [t for t in _counted(others) if trial_cell(t) == cell and t.state == TrialState.FAIL
+                    and t.user_attrs.get("run_id")]
+        if not attempts:
+            return None
+        last = max(attempts, key=lambda t: t.number)
+        return last if tr.resumable(self.root / self.sweep.study_name / last.user_attrs["run_id"]) else None
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         trial.set_user_attr(SKIPPED, why)
@@ -239,8 +254,13 @@ class Objective:
                 trial.study.enqueue_trial({**params, "seed": s})
 
         run_id = trial_run_id(trial.number, seed)
-        run_dir = self.root / sweep.study_name / run_id
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
+        earlier = self._resumable_attempt(others, cell)
+        if earlier is not None:   # continue the run it left, from its last checkpoint
+            run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
+            trial.set_user_attr("resumed_from", earlier.number)
+        run_dir = self.root / sweep.study_name / run_id
+        trial.set_user_attr("run_name", name)
         trial.set_user_attr("cell", cell)
         trial.set_user_attr("run_id", run_id)
         trial.set_user_attr("run_dir", str(run_dir))
@@ -252,12 +272,15 @@ class Objective:
                                      f"before the trial ended (killed, or its machine lost)")
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
+        base = sweep.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
+        cmd = tr.build_command(base=base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
                                name=name, devices=self.devices, accelerator=self.accelerator,
-                               nodes=self.nodes)
-        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
-              flush=True)
+                               nodes=self.nodes, resume=earlier is not None)
+        resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
+                   if earlier is not None else "")
+        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
+              f"{run_dir}{resumed}", flush=True)
         try:
             out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
@@ -385,12 +408,13 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking:
     random/TPE: the first probe configuration, since their cells are sampled while running.
     """
     cells = planned_cells(sweep) if sweep.enumerated else []
-    base = sweep.base if not isinstance(sweep.base, dict) else root / sweep.study_name / "base.yaml"
     commands = []
     for i in range(n):
         cell = dict(cells[i]) if i < len(cells) else {**(sp.probe_cells(sweep.space) or [{}])[0],
                                                        "seed": sweep.seeds[0]}
         seed = cell.pop("seed")
+        base = sweep.base_for(cell)
+        base = root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
         commands.append(tr.build_command(
             base=base, root=root, study=sweep.study_name, run_id=f"t{i:04d}-s{seed}", seed=seed, params=cell,
             fixed=sweep.fixed, tracking=tracking or sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",

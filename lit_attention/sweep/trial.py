@@ -17,13 +17,16 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
 from lit_attention.tracking import schema
+from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import Status, Summary, SummaryError
 
 FIT_COMMAND_ENV = "LIT_ATTENTION_FIT_COMMAND"  # JSON list overriding the trial command (tests, debugging)
@@ -74,16 +77,24 @@ def format_value(value) -> str:
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
                   fixed: dict, tracking: str, name: str, devices: int = 1,
-                  accelerator: str | None = None, nodes: int = 1) -> list[str]:
-    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto)."""
-    params = {config_name(k): v for k, v in params.items()}
-    tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
+                  accelerator: str | None = None, nodes: int = 1, resume: bool = False) -> list[str]:
+    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto).
+
+    `base` is the config file; a `base` parameter (the chosen file's stem) becomes only a tag.
+    `resume`: continue run `run_id` from its checkpoints/last.ckpt (`--ckpt_path last`).
+    """
+    label = params.get(BASE_PARAM)
+    params = {config_name(k): v for k, v in params.items() if k != BASE_PARAM}
+    tags = [f"{BASE_PARAM}:{label}"] if label is not None else []
+    tags += [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
     cmd = launcher(nodes, devices) + fit_command() + [
         "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,
         "--seed_everything", str(seed), "--tracking", tracking,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
+    if resume:
+        cmd += ["--ckpt_path", "last"]
     if accelerator:
         cmd += ["--trainer.accelerator", accelerator]
     if devices > 1 or nodes > 1:
@@ -92,6 +103,25 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
     if nodes > 1:
         cmd += ["--trainer.num_nodes", str(nodes)]
     return cmd
+
+
+def resumable(run_dir: Path) -> Summary | None:
+    """The summary of a run that an earlier attempt of a cell left and a new attempt can continue
+    from its checkpoints/last.ckpt: one stopped from outside (interrupted by Ctrl-C or SIGTERM;
+    killed, or "running" while its process on this host is gone: SIGKILL, a session's end).
+    None for any other run (failed by its own error, finished, still alive or on another host, or
+    without a complete last.ckpt): that cell starts afresh."""
+    last = run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT
+    # torch.save writes a zip whose directory comes last: a checkpoint cut short by a kill or a
+    # full disk has none, and loading it would only fail the next attempt too
+    if not last.is_file() or not zipfile.is_zipfile(last):
+        return None
+    try:
+        summary = schema.read_summary(run_dir)
+    except SummaryError:
+        return None
+    status, _ = run_state(summary)
+    return summary if status in (Status.KILLED, Status.INTERRUPTED) else None
 
 
 def validation_values(metrics_csv: Path, metric: str) -> list[float]:

@@ -296,3 +296,28 @@ def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tm
     assert len(list((run_dirs[0] / "wandb").glob("offline-run-*"))) == 1
     reference = json.loads((tmp_path / "single" / "ref" / "ref" / "summary.json").read_text())
     assert summary["val_loss"] == pytest.approx(reference["val_loss"], abs=1e-4)
+
+
+def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
+    """A session's or a batch job's end: SIGTERM to the driver interrupts the running trial (a real
+    fit leaves a checkpoint of the step it reached) and the sweep exits 130 with the --resume hint,
+    instead of dying at once and taking its workers and trials down with SIGKILL. The trial is a
+    stand-in (tests/sweep/record_trial.py) that waits."""
+    path = sweep_file(tmp_path, "term", {"model.family": {"choices": ["transformer"]}})
+    stand_in = json.dumps([sys.executable, str(Path(__file__).with_name("record_trial.py"))])
+    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env(LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300"), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "runs" / "term" / "t0000-s0" / "seen.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "Continue with: lit-attention sweep" in output and "--resume" in output
+    [t] = load(sqlite_url(tmp_path, "term"), "term").get_trials()
+    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], t.user_attrs

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, family_neutral
 from lit_attention.sweep import testing
 
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
-        "model.d_model": 32, "model.ffn": 64, "model.enc_layers": 1, "model.dec_layers": 1,
+        "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
         "model.dropout": 0.0, "model.warmup": 1, "trainer.max_epochs": 2,
         "trainer.enable_progress_bar": False}
 
@@ -61,7 +61,7 @@ def test_only_finished_untested_runs_with_a_checkpoint_are_tested(tmp_path):
 
 @pytest.mark.slow
 def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp_path):
-    sweep = {"study_name": "tested", "base": str(REPO / "configs" / "copy.yaml"),
+    sweep = {"study_name": "tested", "base": family_neutral(REPO / "configs" / "copy.yaml"),
              "root": str(tmp_path / "runs"), "objective": {"metric": "val_loss", "direction": "minimize"},
              "sampler": "grid", "pruner": "none", "seeds": 1, "fixed": TINY,
              "space": {"model.family": {"choices": ["rnn"]}, "model.cell": {"choices": ["gru"]},

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
@@ -43,12 +43,13 @@ SUMMARIES = {
                       r"(?P<met>met|NOT met)\); fused/explicit speed-up geometric mean (?P<fused>N)x over "
                       r"(?P<encodings>N) positional encodings",
     "throughput": r"transformer (?P<tokens_per_s>N) target tokens/s at (?P<mfu_percent>N)% MFU of a "
-                  r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM; fastest recurrent row \((?P<row>[^)]+)\) "
-                  r"(?P<rnn_ratio>N)x the transformer",
+                  r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM \(goal >= (?P<mfu_goal>N)%\)"
+                  r"(?:; bf16 autocast (?P<bf16_ratio>N)x fp32 \(goal >= (?P<bf16_goal>N)\))?"
+                  r"; fastest recurrent row \((?P<row>[^)]+)\) (?P<rnn_ratio>N)x the transformer",
     "decoding": r"greedy (?P<greedy>N) and beam-(?P<beam>N) (?P<beam_rate>N) sentences/s \([^)]+\); "
                 r"cached/uncached greedy = (?P<cached_ratio>N)x",
     "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
-                            r"(?:, bf16-mixed/fp32 = (?P<bf16_ratio>N)x)?",
+                            r"(?:; bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\))?",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
 GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",)}   # min of these vs goal
@@ -88,10 +89,24 @@ def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
     assert ("bf16 rows skipped" in default) != cpu_has_native_bf16()
 
 
+def test_throughput_steps_both_precisions_in_turn_and_profiles_where_time_goes(monkeypatch):
+    text = run_script("throughput", monkeypatch, "--quick", "--bf16", "--no-rnn", "--profile")
+    assert re.search(r"round 2/2: transformer [\d.]+ s, transformer bf16 [\d.]+ s; fp32 GEMM", text)
+    assert re.search(r"bf16/fp32 per round: [\d.]+, [\d.]+", text)
+    assert "rnn " not in text
+    kinds = ["matrix products", "copies and dtype casts", "dropout masks", "attention softmax",
+             "layer norm", "loss (cross-entropy)", "elementwise and other", "optimizer (clip + Adam)"]
+    table = text.split("where a step's time goes")[1]
+    shares = [int(m) for kind in kinds for m in re.findall(rf"^{re.escape(kind)} .*?\((\d+)%\)", table, re.M)]
+    assert len(shares) == len(kinds) and 95 <= sum(shares) <= 105    # each kind once; shares add up
+    assert re.search(r"^loss \(cross-entropy\) +\d+ \((?!0%)\d+%\)", table, re.M)   # found the loss
+
+
 def test_joey_quick_skips_the_install_and_says_so(monkeypatch):
     text = run_script("joeynmt_side_by_side", monkeypatch, "--quick", "--no-bf16")
     assert "Joey NMT is not installed or run" in text
     assert "Joey NMT skipped (--quick)" in text
+    assert text.count("lit-attention 32-true") == 2   # --rounds 2: our fp32 run twice
 
 
 def test_reference_configs_cover_the_issue():
