@@ -1,12 +1,15 @@
+import csv
 import gzip
 import os
 import pwd
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -233,3 +236,59 @@ def tmpfs(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+# -- Where the CPU seconds go: `pytest --cpu-times FILE.csv` ------------------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-times", metavar="CSV", help="append the CPU seconds of every test phase "
+                     "(setup, call, teardown) and every fixture setup to CSV: this process's and its "
+                     "finished subprocesses', so that a loaded machine does not count")
+
+
+def _cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _timed(node, kind: str, name: str, scope: str = ""):
+    """A hook wrapper's body: adds the CPU and wall seconds of what runs inside it to the rows."""
+    rows = node.config.stash.setdefault(_CPU_ROWS, []) if node.config.getoption("cpu_times") else None
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        if rows is not None:
+            rows.append((kind, node.nodeid, name, scope,
+                         round(_cpu_seconds() - cpu, 3), round(time.perf_counter() - wall, 3)))
+
+
+_CPU_ROWS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _timed(item, "phase", "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _timed(item, "phase", "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _timed(item, "phase", "teardown"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Exclusive of the fixtures it requests: pytest sets those up before calling this hook."""
+    return (yield from _timed(request.node, "fixture", fixturedef.argname, fixturedef.scope))
+
+
+def pytest_sessionfinish(session):
+    path, rows = session.config.getoption("cpu_times"), session.config.stash.get(_CPU_ROWS, [])
+    if path and rows:
+        with open(path, "a", newline="") as f:
+            csv.writer(f).writerows(rows)
