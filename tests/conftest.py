@@ -132,6 +132,14 @@ def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["lit-attention", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
+def pytest_configure(config):
+    """Every process the tests start trains on one thread (`lit-attention fit` follows
+    OMP_NUM_THREADS): tiny models gain nothing from a second one, and on a loaded machine its
+    OpenMP threads spin waiting for each other (a copy-task epoch: 4 s CPU on one thread, 7.6 s on
+    two). Tests of the thread placement itself build their environment without it."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+
+
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tiny models run faster on one thread, and CI shares two cores with the subprocesses tests start."""
