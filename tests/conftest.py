@@ -72,7 +72,12 @@ def cli_env(**extra) -> dict:
     return env
 
 
-def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
+# pytest-timeout stops a test after pyproject's `timeout` (600 s); no test waits longer than this on
+# one subprocess, so that a hung run fails with its own output, not with pytest-timeout's stack dump.
+SUBPROCESS_TIMEOUT = 480
+
+
+def run_cli(*args, cwd=None, timeout=SUBPROCESS_TIMEOUT, env=None) -> subprocess.CompletedProcess:
     """Run `lit-attention ARGS` in a fresh process, the way users and the sweep driver do."""
     return subprocess.run([sys.executable, "-m", "lit_attention.cli", *map(str, args)],
                           cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,

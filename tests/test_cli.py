@@ -24,7 +24,7 @@ def copy_run(tmp_path_factory):
     """The acceptance run: the shipped copy config, trained from the CLI, then tested."""
     root = tmp_path_factory.mktemp("runs")
     fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
-                  "--trainer.enable_progress_bar", "false", timeout=900)
+                  "--trainer.enable_progress_bar", "false")
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = root / "default" / "copy"
     test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root,
@@ -211,7 +211,7 @@ def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path)
                      "--trainer.val_check_interval", "3",
                      "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
                      "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
-                     "--trainer.enable_progress_bar", "false", timeout=600)
+                     "--trainer.enable_progress_bar", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3

@@ -211,7 +211,7 @@ def test_a_reference_config_trains_on_multi30k_to_a_tiny_flop_budget(shared_data
                      "--data.vocab_size", "1000", "--data.cache_dir", tmp_path / "cache",
                      "--budget.flops", "1e11", "--trainer.limit_val_batches", "2",
                      "--trainer.num_sanity_val_steps", "0", "--model.val_bleu", "false",
-                     "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false", timeout=600)
+                     "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     # ~5e10 FLOPs a step (4,096-token batches, 1,000-piece vocabulary)
