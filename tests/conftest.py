@@ -302,6 +302,8 @@ def pytest_fixture_setup(fixturedef, request):
 
 def pytest_sessionfinish(session):
     path, rows = session.config.getoption("cpu_times"), session.config.stash.get(_CPU_ROWS, [])
+    if path and rows and os.environ.get("PYTEST_XDIST_WORKER"):   # -n: a file per worker
+        path = f"{path}.{os.environ['PYTEST_XDIST_WORKER']}"
     if path and rows:
         with open(path, "a", newline="") as f:
             csv.writer(f).writerows(rows)
