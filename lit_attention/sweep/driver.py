@@ -32,7 +32,7 @@ from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
 from lit_attention.sweep.schema import Sweep, SweepError
-from lit_attention.sweep.storage import STORAGE_ENV, make_storage
+from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
@@ -139,53 +139,47 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
     return n
 
 
-def open_study(sweep: Sweep, url: str, resume: bool = False, wait_ready: float = 120.0) -> optuna.Study:
+def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     """Create the study (and enqueue its cells) if it does not exist, else join it.
 
-    Called once by the driver before any worker starts. Machines joining a study just created
-    elsewhere wait until its cells are enqueued. With `resume`, cells without a finished or pending
-    trial (failed, interrupted, missing) are enqueued again.
+    Called once by each driver before its workers start, under the database's study lock: drivers
+    started at once on one database (machines sharing a PostgreSQL study) create it once and join it
+    one after the other. A study found without its ready mark lost its creator before every cell
+    was enqueued (the creator holds the lock until then); it is completed here. With `resume`,
+    cells without a finished or pending trial (failed, interrupted, missing) are enqueued again.
     """
-    storage = storage_for(sweep, url)
-    direction = sweep.direction
-    try:
-        study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=direction,
-                                    sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        created = False
-        study = optuna.load_study(study_name=sweep.study_name, storage=storage,
-                                  sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    if created:
-        study.set_user_attr("spec", sweep.spec())
-        study.set_user_attr("spec_hash", sweep.spec_hash())
-        study.set_user_attr("sweep_file", str(sweep.path))
-        # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
-        study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
-                                        "optuna": optuna.__version__})
-        if sweep.enumerated:
-            for cell in planned_cells(sweep):
-                study.enqueue_trial(cell)
-        study.set_user_attr(READY, True)
+    with study_lock(url):
+        storage = storage_for(sweep, url)
+        try:
+            study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=sweep.direction,
+                                        sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=sweep.study_name, storage=storage,
+                                      sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        attrs = study.user_attrs
+        if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
+            raise StudyMismatch(sweep.path, "study_name",
+                                f"study {sweep.study_name!r} already exists with a different space, objective, "
+                                "sampler or seeds; choose another study_name (or delete the study)")
+        if study.direction.name.lower() != sweep.direction:
+            raise StudyMismatch(sweep.path, "objective.direction",
+                                f"the existing study {sweep.direction}s the other way")
+        if not attrs.get(READY):
+            study.set_user_attr("spec", sweep.spec())
+            study.set_user_attr("spec_hash", sweep.spec_hash())
+            study.set_user_attr("sweep_file", str(sweep.path))
+            # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
+            study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
+                                            "optuna": optuna.__version__})
+            if sweep.enumerated:
+                _enqueue_missing(study, sweep)
+            study.set_user_attr(READY, True)
+        elif resume:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                optuna.storages.fail_stale_trials(study)
+            _enqueue_missing(study, sweep)
         return study
-    deadline = time.monotonic() + wait_ready
-    while not study.user_attrs.get(READY):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"study {sweep.study_name} exists but was never made ready "
-                               "(the process creating it died?); delete it or use another study_name")
-        time.sleep(1.0)
-    if study.user_attrs.get("spec_hash") != sweep.spec_hash():
-        raise StudyMismatch(sweep.path, "study_name",
-                            f"study {sweep.study_name!r} already exists with a different space, objective, "
-                            "sampler or seeds; choose another study_name (or delete the study)")
-    if study.direction.name.lower() != direction:
-        raise StudyMismatch(sweep.path, "objective.direction", f"the existing study {direction}s the other way")
-    if resume:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            optuna.storages.fail_stale_trials(study)
-        _enqueue_missing(study, sweep)
-    return study
 
 
 class Objective:
