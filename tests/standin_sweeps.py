@@ -94,10 +94,8 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[s
     wanted = {(lr, s) for lr in lrs for s in range(seeds)}
     found += [f"cell {c}: {complete[c]} complete trials" for c in sorted(wanted) if complete[c] != 1]
     found += [f"trial {t.number} left {t.state.name}" for t in ts if t.state in (TrialState.WAITING, TrialState.RUNNING)]
-    # A trial failed before its worker recorded anything has no attributes; the driver gives it
-    # the reason driver.NO_RECORD.
     found += [f"trial {t.number} failed without a reason ({t.user_attrs})" for t in ts
-              if t.state == TrialState.FAIL and t.user_attrs and not t.user_attrs.get("error")]
+              if t.state == TrialState.FAIL and not t.user_attrs.get("error")]
     finished = Counter()
     for run_dir in sorted((root / name).glob("t*-s*")):
         starts = (run_dir / "starts.log").read_text().split() if (run_dir / "starts.log").exists() else []

@@ -44,8 +44,9 @@ READY = "lit_attention.ready"  # study user attr: every cell is enqueued, worker
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-# The reason of a failed trial that carries none: only a liveness check fails a trial before its
-# worker has recorded the stale-heartbeat reason (milliseconds after taking it).
+# The reason a queued trial carries from the start: a heartbeat or liveness check that fails it in
+# the milliseconds between a worker taking it and recording its own stale-heartbeat reason leaves
+# it (seen once in 20 driver kills on SQLite before queued trials carried it).
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
 
 
@@ -169,7 +170,7 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
     n = 0
     for cell in wanted:
         if sp.cell_key({k: v for k, v in cell.items() if k != "seed"}, cell["seed"]) not in covered:
-            study.enqueue_trial(cell)
+            study.enqueue_trial(cell, user_attrs={"error": NO_RECORD})
             n += 1
     return n
 
@@ -361,7 +362,7 @@ class Objective:
                 if len(configs) >= sweep.n_trials // len(sweep.seeds):
                     self._skip(trial, "budget of configurations reached")
                 for s in sweep.seeds[1:]:
-                    trial.study.enqueue_trial({**params, "seed": s})
+                    trial.study.enqueue_trial({**params, "seed": s}, user_attrs={"error": NO_RECORD})
 
         run_id = f"t{trial.number:04d}-s{seed}"
         run_dir = self.root / sweep.study_name / run_id
