@@ -18,6 +18,7 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO
+from lit_attention.sweep.driver import failure_reason
 from lit_attention.tracking.liveness import run_state
 
 STANDIN = REPO / "tests" / "sweep" / "standin_fit.py"
@@ -95,7 +96,7 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[s
     found += [f"cell {c}: {complete[c]} complete trials" for c in sorted(wanted) if complete[c] != 1]
     found += [f"trial {t.number} left {t.state.name}" for t in ts if t.state in (TrialState.WAITING, TrialState.RUNNING)]
     found += [f"trial {t.number} failed without a reason ({t.user_attrs})" for t in ts
-              if t.state == TrialState.FAIL and not t.user_attrs.get("error")]
+              if t.state == TrialState.FAIL and not failure_reason(t)]
     finished = Counter()
     for run_dir in sorted((root / name).glob("t*-s*")):
         starts = (run_dir / "starts.log").read_text().split() if (run_dir / "starts.log").exists() else []

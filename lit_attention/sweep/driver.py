@@ -44,10 +44,17 @@ READY = "lit_attention.ready"  # study user attr: every cell is enqueued, worker
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-# The reason a queued trial carries from the start: a heartbeat or liveness check that fails it in
-# the milliseconds between a worker taking it and recording its own stale-heartbeat reason leaves
-# it (seen once in 20 driver kills on SQLite before queued trials carried it).
+# A failed trial's reason is its `error` (what its worker saw) or else its `error_if_lost`: what
+# another worker's heartbeat or liveness check means when it fails the trial, written before the
+# fact since Optuna cannot change a failed trial's attributes. A queued trial carries NO_RECORD
+# (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and recording
+# itself); its worker replaces it with the stale-heartbeat reason naming itself.
+LOST = "error_if_lost"
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
+
+
+def failure_reason(t: optuna.trial.FrozenTrial) -> str | None:
+    return t.user_attrs.get("error") or t.user_attrs.get(LOST)
 
 
 class StudyMismatch(SweepError):
@@ -170,7 +177,7 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
     n = 0
     for cell in wanted:
         if sp.cell_key({k: v for k, v in cell.items() if k != "seed"}, cell["seed"]) not in covered:
-            study.enqueue_trial(cell, user_attrs={"error": NO_RECORD})
+            study.enqueue_trial(cell, user_attrs={LOST: NO_RECORD})
             n += 1
     return n
 
@@ -231,7 +238,7 @@ def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
         orphan = process is None and t.datetime_start and (now - t.datetime_start).total_seconds() > sweep.grace_period
         if orphan or gone(process):
             try:
-                study.tell(t.number, state=TrialState.FAIL)   # its reason: the stale-heartbeat one it carries
+                study.tell(t.number, state=TrialState.FAIL)   # its reason: its error_if_lost
             except ValueError:   # it ended meanwhile
                 continue
             retry(study, t)
@@ -333,10 +340,10 @@ class Objective:
     def _run(self, trial: optuna.Trial, fence: Fence) -> float:
         sweep = self.sweep
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        # The reason this trial carries if its worker dies and a heartbeat check fails it (Optuna
-        # cannot change a failed trial's attributes); replaced by the outcome when the trial ends.
-        trial.set_user_attr("error", f"stale heartbeat: worker {worker} sent none for {sweep.grace_period} s "
-                                     f"before the trial ended (killed, its machine lost, or stalled)")
+        trial.set_user_attr(LOST, f"stale heartbeat: worker {worker} sent none for {sweep.grace_period} s "
+                                  f"before the trial ended (killed, its machine lost, or stalled)")
+        if trial.user_attrs.get("error"):   # a retry copies the failed attempt's attributes
+            trial.set_user_attr("error", None)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("worker_process", process_identity())
         trials = trial.study.get_trials(deepcopy=False)
@@ -362,7 +369,7 @@ class Objective:
                 if len(configs) >= sweep.n_trials // len(sweep.seeds):
                     self._skip(trial, "budget of configurations reached")
                 for s in sweep.seeds[1:]:
-                    trial.study.enqueue_trial({**params, "seed": s}, user_attrs={"error": NO_RECORD})
+                    trial.study.enqueue_trial({**params, "seed": s}, user_attrs={LOST: NO_RECORD})
 
         run_id = f"t{trial.number:04d}-s{seed}"
         run_dir = self.root / sweep.study_name / run_id
@@ -403,9 +410,8 @@ class Objective:
         trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
                                                                "test_bleu", "params", "train_seconds", "epochs")
                                         if s.get(k) is not None})
-        # Last, just before Optuna records the outcome: a heartbeat check failing the trial in
-        # between leaves it failed without its stale-heartbeat reason.
-        trial.set_user_attr("error", out.error)
+        if out.error:
+            trial.set_user_attr("error", out.error)
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
@@ -437,7 +443,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
             lines.append(f"{label}: unfinished (still waiting or running)")
         elif attempts:
             last = attempts[-1]
-            why = last.user_attrs.get("error") or last.user_attrs.get("status") or NO_RECORD
+            why = failure_reason(last) or last.user_attrs.get("status") or NO_RECORD
             lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {str(why)[:300]}")
         else:
             lines.append(f"{label}: never ran")

@@ -18,6 +18,8 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO
+from lit_attention.sweep.driver import failure_reason
+
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -199,7 +201,7 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
-    assert trials[victim.number].user_attrs["error"].startswith("stale heartbeat: worker "), output
+    assert failure_reason(trials[victim.number]).startswith("stale heartbeat: worker "), output
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params

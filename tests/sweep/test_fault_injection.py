@@ -22,8 +22,9 @@ from collections import Counter
 
 import pytest
 
-from standin_sweeps import env, problems, sqlite_url, start, sweep_cmd, sweep_file, trials
 from conftest import REPO
+from lit_attention.sweep.driver import failure_reason
+from standin_sweeps import env, problems, sqlite_url, start, sweep_cmd, sweep_file, trials
 
 REPS = int(os.environ.get("FAULT_REPS", "1"))
 SEED = os.environ.get("FAULT_SEED", "0")
@@ -123,7 +124,7 @@ def _record(path, kind, rep, story, url, runs, found, code, resume_seconds) -> N
              else "after the last trial (report)" if progress and "| 0 running | 0 waiting" in progress[-1]
              else "while trials ran")
     ts = trials(url, "crash")
-    failed = Counter((t.user_attrs.get("error") or "no record").split(":")[0] for t in ts if t.state.name == "FAIL")
+    failed = Counter((failure_reason(t) or "no reason").split(":")[0] for t in ts if t.state.name == "FAIL")
     ended = Counter(json.loads((d / "summary.json").read_text()).get("error", "").split(":")[0]
                     for d in runs.glob("t*") if (d / "summary.json").exists())
     line = {"storage": kind, "rep": rep, "seed": SEED, "trial_killed": "<killed trial" in before,
