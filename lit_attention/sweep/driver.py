@@ -16,6 +16,7 @@ need running again.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -117,7 +118,12 @@ class RetryUncovered:
             cell = trial_cell(trial)
             others = [t for t in _counted(study.get_trials(deepcopy=False)) if t.number != trial.number]
             if cell is None or not any(trial_cell(t) == cell and t.state in DONE + PENDING for t in others):
-                self.retry(study, trial)
+                # Optuna's retry copies the user attributes: not the dead worker's identity, which
+                # made the retry look abandoned the moment another worker took it (3 retries, the
+                # cell left failed: 1 of 7 driver kills on SQLite).
+                fresh = copy.deepcopy(trial)
+                fresh.user_attrs = {LOST: NO_RECORD}
+                self.retry(study, fresh)
 
 
 def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
@@ -342,8 +348,6 @@ class Objective:
         worker = f"{socket.gethostname()}:{os.getpid()}"
         trial.set_user_attr(LOST, f"stale heartbeat: worker {worker} sent none for {sweep.grace_period} s "
                                   f"before the trial ended (killed, its machine lost, or stalled)")
-        if trial.user_attrs.get("error"):   # a retry copies the failed attempt's attributes
-            trial.set_user_attr("error", None)
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("worker_process", process_identity())
         trials = trial.study.get_trials(deepcopy=False)
