@@ -1,11 +1,13 @@
 """Copy the compact part of run stores into the committed results/ store.
 
-    python analysis/export.py runs/multi30k results/multi30k [--runs ID ...]
+    python analysis/export.py runs/multi30k results/multi30k [--runs ID ...] [--finished]
 
 Per run: summary.json, config.yaml, metrics.csv, gradflow.csv and hyps/ (hypotheses and
 references: what significance tests and BLEU by length need). Checkpoints, attention heatmaps and
 W&B files stay behind, so the store is a few hundred KB per run. A run already in the destination
 is replaced (re-exporting a finished run after `lit-attention test` adds its test hypotheses).
+A run whose summary.json cannot be read (tracking/schema.py) is not exported: nothing is copied,
+and the message names the file and what is wrong.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import shutil
 import sys
 from pathlib import Path
 
-KEEP_FILES = ("summary.json", "config.yaml", "metrics.csv", "gradflow.csv")
-KEEP_DIRS = ("hyps",)
+from lit_attention.tracking import schema
+
+KEEP_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW)
+KEEP_DIRS = (schema.HYPS,)
 CACHES = ("*.stats.npz",)      # the report's caches: rebuilt from the files they hash
 
 
@@ -41,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("destination", type=Path, help="results/<name>")
     parser.add_argument("--runs", dest="only", nargs="+", default=None, metavar="ID",
                         help="export only these run ids")
+    parser.add_argument("--finished", action="store_true",
+                        help="export only finished runs (not one still training, killed or failed)")
     args = parser.parse_args(argv)
-    found = sorted(p for p in args.runs.iterdir() if (p / "summary.json").is_file()) \
+    found = sorted(p for p in args.runs.iterdir() if schema.summary_path(p).is_file()) \
         if args.runs.is_dir() else []
     if args.only:
         missing = set(args.only) - {p.name for p in found}
@@ -51,8 +57,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         found = [p for p in found if p.name in args.only]
     if not found:
-        print(f"error: no run store (a directory with summary.json) in {args.runs}", file=sys.stderr)
+        print(f"error: no run store (a directory with {schema.SUMMARY}) in {args.runs}", file=sys.stderr)
         return 2
+    for run_dir in found:
+        try:
+            schema.read_summary(run_dir)
+        except schema.SummaryError as exc:
+            print(f"error: {exc}; nothing exported", file=sys.stderr)
+            return 2
+    if args.finished:
+        found = [p for p in found if schema.read_summary(p).status is schema.Status.FINISHED]
+        if not found:
+            print(f"error: no finished run in {args.runs}", file=sys.stderr)
+            return 2
     for run_dir in found:
         export_run(run_dir, args.destination)
     print(f"exported {len(found)} runs to {args.destination}")

@@ -93,6 +93,7 @@ def value(spec: str) -> str:
     import pandas as pd
 
     from lit_attention.analysis import load
+    from lit_attention.tracking.schema import Status
     store, metric, stat, *rest = shlex.split(spec)
     if stat not in STATS:
         raise ReproduceError(f"unknown statistic {stat!r} in {spec!r}; use one of {', '.join(STATS)}")
@@ -105,7 +106,7 @@ def value(spec: str) -> str:
         else:
             where[key] = wanted
     runs = load.load_runs(_store(store))
-    chosen = runs["status"] == load.FINISHED
+    chosen = runs["status"] == Status.FINISHED
     for key, wanted in where.items():
         column = load.resolve_key(runs, key)
         chosen &= runs[column].astype(str) == wanted

@@ -6,7 +6,8 @@ masks) on the same batch, training mode, loss + backward. Goal: ours >= 1.0x nn.
 
 Part 2: for each positional encoding, our model on its fused path
 (``scaled_dot_product_attention``) vs its explicit path (softmax of the score matrix, which
-``need_weights=True`` forces). Shaw relative positions have no fused path.
+``need_weights=True`` forces), without dropout: with attention dropout in training the CPU always
+takes the explicit path (its fused kernels have no dropout). Shaw relative positions have no fused path.
 
     .venv/bin/python bench/attention_path.py [--quick] [--repeats 10]
 """
@@ -115,7 +116,7 @@ def main() -> None:
     rows, ratios = [], []
     for positional in registry.POSITIONAL:
         torch.manual_seed(args.seed)
-        net = build_seq2seq("transformer", vocab, vocab, positional=positional, **size)
+        net = build_seq2seq("transformer", vocab, vocab, positional=positional, **dict(size, dropout=0.0))
         explicit = fwd_bwd_time(net, lambda: net(batch["src"], batch["tgt_in"], need_weights=True).logits,
                                 batch, args.repeats)
         if positional in registry.FUSED_POSITIONAL:

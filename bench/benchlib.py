@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -103,16 +102,19 @@ def target_tokens(batch: dict) -> int:
 # ---- training step ----------------------------------------------------------------------------
 
 def seq2seq_loss(net, batch, label_smoothing: float = 0.1) -> torch.Tensor:
+    """The training loss TranslationModule.training_step computes."""
     from lit_attention.data.vocab import PAD
+    from lit_attention.models.loss import smoothed_cross_entropy
     logits = net(batch["src"], batch["tgt_in"]).logits
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
-                           ignore_index=PAD, label_smoothing=label_smoothing)
+    return smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
+                                  ignore_index=PAD, label_smoothing=label_smoothing)
 
 
-def adam_with_warmup(params, lr: float = 1e-3, warmup: int = 1000):
-    """The optimiser and schedule TranslationModule.configure_optimizers builds."""
-    from lit_attention.lightning.translation import inverse_sqrt_warmup
-    opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98))
+def adam_with_warmup(params, lr: float = 1e-3, warmup: int = 1000, fused: bool = False):
+    """The optimiser and schedule TranslationModule.configure_optimizers builds (its Adam is fused
+    in fp32; Lightning's mixed-precision plugins refuse to clip a fused optimizer's gradients)."""
+    from lit_attention.lightning.optim import inverse_sqrt_warmup
+    opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), fused=fused)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(warmup))
 
 
@@ -212,11 +214,27 @@ def fmt(x) -> str:
     return str(x)
 
 
+CPU_FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
 def machine() -> str:
-    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+    from lit_attention.tracking.machine_speed import cpu_flags
+    flags = cpu_flags()
+    return (f"torch {torch.__version__}, {torch.get_num_threads()} threads, {cpu_model()} "
+            f"({' '.join(f for f in CPU_FLAGS_OF_INTEREST if f in flags) or 'flags unknown'}), "
             f"CPU capability {torch.backends.cpu.get_cpu_capability()}, {os.cpu_count()} cores")
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def summary(text: str) -> None:
-    """The one-line result every script ends with (tests/test_bench.py looks for 'SUMMARY')."""
+    """The one-line result every script ends with (tests/bench/test_bench.py looks for 'SUMMARY')."""
     print(f"SUMMARY {text}", flush=True)

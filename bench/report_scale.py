@@ -113,6 +113,7 @@ def config_yaml(seed: int, model: dict, clip: float = 1.0) -> str:
 
 
 def write_run(run_dir: Path, seed: int, model: dict, bleu: float, hyps: list[str], refs: str) -> None:
+    from lit_attention.tracking.schema import write_summary
     (run_dir / "hyps").mkdir(parents=True)
     (run_dir / "checkpoints").mkdir()
     (run_dir / "attention").mkdir()
@@ -125,12 +126,12 @@ def write_run(run_dir: Path, seed: int, model: dict, bleu: float, hyps: list[str
                    test_bleu=bleu - 1, test_chrf=bleu + 19, sacrebleu_signature=SIGNATURE,
                    grad_norm_median=0.8, clip_fraction=0.1, git_commit="0" * 40,
                    versions={"torch": "2.13.0", "lightning": "2.6.6", "sacrebleu": "2.6.0"},
-                   test_bleu_by_length=[dict(bucket=b, lo=10 * i, hi=10 * i + 9, n=250,
+                   test_bleu_by_length=[dict(bucket=b, lo=10 * i, hi=10 * i + 9, n=250, unit="words",
                                              bleu=bleu, chrf=bleu + 20)
                                         for i, b in enumerate(("1-9", "10-19", "20-29", "30+"))],
                    attention_entropy={"cross.0": 1.2}, started_at="2026-01-01T00:00:00+00:00",
                    finished_at="2026-01-01T00:10:00+00:00", wandb_run_id=None)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_summary(run_dir, summary)
     (run_dir / "config.yaml").write_text(config_yaml(seed, model))
     rows = ["step,epoch,time,train_loss,lr,grad_norm/total,val_loss,val_ppl,val_bleu"]
     rows += [f"{s},{s // 200},{s * 0.4:.1f},{3 - s / 1000:.3f},0.002,0.8,,," for s in range(10, 1510, 10)]

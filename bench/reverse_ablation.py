@@ -8,10 +8,11 @@ Transformer with rotary, sinusoidal and no positional encoding.
 """
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
+
+from lit_attention.tracking.schema import read_summary
 
 CONFIGS = {
     "elman-tanh, no attention": ["--model.family", "rnn", "--model.cell", "elman-tanh", "--model.attention", "none"],
@@ -42,7 +43,7 @@ def main() -> int:
                "--trainer.max_epochs", epochs, "--trainer.enable_progress_bar", "false",
                "--diagnostics.heatmaps", "0", *extra]
         done = subprocess.run(cmd, capture_output=True, text=True)
-        summary = json.loads((Path(args.root) / "reverse-ablation" / f"c{i}" / "summary.json").read_text())
+        summary = read_summary(Path(args.root) / "reverse-ablation" / f"c{i}", missing_ok=True)
         rows.append((name, summary.get("val_bleu"), summary.get("params"), summary.get("train_seconds"), done.returncode))
         print(f"{name:28s} val BLEU {summary.get('val_bleu') or 0:6.2f}  params {summary.get('params')}"
               f"  train {summary.get('train_seconds') or 0:6.1f}s  exit {done.returncode}", flush=True)

@@ -21,6 +21,7 @@ from typing import Literal, Optional
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
 
+from lit_attention import registry
 from lit_attention.config_check import ConfigError, suggest, unknown_option
 from lit_attention.files import check_writable
 
@@ -99,8 +100,9 @@ def _build_cli_class():
     from lit_attention.lightning.budget import TrainingBudget, step_limit
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.tracking.callback import RunStoreCallback
-    from lit_attention.tracking.run_store import (RUN_ID_ENV, RunDir, RunStoreLogger, find_latest_run,
-                                                 new_run_id, run_path)
+    from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
+    from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
+                                               new_run_id, run_path)
 
     class LitAttentionCLI(LightningCLI):
         parse_only = False   # check_training_args: stop once the arguments are parsed
@@ -111,7 +113,8 @@ def _build_cli_class():
             parser.add_class_arguments(RunOptions, "run")
             parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
             parser.add_class_arguments(BudgetOptions, "budget")
-            parser.add_argument("--tracking", type=Literal["none", "wandb"], default="none",
+            parser.add_argument("--tracking", type=Literal[tuple(registry.TRACKING)],
+                                default=registry.NO_TRACKING,
                                 help="also log to Weights & Biases (offline without a key or network)")
 
         def _resolve_run_dir(self, cfg) -> Path:
@@ -122,7 +125,7 @@ def _build_cli_class():
             elif run.id:
                 run_id = run.id
                 if ckpt_path == "last" and self.subcommand == "fit":
-                    last = run_path(run.root, run.group, run_id) / "checkpoints" / "last.ckpt"
+                    last = run_path(run.root, run.group, run_id) / CHECKPOINTS / LAST_CHECKPOINT
                     if not last.is_file():   # killed before its first checkpoint: refuse, touch nothing
                         raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
                                               f"exist (the run stopped before its first checkpoint); "
@@ -133,7 +136,7 @@ def _build_cli_class():
                     raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
                                      f"in {Path(run.root) / run.group}")
                 run_id = latest.name
-            elif ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+            elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
                 return Path(ckpt_path).resolve().parent.parent
             else:
                 run_id = new_run_id()
@@ -169,6 +172,9 @@ def _build_cli_class():
             except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
+            self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
+            if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
+                cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
             # the subcommand's config as the run's config.yaml (the parser's public dump of the
             # whole config, then only this subcommand's part)
             whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
@@ -184,16 +190,16 @@ def _build_cli_class():
                                               cfg.get("seed_everything"), self.subcommand,
                                               from_checkpoint=bool(cfg.get("ckpt_path"))))
             callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
-            callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename="best",
+            callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
                                              monitor="val_loss", mode="min", save_last=True,
                                              save_top_k=1, enable_version_counter=False))
             loggers = [RunStoreLogger(self.run_dir)]
-            if cfg.tracking == "wandb":
-                from lit_attention.tracking.wandb import make_wandb_logger
-                wandb_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
-                loggers.append(make_wandb_logger(
+            make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
+            if make_logger is not None:   # besides the run store
+                tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
+                loggers.append(make_logger(
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
-                    run.job_type, [t for t in run.tags.split(",") if t], wandb_id))
+                    run.job_type, [t for t in run.tags.split(",") if t], tracker_id))
             trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
             if cfg.budget.steps is not None:
                 try:
@@ -202,6 +208,8 @@ def _build_cli_class():
                     print(f"error: {exc}", file=sys.stderr)
                     raise SystemExit(2) from None
             warn_emulated_bf16(trainer_config)
+            if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
+                print(self.precision_notice, file=sys.stderr, flush=True)
             trainer_config["logger"] = loggers
             trainer_config["default_root_dir"] = str(self.run_dir.path)
             given = trainer_config.get("callbacks") or []
@@ -295,7 +303,13 @@ def short_parse_error(message: str, parsers: list) -> str:
             return str(unknown_option(prefix + option.group(1), valid))
         field = re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message)
         if field:
-            return f"invalid value for {prefix}{field.group(1)}: {_reason(field.group(2))}"
+            reason = field.group(2)
+            nested = message[field.end():]
+            wanted = re.search(r"- (Expected a (?!<class 'NoneType'>)[^\n]*)", nested)
+            given = re.search(r"Given value: (.*)", nested)
+            if "Union subtypes" in reason and wanted and given:   # Optional[X]: what X wants
+                reason = f"{wanted.group(1)}. Got value: {given.group(1)}"
+            return f"invalid value for {prefix}{field.group(1)}: {_reason(reason)}"
     unknown = (re.search(r"does not accept option '([\w.]+)'", message)
                or re.search(r"unrecognized arguments: --([^\s=]+)", message))
     if unknown:
@@ -309,7 +323,7 @@ def short_parse_error(message: str, parsers: list) -> str:
             return f"unknown option {name}{hint}"
         return str(unknown_option(name, valid))
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
-    if single and "\n" not in message.strip():
+    if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)
         return f"invalid value for {single.group(1)}: {_reason(single.group(2))}"
     if single:   # a union (int | None, or several literals): every alternative's complaint
         given = re.search(r"Given value: (.*)", message)
@@ -357,6 +371,17 @@ def check_training_args(argv: list[str]) -> None:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
 
 
+def choose_precision(accelerator) -> tuple[str, str]:
+    """`fit`'s precision when none is given (tracking/machine_speed.py: bf16-mixed where the
+    hardware does bf16 natively, 32-true elsewhere) and the one-line notice that says why."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+    on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
+    precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
+    return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
+
+
 def warn_emulated_bf16(trainer_config: dict) -> None:
     """bf16 precision on a CPU without bf16 hardware trains, but far slower than fp32: say so."""
     import torch
@@ -370,17 +395,24 @@ def warn_emulated_bf16(trainer_config: dict) -> None:
 
 
 def _choices(argv: list[str]) -> int:
-    from lit_attention import registry
     for arg in argv:
         if arg != "--json":
             print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)
             return 2
-    data = registry.as_dict()
+    # the registry's tables, then every config key whose value is a choice, by kind of model
+    config = {kind: {key: list(values) for key, values in keys.items()}
+              for kind, keys in registry.CONFIG_CHOICES.items()}
+    data = {**registry.as_dict(), "tracking": list(registry.TRACKING), "config": config}
     if "--json" in argv:
         print(json.dumps(data, indent=2))
     else:
-        width = max(map(len, data))
-        for key, values in data.items():
+        rows = {**{k: v for k, v in data.items() if k != "config"},
+                **{f"{kind} {key}": values for kind, keys in config.items() for key, values in keys.items()}}
+        width = max(map(len, rows))
+        for key, values in rows.items():
+            if isinstance(values, dict):   # family -> its options; former name -> new name
+                values = [f"{k} ({', '.join(v)})" if isinstance(v, dict) else f"{k} -> {v}"
+                          for k, v in values.items()]
             print(f"{key:{width}s}  {', '.join(values)}")
     return 0
 
@@ -390,12 +422,13 @@ def _train(argv: list[str]) -> int:
 
     from lit_attention.data.text import DataError
     from lit_attention.threads import use_allowed_cores
+    from lit_attention.tracking.schema import Status
     from lit_attention.tracking.wandb import finish
 
     use_allowed_cores()  # OMP_NUM_THREADS (a sweep trial's share), else the cores we may use
     cli_class, module_base, data_base = _build_cli_class()
     session = cli_class.session = {}
-    status = "failed"
+    status = Status.FAILED
     try:
         cli_class(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
                   save_config_callback=None, seed_everything_default=1,
@@ -405,12 +438,12 @@ def _train(argv: list[str]) -> int:
                                     "log_every_n_steps": 10,
                                     # token batches are re-bucketed each epoch, so their count varies
                                     "reload_dataloaders_every_n_epochs": 1})
-        status = "finished"
+        status = Status.FINISHED
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
     except SIGTERMException:
-        status = "interrupted"
+        status = Status.INTERRUPTED
         print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
         return 143
     except (KeyboardInterrupt, SystemExit) as exc:
@@ -418,7 +451,7 @@ def _train(argv: list[str]) -> int:
         # Lightning turns Ctrl-C into sys.exit(1) after its clean stop (on_exception saved last.ckpt)
         if isinstance(exc, SystemExit) and not (trainer is not None and trainer.interrupted):
             raise
-        status = "interrupted"
+        status = Status.INTERRUPTED
         run_id = session["run_dir"].name if session.get("run_dir") else "<id>"
         print(f"interrupted (Ctrl-C): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
         return 130

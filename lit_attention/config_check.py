@@ -9,12 +9,14 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
+from lit_attention.registry import RENAMED
+
 # Names other toolkits use for our options (PyTorch, Hugging Face, fairseq): a hint only, offered
-# when its target is one of the valid names at hand.
+# when its target is one of the valid names at hand. Our own former names are registry.RENAMED.
 SYNONYMS = {
-    "hidden_size": ("d_model", "hidden_size"), "hidden_dim": ("d_model", "d_hidden"),
-    "dim": ("d_model",), "d_hidden": ("d_model",), "embed_dim": ("emb_size", "d_embed"),
-    "embedding_size": ("emb_size", "d_embed"), "emb_dim": ("emb_size", "d_embed"),
+    **{old: (new,) for old, new in RENAMED.items()},
+    "hidden_dim": ("d_model",), "dim": ("d_model",), "embed_dim": ("emb_size",),
+    "embedding_size": ("emb_size",), "emb_dim": ("emb_size",),
     "num_heads": ("heads",), "n_heads": ("heads",), "nhead": ("heads",),
     "num_layers": ("layers", "enc_layers"), "n_layers": ("layers", "enc_layers"),
     "dim_feedforward": ("ffn",), "ffn_dim": ("ffn",), "d_ff": ("ffn",),
@@ -54,9 +56,13 @@ def suggest(name: str, valid: Iterable[str]) -> str | None:
 
 
 def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> ConfigError:
-    """``unknown option model.hiden_size — did you mean model.d_model?``"""
+    """``unknown option model.hiden_size — did you mean model.d_model?`` (a former name of ours:
+    ``... — did you mean model.d_model? (renamed: docs/CONFIG.md)``)."""
     near = suggest(name, valid)
     hint = f" — did you mean {near}?" if near else ""
+    last = name.rpartition(".")[2]
+    if near and near.rpartition(".")[2] == RENAMED.get(last):
+        hint += " (renamed: docs/CONFIG.md)"
     return ConfigError(f"unknown {what} {name}{hint}")
 
 

@@ -1,16 +1,16 @@
 """The one list of every ablation choice.
 
 The CLI (config validation), the model builders, the sweep schema and the report tables all read
-these tuples; nothing else keeps its own list. Pure data: importing it pulls in no model code.
+these tables; nothing else keeps its own list. Pure data: importing it pulls in no model code.
 """
 
 from __future__ import annotations
 
-# Encoder-decoder families for translation-style tasks.
-FAMILIES = ("transformer", "rnn")
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
-# Language-model families.
-LM_FAMILIES = ("ngram", "window", "rnn", "transformer")
+# The model families (FAMILIES: encoder-decoders, LM_FAMILIES: language models), their classes
+# and the options each uses are declared once, in SEQ2SEQ_MODELS and LM_MODELS below.
 
 # n-gram smoothing: add-delta, or interpolated absolute discounting down to an add-delta unigram.
 NGRAM_SMOOTHING = ("add", "interp")
@@ -155,12 +155,12 @@ def check_rnn(cell: str, attention: str, scoring: str, context: str = "init",
     if attention == "none":
         if input_feeding:
             raise ValueError("model.input_feeding feeds the previous attentional readout to the decoder; "
-                             "model.attention 'none' has none: set model.input_feeding false or choose "
-                             "an attention wiring")
+                             "model.attention 'none' has none: leave model.input_feeding unset (false) or "
+                             "choose an attention wiring")
         return
     if context != "init":
         raise ValueError(f"model.context {context!r} is the no-attention wiring; model.attention "
-                         f"{attention!r} already feeds a context at every step: set model.context 'init'")
+                         f"{attention!r} already feeds a context at every step: leave model.context unset")
     if scoring in PARAMETER_FREE_SCORING and bidirectional and enc_output == "concat":
         raise ValueError(f"model.scoring {scoring!r} has no parameters, so keys must have the decoder's "
                          f"size, but a bidirectional encoder with model.enc_output 'concat' gives 2H: "
@@ -168,45 +168,155 @@ def check_rnn(cell: str, attention: str, scoring: str, context: str = "init",
                          f"comparison), or model.bidirectional false")
 
 
-def check_seq2seq(family: str, cell: str, attention: str, scoring: str, positional: str,
-                  context: str = "init", input_feeding: bool = False, bidirectional: bool = True,
-                  enc_output: str = "concat") -> None:
-    """Validate one encoder-decoder configuration against the registry."""
-    check("family", family, FAMILIES)
-    if family == "transformer":
-        check_positional_scoring(positional, scoring)
-    else:
-        check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
+# ---- Knobs: one name per concept, in every family and at every level --------------------------
+# The same name is the config key (model.<name>), the LightningModule argument and the model
+# constructor's argument (docs/CONFIG.md has this table for users):
+#   d_model       the model's width: the Transformer's d_model, the recurrent hidden size (per
+#                 direction), the window LM's hidden layer
+#   emb_size      token embedding size of recurrent and window models (the Transformer's is d_model)
+#   ffn           the Transformer's feed-forward inner size (Transformer only)
+#   heads         attention heads (Transformer only)
+#   layers        layers of a language model; enc_layers / dec_layers of an encoder-decoder
+# Names used before, refused with a did-you-mean naming the new one (lit_attention/config_check.py),
+# never read as aliases:
+RENAMED = {"hidden_size": "d_model", "d_hidden": "d_model", "width": "d_model", "d_embed": "emb_size"}
+
+# An option left unset whose family default is None takes the value of another option.
+DERIVED = {"emb_size": "d_model"}
+
+# Options that shape training, not the network: they describe a run, but no model constructor
+# takes them.
+TRAINING_OPTIONS = ("label_smoothing", "teacher_forcing")
+
+# Constructor options that do not tell two models apart (set from the data): not in summaries.
+UNRECORDED_OPTIONS = ("max_len",)
 
 
-def variant_fields(family: str, attention: str = "none", scoring: str | None = None) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class Family:
+    """A model family: its class and the model.* options it uses.
+
+    model: "package.module:Class", imported only when a model is built (lit_attention.models).
+    options: option -> the family's default, taken when the option is left unset (None). Every
+        option of another family must stay unset: setting one is a configuration error.
+    check: validates how the resolved options combine (raises ValueError).
+    active_when: option -> (other option, its values under which the option acts); set while it
+        does not act, an option is refused like one of another family.
+    moved: option of other families this family used to read -> the option it reads now.
+    gradient: False for a family that is counted from the training stream, not trained.
+    """
+    model: str
+    options: Mapping[str, Any]
+    check: Callable[[Mapping[str, Any]], None] = lambda options: None
+    active_when: Mapping[str, tuple[str, tuple]] = field(default_factory=dict)
+    moved: Mapping[str, str] = field(default_factory=dict)
+    gradient: bool = True
+
+
+# Options every encoder-decoder family uses (the LightningModule holds their defaults).
+SEQ2SEQ_COMMON = ("d_model", "enc_layers", "dec_layers", "dropout", "label_smoothing")
+
+_ATTENDING = tuple(a for a in ATTENTION if a != "none")
+
+SEQ2SEQ_MODELS = {
+    "transformer": Family(
+        model="lit_attention.models.transformer:TransformerSeq2Seq",
+        options={"positional": "sinusoidal", "scoring": "scaled_dot", "heads": 4, "ffn": 1024,
+                 "norm": "pre", "tie_embeddings": True},
+        check=lambda o: check_positional_scoring(o["positional"], o["scoring"])),
+    "rnn": Family(
+        model="lit_attention.models.rnn:RNNSeq2Seq",
+        options={"cell": "lstm", "attention": "bahdanau", "emb_size": None, "bidirectional": True,
+                 "teacher_forcing": 1.0, "tie_embeddings": True, "context": "init",
+                 "scoring": "additive", "enc_output": "concat", "input_feeding": False, "rank": 32},
+        check=lambda o: check_rnn(o["cell"], o["attention"], o["scoring"], o["context"],
+                                  o["input_feeding"], o["bidirectional"], o["enc_output"]),
+        active_when={"context": ("attention", ("none",)), "scoring": ("attention", _ATTENDING),
+                     "enc_output": ("attention", _ATTENDING),
+                     "input_feeding": ("attention", _ATTENDING), "rank": ("scoring", ("low_rank",))}),
+}
+FAMILIES = tuple(SEQ2SEQ_MODELS)
+
+LM_MODELS = {
+    "ngram": Family(
+        model="lit_attention.models.lm.ngram:NGramLM",
+        options={"order": 3, "smoothing": "interp", "delta": 0.1, "discount": 0.75},
+        check=lambda o: check("n-gram smoothing", o["smoothing"], NGRAM_SMOOTHING),
+        gradient=False),
+    "window": Family(
+        model="lit_attention.models.lm.window:WindowLM",
+        options={"window": 5, "d_model": 512, "emb_size": 128, "dropout": 0.1},
+        moved={"ffn": "d_model"}),
+    "rnn": Family(
+        model="lit_attention.models.lm.rnn_lm:RNNLM",
+        options={"cell": "lstm", "d_model": 128, "emb_size": None, "layers": 4, "dropout": 0.1,
+                 "tie_embeddings": True},
+        check=lambda o: check("cell", o["cell"], CELLS)),
+    "transformer": Family(
+        model="lit_attention.models.lm.transformer_lm:TransformerLM",
+        options={"positional": "sinusoidal", "scoring": "scaled_dot", "norm": "pre", "d_model": 128,
+                 "heads": 4, "layers": 4, "ffn": 512, "dropout": 0.1, "tie_embeddings": True,
+                 "max_len": 512},
+        check=lambda o: check_positional_scoring(o["positional"], o["scoring"])),
+}
+LM_FAMILIES = tuple(LM_MODELS)
+
+
+def family_options(families: Mapping[str, Family]) -> tuple[str, ...]:
+    """Every option some family of ``families`` uses (each once, in order of appearance)."""
+    return tuple(dict.fromkeys(k for f in families.values() for k in f.options))
+
+
+def _acts(spec: Family, option: str, values: Mapping[str, Any]) -> bool:
+    other, when = spec.active_when.get(option, (None, None))
+    return other is None or values.get(other) in when
+
+
+def resolve(families: Mapping[str, Family], family: str, given: Mapping[str, Any],
+            shared: Mapping[str, Any] | None = None, what: str = "family") -> dict[str, Any]:
+    """The options ``family`` uses that act, each as given or the family's default.
+
+    ``given`` maps the options of ``families`` to values, None meaning unset; ``shared`` holds the
+    options every family uses (SEQ2SEQ_COMMON), which DERIVED defaults may name. Refuses
+    (ValueError) an option that is set but belongs to other families only, or does not act.
+    """
+    spec = families[check(what, family, families)]
+    for key, value in given.items():
+        if value is None or key in spec.options:
+            continue
+        if key in spec.moved:
+            raise ValueError(f"option model.{key} is not one of {what} {family!r}: it reads "
+                             f"model.{spec.moved[key]} instead (docs/CONFIG.md)")
+        owners = [name for name, f in families.items() if key in f.options]
+        raise ValueError(f"option model.{key} is not one of {what} {family!r}, only of {', '.join(owners)}: "
+                         f"leave it unset (remove it from the config, or --model.{key} null)")
+    values = {k: default if given.get(k) is None else given[k] for k, default in spec.options.items()}
+    for key, source in DERIVED.items():
+        if key in values and values[key] is None:
+            values[key] = {**(shared or {}), **values}[source]
+    spec.check(values)
+    for key in spec.options:
+        if given.get(key) is not None and not _acts(spec, key, values):
+            other, when = spec.active_when[key]
+            raise ValueError(f"option model.{key} acts only with model.{other} "
+                             f"{' or '.join(map(str, when))} (here {values[other]!r}): leave it unset")
+    return {k: v for k, v in values.items() if _acts(spec, k, values)}
+
+
+def variant_fields(family: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     """The config fields that describe an encoder-decoder of this family (what a results table shows).
 
     A Transformer has no cell and a recurrent model no positional encoding: recording only the
-    fields that act keeps two runs of the same model in one row of a table.
+    fields that act (given the resolved ``options``) keeps two runs of the same model in one row.
     """
-    common = ("family", "d_model", "enc_layers", "dec_layers", "dropout", "label_smoothing")
-    if family == "transformer":
-        return common + ("positional", "scoring", "heads", "ffn", "norm", "tie_embeddings")
-    fields = common + ("cell", "attention", "emb_size", "bidirectional", "teacher_forcing", "tie_embeddings")
-    if attention == "none":
-        return fields + ("context",)
-    fields += ("scoring", "enc_output", "input_feeding")
-    if scoring == "low_rank":
-        fields += ("rank",)
-    return fields
+    spec = SEQ2SEQ_MODELS[check("family", family, SEQ2SEQ_MODELS)]
+    return ("family", *SEQ2SEQ_COMMON, *(k for k in spec.options if _acts(spec, k, options)))
 
 
 def lm_variant_fields(family: str) -> tuple[str, ...]:
     """The config fields that describe a language model of this family."""
-    if family == "ngram":
-        return ("family", "order", "smoothing", "delta", "discount")
-    if family == "window":
-        return ("family", "window", "d_model", "emb_size", "ffn", "dropout")
-    if family == "rnn":
-        return ("family", "cell", "d_model", "emb_size", "layers", "dropout", "tie_embeddings")
-    return ("family", "positional", "scoring", "norm", "d_model", "heads", "layers", "ffn", "dropout",
-            "tie_embeddings")
+    spec = LM_MODELS[check("language-model family", family, LM_MODELS)]
+    return ("family", *(k for k in spec.options if k not in UNRECORDED_OPTIONS))
 
 
 def as_dict() -> dict:
@@ -230,4 +340,88 @@ def as_dict() -> dict:
         "tasks": list(TASKS),
         "tokenizers": list(TOKENIZERS),
         "spm_models": list(SPM_MODELS),
+        "seq2seq_options": {f: dict(spec.options) for f, spec in SEQ2SEQ_MODELS.items()},
+        "lm_options": {f: dict(spec.options) for f, spec in LM_MODELS.items()},
+        "renamed": dict(RENAMED),
     }
+
+
+# -- Choices outside the model: tracking, and what implements a task or a tokenizer ---------------
+# Implementations are named "module:attribute" and imported on use (`implementation`), so that
+# the registry stays pure data and the code behind a choice never spells the choice's name.
+
+TRACKING = {
+    "none": None,   # the run store only (always written)
+    "wandb": "lit_attention.tracking.wandb:make_wandb_logger",   # and a W&B run (offline without a key)
+}
+NO_TRACKING = "none"   # the default
+
+TASK_GENERATORS = {
+    "copy": "lit_attention.data.synthetic:copy_pairs",
+    "reverse": "lit_attention.data.synthetic:reverse_pairs",
+    "sort": "lit_attention.data.synthetic:sort_pairs",
+    "toy-mt": "lit_attention.data.synthetic:toy_mt_pairs",
+}
+SYNTHETIC_TASKS = tuple(TASK_GENERATORS)
+# The task that reads text files (data.data_dir / data.path) instead of generating pairs.
+FILES_TASK = "files"
+
+TOKENIZER_CLASSES = {
+    "word": "lit_attention.data.tokenizers:WordTokenizer",
+    "char": "lit_attention.data.tokenizers:CharTokenizer",
+    "sentencepiece": "lit_attention.data.tokenizers:SentencePieceTokenizer",
+}
+
+# The ATTENTION choice without attention: the configuration the report compares against by default.
+NO_ATTENTION = "none"
+
+
+def implementation(table: dict, name: str):
+    """The object ``table[name]`` names as "module:attribute" (None for an entry of None)."""
+    import importlib
+    if table[name] is None:
+        return None
+    module, _, attribute = table[name].partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# -- Config keys whose value is a choice --------------------------------------------------------
+# By kind of model ("seq2seq": TranslationModule + TranslationDataModule, "lm": LanguageModelModule
+# + LMDataModule). The training CLI's types and checks, the sweep schema and `lit-attention
+# choices` all validate against this table; tests/test_registry.py checks the CLI's types match it.
+CONFIG_CHOICES = {
+    "seq2seq": {
+        "model.family": FAMILIES, "model.cell": CELLS, "model.attention": ATTENTION,
+        "model.scoring": tuple(SCORING), "model.context": CONTEXT,
+        "model.enc_output": tuple(ENC_OUTPUT), "model.positional": tuple(POSITIONAL),
+        "model.norm": NORM,
+        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+    },
+    "lm": {
+        "model.family": LM_FAMILIES, "model.cell": CELLS, "model.positional": tuple(POSITIONAL),
+        "model.scoring": TRANSFORMER_SCORING, "model.norm": NORM, "model.smoothing": NGRAM_SMOOTHING,
+        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+    },
+}
+KINDS = tuple(CONFIG_CHOICES)
+# Keys a family narrows: (kind, family) -> key -> its valid values.
+FAMILY_CHOICES = {("seq2seq", "transformer"): {"model.scoring": TRANSFORMER_SCORING}}
+
+
+def config_choices(key: str, kind: str, families=None) -> tuple | None:
+    """The valid values of config key ``key`` ("model.cell") for ``kind``, narrowed to those some
+    family of ``families`` accepts; None when the key's value is not a registry choice."""
+    valid = CONFIG_CHOICES[kind].get(key)
+    if valid is None or not families:
+        return valid
+    narrowed = [FAMILY_CHOICES.get((kind, family), {}).get(key, valid) for family in families]
+    if len(narrowed) == 1:
+        return tuple(narrowed[0])
+    return tuple(v for v in valid if any(v in n for n in narrowed))
+
+
+def check_config(kind: str, group: str, **values) -> None:
+    """Refuse a value that is not a choice of its key: ``check_config("lm", "data", task="x")``
+    raises "unknown data.task 'x'; valid choices: ..."."""
+    for name, value in values.items():
+        check(f"{group}.{name}", value, CONFIG_CHOICES[kind][f"{group}.{name}"])

@@ -34,6 +34,31 @@ def write_lines(path, lines, gz=False) -> str:
     return str(path)
 
 
+def family_options(config: Path) -> list[str]:
+    """The model options ``config`` sets that belong to some families only (its own family's)."""
+    import yaml
+
+    from lit_attention import registry
+    model = yaml.safe_load(Path(config).read_text())["model"]
+    families = registry.LM_MODELS if model["class_path"].endswith("LanguageModelModule") else registry.SEQ2SEQ_MODELS
+    return [k for k in model["init_args"] if k in registry.family_options(families)]
+
+
+def unset_family_options(config: Path) -> list[str]:
+    """CLI arguments that unset ``config``'s family options, so that `--model.family <another>`
+    may follow them (an option of another family is refused)."""
+    return [arg for key in family_options(config) for arg in (f"--model.{key}", "null")]
+
+
+def family_neutral(config: Path) -> dict:
+    """``config`` as a mapping without its family options: a sweep base any family starts from."""
+    import yaml
+    data = yaml.safe_load(Path(config).read_text())
+    drop = family_options(config)
+    data["model"]["init_args"] = {k: v for k, v in data["model"]["init_args"].items() if k not in drop}
+    return data
+
+
 def cli_env(**extra) -> dict:
     env = dict(os.environ)
     env.pop("LIT_ATTENTION_RUN_ID", None)

@@ -199,11 +199,11 @@ def test_compare_to_baseline_with_holm(runs):
                                                         "model.scoring": "dot"}, n_samples=200)
     assert len(sig) == 2
     fixed, same = _row(sig, "luong", "dot"), _row(sig, "luong", "low_rank")
-    assert fixed["seeds_compared"] == 3 and same["seeds_compared"] == 3
-    assert fixed["significant"] and fixed["delta"] > 0
-    assert not same["significant"] and same["p_max"] == pytest.approx(1.0)
-    assert significance.holm([fixed["p_max"], same["p_max"]]) == pytest.approx(
-        [fixed["p_holm"], same["p_holm"]])
+    assert fixed["n_tested"] == 3 and same["n_tested"] == 3 and fixed["n_baseline"] == 3
+    assert fixed["significant"] and fixed["direction"] == "better" and fixed["delta_lo"] > 0
+    # the baseline's hypotheses seed for seed: no difference, never significant
+    assert not same["significant"] and same["delta"] == 0 and same["direction"] == ""
+    assert fixed["p_holm"] >= fixed["p"] and sig.attrs["comparisons"] == 2
     with pytest.raises(ValueError, match="no finished run matches"):
         significance.compare_to_baseline(runs, KEYS, {"model.attention": "bahdanau"})
     with pytest.raises(ValueError, match="more than one configuration"):
@@ -328,7 +328,7 @@ def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, caps
                         "--samples", "200", "--cols", "model.attention", "--rows", "model.scoring"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| Scoring \\ Attention" in printed and "†" in printed and "ddof=1" in printed
+    assert "| Scoring \\ Attention" in printed and "▲" in printed and "ddof=1" in printed
     for name in ("table.tex", "table.md", "table.csv", "table_trace.csv", "excluded.csv",
                  "significance.csv", "runs.csv", "pivot.tex", "pivot.md", "ablation_bars.png",
                  "ablation_bars.pdf", "learning_curves_ppl.png", "bleu_by_length.pdf",
@@ -341,9 +341,9 @@ def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, caps
     assert table.loc[("low_rank", "luong"), "significant"] == False  # noqa: E712 (numpy bool)
     assert table.loc[("low_rank", "luong"), "n_pruned"] == 1
     latex = (out / "table.tex").read_text()
-    assert r"low\_rank" in latex and r"$^{\dagger}$" in latex and "baseline" in latex
+    assert r"low\_rank" in latex and r"$^{\bigtriangleup}$" in latex and "baseline" in latex
     md = (out / "table.md").read_text()
-    assert "22.3 ± 2.5†" in md
+    assert "22.3 ± 2.5▲" in md
 
 
 def test_report_defaults_to_the_no_attention_baseline(study, tmp_path, capsys):

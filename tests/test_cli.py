@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -84,8 +85,9 @@ def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
                      "--data.task", "files", "--data.data_dir", data, "--data.src_lang", "de",
                      "--data.tgt_lang", "en", *TINY)
     assert result.returncode == 2   # a data error is a usage error, like a bad option
-    assert "train.de" in result.stderr and "train.en" in result.stderr
-    assert "3" in result.stderr and "2" in result.stderr
+    message = (f"lit-attention fit: error: line counts differ: {data / 'train.de'} has 3 lines, "
+               f"{data / 'train.en'} has 2 lines")
+    assert message in result.stderr.splitlines(), result.stderr[-2000:]
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
@@ -97,6 +99,25 @@ def test_unknown_choice_fails_at_parse_time_listing_valid_ones(tmp_path):
     assert not tmp_path.joinpath("default").exists()
 
 
+def documented_summary_keys() -> set[str]:
+    """The keys of docs/ARCHITECTURE.md's summary.json table (`{split}` as val and test)."""
+    from conftest import REPO
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    table = text[text.index("`summary.json` keys"):].split("\n\n")[1]
+    names = [n for row in table.splitlines()[2:] for n in re.findall(r"`([^`]+)`", row.split("|")[1])]
+    return {n.replace("{split}", split) for n in names for split in ("val", "test")}
+
+
+@pytest.mark.slow
+def test_every_summary_key_a_real_run_writes_is_documented(copy_run):
+    """A key added to (or renamed in) summary.json without docs/ARCHITECTURE.md fails here."""
+    summary = json.loads((copy_run / "summary.json").read_text())
+    documented = documented_summary_keys()
+    assert {"run_id", "val_bleu", "test_decoding", "eval_protocol"} <= documented
+    assert not summary.keys() - documented, (f"summary.json keys missing from docs/ARCHITECTURE.md's "
+                                             f"table: {sorted(summary.keys() - documented)}")
+
+
 def test_choices_json_lists_the_registry():
     result = run_cli("choices", "--json")
     assert result.returncode == 0
@@ -104,6 +125,22 @@ def test_choices_json_lists_the_registry():
     assert set(data["scoring"]) == {"dot", "scaled_dot", "general", "low_rank", "additive", "concat"}
     assert set(data["positional"]) == {"none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw"}
     assert {"transformer", "rnn"} <= set(data["families"]) and "toy-mt" in data["tasks"]
+    # the config keys every validator shares, and the tracking choices
+    from lit_attention import registry
+    assert data["config"] == {kind: {key: list(values) for key, values in keys.items()}
+                              for kind, keys in registry.CONFIG_CHOICES.items()}
+    assert data["config"]["seq2seq"]["model.enc_output"] == ["concat", "sum", "project"]
+    assert data["tracking"] == ["none", "wandb"]
+
+
+def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registry_list(tmp_path):
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
+    assert result.returncode == 2
+    assert "invalid value for tracking: 'mlflow' is not one of: none, wandb" in result.stderr
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
+    assert result.returncode == 2
+    assert "'bytes' is not one of: word, char, sentencepiece" in result.stderr
+    assert not tmp_path.joinpath("default").exists()
 
 
 def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
@@ -128,6 +165,20 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     fp32 = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
                    "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
     assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
+    assert "precision: " not in result.stderr   # given: no automatic choice, no notice
+
+
+def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+
+    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
+                     "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    precision, why = default_precision(cpu_flags())
+    notice = [line for line in result.stderr.splitlines() if line.startswith("precision: ")]
+    assert notice == [f"precision: {precision}: {why}; --trainer.precision overrides"]
+    config = yaml.safe_load((tmp_path / "default" / "auto" / "config.yaml").read_text())
+    assert config["trainer"]["precision"] == precision   # the run records what it trained in
 
 
 def test_wandb_offline_run_without_key(tmp_path):
@@ -182,9 +233,11 @@ def test_ddp_validation_sums_exactly_over_two_gloo_ranks(tmp_path):
         assert result.returncode == 0, result.stderr[-3000:]
         summary = json.loads((tmp_path / "default" / run_id / "summary.json").read_text())
         assert summary["world_size"] == devices
-        results[devices] = (summary["val_ppl"], summary["val_bleu"])
+        hyps = (tmp_path / "default" / run_id / "hyps" / "val.txt").read_text()
+        results[devices] = (summary["val_ppl"], summary["val_bleu"], hyps)
     assert results[2][0] == pytest.approx(results[1][0], rel=1e-6)
     assert results[2][1] == pytest.approx(results[1][1], abs=1e-6)
+    assert results[2][2] == results[1][2] and results[1][2].count("\n") == 45   # every line, in order
 
 
 # -- nothing the user asks for is silently ignored (issue 19) ----------------------------------
@@ -291,3 +344,11 @@ def test_an_unknown_command_names_the_nearest_one():
     assert len(result.stderr.strip().splitlines()) <= 5
     result = run_cli("choices", "--jsn")
     assert result.returncode == 2 and "unknown option --jsn — did you mean --json?" in result.stderr
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
+def test_every_shipped_config_passes_the_model_checks(config):
+    """Parsed and its LightningModule built (every option of the config's family, none of another),
+    as `lit-attention fit --config X` does before training."""
+    from lit_attention.cli import check_training_args
+    check_training_args(["fit", "--config", str(config)])

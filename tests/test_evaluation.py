@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, run_cli, unset_family_options
 
 pytestmark = pytest.mark.slow
 
@@ -17,7 +17,8 @@ def test_beam_5_is_no_worse_than_greedy_on_toy_mt(tmp_path):
     # the demo sweep's attention GRU: it learns toy-mt in a few CPU epochs
     common = ["--config", CONFIGS / "toy-mt.yaml", "--run.root", tmp_path, "--data.n_train", "3000",
               "--data.n_val", "100", "--data.n_test", "150", "--data.max_len_words", "20",
-              "--data.max_tokens", "1024", "--model.family", "rnn", "--model.cell", "gru",
+              "--data.max_tokens", "1024", *unset_family_options(CONFIGS / "toy-mt.yaml"),
+              "--model.family", "rnn", "--model.cell", "gru",
               "--model.attention", "bahdanau", "--model.scoring", "dot", "--model.enc_output", "project",
               "--model.enc_layers", "1",
               "--model.dec_layers", "1", "--model.d_model", "64", "--model.lr", "3e-3",

@@ -10,27 +10,30 @@ from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.lightning.translation import TranslationModule
 from lit_attention.models import build_seq2seq, count_parameters
 from lit_attention.models.attention import MultiHeadAttention
+from conftest import REPO
 from seq2seq_training import train_on_batch
 
 
-H = 16          # hidden size / d_model of the models built below
-SMALL = dict(d_model=H, heads=2, enc_layers=1, dec_layers=1, ffn=32, hidden_size=H, emb_size=H,
-             rank=4)
+H = 16          # d_model of the models built below
+SMALL = {"transformer": dict(d_model=H, heads=2, enc_layers=1, dec_layers=1, ffn=32),
+         "rnn": dict(d_model=H, emb_size=H, enc_layers=1, dec_layers=1, rank=4)}
 
 
 def _rnn_configs():
-    """Every recurrent configuration the registry allows (options that do not act are left out:
-    scoring and enc_output without attention)."""
-    for cell, attention, context, feeding, bidirectional in itertools.product(
-            registry.CELLS, registry.ATTENTION, registry.CONTEXT, (False, True), (False, True)):
-        scorings = registry.SCORING if attention != "none" else ("additive",)
-        outputs = registry.ENC_OUTPUT if attention != "none" else ("concat",)
-        for scoring, enc_output in itertools.product(scorings, outputs):
-            config = dict(family="rnn", cell=cell, attention=attention, scoring=scoring,
-                          context=context, input_feeding=feeding, bidirectional=bidirectional,
-                          enc_output=enc_output)
+    """Every recurrent configuration the registry allows, with the options that act only:
+    context without attention; scoring, enc_output and input feeding with it."""
+    for cell, attention, bidirectional in itertools.product(registry.CELLS, registry.ATTENTION, (False, True)):
+        if attention == "none":
+            variants = [dict(context=context) for context in registry.CONTEXT]
+        else:
+            variants = [dict(scoring=scoring, enc_output=enc_output, input_feeding=feeding)
+                        for scoring, enc_output, feeding in itertools.product(
+                            registry.SCORING, registry.ENC_OUTPUT, (False, True))]
+        for variant in variants:
+            config = dict(family="rnn", cell=cell, attention=attention, bidirectional=bidirectional,
+                          **variant)
             try:
-                registry.check_seq2seq(positional="none", **config)
+                registry.resolve(registry.SEQ2SEQ_MODELS, "rnn", {**config, "family": None}, {"d_model": H})
             except ValueError:
                 continue
             yield config
@@ -47,7 +50,7 @@ def _name(config):
 
 def _build(config):
     torch.manual_seed(0)
-    return build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, **SMALL, **config)
+    return build_seq2seq(src_vocab_size=11, tgt_vocab_size=11, **SMALL[config["family"]], **config)
 
 
 def _shapes(net, leave_out=lambda name: False):
@@ -74,18 +77,17 @@ def test_every_registered_combination_builds_through_the_factory(choice):
 
 def test_the_registry_allows_every_scoring_with_some_encoder_output():
     for scoring in registry.SCORING:
-        assert any(c["scoring"] == scoring and c["bidirectional"] for c in RNN_CONFIGS)
-    refused = dict(family="rnn", cell="gru", attention="luong", scoring="dot", positional="none",
-                   bidirectional=True, enc_output="concat")
+        assert any(c.get("scoring") == scoring and c["bidirectional"] for c in RNN_CONFIGS)
+    refused = dict(cell="gru", attention="luong", scoring="dot", bidirectional=True, enc_output="concat")
     with pytest.raises(ValueError, match="set model.enc_output 'sum' or 'project'"):
-        registry.check_seq2seq(**refused)
+        registry.resolve(registry.SEQ2SEQ_MODELS, "rnn", refused, {"d_model": H})
 
 
 def _scorer_parameters(config):
     """What the registry documents each recurrent scorer to own, Dq = H, Dk = size of the keys."""
     dq = H
     dk = 2 * H if config["bidirectional"] and config["enc_output"] == "concat" else H
-    a, r = H, SMALL["rank"]
+    a, r = H, SMALL["rnn"]["rank"]
     return {"dot": 0, "scaled_dot": 0, "general": dq * dk, "low_rank": r * (dq + dk),
             "additive": a * (dq + dk + 1), "concat": a * (dq + dk + 1)}[config["scoring"]]
 
@@ -133,7 +135,7 @@ def _mha_count(net):
 def test_transformer_scoring_arms_differ_in_the_scoring_parameters_only():
     """dot/scaled_dot own nothing beyond the projections every arm shares; general one d x d map
     per head (h d^2 per attention module); additive two maps and a vector (2 h d^2 + h d)."""
-    heads, d = SMALL["heads"], H // SMALL["heads"]
+    heads, d = SMALL["transformer"]["heads"], H // SMALL["transformer"]["heads"]
     own = {"scaled_dot": 0, "dot": 0, "general": heads * d * d,
            "additive": 2 * heads * d * d + heads * d}
     scoring_parameter = lambda name: name.rsplit(".", 1)[-1] in ("w", "w_query", "w_key", "v")
@@ -169,21 +171,146 @@ def test_transformer_only_scoring_is_rejected_for_transformers():
         TranslationModule(family="transformer", scoring="low_rank")
 
 
-@pytest.mark.parametrize("family", registry.FAMILIES)
-def test_match_params_picks_the_width_closest_to_the_budget(family):
+@pytest.mark.parametrize("family,options", [
+    ("transformer", dict(d_model=64, heads=4, ffn=128)),
+    ("rnn", dict(d_model=64, emb_size=64, cell="gru", attention="bahdanau"))])
+def test_match_params_picks_the_width_closest_to_the_budget(family, options):
     from lit_attention.models import match_width
+    from lit_attention.models.base import at_width
     target = 200_000
-    options = dict(heads=4, enc_layers=2, dec_layers=2, ffn_ratio=2.0, cell="gru", attention="bahdanau")
-    width = match_width(family, target, 500, 500, multiple=8, **options)
-    count = lambda w: count_parameters(build_seq2seq(family, 500, 500, width=w, **options))
+    build = lambda **o: build_seq2seq(family, 500, 500, enc_layers=2, dec_layers=2, **o)
+    matched = match_width(build, options, target)
+    width = matched["d_model"]
+    assert matched == at_width(options, width) and width % 8 == 0
+    sized = [k for k in ("emb_size", "ffn") if k in options]     # keep their ratio to d_model
+    assert all(matched[k] * options["d_model"] == options[k] * width for k in sized)
+    count = lambda w: count_parameters(build(**at_width(options, w)))
     best = count(width)
     assert abs(best - target) <= abs(count(width - 8) - target)
     assert abs(best - target) <= abs(count(width + 8) - target)
     assert abs(best - target) / target < 0.15
 
 
+# -- the family tables: every name builds its class, every option exists where it is used ---------
+
+KINDS = {"seq2seq": (registry.SEQ2SEQ_MODELS, registry.SEQ2SEQ_COMMON),
+         "lm": (registry.LM_MODELS, ())}
+
+
+def _model_classes(package) -> set[type]:
+    """The nn.Module classes defined at the top level of every module of ``package``."""
+    import importlib
+    import inspect
+    import pkgutil
+    found = set()
+    for info in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        module = importlib.import_module(info.name)
+        found |= {c for _, c in inspect.getmembers(module, inspect.isclass)
+                  if c.__module__ == module.__name__ and issubclass(c, torch.nn.Module)}
+    return found
+
+
+def test_every_family_name_builds_its_class_and_every_model_class_has_a_name():
+    import lit_attention.models
+    import lit_attention.models.lm
+    from lit_attention.models import model_class
+    from lit_attention.models.base import Seq2SeqModel
+    seq2seq = {model_class(registry.SEQ2SEQ_MODELS, f) for f in registry.FAMILIES}
+    lms = {model_class(registry.LM_MODELS, f) for f in registry.LM_FAMILIES}
+    assert len(seq2seq) == len(registry.FAMILIES) and len(lms) == len(registry.LM_FAMILIES)
+    defined = _model_classes(lit_attention.models)
+    assert seq2seq == {c for c in defined if issubclass(c, Seq2SeqModel) and c is not Seq2SeqModel}
+    assert lms == _model_classes(lit_attention.models.lm)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_option_group_field_is_a_module_argument_and_a_constructor_argument(kind):
+    """Each family's options exist on the LightningModule (default None: the family's default)
+    and, unless they shape training only, on the family's model constructor; the shared ones too."""
+    import inspect
+    from lit_attention.lightning.lm import LanguageModelModule
+    from lit_attention.models import constructor_options, model_class
+    families, common = KINDS[kind]
+    module = TranslationModule if kind == "seq2seq" else LanguageModelModule
+    params = inspect.signature(module.__init__).parameters
+    for family, spec in families.items():
+        takes = constructor_options(model_class(families, family))
+        for option in (*common, *spec.options):
+            assert option in params, (family, option)
+            assert option in takes or option in registry.TRAINING_OPTIONS, (family, option)
+        for option in spec.options:
+            assert option in common or params[option].default is None, (family, option)
+        assert set(spec.active_when) <= set(spec.options)
+        assert all(other in spec.options for other, _ in spec.active_when.values())
+        assert set(spec.moved.values()) <= set(spec.options)
+    # an option some family has is None by default everywhere: set, it is never silently dropped
+    for option in registry.family_options(families):
+        assert option in common or params[option].default is None, option
+
+
+def test_every_family_builds_from_its_defaults_and_records_what_acts():
+    from lit_attention.lightning.lm import LanguageModelModule
+    for family in registry.FAMILIES:
+        module = TranslationModule(family=family, d_model=32, src_vocab_size=20, tgt_vocab_size=20)
+        module.configure_model()
+        model = module.describe()["model"]
+        assert tuple(model) == registry.variant_fields(family, module.hparams)
+        assert None not in model.values(), model
+        others = set(registry.family_options(registry.SEQ2SEQ_MODELS)) - set(model)
+        assert all(module.hparams[k] is None for k in others), family
+    for family in registry.LM_FAMILIES:
+        module = LanguageModelModule(family=family, n_vocab=20)
+        module.configure_model()
+        model = module.describe()["model"]
+        assert tuple(model) == registry.lm_variant_fields(family)
+        assert None not in model.values(), model
+
+
+def test_a_recorded_option_holds_the_resolved_value():
+    rnn = TranslationModule(family="rnn", d_model=48, attention="none")
+    model = rnn.describe()["model"]
+    assert model["emb_size"] == 48 and model["context"] == "init" and model["cell"] == "lstm"
+    assert "scoring" not in model and rnn.hparams.scoring is None and rnn.hparams.heads is None
+    transformer = TranslationModule(family="transformer")
+    assert transformer.hparams.scoring == "scaled_dot" and transformer.hparams.cell is None
+
+
+def test_renamed_names_point_at_options_and_are_options_nowhere():
+    import inspect
+    from lit_attention.lightning.lm import LanguageModelModule
+    from lit_attention.models import constructor_options, model_class
+    everywhere = set()
+    for families, common in KINDS.values():
+        everywhere |= set(common) | set(registry.family_options(families))
+        everywhere |= {o for f in families for o in constructor_options(model_class(families, f))}
+    for module in (TranslationModule, LanguageModelModule):
+        everywhere |= set(inspect.signature(module.__init__).parameters)
+    assert set(registry.RENAMED.values()) <= everywhere
+    assert not set(registry.RENAMED) & everywhere
+
+
+def test_the_config_doc_lists_every_family_option_with_its_default():
+    """docs/CONFIG.md's table of families is the registry's (this test names a missing row)."""
+    text = (REPO / "docs" / "CONFIG.md").read_text()
+    for kind, (families, common) in KINDS.items():
+        for family, spec in families.items():
+            row = config_doc_row(kind, family, spec)
+            assert row in text, f"docs/CONFIG.md lacks (or has another) row: {row}"
+    for old, new in registry.RENAMED.items():
+        assert f"| `{old}` | `{new}` |" in text
+
+
+def config_doc_row(kind, family, spec) -> str:
+    def value(k, v):
+        return f"(= {registry.DERIVED[k]})" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+    options = ", ".join(f"`{k}` {value(k, v)}" for k, v in spec.options.items())
+    return f"| {kind} | `{family}` | {options} |"
+
+
 def test_choices_cover_the_issue_lists():
     data = registry.as_dict()
+    assert data["seq2seq_options"]["rnn"]["cell"] == "lstm" and data["renamed"]["d_embed"] == "emb_size"
+    assert list(data["lm_options"]) == list(registry.LM_FAMILIES)
     assert len(data["scoring"]) == 6 and len(data["positional"]) == 7
     assert {"copy", "reverse", "sort", "toy-mt"} <= set(data["tasks"])
 
@@ -214,7 +341,56 @@ def _family_scoring_positional():
 @pytest.mark.parametrize("choice", list(_family_scoring_positional()), ids=lambda c: "-".join(c.values()))
 def test_every_combination_overfits_a_batch_of_8_pairs(choice):
     torch.manual_seed(0)
-    net = build_seq2seq(src_vocab_size=12, tgt_vocab_size=12, d_model=32, heads=2, enc_layers=1,
-                        dec_layers=1, ffn=64, hidden_size=32, emb_size=32, dropout=0.0, rank=8, **choice)
+    sizes = {"transformer": dict(heads=2, ffn=64), "rnn": dict(emb_size=32, rank=8)}[choice["family"]]
+    net = build_seq2seq(src_vocab_size=12, tgt_vocab_size=12, d_model=32, enc_layers=1, dec_layers=1,
+                        dropout=0.0, **sizes, **choice)
     first, last = train_on_batch(net, *_reverse_pairs(), steps=200, lr=5e-3)
     assert last < 0.5 < first, (first, last)
+
+
+# -- the config-key table every validator reads ---------------------------------------------------
+
+def _choice_params(cls) -> dict[str, tuple]:
+    """Constructor parameter -> the values of its Literal type, for every Literal-typed parameter."""
+    import typing
+    found = {}
+    for name, hint in typing.get_type_hints(cls.__init__).items():
+        for arg in (hint, *typing.get_args(hint)):   # Literal[...] or Optional[Literal[...]]
+            if typing.get_origin(arg) is typing.Literal:
+                found[name] = typing.get_args(arg)
+    return found
+
+
+def test_the_cli_types_are_the_registry_config_choices():
+    """What the training CLI accepts for a choice key (the Literal types jsonargparse checks) is
+    exactly registry.CONFIG_CHOICES, and every Literal-typed key is in the table (so the sweep
+    schema and `lit-attention choices` know it)."""
+    from lit_attention.data.lm import LMDataModule
+    from lit_attention.data.translation import TranslationDataModule
+    from lit_attention.lightning.lm import LanguageModelModule
+
+    classes = {"seq2seq": {"model": TranslationModule, "data": TranslationDataModule},
+               "lm": {"model": LanguageModelModule, "data": LMDataModule}}
+    for kind, groups in classes.items():
+        typed = {f"{group}.{name}": values for group, cls in groups.items()
+                 for name, values in _choice_params(cls).items()}
+        assert typed == registry.CONFIG_CHOICES[kind], kind
+
+
+def test_the_implementation_tables_name_every_choice_and_resolve():
+    assert set(registry.TASK_GENERATORS) | {registry.FILES_TASK} == set(registry.TASKS)
+    assert set(registry.TOKENIZER_CLASSES) == set(registry.TOKENIZERS)
+    assert registry.NO_ATTENTION in registry.ATTENTION and registry.NO_TRACKING in registry.TRACKING
+    for table in (registry.TASK_GENERATORS, registry.TOKENIZER_CLASSES, registry.TRACKING):
+        for name in table:
+            assert table[name] is None or callable(registry.implementation(table, name)), name
+    assert registry.implementation(registry.TRACKING, registry.NO_TRACKING) is None
+
+
+def test_a_family_narrows_its_choices():
+    assert registry.config_choices("model.scoring", "seq2seq") == tuple(registry.SCORING)
+    assert registry.config_choices("model.scoring", "seq2seq", ["transformer"]) == registry.TRANSFORMER_SCORING
+    assert registry.config_choices("model.scoring", "seq2seq", ["rnn", "transformer"]) == tuple(registry.SCORING)
+    assert registry.config_choices("model.lr", "seq2seq") is None
+    with pytest.raises(ValueError, match="unknown data.task 'cpy'; valid choices: copy, reverse"):
+        registry.check_config("lm", "data", task="cpy")

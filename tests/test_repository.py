@@ -38,3 +38,113 @@ def test_no_private_lightning_attribute_is_used():
             if name != "tests/test_repository.py"
             for m in PRIVATE_LIGHTNING.finditer(text)]
     assert not used
+
+
+# -- Choice names are spelled in lit_attention/registry.py only ----------------------------------
+# What counts: a registry choice name (a value of a key in registry.CONFIG_CHOICES, or a tracking
+# choice) as a string constant compared with something (`family == "rnn"`, `x in ("a", "b")`, a
+# `case "lstm":`), or as most of the strings of a tuple/list/set or of a dict's keys (a list or a
+# dispatch table of its own). Other strings that happen to be such a word ("none" in a message,
+# "sentencepiece" in a list of package names) are not choices and pass.
+#
+# Allowed, (file, name) -> why. Two kinds:
+# - TABLE: the implementing module's table from registry name to implementation (cell module,
+#   scorer class, where a positional encoding acts); its keys are tested equal to the registry's
+#   (tests/models/test_rnn.py, test_scoring.py, test_positional.py), so a name added to the
+#   registry without an implementation fails there.
+# - BRANCH: a model's forward/constructor branching on one of its own choices (issue 22 item 1
+#   leaves these inside the model that implements them; each is a candidate for a table).
+TABLE = "implementation table keyed by registry names, keys tested equal to the registry's"
+BRANCH = "a model branching on its own choice inside the module that implements it"
+CHOICE_LITERAL_ALLOWED = {
+    **{("lit_attention/models/scoring.py", name): TABLE
+       for name in ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")},
+    **{("lit_attention/models/positional.py", name): TABLE
+       for name in ("none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw")},
+    **{("lit_attention/models/rnn.py", name): TABLE for name in ("elman-tanh", "elman-relu", "gru", "lstm")},
+    **{("lit_attention/models/rnn.py", name): BRANCH
+       for name in ("none", "bahdanau", "luong", "every-step", "concat", "sum", "project")},
+    ("lit_attention/models/lm/ngram.py", "add"): BRANCH,
+    **{("lit_attention/models/attention.py", name): BRANCH for name in ("general", "additive", "scaled_dot")},
+    ("lit_attention/models/transformer.py", "pre"): BRANCH,
+}
+
+
+def _choice_names() -> set[str]:
+    from lit_attention import registry
+    return ({v for keys in registry.CONFIG_CHOICES.values() for values in keys.values() for v in values}
+            | set(registry.TRACKING))
+
+
+def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
+    """(line, choice name, code) for each place ``source`` spells a choice name as a choice."""
+    import ast
+
+    def strings(nodes):
+        return [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+    def mostly_names(nodes, least: int) -> list[str]:
+        values = strings(nodes)
+        found = [v for v in values if v in names]
+        return found if len(found) >= least and 2 * len(found) > len(values) else []
+
+    hits = []
+    for node in ast.walk(ast.parse(source)):
+        found = []
+        if isinstance(node, ast.Compare):
+            for operand in (node.left, *node.comparators):
+                if isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
+                    found += mostly_names(operand.elts, 1)
+                else:
+                    found += [v for v in strings([operand]) if v in names]
+        elif isinstance(node, ast.MatchValue):
+            found = [v for v in strings([node.value]) if v in names]
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            found = mostly_names(node.elts, 2)
+        elif isinstance(node, ast.Dict):
+            found = mostly_names([k for k in node.keys if k is not None], 2)
+        hits += [(node.lineno, name, ast.get_source_segment(source, node) or "") for name in found]
+    return sorted(set(hits))
+
+
+def _choice_literals_in_package() -> dict[tuple[str, str], list[str]]:
+    """(file, name) -> ["file:line: code", ...] over lit_attention/ outside the registry."""
+    names = _choice_names()
+    found: dict[tuple[str, str], list[str]] = {}
+    for path, text in sorted(_tracked_python_sources().items()):
+        if not path.startswith("lit_attention/") or path == "lit_attention/registry.py":
+            continue
+        for line, name, code in choice_literals(text, names):
+            found.setdefault((path, name), []).append(f"{path}:{line}: {name!r} in {code.splitlines()[0][:70]}")
+    return found
+
+
+def test_choice_names_are_spelled_only_in_the_registry():
+    """A list, table or branch of choice names outside lit_attention/registry.py is a second copy
+    of the registry that the next added choice will not be in: read the registry instead."""
+    stray = [where for key, places in _choice_literals_in_package().items()
+             if key not in CHOICE_LITERAL_ALLOWED for where in places]
+    assert not stray, ("registry choice names spelled outside lit_attention/registry.py (read the "
+                       "registry's tables instead):\n" + "\n".join(stray))
+
+
+def test_choice_allow_list_has_no_stale_entry():
+    stale = sorted(set(CHOICE_LITERAL_ALLOWED) - set(_choice_literals_in_package()))
+    assert not stale, f"no longer spelled there: drop from CHOICE_LITERAL_ALLOWED: {stale}"
+
+
+def test_the_choice_literal_check_finds_comparisons_tables_and_tuples_only():
+    names = {"rnn", "transformer", "none", "wandb", "lstm", "gru"}
+    source = "\n".join([
+        'if family == "rnn": pass',                        # 1: a branch
+        'ok = tracking in ("none", "wandb")',              # 2: a tuple in a comparison
+        'table = {"lstm": 1, "gru": 2}',                   # 3: a dispatch table
+        'kinds = ["rnn", "transformer"]',                  # 4: a list of its own
+        'match cell:\n    case "gru": pass',               # 5-6: a case
+        'print("none of these")',                          # 7: a message
+        'style = "none"',                                  # 8: a word, not compared
+        'packages = ("torch", "wandb", "optuna")',         # 9: a package name among others
+        'empty = text in ("", "none")',                    # 10: an ordinary word among others
+    ])
+    lines = {line for line, _, _ in choice_literals(source, names)}
+    assert lines == {1, 2, 3, 4, 6}

@@ -48,6 +48,28 @@ def test_export_keeps_the_compact_files_only(store):
     assert not [k for k in kept if "checkpoints" in k or k.endswith(".npz")]
 
 
+def test_export_finished_leaves_out_runs_still_training_or_stopped(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for run_id, status in (("t0000-s0", "finished"), ("t0001-s1", "running"), ("t0002-s0", "killed")):
+        write_run(runs, "study", run_id, seed=0, val_bleu=1.0, model={"family": "rnn"}, status=status)
+    assert export.main([str(runs / "study"), str(tmp_path / "results"), "--finished"]) == 0
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["t0000-s0"]
+    assert export.main([str(runs / "study"), str(tmp_path / "none"), "--finished", "--runs", "t0001-s1"]) == 2
+    assert "no finished run" in capsys.readouterr().err
+
+
+def test_export_refuses_a_summary_it_cannot_read_and_copies_nothing(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    write_run(runs, "study", "good", seed=1, val_bleu=1.0, model={"family": "rnn"})
+    bad = write_run(runs, "study", "new", seed=2, val_bleu=1.0, model={"family": "rnn"})
+    (bad / "summary.json").write_text('{"version": 99, "status": "finished"}')
+    assert export.main([str(runs / "study"), str(tmp_path / "results")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {bad / 'summary.json'}: written in run-store format version 99") \
+        and "upgrade lit-attention" in err
+    assert not (tmp_path / "results").exists()
+
+
 def test_values_and_tables_are_regenerated_and_checked(tmp_path, store):
     doc = _doc(tmp_path, store,
                "Attention gives <!-- value STORE val_bleu mean model.attention=bahdanau -->0<!-- end -->"

@@ -1,6 +1,7 @@
 """Turn run stores into paper tables and figures.
 
 load -> one tidy DataFrame row per run; aggregate -> one row per configuration (over seeds);
-significance -> paired bootstrap vs a baseline with Holm correction; tables/plots -> files;
+significance -> each configuration vs a baseline (seed_test: over seeds x sentences), Holm;
+tables/plots -> files;
 report -> `lit-attention report`. Reads only run stores (or W&B exports) and the registry.
 """

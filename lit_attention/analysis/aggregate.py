@@ -2,9 +2,11 @@
 (and the gradient-flow decay per step with its bootstrap interval, from the runs' gradflow.csv).
 
 Only finished runs with a finite value for the metric are averaged; failed, pruned, invalid (a
-metric that is inf, NaN or not a number) and other runs are counted per configuration (n_failed,
-n_pruned, n_invalid, n_other) and their ids listed, never averaged in. Cost and gradient means use
-finite values only.
+metric that is inf, NaN or not a number), finished without the metric (missing) and other runs are
+counted per configuration (n_failed, n_pruned, n_invalid, n_missing, n_other) and their ids listed,
+never averaged in. Cost and gradient means use finite values only. The t-interval is clipped to
+the range the metric can take (registry.METRICS): with 2 seeds it is mean ± 12.7·s/√2, which
+would otherwise put BLEU intervals past 100.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lit_attention import registry
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
+from lit_attention.tracking.schema import Status
 
 CONFIDENCE = 0.95
-CI_METHOD = "95% Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
+CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
+SPLITS = {"val": "validation", "test": "test", "train": "training"}   # metric prefixes
 # Per-run quantities averaged per configuration beside the metric: what training cost, never
 # the budget it was given (that is `budget`, and `n_under_budget` counts runs that fell short).
 COSTS = ("params", "steps", "train_seconds", "train_flops", "tokens_per_second", "machine_gflops")
@@ -67,8 +72,27 @@ def t_quantile(confidence: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def seed_stats(values) -> dict:
-    """n, mean, std (ddof=1) and the 95% t-interval of one configuration's per-seed values."""
+def base_metric(metric: str) -> str:
+    """'val_bleu' -> 'bleu': the metric without its split prefix."""
+    prefix, _, rest = metric.partition("_")
+    return rest if prefix in SPLITS and rest else metric
+
+
+def metric_range(metric: str) -> tuple[float | None, float | None]:
+    """The lowest and highest value the metric can take (None: unbounded)."""
+    return registry.METRICS.get(base_metric(metric), (None, (None, None)))[1]
+
+
+def clip(value: float, bounds: tuple[float | None, float | None]) -> float:
+    low, high = bounds
+    if low is not None and value < low:
+        return float(low)
+    return float(high) if high is not None and value > high else value
+
+
+def seed_stats(values, bounds: tuple[float | None, float | None] = (None, None)) -> dict:
+    """n, mean, std (ddof=1) and the 95% t-interval of one configuration's per-seed values,
+    the interval clipped to `bounds` (the metric's range)."""
     x = np.asarray([v for v in values if v is not None and not pd.isna(v)], dtype=float)
     n = len(x)
     mean = float(x.mean()) if n else math.nan
@@ -76,7 +100,7 @@ def seed_stats(values) -> dict:
         return dict(n=n, mean=mean, std=math.nan, ci_lo=math.nan, ci_hi=math.nan)
     std = float(x.std(ddof=1))
     half = t_quantile(CONFIDENCE, n - 1) * std / math.sqrt(n)
-    return dict(n=n, mean=mean, std=std, ci_lo=mean - half, ci_hi=mean + half)
+    return dict(n=n, mean=mean, std=std, ci_lo=clip(mean - half, bounds), ci_hi=clip(mean + half, bounds))
 
 
 def last_gradflow(gradflow: pd.DataFrame) -> pd.DataFrame:
@@ -197,8 +221,9 @@ def finite_mean(values: pd.Series) -> float:
 def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> pd.DataFrame:
     """One row per configuration (the distinct values of `keys`), sorted by `keys`.
 
-    Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs), n_failed,
-    n_pruned, n_invalid, n_other, the finite means of COSTS and GRADIENT columns present, the
+    Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs; the interval
+    clipped to the metric's range), n_failed, n_pruned, n_invalid, n_missing (finished without
+    the metric), n_other, the finite means of COSTS and GRADIENT columns present, the
     `gradflow_columns` of the averaged runs' gradflow.csv pooled, budget (the budgets of the
     averaged runs, ';'-separated), n_under_budget (averaged runs that stopped before their budget
     was used up), run_ids (averaged runs) and excluded_ids (`run_id:status`), both ';'-separated.
@@ -215,11 +240,13 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
         values = values if isinstance(values, tuple) else (values,)
         good, bad = group[group["_usable"]], group[~group["_usable"]]
         row = dict(zip(keys, values))
-        row.update(seed_stats(good[metric]))
-        row["n_failed"] = int((bad["status"] == "failed").sum())
-        row["n_pruned"] = int((bad["status"] == "pruned").sum())
+        row.update(seed_stats(good[metric], metric_range(metric)))
+        row["n_failed"] = int((bad["status"] == Status.FAILED).sum())
+        row["n_pruned"] = int((bad["status"] == Status.PRUNED).sum())
         row["n_invalid"] = int(bad["_invalid"].sum())
-        row["n_other"] = len(bad) - row["n_failed"] - row["n_pruned"] - row["n_invalid"]
+        row["n_missing"] = int(((bad["status"] == FINISHED) & bad[metric].isna() & ~bad["_invalid"]).sum())
+        row["n_other"] = (len(bad) - row["n_failed"] - row["n_pruned"] - row["n_invalid"]
+                          - row["n_missing"])
         for col in COSTS + GRADIENT:
             if col in good:
                 row[col] = finite_mean(good[col])

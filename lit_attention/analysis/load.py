@@ -22,10 +22,11 @@ import pandas as pd
 import yaml
 
 from lit_attention.analysis import config_cache
+from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import run_state
+from lit_attention.tracking.schema import SUMMARY, Status, Summary, SummaryError
 
-SUMMARY = "summary.json"
-FINISHED = "finished"
+FINISHED = Status.FINISHED
 
 
 class AnalysisError(ValueError):
@@ -35,11 +36,6 @@ class AnalysisError(ValueError):
 # Summary fields that are not scalars and live in their own tables (or nowhere).
 NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
           "attention_entropy", "machine_gflops_probes", "process")
-# The JSON type each summary field the analysis relies on must have when present (null is fine).
-SHAPES = {"model": dict, "status": str, "run_id": str, "group": str, "task": str,
-          "test_bleu_by_length": list, "val_bleu_by_length": list}
-JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-             int: "a number", float: "a number", type(None): "null"}
 
 
 def warn(message: str) -> None:
@@ -52,7 +48,7 @@ def find_run_dirs(root: Path | str) -> list[Path]:
     root = Path(root)
     if (root / SUMMARY).is_file():
         return [root]
-    return sorted(p.parent for p in root.rglob(SUMMARY) if "checkpoints" not in p.parts)
+    return sorted(p.parent for p in root.rglob(SUMMARY) if schema.CHECKPOINTS not in p.parts)
 
 
 def _scalar(value):
@@ -87,44 +83,24 @@ def load_run(run_dir: Path | str) -> dict:
     row["group"] = summary.get("group") or run_dir.parent.name
     row["run_dir"] = str(run_dir)  # where it is now, not where it was written
     status, error = run_state(summary)   # a "running" run whose process is gone: killed, and why
-    row["status"] = status or "unknown"
+    row["status"] = status.value if status else "unknown"
     if error:
         row["error"] = error
     row["nonfinite"] = ";".join(k for k, v in summary.items()
                                 if isinstance(v, float) and not math.isfinite(v))
-    config = run_dir / "config.yaml"
+    config = run_dir / schema.CONFIG
     if config.is_file():
         row.update(flatten(read_config(config), "config"))
     return row
 
 
-def _text(path: Path) -> str:
+def read_summary(run_dir: Path | str) -> Summary:
+    """The run's summary (tracking/schema.py reads it); AnalysisError naming the file and what
+    is wrong with it."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise AnalysisError(f"{path}: cannot be read ({exc.strerror})") from None
-
-
-def read_summary(run_dir: Path | str) -> dict:
-    """summary.json as a dict; AnalysisError naming the file and what is wrong with it."""
-    path = Path(run_dir) / SUMMARY
-    try:
-        summary = json.loads(_text(path))
-    except json.JSONDecodeError as exc:
-        raise AnalysisError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(summary, dict):
-        raise AnalysisError(f"{path}: holds {JSON_TYPE.get(type(summary), 'a value')}, not a JSON object")
-    for key, kind in SHAPES.items():
-        value = summary.get(key)
-        if value is not None and not isinstance(value, kind):
-            raise AnalysisError(f"{path}: field {key!r} is {JSON_TYPE.get(type(value), 'a value')}, "
-                                f"not {JSON_TYPE[kind]}")
-    for key in ("test_bleu_by_length", "val_bleu_by_length"):
-        if not all(isinstance(bucket, dict) for bucket in summary.get(key) or []):
-            raise AnalysisError(f"{path}: field {key!r} is not an array of objects")
-    return summary
+        return schema.read_summary(run_dir)
+    except SummaryError as exc:
+        raise AnalysisError(str(exc)) from None
 
 
 def read_config(path: Path) -> dict:
@@ -233,32 +209,32 @@ def _read_csv_per_run(runs: pd.DataFrame, filename: str) -> pd.DataFrame:
 
 def load_metrics(runs: pd.DataFrame) -> pd.DataFrame:
     """Every run's metrics.csv stacked (long form: run_id, run_dir, step, epoch, metrics...)."""
-    return _read_csv_per_run(runs, "metrics.csv")
+    return _read_csv_per_run(runs, schema.METRICS)
 
 
 def load_gradflow(runs: pd.DataFrame) -> pd.DataFrame:
     """Every run's gradflow.csv stacked (run_id, run_dir, step, direction, sentence, position,
     distance, norm)."""
-    return _read_csv_per_run(runs, "gradflow.csv")
+    return _read_csv_per_run(runs, schema.GRADFLOW)
 
 
 def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
     """BLEU by source length of every run (test split if evaluated, else validation), one row per
     (run, bucket), with the bucket's sentence count `n` and length `unit` ("words"; run stores
-    written before the unit was recorded counted the model's source tokens: "tokens")."""
+    written before the unit was recorded counted the model's source tokens: "tokens", which
+    tracking/schema.py's migration fills in)."""
     rows = []
     for run in runs.itertuples():
         summary = read_summary(run.run_dir)
         buckets = summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length") or []
         for bucket in buckets:
-            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, "unit": "tokens", **bucket})
+            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
     return pd.DataFrame(rows)
 
 
 def read_hyps(run_dir: Path | str, split: str = "test") -> tuple[list[str], list[str] | None]:
     """Hypotheses of a split and, if stored beside them (hyps/<split>.ref.txt), the references."""
-    hyp_dir = Path(run_dir) / "hyps"
-    hyps = (hyp_dir / f"{split}.txt").read_text(encoding="utf-8").splitlines()
-    ref_path = hyp_dir / f"{split}.ref.txt"
+    hyps = (Path(run_dir) / schema.hyps_file(split)).read_text(encoding="utf-8").splitlines()
+    ref_path = Path(run_dir) / schema.refs_file(split)
     refs = ref_path.read_text(encoding="utf-8").splitlines() if ref_path.is_file() else None
     return hyps, refs

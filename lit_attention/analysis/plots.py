@@ -27,6 +27,7 @@ from cycler import cycler  # noqa: E402
 from lit_attention.analysis.aggregate import last_gradflow, usable  # noqa: E402
 from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
                                            metric_range, split_of)
+from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
 COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
 # Okabe & Ito (2008), "Color universal design"; yellow last, it is faint on white.
@@ -68,7 +69,7 @@ def save(fig, stem: Path | str) -> list[Path]:
 
 def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
     # Only runs that are averaged in the tables appear in the figures, too.
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == "finished"]
+    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
     frame = frame[frame["run_dir"].isin(good["run_dir"])]
     return frame.assign(config=frame["run_dir"].map(config_labels(good, keys)))
 
@@ -264,7 +265,7 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem) ->
 def _attention_maps(run_dir: Path) -> list[dict]:
     """The attention maps a run stored as data (attention/*.json beside its pictures)."""
     maps = []
-    for path in sorted((Path(run_dir) / "attention").glob("*.json")):
+    for path in sorted((Path(run_dir) / ATTENTION).glob("*.json")):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             weights = np.asarray(data["weights"], dtype=float)
@@ -283,7 +284,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
     shortest one every configuration stored, so its tokens stay legible). Run stores written
     before the maps were stored as data: their pictures (attention/*.png), one row per
     configuration."""
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == "finished"]
+    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
     names = config_labels(good, keys)
     found = {}
     for config in sorted(set(names)):
@@ -331,7 +332,7 @@ def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
     for config in sorted(set(names)):
         run_dirs = sorted(names.index[names == config])
         for run_dir in run_dirs:
-            maps = sorted((Path(run_dir) / "attention").glob("*.png"))[:max_maps]
+            maps = sorted((Path(run_dir) / ATTENTION).glob("*.png"))[:max_maps]
             if maps:
                 rows.append((config, maps))
                 break

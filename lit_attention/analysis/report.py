@@ -18,7 +18,10 @@ import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
+from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.registry import NO_ATTENTION
+from lit_attention.tracking.schema import hyps_file
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -33,18 +36,21 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
     p.add_argument("--baseline", nargs="+", default=None, metavar="KEY=VALUE",
-                   help="the configuration every other one is tested against (paired bootstrap); "
-                        "default: attention=none when exactly one configuration has it; 'off': no test")
+                   help="the configuration every other one is tested against; default: "
+                        "attention=none when exactly one configuration has it; 'off': no test")
     p.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
                    help="keep only runs matching every KEY=VALUE")
     p.add_argument("--split", default=None,
-                   help="hypotheses used for significance (default: test if stored, else val)")
+                   help="hypotheses a BLEU/chrF test resamples (default: the metric's split if its "
+                        "hypotheses are stored, else test, else val)")
     p.add_argument("--samples", type=int, default=None,
-                   help=f"resamples per test (default: 100 x comparisons, at least "
-                        f"{significance.N_SAMPLES}, at most {significance.MAX_DEFAULT_SAMPLES}: "
-                        "enough for Holm-corrected p-values below 0.01)")
-    p.add_argument("--test", choices=sorted(significance.TESTS), default=None,
-                   help="paired test against the baseline (default: bootstrap; sacreBLEU's bs or ar)")
+                   help=f"resamples per test (default: enough for Holm-corrected p-values below "
+                        f"0.01, at least {significance.N_SAMPLES}, at most "
+                        f"{significance.MAX_DEFAULT_SAMPLES})")
+    p.add_argument("--test", choices=list(significance.TESTS), default=None,
+                   help="test against the baseline: seeds (default; bootstrap over seeds x "
+                        "sentences, one-sided, with the difference's CI), or sacreBLEU's "
+                        "sentence-level bootstrap / permutation of one run against one run")
     p.add_argument("--resample-seed", type=int, default=None,
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
@@ -95,30 +101,39 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
-    """Resolve --rows/--cols; every configuration key that varies must be among them."""
+    """Resolve --rows/--cols so that a row is the full configuration minus the seed. By default
+    the rows are every key that varies: the summary's task and model fields, then any config
+    field that still tells runs apart (a swept learning rate), with a notice. A key that varies
+    but is hidden by the --rows/--cols asked for stops the report, naming it."""
     columns = load.config_columns(runs)
     columns = sorted(columns, key=lambda c: c != "model.family")     # family first: it explains most
-    moving = load.distinguishing(runs, columns)
+    hidden = agg_mod.hidden_differences(runs.assign(_all=0), ["_all"])   # config.* fields that vary
+    candidates = columns + [c for c in hidden if c not in columns]
     cols = [load.resolve_key(runs, k) for k in cols or []]
     if rows:
         rows = [load.resolve_key(runs, k) for k in rows]
     else:
         fallback = [c for c in ("model.family", "task") if c in runs][:1]  # a single configuration
-        rows = [k for k in moving if k not in cols] or fallback
-    missing = load.distinguishing(runs, columns, given=rows + cols)
+        rows = [k for k in load.distinguishing(runs, candidates, given=cols) if k not in cols] or fallback
+        added = [k for k in rows if k not in columns]
+        if added:
+            print(f"rows: {', '.join(added)} added: runs that differ in it are different "
+                  "configurations, never seeds of one", file=sys.stderr)
+    missing = load.distinguishing(runs, candidates, given=rows + cols)
     if missing:
         raise AnalysisError(f"configuration keys {missing} vary across the runs but are not in "
-                          "--rows/--cols: seeds of different configurations would be averaged; "
-                          "add them or filter with --where")
+                            "--rows/--cols: seeds of different configurations would be averaged; "
+                            "add them or filter with --where")
     return rows, cols
 
 
 def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
-    """attention=none (the model without attention) when it is one configuration of the table."""
-    if "model.attention" in keys and (agg["model.attention"] == "none").sum() == 1:
-        print("significance against the configuration without attention (model.attention=none); "
+    """The model without attention (model.attention=none) when it is one configuration of the table."""
+    baseline = f"model.attention={NO_ATTENTION}"
+    if "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
+        print(f"significance against the configuration without attention ({baseline}); "
               "choose another with --baseline KEY=VALUE", file=sys.stderr)
-        return ["model.attention=none"]
+        return [baseline]
     return None
 
 
@@ -159,11 +174,14 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     return "; ".join(texts)
 
 
-def hyps_split(runs: pd.DataFrame, wanted: str | None) -> str:
+def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None) -> str:
+    """The split whose hypotheses a test resamples: asked for, else the metric's own when stored,
+    else test, else val."""
     if wanted:
         return wanted
-    has_test = any((Path(d) / "hyps" / "test.txt").is_file() for d in runs["run_dir"])
-    return "test" if has_test else "val"
+    stored = [split for split in dict.fromkeys([tables.split_of(metric or ""), "test"]) if split
+              and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
+    return stored[0] if stored else "val"
 
 
 def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
@@ -207,11 +225,22 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     outside = [k for k in chosen if k not in keys]
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
+    sentence_metric = agg_mod.base_metric(args.metric)
+    column = None if sentence_metric in ss.METRICS else args.metric
+    if column and args.split:
+        raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {args.metric} is "
+                            "tested on the runs' values over seeds")
+    used = runs[agg_mod.usable(runs, args.metric)]      # the runs the table averages
+    split = hyps_split(used, args.split, args.metric)
+    if column is None and args.split is None and tables.split_of(args.metric) not in (None, split):
+        print(f"note: the test resamples the {split} hypotheses (the only ones stored); the table "
+              f"shows {args.metric}", file=sys.stderr)
     sig = significance.compare_to_baseline(
-        runs[~agg_mod.invalid(runs, args.metric)], keys, chosen, split=hyps_split(runs, args.split),
-        metric="chrf" if "chrf" in args.metric else "bleu", n_samples=args.samples,
+        used, keys, chosen, split=split,
+        metric=sentence_metric if column is None else "bleu", n_samples=args.samples,
         seed=significance.SEED if args.resample_seed is None else args.resample_seed,
-        test=args.test or "bootstrap")
+        test=args.test or significance.DEFAULT_TEST, column=column,
+        higher_is_better=tables.higher_is_better(args.metric))
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
@@ -223,11 +252,14 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
 
     def caption(shown=None) -> str:
         return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                   significance.method(**sig.attrs) if sig is not None else None,
+                                   significance.method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
-                                   unreadable=len(skipped), notes=(tables.scoring_note(runs),),
+                                   unreadable=len(skipped),
+                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs)),
                                    decoding=decoding(runs, args.metric),
-                                   test_split=hyps_split(runs, args.split) if sig is not None else None,
+                                   test_split=(sig.attrs["split"] if sig is not None
+                                               and not sig.attrs["values"] else None),
+                                   marked=sig is None or sig.attrs["test"] == significance.DEFAULT_TEST,
                                    shown=shown)
     summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
@@ -320,10 +352,6 @@ def main(argv: list[str] | None = None) -> int:
         runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)
         agg = agg_mod.aggregate(runs, rows + cols, args.metric)
-        hidden = agg_mod.hidden_differences(runs[agg_mod.usable(runs, args.metric)], rows + cols)
-        if hidden:
-            print(f"warning: runs averaged together differ in {', '.join(hidden)}; add them to "
-                  "--rows/--cols or filter with --where if they matter", file=sys.stderr)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         found, pairs = factor_effects(args, runs)
         out.mkdir(parents=True, exist_ok=True)

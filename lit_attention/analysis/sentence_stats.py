@@ -30,6 +30,7 @@ from sacrebleu.metrics.helpers import extract_all_char_ngrams
 
 from lit_attention.files import atomic_write
 from lit_attention.threads import allowed_cores
+from lit_attention.tracking.schema import hyps_file, refs_file, stats_cache_file
 
 MAX_NGRAM = 4        # BLEU
 CHAR_ORDER = 6       # chrF
@@ -258,7 +259,7 @@ def cache_key(metric: str, hyps_hash: str, refs_hash: str) -> str:
 
 
 def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
-    return Path(run_dir) / "hyps" / f"{split}.{metric}.stats.npz"
+    return Path(run_dir) / stats_cache_file(split, metric)
 
 
 def _lines(data: bytes) -> list[str]:
@@ -273,10 +274,9 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
     that cannot be written to is only read.
 
     Raises FileNotFoundError when the hypotheses (or the references) are missing."""
-    hyp_dir = Path(run_dir) / "hyps"
-    hyps_data = (hyp_dir / f"{split}.txt").read_bytes()
+    hyps_data = (Path(run_dir) / hyps_file(split)).read_bytes()
     if refs is None:
-        ref_path = hyp_dir / f"{split}.ref.txt"
+        ref_path = Path(run_dir) / refs_file(split)
         if not ref_path.is_file():
             raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
         refs = ref_path.read_bytes()
@@ -316,7 +316,7 @@ def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
 def probably_cached(run_dir: Path | str, split: str, refs_path: Path | str, metrics=METRICS) -> bool:
     """Cache files newer than the texts: likely valid (load_or_compute still checks the hash)."""
     try:
-        texts = Path(run_dir) / "hyps" / f"{split}.txt"
+        texts = Path(run_dir) / hyps_file(split)
         newest = max(texts.stat().st_mtime_ns, Path(refs_path).stat().st_mtime_ns)
         return all(cache_path(run_dir, split, m).stat().st_mtime_ns >= newest for m in metrics)
     except OSError:

@@ -1,14 +1,19 @@
-"""Paired tests against a baseline (sacreBLEU PairedTest's statistics) with Holm correction.
+"""Tests of every configuration of a table against a baseline, with Holm's correction.
 
-Each system is compared with the baseline seed by seed on the same test hypotheses (runs paired
-by seed). A configuration's p-value is the largest over its seeds (an intersection-union test:
-"better or worse than the baseline in every seed"), then Holm's step-down correction is applied
-across all configurations compared.
+The default test treats seeds as the random factor (seed_test.py): over seeds x sentences (a
+bootstrap of the sentences, Welch's t over the seeds) the difference of seed means, one-sided in
+the direction of the observed difference, with its 95 % interval. Both directions of every comparison are hypotheses of one
+Holm family, so choosing the direction after seeing the data costs what it should. A
+configuration (or baseline) with one seed is not tested: its row says n=1.
 
-The tests run on cached sentence statistics (sentence_stats.py) with one seeded draw of
-resampled test sets shared by every comparison (resampling.py), so p-values are those of
-sacreBLEU's PairedTest (bootstrap: `bs`, permutation: approximate randomization `ar`) at a
-fraction of the cost.
+For comparisons of single runs, sacreBLEU PairedTest's sentence-level tests stay available
+(`bootstrap`: paired bootstrap `bs`, `permutation`: approximate randomization `ar`; two-sided, as
+sacreBLEU's), Holm-corrected over the comparisons. They see test-set variance only.
+
+All tests run on cached sentence statistics (sentence_stats.py) with one seeded draw of
+resampled test sets shared by every comparison (resampling.py). A table of another metric (e.g.
+perplexity) is tested on the per-run values of the summaries: seeds are then the only resampled
+factor.
 """
 
 from __future__ import annotations
@@ -21,40 +26,76 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lit_attention import registry
 from lit_attention.analysis import resampling
+from lit_attention.analysis import seed_test as sb
 from lit_attention.analysis import sentence_stats as ss
+from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.tracking.schema import Status, hyps_file, refs_file
 
 N_SAMPLES = 10_000          # at least; more when many comparisons (default_samples)
 MAX_DEFAULT_SAMPLES = 50_000   # the draw alone is 4 bytes x resamples x sentences
 SEED = 12345                # sacreBLEU's default seed
 ALPHA = 0.05
 RESOLVE = 0.01              # Holm-adjusted p-values the default number of resamples can go below
-TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTest bs)",
-         "permutation": "paired approximate randomization (sacreBLEU PairedTest ar)"}
+DEFAULT_TEST = "seeds"
+SENTENCE_TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTest bs)",
+                  "permutation": "paired approximate randomization (sacreBLEU PairedTest ar)"}
+TESTS = {DEFAULT_TEST: "test over seeds × sentences", **SENTENCE_TESTS}
+ONE_SEED = "n=1"            # the note of a comparison a seed-aware test cannot make
+NO_DATA = "untested"        # ... of one without hypotheses (or values) to test
 
 
-def default_samples(n_comparisons: int) -> int:
-    """Enough resamples that Holm over `n_comparisons` can go below 0.01 (up to 499 comparisons;
+def default_samples(n_hypotheses: int) -> int:
+    """Enough resamples that Holm over `n_hypotheses` can go below 0.01 (up to 499 hypotheses;
     MAX_DEFAULT_SAMPLES beyond): the smallest p a test can give is 1/(B+1), and Holm multiplies
-    the smallest by the number of comparisons."""
-    return min(max(N_SAMPLES, resolving_samples(n_comparisons)), MAX_DEFAULT_SAMPLES)
+    the smallest by the number of hypotheses."""
+    return min(max(N_SAMPLES, resolving_samples(n_hypotheses)), MAX_DEFAULT_SAMPLES)
 
 
-def resolving_samples(n_comparisons: int) -> int:
+def resolving_samples(n_hypotheses: int) -> int:
     """The fewest resamples (a multiple of 1,000) with holm_floor below RESOLVE."""
-    return (math.floor(n_comparisons / RESOLVE) // 1000 + 1) * 1000
+    return (math.floor(n_hypotheses / RESOLVE) // 1000 + 1) * 1000
 
 
-def holm_floor(n_comparisons: int, n_samples: int) -> float:
+def holm_floor(n_hypotheses: int, n_samples: int) -> float:
     """The smallest Holm-adjusted p-value `n_samples` resamples can give."""
-    return min(1.0, n_comparisons / (n_samples + 1))
+    return min(1.0, n_hypotheses / (n_samples + 1))
 
 
-def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = "bootstrap") -> str:
-    """How the p-values were obtained, for the table caption."""
-    return (f"{TESTS[test]}, {n_samples} resamples, seed {seed}, per seed vs the baseline, "
-            "largest p over seeds, Holm-corrected across comparisons")
+def hypotheses(test: str, n_comparisons: int) -> int:
+    """Holm's family size: both directions of each comparison for the one-sided seed test."""
+    return 2 * n_comparisons if test == DEFAULT_TEST else n_comparisons
+
+
+def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TEST,
+           comparisons: int | None = None, values: str | None = None, metric: str = "bleu",
+           split: str = "test") -> str:
+    """How the p-values were obtained, for the table caption: test, resamples, correction."""
+    tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
+    if test != DEFAULT_TEST:
+        return (f"{TESTS[test]} of one run against the baseline's run, two-sided, {n_samples:,} "
+                f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
+                "not training randomness")
+    name = registry.METRICS.get(metric, (metric,))[0]
+    sentences = ("" if values else f"the {SPLITS.get(split, split)} sentences with replacement (one draw "
+                 f"for every run; corpus {name} recomputed from cached sentence statistics), and ")
+    of = f" (of the {values} values)" if values else ""
+    family = "" if comparisons is None else (f" of {comparisons} comparison{'s' * (comparisons != 1)} "
+                                             f"({hypotheses(test, comparisons)} hypotheses)")
+    return (f"{'test over seeds' if values else TESTS[test]}: each of {n_samples:,} resamples "
+            f"(seed {seed}) draws {sentences}moves the difference of the seed means{of} by its "
+            f"standard error times Student's t with Welch–Satterthwaite degrees of freedom (Welch's "
+            f"test over seeds: 2 seeds count for as little as they say); p is one-sided in the "
+            f"direction of Δ (the share of resamples where Δ has the other sign), Holm-corrected over "
+            f"both directions{family}")
+
+
+def method_of(result: pd.DataFrame) -> str:
+    """method() of a compare_to_baseline result."""
+    return method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
+                                                    "values", "metric", "split")})
 
 
 # ---- p-values from resampled scores -----------------------------------------------------------
@@ -150,10 +191,10 @@ class RunStats:
         self.extractor = ss.Extractor()
 
     def hyps(self, run_dir: str) -> Path:
-        return Path(run_dir) / "hyps" / f"{self.split}.txt"
+        return Path(run_dir) / hyps_file(self.split)
 
     def refs(self, run_dir: str) -> Path:
-        return Path(run_dir) / "hyps" / f"{self.split}.ref.txt"
+        return Path(run_dir) / refs_file(self.split)
 
     def refs_from(self, run_dir: str, other: str) -> str:
         """The run whose reference file `run_dir` is scored against: its own, else `other`'s."""
@@ -168,80 +209,254 @@ class RunStats:
             raise AnalysisError(f"{self.hyps(run_dir)} against {self.refs(refs_from)}: {exc}") from exc
 
 
+COLUMNS = ["n_tested", "n_untested", "n_baseline", "n_unmatched", "delta", "delta_lo", "delta_hi", "direction",
+           "p", "p_holm", "significant", "note"]
+
+
 def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str, str],
                         split: str = "test", metric: str = "bleu", n_samples: int | None = None,
-                        seed: int = SEED, test: str = "bootstrap") -> pd.DataFrame:
+                        seed: int = SEED, test: str = DEFAULT_TEST, column: str | None = None,
+                        higher_is_better: bool = True) -> pd.DataFrame:
     """One row per non-baseline configuration of the finished `runs` (grouped by `keys`).
 
-    Columns: keys, seeds_compared, p_max (largest per-seed p), p_holm, significant (p_holm < ALPHA),
-    delta (mean system - baseline score over paired seeds), per_seed ("seed:p" list).
-    Configurations without stored hypotheses/references or without a seed shared with the
-    baseline get NaN p-values and are left out of the correction. `n_samples` defaults to
-    default_samples(number of configurations compared). The frame's attrs hold n_samples, seed
-    and test, for method().
+    Columns: keys, then n_tested and n_baseline (runs of the configuration and of the baseline
+    the test used: those with hypotheses and references on `split`, or with a finite `column`
+    value), n_untested (the configuration's other finished runs), n_unmatched (tested seed
+    numbers of the configuration or the baseline that the other lacks; counted, not dropped), delta (difference of the seed
+    means of the corpus score, configuration - baseline), delta_lo/delta_hi (its 95% interval;
+    seed test only), direction (better | worse | "", by `higher_is_better`), p (seed test:
+    one-sided in that direction; sentence tests: two-sided), p_holm, significant (p_holm <
+    ALPHA) and note (n=1: one seed on either side, no seed-aware test; untested: nothing to test
+    with). Seeds are never paired by number: every tested run of a configuration counts.
+
+    `metric` (bleu | chrf) is resampled over the sentences of `split`; with `column` (a summary
+    metric such as val_ppl) the test resamples the runs' values over seeds only. The sentence
+    tests (`bootstrap`, `permutation`) compare one run with one run and refuse a configuration
+    with more. `n_samples` defaults to default_samples(number of Holm hypotheses). The frame's
+    attrs hold what method() needs for the caption.
     """
     if test not in TESTS:
         raise AnalysisError(f"unknown test {test!r}; one of {', '.join(TESTS)}")
-    needed = dict.fromkeys([*keys, *baseline, "seed", "run_dir"])   # itertuples on wide frames is slow
-    runs = runs.loc[runs["status"] == "finished", list(needed)]
+    if column is not None and test != DEFAULT_TEST:
+        raise AnalysisError(f"--test {test} resamples test sentences, and {column} has no sentence "
+                            f"statistics: use --test {DEFAULT_TEST}")
+    needed = dict.fromkeys([*keys, *baseline, "seed", "run_dir", *([column] if column else [])])
+    runs = runs.loc[runs["status"] == Status.FINISHED, list(needed)]
     is_base = matches(runs, baseline)
     if not is_base.any():
         raise AnalysisError(f"no finished run matches the baseline {baseline}")
     if runs[is_base].groupby(keys, dropna=False).ngroups > 1:
         raise AnalysisError(f"the baseline {baseline} matches more than one configuration: "
                             "give more KEY=VALUE pairs")
-    base_by_seed = {r.seed: r.run_dir for r in runs[is_base].itertuples()}
-    store = RunStats(split, metric)
-    configs, pairs = [], []   # (config index, seed, run_dir, baseline run_dir, references' run)
+    source = _Source(RunStats(split, metric), runs, column, is_base)
+    base = source.testable(runs[is_base])
+    configs = []     # (key values, tested run dirs, untested count)
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
-        configs.append(values if isinstance(values, tuple) else (values,))
-        for run in group.itertuples():
-            base_dir = base_by_seed.get(run.seed)
-            # runs without stored hypotheses or references (e.g. read from W&B) are not tested
-            if (base_dir is not None and store.hyps(run.run_dir).is_file()
-                    and store.hyps(base_dir).is_file()
-                    and (store.refs(run.run_dir).is_file() or store.refs(base_dir).is_file())):
-                pairs.append((len(configs) - 1, run.seed, run.run_dir, base_dir,
-                              store.refs_from(run.run_dir, base_dir)))
-    _fill_caches(store, pairs)
-    n_samples = n_samples or default_samples(len({c for c, *_ in pairs}))
-    tester = _Tester(store, metric, test, n_samples, seed)
-    per_config = defaultdict(list)
+        tested = source.testable(group)
+        configs.append((values if isinstance(values, tuple) else (values,), tested,
+                        len(group) - len(tested)))
+    if test == DEFAULT_TEST:
+        testable = [c for c in configs if len(c[1]) >= 2] if len(base) >= 2 else []
+    else:
+        _single_runs(keys, base, configs, test)
+        testable = [c for c in configs if c[1]] if base else []
+    n_hypotheses = hypotheses(test, len(testable))
+    n_samples = n_samples or default_samples(n_hypotheses)
+    source.prepare([*base, *(d for _, dirs, _ in configs for d in dirs)], n_samples, seed)
+    if test == DEFAULT_TEST:
+        low, high = metric_range(column or metric)
+        width = high - low if low is not None and high is not None else None
+        rows = _seed_test(source, base, configs, n_samples, seed, higher_is_better, width)
+    else:
+        rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
+    seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
+    base_seeds = {seed_of[d] for d in base}
+    for (_, dirs, _), row in zip(configs, rows):
+        row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
+    result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
+                          columns=[*keys, *COLUMNS])
+    result["significant"] = result["p_holm"] < ALPHA
+    result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
+                        values=column, metric=metric, split=split,
+                        baseline_untested=int(is_base.sum()) - len(base))
+    if testable and holm_floor(n_hypotheses, n_samples) >= RESOLVE:
+        print(f"warning: with {n_hypotheses} Holm hypotheses and {n_samples} resamples no adjusted "
+              f"p-value can be below {holm_floor(n_hypotheses, n_samples):.3g}; --samples "
+              f"{resolving_samples(n_hypotheses)} resolves p < {RESOLVE}", file=sys.stderr)
+    return result
+
+
+def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> None:
+    """A sentence-level test compares one run with one run: refuse configurations with more."""
+    several = [(", ".join(f"{k}={v}" for k, v in zip(keys, values)), len(dirs))
+               for values, dirs, _ in configs if len(dirs) > 1]
+    if len(base) > 1:
+        several.insert(0, ("the baseline", len(base)))
+    if several:
+        name, n = several[0]
+        raise AnalysisError(f"--test {test} compares one run with one run (test-set variance "
+                            f"only), but {name} has {n} runs: use --test {DEFAULT_TEST}, which "
+                            "treats the seeds as the random factor they are")
+
+
+def _direction(delta: float, higher_is_better: bool) -> str:
+    if not delta or math.isnan(delta):
+        return ""
+    return "better" if (delta > 0) == higher_is_better else "worse"
+
+
+def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int, seed: int,
+               higher_is_better: bool, width: float | None) -> list[dict]:
+    """The seeds x sentences test of every configuration against the baseline; Holm over both
+    one-sided directions of every comparison made. Intervals are clipped to ±`width` (the
+    largest difference the metric allows)."""
+    base_scores, base_observed = None, np.array([])
+    if len(base) >= 2:
+        base_scores, base_observed = source.scores(base)
+    elif base:
+        base_observed = source.observed(base)
+    rows, family = [], []      # family: (row index, p up, p down)
+    for i, (scores, observed, (_, dirs, untested)) in enumerate(_batched(source, configs, base_scores)):
+        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=math.nan,
+                   delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
+                   p_holm=math.nan, note=NO_DATA if not dirs or not base else "")
+        if not row["note"]:
+            if scores is None:
+                row["note"] = ONE_SEED
+            else:
+                deltas = sb.resampled_differences(scores, base_scores, sb.seed_rng(seed, i + 1))
+                bounds = (-width, width) if width is not None else (None, None)
+                row["delta_lo"], row["delta_hi"] = (clip(v, bounds) for v in sb.interval(deltas))
+                family.append((i, *sb.one_sided_pvalues(deltas)))
+            row["delta"] = float(observed.mean() - base_observed.mean())
+            row["direction"] = _direction(row["delta"], higher_is_better)
+        rows.append(row)
+    adjusted = holm([up for _, up, _ in family] + [down for _, _, down in family])
+    for k, (i, up, down) in enumerate(family):
+        delta = rows[i]["delta"]
+        pick = (k,) if delta > 0 else (k + len(family),) if delta < 0 else (k, k + len(family))
+        rows[i]["p"] = max((up, down)[j // len(family)] for j in pick)
+        rows[i]["p_holm"] = max(adjusted[j] for j in pick)
+    return rows
+
+
+def _batched(source: "_Source", configs: list, base_scores: np.ndarray | None):
+    """(scores [B, n] or None, observed [n], config) of every configuration in order; the
+    configurations with two or more seeds (when the baseline has two) are resampled CHUNK runs
+    at a time, as one matrix product each."""
+    todo = [i for i, (_, dirs, _) in enumerate(configs) if len(dirs) >= 2 and base_scores is not None]
+    found, start = {}, 0
+    while start < len(todo):
+        batch, runs = [], 0
+        while start < len(todo) and (not batch or runs + len(configs[todo[start]][1]) <= CHUNK):
+            batch.append(todo[start])
+            runs += len(configs[todo[start]][1])
+            start += 1
+        scores, observed = source.scores([d for i in batch for d in configs[i][1]])
+        at = 0
+        for i in batch:
+            n = len(configs[i][1])
+            found[i] = scores[:, at:at + n], observed[at:at + n]
+            at += n
+    for i, config in enumerate(configs):
+        dirs = config[1]
+        if i not in found:
+            found[i] = None, source.observed(dirs) if dirs else np.array([])
+        yield *found.pop(i), config
+
+
+def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
+              seed: int, higher_is_better: bool) -> list[dict]:
+    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's."""
+    pairs = [(i, None, dirs[0], base[0], source.refs_from(dirs[0]))
+             for i, (_, dirs, _) in enumerate(configs) if dirs and base]
+    tester = _Tester(source.store, source.store.metric, test, n_samples, seed)
+    found = {}
     for start in range(0, len(pairs), CHUNK):     # bounds the statistics held at once
         chunk = pairs[start:start + CHUNK]
-        for (config, seed_, *_), (p, delta) in zip(chunk, tester(chunk)):
-            per_config[config].append((seed_, p, delta))
+        for (i, *_), result in zip(chunk, tester(chunk)):
+            found[i] = result
+    adjusted = dict(zip(found, holm([p for p, _ in found.values()])))
     rows = []
-    for i, values in enumerate(configs):
-        found = per_config[i]
-        row = dict(zip(keys, values))
-        row["seeds_compared"] = len(found)
-        row["p_max"] = max((p for _, p, _ in found), default=math.nan)
-        row["delta"] = sum(d for *_, d in found) / len(found) if found else math.nan
-        row["per_seed"] = ";".join(f"{s}:{p:.4f}" for s, p, _ in found)
-        rows.append(row)
-    result = pd.DataFrame(rows, columns=[*keys, "seeds_compared", "p_max", "delta", "per_seed"])
-    result["p_holm"] = holm(result["p_max"].tolist()) if len(result) else []
-    result["significant"] = result["p_holm"] < ALPHA
-    result.attrs.update(n_samples=n_samples, seed=seed, test=test)
-    compared = int(result["p_max"].notna().sum())
-    if holm_floor(compared, n_samples) >= RESOLVE:
-        print(f"warning: with {compared} comparisons and {n_samples} resamples no Holm-adjusted "
-              f"p-value can be below {holm_floor(compared, n_samples):.3g}; --samples "
-              f"{resolving_samples(compared)} resolves p < {RESOLVE}", file=sys.stderr)
-    return result
+    for i, (_, dirs, untested) in enumerate(configs):
+        p, delta = found.get(i, (math.nan, math.nan))
+        rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
+                         delta_lo=math.nan, delta_hi=math.nan,
+                         direction=_direction(delta, higher_is_better), p=p,
+                         p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
+    return rows
+
+
+class _Source:
+    """What a family of comparisons resamples: every tested run's corpus scores on one shared
+    draw of the split's sentences, or (with a summary `column`) the runs' values."""
+
+    def __init__(self, store: RunStats, runs: pd.DataFrame, column: str | None, is_base: pd.Series):
+        self.store, self.column = store, column
+        self.values = pd.to_numeric(runs.set_index("run_dir")[column], errors="coerce") if column else None
+        with_refs = [d for d in runs.loc[is_base, "run_dir"] if store.refs(d).is_file()]
+        with_refs += [d for d in runs.loc[~is_base, "run_dir"] if store.refs(d).is_file()]
+        self.refs_run = with_refs[0] if with_refs else None   # the baseline's references first
+        self.draw: resampling.Draw | None = None
+        self.refs_hash: str | None = None
+
+    def testable(self, group: pd.DataFrame) -> list[str]:
+        """The run dirs of `group` that can be tested: hypotheses and references, or a value."""
+        if self.column:
+            return [d for d in group["run_dir"] if math.isfinite(self.values.get(d, math.nan))]
+        return [d for d in group["run_dir"] if self.store.hyps(d).is_file() and self.refs_run]
+
+    def refs_from(self, run_dir: str) -> str:
+        return self.store.refs_from(run_dir, self.refs_run)
+
+    def prepare(self, run_dirs: list[str], n_samples: int, seed: int) -> None:
+        """Fill the statistics caches of every run on all CPUs; the sentence draw of the family."""
+        self.n_samples, self.seed = n_samples, seed
+        if not self.column:
+            _fill_caches(self.store, [(d, self.refs_from(d)) for d in run_dirs])
+
+    def _stats(self, run_dirs: list[str]) -> np.ndarray:
+        """[runs, N, K] statistics against one set of references (AnalysisError otherwise)."""
+        found = []
+        for run_dir in run_dirs:
+            stats = self.store.get(run_dir, self.refs_from(run_dir))
+            self.refs_hash = self.refs_hash or stats.refs_hash
+            if stats.refs_hash != self.refs_hash:
+                raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
+                                    f"than the baseline; a paired test needs the same sentences")
+            found.append(stats.of(self.store.metric))
+        if len({len(f) for f in found}) > 1:
+            raise AnalysisError(f"paired test needs equal lengths: {sorted({len(f) for f in found})} "
+                                f"sentences in {', '.join(run_dirs)}")
+        return np.stack(found)
+
+    def observed(self, run_dirs: list[str]) -> np.ndarray:
+        """[n] each run's score: its corpus score on the whole split, or its value."""
+        if self.column:
+            return self.values[run_dirs].to_numpy(float)
+        return np.array([ss.corpus_score(self.store.metric, s) for s in self._stats(run_dirs)])
+
+    def scores(self, run_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """([B, n] each run's score on each resample (a value: the same on every resample),
+        [n] the observed scores)."""
+        if self.column:
+            observed = self.observed(run_dirs)
+            return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
+        stats = self._stats(run_dirs)
+        if self.draw is None or self.draw.n_sentences != stats.shape[1]:
+            self.draw = resampling.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
+        observed = np.array([ss.corpus_score(self.store.metric, s) for s in stats])
+        return resampling.resampled_scores(self.store.metric, self.draw, stats), observed
 
 
 CHUNK = 256    # pairs whose statistics are loaded and tested together
 
 
-def _fill_caches(store: RunStats, pairs: list) -> None:
-    """Compute missing statistics of every run of the family on all CPUs before testing."""
-    jobs, metrics = {}, (store.metric,)
-    for _, _, run_dir, base_dir, refs_from in pairs:
-        jobs[run_dir] = (run_dir, store.split, str(store.refs(refs_from)), metrics)
-        base_refs = store.refs(store.refs_from(base_dir, refs_from))
-        jobs.setdefault(base_dir, (base_dir, store.split, str(base_refs), metrics))
+def _fill_caches(store: RunStats, runs: list[tuple[str, str]]) -> None:
+    """Compute missing statistics of (run dir, references' run) on all CPUs before testing."""
+    metrics = (store.metric,)
+    jobs = {run_dir: (run_dir, store.split, str(store.refs(refs_from)), metrics)
+            for run_dir, refs_from in runs}
     ss.fill_caches(list(jobs.values()))
 
 

@@ -17,10 +17,13 @@ import pandas as pd
 
 from lit_attention import registry
 from lit_attention.analysis import latex_width
-from lit_attention.analysis.aggregate import GRADFLOW_METHOD, usable
+from lit_attention.analysis.aggregate import SPLITS, GRADFLOW_METHOD, metric_range, usable  # noqa: F401
 from lit_attention.analysis.load import AnalysisError
 
-DAGGER = "†"
+BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseline
+MARKS = {"better": BETTER, "worse": WORSE}
+DELTA_COLUMN = "Δ [95% CI]"
+P_COLUMN = "p (Holm)"
 GRADFLOW_COLUMN = "‖∂L/∂h_t‖ decay/step [95% CI]"
 LOWER_IS_BETTER = ("loss", "ppl", "ter")
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -28,11 +31,11 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
                  "^": r"\textasciicircum{}", "|": r"\textbar{}", "<": r"\textless{}",
                  ">": r"\textgreater{}"}
 # Unicode that pdflatex without extra packages cannot typeset.
-LATEX_UNICODE = {"±": r"$\pm$", DAGGER: r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
+LATEX_UNICODE = {"±": r"$\pm$", "†": r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
+                 BETTER: r"$^{\bigtriangleup}$", WORSE: r"$^{\bigtriangledown}$", "Δ": r"$\Delta$",
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
                  "∂": r"$\partial$"}
 ARROWS = {"↑": r"$\uparrow$", "↓": r"$\downarrow$"}
-SPLITS = {"val": "validation", "test": "test", "train": "training"}
 
 
 def higher_is_better(metric: str) -> bool:
@@ -57,11 +60,6 @@ def metric_name(metric: str) -> str:
 def metric_label(metric: str) -> str:
     """A metric's column header: its name and which way is better ('BLEU ↑', 'PPL ↓')."""
     return f"{metric_name(metric)} {'↑' if higher_is_better(metric) else '↓'}"
-
-
-def metric_range(metric: str) -> tuple[float | None, float | None]:
-    """The lowest and highest value the metric can take (None: unbounded)."""
-    return registry.METRICS[_base(metric)][1] if _base(metric) in registry.METRICS else (None, None)
 
 
 def key_label(key) -> str:
@@ -101,12 +99,65 @@ def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
     return pd.MultiIndex.from_tuples(labels, names=keys)
 
 
-def _significant(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[bool]:
+def _by_config(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[dict | None]:
+    """The significance row of each configuration of `agg` (None: the baseline, or no test)."""
     if sig is None or sig.empty:
-        return [False] * len(agg)
-    rows = sig[keys + ["significant"]].itertuples(index=False)
-    marked = {tuple(label(v) for v in r[:-1]) for r in rows if r[-1]}
-    return [tuple(label(v) for v in r) in marked for r in agg[keys].itertuples(index=False)]
+        return [None] * len(agg)
+    found = {tuple(label(v) for v in row[keys]): row.to_dict() for _, row in sig.iterrows()}
+    return [found.get(tuple(label(v) for v in r)) for r in agg[keys].itertuples(index=False)]
+
+
+def marks(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[str]:
+    """▲ / ▼ where a configuration is significantly better / worse than the baseline by a test
+    over seeds: never for one seed on either side (a sentence-level test of single runs says
+    nothing about training randomness)."""
+    return ["" if row is None or not row["significant"] or row["n_tested"] < 2
+            or row["n_baseline"] < 2 else MARKS.get(row["direction"], "")
+            for row in _by_config(agg, keys, sig)]
+
+
+def p_text(p_holm: float, p: float, n_samples: int) -> str:
+    """A Holm-adjusted p-value to 3 decimals, or a bound: '<0.001' below that, and '<x' (x the
+    adjusted p rounded up) when no resample went the other way (p at the floor 1/(B+1): the
+    resamples cannot tell how much smaller it is). Never '0.000'."""
+    if pd.isna(p_holm):
+        return "–"
+    at_floor = p <= 1 / (n_samples + 1) * (1 + 1e-9)
+    if at_floor or p_holm < 0.001:
+        return f"<{max(0.001, math.ceil(p_holm * 1000 - 1e-9) / 1000):.3f}"
+    return f"{p_holm:.3f}"
+
+
+def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.Series | None) -> list[str]:
+    """The p column: 'baseline', the Holm-adjusted p (p_text), 'n=1' (one seed: no seed-aware
+    test) or '–' (nothing to test)."""
+    is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
+    cells = []
+    for base, row in zip(is_base, _by_config(agg, keys, sig)):
+        if base:
+            cells.append("baseline")
+        elif row is None:
+            cells.append("–")
+        elif row["note"]:
+            cells.append("n=1" if row["note"] == "n=1" else "–")
+        else:
+            cells.append(p_text(row["p_holm"], row["p"], sig.attrs.get("n_samples", 0)))
+    return cells
+
+
+def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: int) -> list[str]:
+    """The effect beside p: the difference of seed means against the baseline, '+27.2 [19.8,
+    35.0]' with its 95% bootstrap interval (without one where nothing was resampled)."""
+    cells = []
+    for row in _by_config(agg, keys, sig):
+        if row is None or pd.isna(row["delta"]):
+            cells.append("")
+            continue
+        text = f"{row['delta']:+.{digits}f}"
+        if not pd.isna(row["delta_lo"]):
+            text += f" [{number(row['delta_lo'], digits)}, {number(row['delta_hi'], digits)}]"
+        cells.append(text)
+    return cells
 
 
 def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
@@ -116,11 +167,11 @@ def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
     return shown == target
 
 
-def mean_std(mean, std, digits: int, significant: bool = False) -> str:
+def mean_std(mean, std, digits: int, mark: str = "") -> str:
     if pd.isna(mean):
         return "–"
     text = number(mean, digits) + (f" ± {number(std, digits)}" if not pd.isna(std) else "")
-    return text + (DAGGER if significant else "")
+    return text + mark
 
 
 def gradflow_cells(agg: pd.DataFrame) -> list[str]:
@@ -141,16 +192,19 @@ def gradflow_cells(agg: pd.DataFrame) -> list[str]:
 
 def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None = None,
                   baseline: pd.Series | None = None, digits: int = 1) -> tuple:
-    """One row per configuration: metric mean ± std, 95% CI, n, excluded runs, costs, gradients, p."""
-    marks = _significant(agg, keys, sig)
+    """One row per configuration: metric mean ± std (with ▲/▼ where significantly better/worse
+    than the baseline), 95% CI, n, excluded runs, costs, gradients, p and Δ."""
+    shown = marks(agg, keys, sig)
     columns = {
-        metric: [mean_std(m, s, digits, k) for m, s, k in zip(agg["mean"], agg["std"], marks)],
+        metric: [mean_std(m, s, digits, k) for m, s, k in zip(agg["mean"], agg["std"], shown)],
         "95% CI": ["" if pd.isna(lo) else f"[{number(lo, digits)}, {number(hi, digits)}]"
                    for lo, hi in zip(agg["ci_lo"], agg["ci_hi"])],
         "n": agg["n"].astype(int).astype(str).tolist(),
-        "failed/pruned": [f"{f}/{p}" + (f" (+{i} invalid)" if i else "") + (f" (+{o} other)" if o else "")
-                          for f, p, i, o in zip(agg["n_failed"], agg["n_pruned"],
-                                                agg.get("n_invalid", [0] * len(agg)), agg["n_other"])],
+        "failed/pruned": [f"{f}/{p}" + (f" (+{i} invalid)" if i else "") + (f" (+{m} no metric)" if m else "")
+                          + (f" (+{o} other)" if o else "")
+                          for f, p, i, m, o in zip(agg["n_failed"], agg["n_pruned"],
+                                                   agg.get("n_invalid", [0] * len(agg)),
+                                                   agg.get("n_missing", [0] * len(agg)), agg["n_other"])],
     }
     optional = {"params": ("params", count), "steps": ("steps", lambda x: number(x, 0)),
                 "train s": ("train_seconds", lambda x: number(x, 0)),
@@ -169,12 +223,8 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     if "n_under_budget" in agg and agg["n_under_budget"].any():
         columns["under budget"] = agg["n_under_budget"].astype(int).astype(str).tolist()
     if sig is not None:
-        p_by_config = {tuple(label(v) for v in r[:-1]): r[-1]
-                       for r in sig[keys + ["p_holm"]].itertuples(index=False)}
-        is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
-        columns["p (Holm)"] = [
-            "baseline" if base else number(p_by_config.get(tuple(label(v) for v in r), math.nan), 3)
-            for base, r in zip(is_base, agg[keys].itertuples(index=False))]
+        columns[P_COLUMN] = p_cells(agg, keys, sig, baseline)
+        columns[DELTA_COLUMN] = delta_cells(agg, keys, sig, digits)
     cells = pd.DataFrame(columns, index=_index(agg, keys))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[metric] = _best(agg["mean"], metric, digits).to_numpy()
@@ -183,13 +233,14 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
 
 def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str,
                 sig: pd.DataFrame | None = None, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """rows x cols grid of "mean ± std" (with † where significant); best per column in bold."""
+    """rows x cols grid of "mean ± std" (▲/▼ where significantly better/worse than the baseline,
+    "(n=1)" after a single seed's value); best per column in bold."""
     keys = rows + cols
     if agg.duplicated(keys).any():
         raise AnalysisError(f"rows {rows} x cols {cols} do not identify a configuration: "
                          "add the varying keys to --rows or --cols")
-    frame = agg.assign(_cell=[mean_std(m, s, digits, k) for m, s, k in
-                              zip(agg["mean"], agg["std"], _significant(agg, keys, sig))],
+    frame = agg.assign(_cell=[mean_std(m, s, digits, k) + (" (n=1)" if n == 1 else "") for m, s, k, n in
+                              zip(agg["mean"], agg["std"], marks(agg, keys, sig), agg["n"])],
                        _mean=agg["mean"].round(digits))
     for key in keys:
         frame[key] = frame[key].map(label)
@@ -225,10 +276,11 @@ def labelled(cells: pd.DataFrame, best: pd.DataFrame, metric: str) -> tuple:
 # --columns names of summary_table's statistic columns; a column not listed here is named by its
 # header in lower case with "_" for every run of other characters ("grad norm" -> grad_norm).
 COLUMN_NAMES = {"ci": "95% CI", "n": "n", "excluded": "failed/pruned", "params": "params",
-                "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": "p (Holm)",
+                "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": P_COLUMN,
+                "delta": DELTA_COLUMN,
                 "gradflow": GRADFLOW_COLUMN}
 # The columns shown, in this order, as long as the table fits (after the keys and the metric).
-PRIORITY = ("ci", "n", "budget", "under_budget", "p", "excluded", "params")
+PRIORITY = ("ci", "n", "budget", "under_budget", "p", "delta", "excluded", "params")
 
 
 def _slug(header) -> str:
@@ -370,6 +422,30 @@ def to_markdown(cells: pd.DataFrame, best: pd.DataFrame, caption: str = "") -> s
     return table + ("\n\n" + caption if caption else "") + "\n"
 
 
+def test_notes(sig: pd.DataFrame | None, keys: list[str]) -> str | None:
+    """What the test against the baseline left out (runs without hypotheses) and what it did not
+    pair (seed numbers one side lacks): counted in the caption, never dropped silently."""
+    if sig is None:
+        return None
+    parts = []
+    split = SPLITS.get(sig.attrs.get("split"), sig.attrs.get("split"))
+    untested = [f"{r['n_untested']} of {r['n_untested'] + r['n_tested']} of "
+                + " / ".join(label(r[k]) for k in keys) for _, r in sig.iterrows() if r["n_untested"]]
+    if sig.attrs.get("baseline_untested"):
+        untested.insert(0, f"{sig.attrs['baseline_untested']} of the baseline")
+    if untested:
+        why = f"without a {sig.attrs['values']} value" if sig.attrs.get("values") else \
+            f"without stored {split} hypotheses"
+        parts.append(f"Runs averaged but not tested ({why}): {'; '.join(untested)}.")
+    unmatched = sig[sig["n_unmatched"] > 0]
+    unpaired = int(unmatched["n_unmatched"].sum())
+    if len(unmatched):
+        parts.append(f"Seed numbers differ from the baseline's in {len(unmatched)} configuration"
+                     f"{'s' * (len(unmatched) != 1)} ({unpaired} seed{'s' * (unpaired != 1)} "
+                     "without a partner): the test does not pair runs by seed number, so all count.")
+    return " ".join(parts) or None
+
+
 def scoring_note(runs: pd.DataFrame) -> str | None:
     """What the recurrent scoring arms of a table share (the encoder output they attend over)."""
     if "model.scoring" not in runs or "model.enc_output" not in runs:
@@ -383,13 +459,22 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
             "and differ in the scoring function only; dot and scaled_dot own no parameters.")
 
 
+def range_text(metric: str) -> str:
+    """', clipped to [0, 100]' for a metric with a known range (what its CIs are clipped to)."""
+    low, high = metric_range(metric)
+    if high is not None:
+        return f", clipped to [{label(low) if low is not None else '-inf'}, {label(high)}]"
+    return f", clipped to at least {label(low)}" if low is not None else ""
+
+
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
                  significance: str | None = None, baseline: str | None = None,
                  eval_protocols: list[str] = (), unreadable: int = 0,
                  notes: tuple[str, ...] = (), decoding: str | None = None,
-                 test_split: str | None = None, shown=None) -> str:
+                 test_split: str | None = None, shown=None, marked: bool = True) -> str:
     """Caption stating what the numbers are: metric, split and decoding, n, std, CI method,
-    exclusions, the test against the baseline (on the `test_split` hypotheses), signature, the
+    exclusions, the test against the baseline (on the `test_split` hypotheses; `marked`: a test
+    whose result the ▲/▼ marks show), signature, the
     language-model evaluation protocol(s) of the runs, and any ``notes``. ``shown``: the columns
     of the table when not all of summary_table's (an explanation leaves with its column)."""
     ns = sorted(set(agg["n"].astype(int)))
@@ -397,13 +482,15 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     split = SPLITS.get(split_of(metric))
     what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
-             f"configuration; {ci_method}. Best value per column in bold."]
+             f"configuration; {ci_method}{range_text(metric)}. Best value per column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
-    if failed or pruned or invalid or other:
+    missing = int(agg["n_missing"].sum()) if "n_missing" in agg else 0
+    if failed or pruned or invalid or missing or other:
         invalid_text = f", {invalid} with an invalid {metric} (inf, NaN or not a number)" if invalid else ""
-        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned{invalid_text} and "
-                     f"{other} other (interrupted, killed, running or without the metric) runs.")
+        missing_text = f", {missing} finished without {metric}" if missing else ""
+        parts.append(f"Excluded from every mean: {failed} failed, {pruned} pruned{invalid_text}"
+                     f"{missing_text} and {other} other (interrupted, killed or running) runs.")
     if unreadable:
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")
@@ -419,7 +506,12 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
                      "used up; another limit (e.g. max_epochs) came first.")
     if significance:
         on = f" on the {SPLITS.get(test_split, test_split)} hypotheses" if test_split else ""
-        parts.append(f"{DAGGER}: p < 0.05 against the baseline ({baseline}){on}; {significance}.")
+        legend = (f"{BETTER}/{WORSE}: better/worse than the baseline ({baseline}){on}, Holm-adjusted "
+                  f"p < 0.05" if marked else f"Against the baseline ({baseline}){on}")
+        parts.append(f"{legend}; {P_COLUMN}: {significance}. {DELTA_COLUMN}: difference of the seed "
+                     f"means from the baseline's" + (", with its 95% interval over the resamples. n=1: one seed "
+                     "(here or in the baseline), so no test over seeds and no mark." if marked else
+                     "; no marks: one run per configuration says nothing about training randomness."))
     parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")

@@ -14,10 +14,11 @@ from typing import Iterable
 import pandas as pd
 
 from lit_attention.analysis.load import NESTED, _scalar, flatten
+from lit_attention.tracking.schema import Status
 
 # W&B run states -> run-store statuses (used when the summary carries no `status`).
-STATES = {"finished": "finished", "failed": "failed", "crashed": "failed", "killed": "interrupted",
-          "running": "running", "pending": "running"}
+STATES = {"finished": Status.FINISHED, "failed": Status.FAILED, "crashed": Status.FAILED,
+          "killed": Status.INTERRUPTED, "running": Status.RUNNING, "pending": Status.RUNNING}
 CURVES = ("val_loss", "val_ppl", "val_bleu", "val_chrf", "train_loss", "lr", "grad_norm/total")
 STEP = "trainer/global_step"  # the step key Lightning's WandbLogger logs
 
@@ -46,7 +47,8 @@ def run_row(run) -> dict:
     row["seed"] = summary.get("seed", config.get("seed_everything", config.get("seed")))
     row["run_id"] = summary.get("run_id") or run.id
     row["group"] = getattr(run, "group", None) or summary.get("group")
-    row["status"] = summary.get("status") or STATES.get(str(run.state).lower(), str(run.state))
+    state = str(run.state)
+    row["status"] = summary.get("status") or (STATES[state.lower()].value if state.lower() in STATES else state)
     row["run_dir"] = f"wandb:{'/'.join(run.path)}"
     return row
 

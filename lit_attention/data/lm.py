@@ -29,19 +29,22 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Literal
 
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset
 
-from lit_attention.data.synthetic import SYNTHETIC_TASKS, generate, split_seed
+from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
 from lit_attention.data.tokenizers import build_tokenizers
 from lit_attention.data.vocab import EOS, PAD
-from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
+from lit_attention.registry import CONFIG_CHOICES, FILES_TASK, check_config
 
-LM_TASKS = ("files", *SYNTHETIC_TASKS)
+Task = Literal[CONFIG_CHOICES["lm"]["data.task"]]
+Tokenizer = Literal[CONFIG_CHOICES["lm"]["data.tokenizer"]]
+SpmModel = Literal[CONFIG_CHOICES["lm"]["data.spm_model"]]
 
 
 def encode_stream(tokenizer, lines: list[str]) -> torch.Tensor:
@@ -122,13 +125,13 @@ class LMDataModule(LightningDataModule):
 
     def __init__(
         self,
-        task: str = "files",
+        task: Task = FILES_TASK,
         path: str | None = None,
         val_path: str | None = None,
         test_path: str | None = None,
-        tokenizer: str = "char",
+        tokenizer: Tokenizer = "char",
         vocab_size: int = 8000,
-        spm_model: str = "unigram",
+        spm_model: SpmModel = "unigram",
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         bptt: int = 64,
@@ -142,11 +145,9 @@ class LMDataModule(LightningDataModule):
         num_workers: int = 0,
     ):
         super().__init__()
-        check("language-model task", task, LM_TASKS)
-        check("tokenizer", tokenizer, TOKENIZERS)
-        check("SentencePiece model type", spm_model, SPM_MODELS)
-        if task == "files" and not path:
-            raise ValueError("task 'files' needs data.path (a monolingual text file)")
+        check_config("lm", "data", task=task, tokenizer=tokenizer, spm_model=spm_model)
+        if task == FILES_TASK and not path:
+            raise ValueError(f"task {task!r} needs data.path (a monolingual text file)")
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum to less than 1")
         window = bptt if eval_window is None else eval_window
@@ -168,7 +169,7 @@ class LMDataModule(LightningDataModule):
         """Lines of train/val/test; sets ``dropped`` (training lines that are not valid UTF-8)."""
         h = self.hparams
         self.dropped = {split: {"invalid_utf8": 0} for split in ("train", "val", "test")}
-        if h.task != "files":
+        if h.task != FILES_TASK:
             n = {"train": h.n_sentences, "val": max(h.n_sentences // 10, 1),
                  "test": max(h.n_sentences // 10, 1)}
             return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
@@ -212,7 +213,7 @@ class LMDataModule(LightningDataModule):
                         for split, split_lines in lines.items()}
         h = self.hparams
         for split, split_lines in lines.items():
-            where = f"task {h.task}" if h.task != "files" else (h.get(f"{split}_path") or h.path)
+            where = f"task {h.task}" if h.task != FILES_TASK else (h.get(f"{split}_path") or h.path)
             rank_zero_info(f"{split} split ({where}): {len(split_lines)} lines, "
                            f"{self.streams[split].numel()} tokens; dropped "
                            f"{self.dropped[split]['invalid_utf8']} lines that are not valid UTF-8")

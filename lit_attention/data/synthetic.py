@@ -13,9 +13,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from lit_attention.registry import TASKS, check
-
-SYNTHETIC_TASKS = tuple(task for task in TASKS if task != "files")
+from lit_attention.registry import SYNTHETIC_TASKS, TASK_GENERATORS, check, implementation
 
 # Target word -> source word.
 LEXICON = {
@@ -102,18 +100,34 @@ def symbols(n_symbols: int) -> list[str]:
     return [f"{chr(ord('a') + i // 10)}{i % 10}" for i in range(n_symbols)]
 
 
-def _symbol_task(task, n, rng, min_len, max_len, n_symbols):
+def _symbol_pairs(rule, n, rng, min_len, max_len, n_symbols):
+    """Random symbol sequences as sources, ``rule(words)`` of each as its target."""
     vocab = symbols(n_symbols)
     src, tgt = [], []
     for _ in range(n):
         words = [rng.choice(vocab) for _ in range(rng.randint(min_len, max_len))]
-        out = {"copy": words, "reverse": words[::-1], "sort": sorted(words)}[task]
         src.append(" ".join(words))
-        tgt.append(" ".join(out))
+        tgt.append(" ".join(rule(words)))
     return src, tgt
 
 
-def _toy_mt(n, rng, min_len, max_len):
+def copy_pairs(n, rng, min_len, max_len, n_symbols):
+    return _symbol_pairs(lambda words: words, n, rng, min_len, max_len, n_symbols)
+
+
+def reverse_pairs(n, rng, min_len, max_len, n_symbols):
+    return _symbol_pairs(lambda words: words[::-1], n, rng, min_len, max_len, n_symbols)
+
+
+def sort_pairs(n, rng, min_len, max_len, n_symbols):
+    return _symbol_pairs(sorted, n, rng, min_len, max_len, n_symbols)
+
+
+def toy_mt_pairs(n, rng, min_len, max_len, n_symbols=None):
+    """toy-mt sentences between min_len and max_len words (the grammar's own words: no symbols)."""
+    if not (min_len <= 30 and max_len >= 3):
+        raise ValueError(f"toy-mt sentences have 3 to about 40 words: need min_len <= 30 and "
+                         f"max_len >= 3, got min_len={min_len}, max_len={max_len}")
     src, tgt = [], []
     while len(src) < n:
         sentence = random_sentence(rng)
@@ -130,13 +144,8 @@ def generate(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 40,
     check("synthetic task", task, SYNTHETIC_TASKS)
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    if task == "toy-mt" and not (min_len <= 30 and max_len >= 3):
-        raise ValueError(f"toy-mt sentences have 3 to about 40 words: need min_len <= 30 and "
-                         f"max_len >= 3, got min_len={min_len}, max_len={max_len}")
-    rng = random.Random(seed)
-    if task == "toy-mt":
-        return _toy_mt(n, rng, min_len, max_len)
-    return _symbol_task(task, n, rng, min_len, max_len, n_symbols)
+    pairs = implementation(TASK_GENERATORS, task)
+    return pairs(n, random.Random(seed), min_len, max_len, n_symbols)
 
 
 def split_seed(seed: int, split: str) -> int:

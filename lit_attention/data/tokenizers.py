@@ -22,7 +22,7 @@ import sentencepiece as spm
 
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from lit_attention.files import atomic_write
-from lit_attention.registry import SPM_MODELS, TOKENIZERS, check
+from lit_attention.registry import SPM_MODELS, TOKENIZER_CLASSES, TOKENIZERS, check, implementation
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,7 @@ class _VocabTokenizer:
     """A token list plus a rule to split text into tokens and join tokens back."""
 
     kind = ""
+    file_suffix = "json"
     cache_hit = False
 
     def __init__(self, itos: Sequence[str]):
@@ -89,6 +90,15 @@ class _VocabTokenizer:
         if max_size is not None:
             tokens = tokens[:max(0, max_size - len(SPECIALS))]
         return cls(list(SPECIALS) + tokens)
+
+    @classmethod
+    def settings(cls, vocab_size: int, model_type: str) -> dict:
+        """What a trained vocabulary depends on besides its text (part of the cache key)."""
+        return {"vocab_size": vocab_size}
+
+    @classmethod
+    def trained(cls, lines: Iterable[str], settings: dict):
+        return cls.train(lines, max_size=settings["vocab_size"])
 
     def encode(self, text: str) -> list[int]:
         return [self.stoi.get(token, UNK) for token in self.split(text)]
@@ -142,6 +152,7 @@ class SentencePieceTokenizer:
     """A SentencePiece model (unigram or BPE) held in memory as its serialized proto."""
 
     kind = "sentencepiece"
+    file_suffix = "model"
     cache_hit = False
 
     def __init__(self, model_proto: bytes):
@@ -165,6 +176,15 @@ class SentencePieceTokenizer:
             minloglevel=2)
         return cls(model.getvalue())
 
+    @classmethod
+    def settings(cls, vocab_size: int, model_type: str) -> dict:
+        """What a trained model depends on besides its text (part of the cache key)."""
+        return {"vocab_size": vocab_size, "model_type": model_type}
+
+    @classmethod
+    def trained(cls, lines: Iterable[str], settings: dict):
+        return cls.train(lines, **settings)
+
     @property
     def vocab_size(self) -> int:
         return self.sp.get_piece_size()
@@ -184,9 +204,6 @@ class SentencePieceTokenizer:
     @classmethod
     def from_bytes(cls, data: bytes):
         return cls(data)
-
-
-_CLASSES = {"word": WordTokenizer, "char": CharTokenizer, "sentencepiece": SentencePieceTokenizer}
 
 
 @contextlib.contextmanager
@@ -211,26 +228,16 @@ def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def _train(kind: str, lines: list[str], vocab_size: int, model_type: str) -> Tokenizer:
-    if kind == "sentencepiece":
-        return SentencePieceTokenizer.train(lines, vocab_size, model_type)
-    return _CLASSES[kind].train(lines, max_size=vocab_size)
-
-
 def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
-    settings = {"vocab_size": vocab_size}
-    if kind == "sentencepiece":
-        settings["model_type"] = model_type
+    cls = implementation(TOKENIZER_CLASSES, kind)
+    settings = cls.settings(vocab_size, model_type)
     key = cache_key(kind, settings, *texts)
-    suffix = "model" if kind == "sentencepiece" else "json"
-    path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{suffix}")
-    cls = _CLASSES[kind]
+    path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{cls.file_suffix}")
     if not os.path.isfile(path):
         os.makedirs(cache_dir, exist_ok=True)
         with _file_lock(os.path.join(cache_dir, ".lock")):
             if not os.path.isfile(path):     # another rank may have trained it while we waited
-                tok = _train(kind, [line for text in texts for line in text], vocab_size,
-                             model_type)
+                tok = cls.trained([line for text in texts for line in text], settings)
                 atomic_write(path, tok.to_bytes())
                 log.info("trained %s tokenizer (vocab %d), saved to %s", kind, tok.vocab_size,
                          path)

@@ -12,6 +12,7 @@ no pair is left.
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 import lightning.pytorch as L
 import torch.distributed as dist
@@ -23,8 +24,11 @@ from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, To
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
-from lit_attention.registry import SPM_MODELS, TASKS, TOKENIZERS, check
+from lit_attention.registry import CONFIG_CHOICES, FILES_TASK, check_config
 
+Task = Literal[CONFIG_CHOICES["seq2seq"]["data.task"]]
+Tokenizer = Literal[CONFIG_CHOICES["seq2seq"]["data.tokenizer"]]
+SpmModel = Literal[CONFIG_CHOICES["seq2seq"]["data.spm_model"]]
 ROLES = ("train", "val", "test")
 STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
                "predict": ("test",), None: ROLES}
@@ -39,20 +43,18 @@ class TranslationDataModule(L.LightningDataModule):
     task). ``max_len`` drops training pairs with more tokens than that on either side.
     """
 
-    def __init__(self, task: str = "toy-mt", data_dir: str | None = None, src_lang: str = "src",
+    def __init__(self, task: Task = "toy-mt", data_dir: str | None = None, src_lang: str = "src",
                  tgt_lang: str = "tgt", train_split: str = "train", val_split: str = "val",
                  test_split: str = "test", n_train: int = 10000, n_val: int = 500,
                  n_test: int = 500, min_len: int = 3, max_len_words: int = 40,
-                 n_symbols: int = 20, data_seed: int = 1234, tokenizer: str = "word",
-                 spm_model: str = "unigram", vocab_size: int = 8000, joint_vocab: bool = True,
+                 n_symbols: int = 20, data_seed: int = 1234, tokenizer: Tokenizer = "word",
+                 spm_model: SpmModel = "unigram", vocab_size: int = 8000, joint_vocab: bool = True,
                  cache_dir: str = ".cache/lit_attention", max_tokens: int = 4096,
                  max_len: int = 128, num_workers: int = 0, limit_train: int | None = None):
         super().__init__()
-        check("task", task, TASKS)
-        check("tokenizer", tokenizer, TOKENIZERS)
-        check("SentencePiece model type", spm_model, SPM_MODELS)
-        if task == "files" and not data_dir:
-            raise ValueError('task "files" needs data_dir (the directory holding {split}.{lang})')
+        check_config("seq2seq", "data", task=task, tokenizer=tokenizer, spm_model=spm_model)
+        if task == FILES_TASK and not data_dir:
+            raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
         self.save_hyperparameters()
         self.task, self.data_dir = task, data_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -86,7 +88,7 @@ class TranslationDataModule(L.LightningDataModule):
         if role in self._raw:
             return self._raw[role]
         split = self.split_names[role]
-        if self.task == "files":
+        if self.task == FILES_TASK:
             src, tgt, dropped = read_parallel(resolve(self.data_dir, split, self.src_lang),
                                               resolve(self.data_dir, split, self.tgt_lang),
                                               train=role == "train")
@@ -170,7 +172,7 @@ class TranslationDataModule(L.LightningDataModule):
     def _split_line(self, role: str) -> str:
         """One line saying what a split holds and what was dropped (the log line per split)."""
         stats, dropped, split = self.stats[role], self.dropped[role], self.split_names[role]
-        if self.task == "files":
+        if self.task == FILES_TASK:
             where = os.path.join(self.data_dir, f"{split}.{{{self.src_lang},{self.tgt_lang}}}")
         else:
             where = f"task {self.task}"

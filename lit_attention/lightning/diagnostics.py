@@ -25,9 +25,7 @@ from lit_attention.diagnostics import (entropy_by_name, global_grad_norm, gradie
                                        long_sentence_sample, per_module_grad_norms, save_heatmap)
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
-
-
-GRADFLOW_FIELDS = ["step", "direction", "sentence", "position", "distance", "norm"]
+from lit_attention.tracking.schema import ATTENTION, GRADFLOW, GRADFLOW_COLUMNS
 
 
 class DiagnosticsCallback(Callback):
@@ -109,10 +107,10 @@ class DiagnosticsCallback(Callback):
 
     def _write_gradflow(self) -> None:
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.gradflow_rows)
-        atomic_write(self.run_dir.path / "gradflow.csv", buf.getvalue())
+        atomic_write(self.run_dir.path / GRADFLOW, buf.getvalue())
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         net = self._net(pl_module)
@@ -145,7 +143,7 @@ class DiagnosticsCallback(Callback):
         for i in range(min(self.heatmaps, batch["src"].size(0))):
             src = [t for t in batch["src"][i].tolist() if t != PAD]
             tgt = [t for t in batch["tgt_out"][i].tolist() if t != PAD]
-            path = self.run_dir.path / "attention" / f"val-{i}.png"
+            path = self.run_dir.path / ATTENTION / f"val-{i}.png"
             save_heatmap(weights[i, :len(tgt), :len(src)], dm.src_tokenizer.pieces(src),
                          dm.tgt_tokenizer.pieces(tgt), path, title=f"{cross} (mean over heads)")
             paths.append(str(path))

@@ -1,56 +1,54 @@
-"""Build a seq2seq model from registry names; pick a width to match a parameter budget."""
+"""Build a model from its registry name (registry.SEQ2SEQ_MODELS / LM_MODELS) with its options."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from typing import Any
+from typing import Any, Mapping
+
+from torch import nn
 
 from lit_attention import registry
-from lit_attention.config_check import check_keys
-from lit_attention.models.base import Seq2SeqModel, closest_width, count_parameters
+from lit_attention.config_check import ConfigError, unknown_option
+from lit_attention.models.base import Seq2SeqModel, closest_width, count_parameters, match_width
 
 
-def _model_class(family: str) -> type[Seq2SeqModel]:
-    registry.check("family", family, registry.FAMILIES)
-    if family == "transformer":
-        from lit_attention.models.transformer import TransformerSeq2Seq
-        return TransformerSeq2Seq
-    from lit_attention.models.rnn import RNNSeq2Seq
-    return RNNSeq2Seq
+def model_class(families: Mapping[str, registry.Family], family: str, what: str = "family") -> type:
+    """The class registered for ``family`` in ``families``, imported now."""
+    module, _, name = families[registry.check(what, family, families)].model.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _options(cls: type) -> list[str]:
+def constructor_options(cls: type) -> list[str]:
+    """What a model's constructor takes besides the vocabulary size(s)."""
     return [p for p in inspect.signature(cls.__init__).parameters
-            if p not in ("self", "src_vocab_size", "tgt_vocab_size")]
+            if p != "self" and not p.endswith("vocab_size")]
+
+
+def build(families: Mapping[str, registry.Family], family: str, what: str,
+          vocab_sizes: dict[str, int], options: Mapping[str, Any]) -> nn.Module:
+    """Instantiate the family's model; an option left None takes the constructor's default.
+
+    An option of another family, or of none (the nearest name or its new name suggested),
+    raises ConfigError.
+    """
+    cls = model_class(families, family, what)
+    own = constructor_options(cls)
+    for key in options:
+        if key in own:
+            continue
+        owners = [f for f in families if key in constructor_options(model_class(families, f))]
+        if owners:
+            raise ConfigError(f"option {key} is not one of {what} {family!r}, only of {', '.join(owners)}")
+        raise unknown_option(key, own)
+    return cls(**vocab_sizes, **{k: v for k, v in options.items() if v is not None})
 
 
 def build_seq2seq(family: str, src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> Seq2SeqModel:
-    """Instantiate the family's model with the options its constructor accepts.
-
-    ``width`` (the shared size knob of every family) sets d_model for the Transformer and
-    hidden/embedding size for recurrent models; ``ffn_ratio`` scales the Transformer's FFN with it.
-    An option of another family (``cell`` for a Transformer) is left out; an option no family has
-    raises ConfigError naming the nearest valid one.
-    """
-    cls = _model_class(family)
-    known = {p for f in registry.FAMILIES for p in _options(_model_class(f))} | {"width", "ffn_ratio"}
-    check_keys(options, sorted(known))
-    options = dict(options)
-    width = options.pop("width", None)
-    ffn_ratio = options.pop("ffn_ratio", None)
-    if width is not None:
-        options.update(d_model=width, hidden_size=width, emb_size=width)
-        if ffn_ratio:
-            options["ffn"] = int(round(width * ffn_ratio))
-    accepted = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
-    return cls(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **kwargs)
+    """The encoder-decoder called ``family`` with ``options`` (its constructor's arguments)."""
+    return build(registry.SEQ2SEQ_MODELS, family, "family",
+                 dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size), options)
 
 
-def match_width(family: str, target_params: int, src_vocab_size: int, tgt_vocab_size: int,
-                multiple: int = 8, **options: Any) -> int:
-    """The width (multiple of ``multiple``) whose model has the parameter count closest to the target."""
-    def params(width: int) -> int:
-        return count_parameters(build_seq2seq(family, src_vocab_size, tgt_vocab_size,
-                                              width=width, **options))
-    return closest_width(params, target_params, multiple)
+__all__ = ["Seq2SeqModel", "build", "build_seq2seq", "closest_width", "constructor_options",
+           "count_parameters", "match_width", "model_class"]

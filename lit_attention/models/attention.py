@@ -13,8 +13,10 @@ additive biases (ALiBi, T5) come in as ``bias``; ``shaw`` relative key
 vectors make the score of (i, j) the score against k_j + a_(j-i) and force the explicit path.
 
 ``torch.nn.functional.scaled_dot_product_attention`` computes the product whenever it can; the
-explicit path (softmax of the score matrix) serves additive scoring, Shaw, and need_weights=True.
-Both see the same float mask, so they agree to rounding.
+explicit path (softmax of the score matrix) serves additive scoring, Shaw, need_weights=True and
+attention dropout on the CPU (whose fused kernels have none: there the call would fall back to the
+same explicit computation, with torch's slower dropout mask). Both see the same float mask, so they
+agree to rounding.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_attention import registry
+from lit_attention.models.dropout import dropout as drop
 from lit_attention.models.positional import ShawRelative, rotary
 
 
@@ -107,8 +110,11 @@ class MultiHeadAttention(nn.Module):
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
 
     def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is)."""
-        k, v = self.split(self.key(x)), self.split(self.value(x))
+        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is).
+        One [D, 2D] product (see ``queries_keys_values``)."""
+        weight = torch.cat([self.key.weight, self.value.weight])
+        bias = torch.cat([self.key.bias, self.value.bias])
+        k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(2, dim=-1))
         if self.rotary:
             k = rotary(k, positions)
         return k, v
@@ -116,28 +122,44 @@ class MultiHeadAttention(nn.Module):
     def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Queries [B, H, T, d] of x [B, T, D]: for ``general`` already mapped by W, so that the
         score is a dot product with the keys; rotated when rotary (after W: q^T W k stays relative)."""
-        q = self.split(self.query(x))
+        return self.prepare_queries(self.split(self.query(x)), positions)
+
+    def prepare_queries(self, q: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         if self.scoring == "general":
             q = q @ self.w                                                 # q^T W k = (q^T W) . k
         if self.rotary:
             q = rotary(q, positions)
         return q
 
+    def queries_keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """``queries(x)`` and ``keys_values(x)`` of self-attention in one matrix product (one
+        [D, 3D] GEMM fills the CPU's matrix units better than three [D, D] ones, and under autocast
+        x is cast to bf16 once instead of three times). Returns q, k, v [B, H, T, d]."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
+        q, k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(3, dim=-1))
+        if self.rotary:
+            k = rotary(k, positions)
+        return self.prepare_queries(q, positions), k, v
+
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
                 blocked: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                need_weights: bool = False, mask: AttentionMask | None = None):
+                need_weights: bool = False, mask: AttentionMask | None = None,
+                q: torch.Tensor | None = None):
         """x [B, T, D]; k, v [B, H, S, d]; q_pos [T] and k_pos [S] (rotary/shaw only);
         blocked bool broadcastable to [B, H, T, S]; bias float broadcastable to [B, H, T, S];
-        or, instead of those two, ``mask`` already combined (see ``Stack``).
+        or, instead of those two, ``mask`` already combined (see ``Stack``); q [B, H, T, d]: the
+        queries of x if already computed (``queries_keys_values``).
         Returns (output [B, T, D], weights [B, H, T, S] or None)."""
-        q = self.queries(x, q_pos)
+        if q is None:
+            q = self.queries(x, q_pos)
         if mask is None:
             mask = combine_mask(blocked, bias, q.dtype)
         dead = mask.dead
         dropout = self.dropout if self.training else 0.0
         weights = None
-        if self.fused and not need_weights:
+        if self.fused and not need_weights and not (dropout and q.device.type == "cpu"):
             scale = None if self.scoring == "scaled_dot" else 1.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive, dropout_p=dropout,
                                                  is_causal=mask.causal, scale=scale)
@@ -149,7 +171,7 @@ class MultiHeadAttention(nn.Module):
             weights = scores.softmax(dim=-1)
             if dead is not None:
                 weights = weights.masked_fill(dead, 0.0)
-            out = F.dropout(weights, dropout, self.training) @ v
+            out = drop(weights, dropout, self.training) @ v
         if dead is not None:
             out = out.masked_fill(dead, 0.0)
         out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)

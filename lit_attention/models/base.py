@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -69,3 +70,22 @@ def closest_width(params: Callable[[int], int], target: int, multiple: int = 8) 
         else:
             hi = mid
     return min((lo * multiple, hi * multiple), key=lambda w: abs(params(w) - target))
+
+
+# Sizes that keep their ratio to d_model when the width is searched (match_width).
+SCALED_WITH_WIDTH = ("emb_size", "ffn")
+
+
+def at_width(options: dict[str, Any], width: int) -> dict[str, Any]:
+    """``options`` with d_model = ``width``; emb_size and ffn, where set, keep their ratio to it."""
+    scale = width / options["d_model"]
+    sized = {k: max(1, round(options[k] * scale)) for k in SCALED_WITH_WIDTH if options.get(k)}
+    return {**options, **sized, "d_model": width}
+
+
+def match_width(build: Callable[..., nn.Module], options: dict[str, Any], target: int) -> dict[str, Any]:
+    """``options`` at the width whose model ``build(**options)`` has the parameter count closest to
+    ``target``. The width is a multiple of 8 and of the number of heads (if any)."""
+    multiple = math.lcm(8, options.get("heads") or 1)
+    width = closest_width(lambda w: count_parameters(build(**at_width(options, w))), target, multiple)
+    return at_width(options, width)

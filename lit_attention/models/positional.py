@@ -25,6 +25,8 @@ import math
 import torch
 from torch import nn
 
+from lit_attention.registry import POSITIONAL, check
+
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     """[max_len, d_model]: sin on even dims, cos on odd dims, wavelengths 2*pi .. 10000*2*pi."""
@@ -135,3 +137,30 @@ class ShawRelative(nn.Module):
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         relative = (k_pos[None, :] - q_pos[:, None]).clamp(-self.clip, self.clip)
         return self.embedding(relative + self.clip)                        # [T, S, d_head]
+
+
+# Where each encoding of registry.POSITIONAL acts (see the module docstring): "embeddings"
+# (absolute vectors added to token embeddings), "rotation" (of self-attention queries and keys),
+# "bias" (added to self-attention scores), "keys" (relative key vectors), or nowhere (None).
+ACTS_ON = {"none": None, "sinusoidal": "embeddings", "learned": "embeddings", "rotary": "rotation",
+           "alibi": "bias", "t5_bias": "bias", "shaw": "keys"}
+
+# Encodings acting as a score bias -> its module, from (heads, causal, buckets, max_distance).
+SCORE_BIASES = {
+    "alibi": lambda heads, causal, buckets, max_distance: AlibiBias(heads),
+    "t5_bias": lambda heads, causal, buckets, max_distance: T5Bias(
+        heads, bidirectional=not causal, buckets=buckets, max_distance=max_distance),
+}
+
+
+def absolute_positions(kind: str, max_len: int, d_model: int) -> AbsolutePositions | None:
+    """The absolute position table of ``kind``, or None if it acts elsewhere."""
+    acts_on = ACTS_ON[check("positional encoding", kind, POSITIONAL)]
+    return AbsolutePositions(kind, max_len, d_model) if acts_on == "embeddings" else None
+
+
+def score_bias(kind: str, heads: int, causal: bool, buckets: int = 32,
+               max_distance: int = 128) -> nn.Module | None:
+    """The self-attention score bias of ``kind`` (a module: positions -> [H, T, S]), or None."""
+    acts_on = ACTS_ON[check("positional encoding", kind, POSITIONAL)]
+    return SCORE_BIASES[kind](heads, causal, buckets, max_distance) if acts_on == "bias" else None

@@ -1,6 +1,7 @@
 """Recurrent encoder-decoder: Elman/GRU/LSTM cells, no attention or Bahdanau/Luong attention.
 
-Shapes: B batch, S source length, T target length, H hidden size, L layers, E embedding size.
+Shapes: B batch, S source length, T target length, H hidden size (d_model), L layers, E embedding
+size (emb_size).
 The encoder reads packed sequences, so padding never reaches its final states. A bidirectional
 encoder gives 2H states; a bridge (Linear + tanh per decoder layer) maps its final states to the
 decoder's size. Decoder wirings:
@@ -34,30 +35,33 @@ from lit_attention.models.scoring import attend, build_scorer
 from lit_attention.registry import CELLS, check, check_rnn
 
 
+# registry.CELLS name -> the torch.nn recurrent module and the arguments that make it that cell.
+CELL_MODULES = {
+    "elman-tanh": (nn.RNN, {"nonlinearity": "tanh"}),
+    "elman-relu": (nn.RNN, {"nonlinearity": "relu"}),
+    "gru": (nn.GRU, {}),
+    "lstm": (nn.LSTM, {}),
+}
+
+
 def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout: float,
              bidirectional: bool = False) -> nn.RNNBase:
-    check("cell", cell, CELLS)
-    kwargs = dict(num_layers=layers, batch_first=True, bidirectional=bidirectional,
-                  dropout=dropout if layers > 1 else 0.0)
-    if cell == "lstm":
-        return nn.LSTM(input_size, hidden_size, **kwargs)
-    if cell == "gru":
-        return nn.GRU(input_size, hidden_size, **kwargs)
-    nonlinearity = cell.split("-")[1]                      # elman-tanh / elman-relu
-    return nn.RNN(input_size, hidden_size, nonlinearity=nonlinearity, **kwargs)
+    module, fixed = CELL_MODULES[check("cell", cell, CELLS)]
+    return module(input_size, hidden_size, num_layers=layers, batch_first=True,
+                  bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0, **fixed)
 
 
 class Encoder(nn.Module):
     """Embedding -> (bi)RNN over packed sequences."""
 
-    def __init__(self, vocab_size: int, cell: str, emb_size: int, hidden_size: int, layers: int,
+    def __init__(self, vocab_size: int, cell: str, emb_size: int, d_model: int, layers: int,
                  dropout: float, bidirectional: bool):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
-        self.rnn = make_rnn(cell, emb_size, hidden_size, layers, dropout, bidirectional)
+        self.rnn = make_rnn(cell, emb_size, d_model, layers, dropout, bidirectional)
         self.layers, self.directions = layers, 2 if bidirectional else 1
-        self.output_size = hidden_size * self.directions
+        self.output_size = d_model * self.directions
 
     def forward(self, src: torch.Tensor, src_pad: torch.Tensor):
         """Returns states [B, S, dirs*H] (zeros on padding) and final states per layer
@@ -117,7 +121,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     """
 
     def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str = "lstm",
-                 emb_size: int = 256, hidden_size: int = 256, enc_layers: int = 1,
+                 emb_size: int = 256, d_model: int = 256, enc_layers: int = 1,
                  dec_layers: int = 1, dropout: float = 0.1, bidirectional: bool = True,
                  attention: str = "bahdanau", scoring: str = "additive", context: str = "init",
                  input_feeding: bool = False, rank: int = 32, tie_embeddings: bool = False,
@@ -126,7 +130,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
         self.cell, self.attention, self.context = cell, attention, context
         self.input_feeding, self.enc_output = input_feeding, enc_output
-        H = hidden_size
+        H = d_model
 
         self.encoder = Encoder(src_vocab_size, cell, emb_size, H, enc_layers, dropout,
                                bidirectional)
@@ -138,8 +142,15 @@ class RNNSeq2Seq(Seq2SeqModel):
 
         # With tied embeddings the readout lives in embedding space, so it can share its weights.
         self.out_size = emb_size if tie_embeddings else H
-        extra = ({"none": H if context == "every-step" else 0, "bahdanau": K, "luong": 0}[attention]
-                 + (self.out_size if input_feeding else 0))
+        # Per wiring (registry.ATTENTION): what joins the decoder input, and the readout.
+        context_size = {"none": H if context == "every-step" else 0, "bahdanau": K, "luong": 0}
+        readouts = {
+            "none": lambda: (nn.Linear(H, self.out_size, bias=False) if self.out_size != H
+                             else nn.Identity()),
+            "bahdanau": lambda: nn.Linear(H + K + emb_size, self.out_size),
+            "luong": lambda: nn.Linear(K + H, self.out_size, bias=False),
+        }
+        extra = context_size[attention] + (self.out_size if input_feeding else 0)
         self.tgt_embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
         self.decoder = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
@@ -148,13 +159,7 @@ class RNNSeq2Seq(Seq2SeqModel):
             if enc_output == "project":
                 self.enc_proj = nn.Linear(self.encoder.output_size, H, bias=False)
             self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
-        if attention == "none":
-            self.readout = (nn.Linear(H, self.out_size, bias=False) if self.out_size != H
-                            else nn.Identity())
-        elif attention == "bahdanau":
-            self.readout = nn.Linear(H + K + emb_size, self.out_size)
-        else:
-            self.readout = nn.Linear(K + H, self.out_size, bias=False)
+        self.readout = readouts[attention]()
         self.generator = nn.Linear(self.out_size, tgt_vocab_size)
         if tie_embeddings:
             self.generator.weight = self.tgt_embed.weight

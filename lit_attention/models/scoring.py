@@ -114,21 +114,22 @@ class Concat(Scorer):
         return self.v(torch.tanh(self.W(pairs))).squeeze(-1)
 
 
+# registry.SCORING name -> its scorer, built from (query size, key size, rank, attention size).
+SCORERS = {
+    "dot": lambda q, k, rank, attn: Dot(q, k),
+    "scaled_dot": lambda q, k, rank, attn: Dot(q, k, scaled=True),
+    "general": lambda q, k, rank, attn: General(q, k),
+    "low_rank": lambda q, k, rank, attn: LowRank(q, k, rank),
+    "additive": lambda q, k, rank, attn: Additive(q, k, attn),
+    "concat": lambda q, k, rank, attn: Concat(q, k, attn),
+}
+
+
 def build_scorer(name: str, query_size: int, key_size: int, rank: int = 32,
                  attn_size: int | None = None) -> Scorer:
     """The scorer called ``name`` in ``registry.SCORING``; additive/concat use ``attn_size``
     hidden units (default: the query size)."""
-    check("scoring", name, SCORING)
-    attn_size = attn_size or query_size
-    builders = {
-        "dot": lambda: Dot(query_size, key_size),
-        "scaled_dot": lambda: Dot(query_size, key_size, scaled=True),
-        "general": lambda: General(query_size, key_size),
-        "low_rank": lambda: LowRank(query_size, key_size, rank),
-        "additive": lambda: Additive(query_size, key_size, attn_size),
-        "concat": lambda: Concat(query_size, key_size, attn_size),
-    }
-    return builders[name]()
+    return SCORERS[check("scoring", name, SCORING)](query_size, key_size, rank, attn_size or query_size)
 
 
 def masked_softmax(scores: torch.Tensor, src_pad: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,8 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
-from lit_attention.models.positional import AbsolutePositions, AlibiBias, T5Bias
+from lit_attention.models.dropout import Dropout
+from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
 
 
 class Embeddings(nn.Module):
@@ -40,9 +41,8 @@ class Embeddings(nn.Module):
         self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
         self.max_len = max_len
         self.scale = math.sqrt(d_model)
-        self.position = (AbsolutePositions(positional, max_len, d_model)
-                         if positional in ("sinusoidal", "learned") else None)
-        self.dropout = nn.Dropout(dropout)
+        self.position = absolute_positions(positional, max_len, d_model)
+        self.dropout = Dropout(dropout)
 
     def forward(self, tokens: torch.Tensor, offset: int = 0) -> torch.Tensor:
         x = self.token(tokens) * self.scale
@@ -62,25 +62,26 @@ class Block(nn.Module):
         super().__init__()
         self.pre_norm = registry.check("norm", norm, registry.NORM) == "pre"
         self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring,
-                                            rotary=positional == "rotary",
-                                            shaw_clip=shaw_clip if positional == "shaw" else 0)
+                                            rotary=ACTS_ON[positional] == "rotation",
+                                            shaw_clip=shaw_clip if ACTS_ON[positional] == "keys" else 0)
         self.self_norm = nn.LayerNorm(d_model)
         self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring) if cross else None
         self.cross_norm = nn.LayerNorm(d_model) if cross else None
-        self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), nn.Dropout(dropout),
+        self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), Dropout(dropout),
                                  nn.Linear(ffn, d_model))
         self.ffn_norm = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x, q_pos, k_pos, mask: AttentionMask, past=None, cross_kv=None,
                 cross_mask: AttentionMask | None = None, need_weights=False):
         """x [B, T, D]; past: cached self-attention (k, v) of earlier positions; cross_kv: (k, v) of
         the memory. Returns (x, (k, v) of all self-attention keys so far, self weights, cross weights)."""
         h = self.branch_input(x, self.self_norm)
-        k, v = self.self_attn.keys_values(h, q_pos)
+        q, k, v = self.self_attn.queries_keys_values(h, q_pos)
         if past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, need_weights=need_weights, mask=mask)
+        out, self_weights = self.self_attn(h, k, v, q_pos, k_pos, need_weights=need_weights, mask=mask,
+                                           q=q)
         x = self.add(x, out, self.self_norm)
         cross_weights = None
         if self.cross_attn is not None:
@@ -113,13 +114,7 @@ class Stack(nn.Module):
         self.layers = nn.ModuleList(
             Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)
             for _ in range(layers))
-        if positional == "alibi":
-            self.bias = AlibiBias(heads)
-        elif positional == "t5_bias":
-            self.bias = T5Bias(heads, bidirectional=not causal, buckets=rel_buckets,
-                               max_distance=rel_max_distance)
-        else:
-            self.bias = None
+        self.bias = score_bias(positional, heads, causal, rel_buckets, rel_max_distance)
         self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
 
     def init_cache(self, batch: int, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:

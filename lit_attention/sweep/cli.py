@@ -1,18 +1,20 @@
 """`lit-attention sweep FILE [--workers N] [--gpus LIST] [--devices-per-trial G] [--storage URL] [--resume]
-[--dry-run]`."""
+[--dry-run] [--test]`."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 
 import optuna
 
 from lit_attention.files import check_writable
-from lit_attention.sweep import driver, progress
+from lit_attention.registry import TRACKING
+from lit_attention.sweep import driver, progress, testing
 from lit_attention.sweep.placement import PlacementError, parse_gpus, place, visible_gpus
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
@@ -44,8 +46,12 @@ def parser() -> argparse.ArgumentParser:
         "write nothing"))
     p.add_argument("--resume", action="store_true",
                    help="re-queue cells of an existing study that have no finished trial (failed, interrupted)")
+    p.add_argument("--test", action="store_true", help=(
+        "then evaluate every finished run's best checkpoint on its test split (`lit-attention "
+        "test`, the run's own decoding settings; runs already tested are skipped) and report the "
+        "objective's test metric (val_bleu -> test_bleu)"))
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
-    p.add_argument("--tracking", choices=("none", "wandb"), default=None,
+    p.add_argument("--tracking", choices=tuple(TRACKING), default=None,
                    help="override the file's tracking (one W&B run per trial)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS,
                    help=f"refuse grids of more configurations x seeds than this (default {MAX_CELLS:,})")
@@ -92,6 +98,10 @@ def report_study(study_dir: Path, metric: str) -> int:
         return 1
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1 or args.nodes_per_trial < 1:
@@ -114,6 +124,10 @@ def main(argv: list[str] | None = None) -> int:
                                          args.accelerator, args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
+        cells = driver.planned_cells(sweep) if sweep.enumerated else []
+        every = driver.first_commands(sweep, root, len(cells), args.devices_per_trial, args.tracking,
+                                      args.accelerator, args.nodes_per_trial)
+        print(progress.trial_list(sweep, cells, every))
         return 0
     try:   # the default SQLite study and the trials' run directories live under the root
         url = _url(args, sweep)
@@ -149,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
             last[0] = line
 
+    # SIGTERM (a session's or a batch job's end) stops the sweep as Ctrl-C does: the running trials
+    # write a checkpoint of the step they reached, which --resume continues. Without this, the
+    # driver died at once and took its workers and their trials down with SIGKILL.
+    signal.signal(signal.SIGTERM, _interrupt)
     procs = driver.spawn_workers(args.file, url, placements, root, args.devices_per_trial, args.tracking,
                                  args.accelerator, args.max_cells, args.nodes_per_trial)
     try:
@@ -157,9 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] stopped. Continue with: lit-attention sweep {args.file} --resume", flush=True)
         return 130
     print()
-    if report_study(root / sweep.study_name, sweep.objective) != 0:
+    metric, tested = sweep.objective, None
+    if args.test:
+        print(f"[{sweep.study_name}] testing the best checkpoint of every finished run", flush=True)
+        tested = testing.test_study(root / sweep.study_name, args.accelerator, args.tracking,
+                                    log=lambda line: print(line, flush=True))
+        print(f"[{sweep.study_name}] {tested.line()}", flush=True)
+        metric = testing.test_metric(sweep.objective)
+    if report_study(root / sweep.study_name, metric) != 0:
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
         print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
+    if tested is not None and tested.failed:
+        print(f"[{sweep.study_name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
+        for run_id, why in tested.failed:
+            print(f"  {run_id}: {why}", file=sys.stderr)
     missing = driver.unfinished_cells(sweep, study)
     if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
         print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)
@@ -169,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in missing:
             print(f"  {line}", file=sys.stderr)
         return 1
-    return 0
+    return 1 if tested is not None and tested.failed else 0
 
 
 if __name__ == "__main__":

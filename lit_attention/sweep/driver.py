@@ -37,9 +37,11 @@ from optuna.trial import TrialState
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
-from lit_attention.sweep.schema import Sweep, SweepError
+from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
-from lit_attention.tracking.liveness import gone, process_identity
+from lit_attention.tracking import schema
+from lit_attention.tracking.liveness import gone, process_identity, run_state
+from lit_attention.tracking.schema import Status, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
@@ -72,9 +74,10 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
     from lit_attention.cli import check_training_args
     from lit_attention.config_check import ConfigError
 
-    base = yaml.safe_dump(sweep.base) if isinstance(sweep.base, dict) else sweep.base
     prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
     for cell in sp.probe_cells(sweep.space) or [{}]:
+        base = sweep.base_for(cell)
+        base = yaml.safe_dump(base) if isinstance(base, dict) else base
         cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
                                params=cell, fixed=sweep.fixed, tracking=tracking or sweep.tracking,
                                name="check", devices=devices, accelerator=accelerator, nodes=nodes)
@@ -85,9 +88,12 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
             config_key = named.group(1) if named else None
             keys = [f"space.{k}" for k in cell if sp.config_name(k) == config_key]
             keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []
-            key = (keys or ["space" if cell else "base"])[0]
+            chosen = cell.get(BASE_PARAM)
+            choice = f"space.{BASE_PARAM}.choices[{list(sweep.bases).index(chosen)}]" if chosen else None
+            key = (keys or [choice or ("space" if cell else "base")])[0]
             line = next((sweep.lines[k] for k in (key, key.rpartition(".")[0]) if k in sweep.lines), None)
-            raise SweepError(sweep.path, key, f"{e} (checked with the training CLI: "
+            where = f"base choice {chosen!r} ({base}): " if chosen else ""
+            raise SweepError(sweep.path, key, f"{where}{e} (checked with the training CLI: "
                                               f"{short_params(cell) or 'base + fixed'})", line) from None
 
 
@@ -99,21 +105,21 @@ def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
 class RetryUncovered:
     """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
 
-    The run, if it still reads finished or running, is recorded as failed: its worker died before
-    recording the outcome (a run that finished just before its driver was killed would otherwise
-    count beside the re-run). The cell is re-queued (Optuna's retry, at most `max_retry` times)
-    under the study lock and only if no other trial covers it: a driver resuming on another machine
-    may have enqueued it again meanwhile (`_enqueue_missing`).
+    Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
+    is recorded `killed` with the reason, so that the cell's next attempt continues it from its
+    last checkpoint (`Objective._resumable_attempt`). A run that still reads finished (it finished
+    just before its driver was killed) or running (its process alive: a stalled worker, or on
+    another host) is recorded as failed, so that it never counts beside the re-run. The cell is
+    re-queued (Optuna's retry, at most `max_retry` times) under the study lock and only if no other
+    trial covers it: a driver resuming on another machine may have enqueued it again meanwhile
+    (`_enqueue_missing`).
     """
 
     def __init__(self, url: str, max_retry: int):
         self.url, self.retry = url, optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)
 
     def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
-        if tr.read_summary(run_dir).get("status") in ("finished", "running"):   # {} if not on this machine
-            tr.record_end(run_dir, "failed", f"abandoned: trial {trial.number} lost its worker before it recorded "
-                                             f"this run's outcome; its cell was queued again")
+        close_abandoned_run(trial)
         with study_lock(self.url):
             cell = trial_cell(trial)
             others = [t for t in _counted(study.get_trials(deepcopy=False)) if t.number != trial.number]
@@ -124,6 +130,22 @@ class RetryUncovered:
                 fresh = copy.deepcopy(trial)
                 fresh.user_attrs = {LOST: NO_RECORD}
                 self.retry(study, fresh)
+
+
+def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
+    """Record the end of the run a trial that lost its worker left (see `RetryUncovered`)."""
+    run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
+    try:
+        summary = schema.read_summary(run_dir)
+    except schema.SummaryError:   # never written, or not on this machine
+        return
+    why = (f"abandoned: trial {trial.number} lost its worker before it recorded this run's outcome; "
+           f"its cell was queued again")
+    status, _ = run_state(summary)
+    if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
+        tr.record_end(run_dir, summary, Status.KILLED, why)
+    elif status in (Status.FINISHED, Status.RUNNING):
+        tr.record_end(run_dir, summary, Status.FAILED, why)
 
 
 def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
@@ -296,7 +318,7 @@ class Fence:
             return
         self.discarded = True
         if self.run_dir is not None:
-            tr.record_end(self.run_dir, "failed", self.reason)
+            tr.close_run(self.run_dir, Status.FAILED, self.reason)
         print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}", flush=True)
 
 
@@ -315,13 +337,24 @@ class Objective:
         self.fence: Fence | None = None  # the current trial's
         self.url = url
 
-    def _base_path(self) -> Path:
+    def _base_path(self) -> Path | None:
+        if self.sweep.base is None:   # chosen per trial (space `base`)
+            return None
         if isinstance(self.sweep.base, dict):
             path = self.root / self.sweep.study_name / "base.yaml"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(self.sweep.base, sort_keys=False))
             return path
         return Path(self.sweep.base)
+
+    def _resumable_attempt(self, others: list, cell: str) -> optuna.trial.FrozenTrial | None:
+        """The latest earlier attempt of `cell`, if the run it left can be continued (trial.resumable)."""
+        attempts = [t for t in _counted(others) if trial_cell(t) == cell and t.state == TrialState.FAIL
+                    and t.user_attrs.get("run_id")]
+        if not attempts:
+            return None
+        last = max(attempts, key=lambda t: t.number)
+        return last if tr.resumable(self.root / self.sweep.study_name / last.user_attrs["run_id"]) else None
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         trial.set_user_attr(SKIPPED, why)
@@ -375,31 +408,39 @@ class Objective:
                 for s in sweep.seeds[1:]:
                     trial.study.enqueue_trial({**params, "seed": s}, user_attrs={LOST: NO_RECORD})
 
-        run_id = f"t{trial.number:04d}-s{seed}"
-        run_dir = self.root / sweep.study_name / run_id
+        run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
+        earlier = self._resumable_attempt(others, cell)
+        if earlier is not None:   # continue the run it left, from its last checkpoint
+            run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
+            trial.set_user_attr("resumed_from", earlier.number)
+        run_dir = self.root / sweep.study_name / run_id
+        trial.set_user_attr("run_name", name)
         trial.set_user_attr("cell", cell)
         trial.set_user_attr("run_id", run_id)
         trial.set_user_attr("run_dir", str(run_dir))
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        cmd = tr.build_command(base=self.base, root=self.root, study=sweep.study_name, run_id=run_id,
+        base = sweep.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
+        cmd = tr.build_command(base=base, root=self.root, study=sweep.study_name, run_id=run_id,
                                seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
                                name=name, devices=self.devices, accelerator=self.accelerator,
-                               nodes=self.nodes)
-        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> {run_dir}",
-              flush=True)
+                               nodes=self.nodes, resume=earlier is not None)
+        resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
+                   if earlier is not None else "")
+        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
+              f"{run_dir}{resumed}", flush=True)
         fence.run_dir = run_dir
         try:
             out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
-            trial.set_user_attr("status", "failed")
+            trial.set_user_attr("status", Status.FAILED.value)
             trial.set_user_attr("error", why)
             print(f"[{sweep.study_name}] trial {trial.number} failed ({why})", flush=True)
             raise tr.TrialFailed(why) from None
         except KeyboardInterrupt:
-            trial.set_user_attr("status", "interrupted")
+            trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
             raise
         except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
@@ -409,7 +450,7 @@ class Objective:
             fence.discard()
             raise tr.TrialFailed(fence.reason)
         s = out.summary
-        trial.set_user_attr("status", out.status)
+        trial.set_user_attr("status", out.status.value)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
         trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
                                                                "test_bleu", "params", "train_seconds", "epochs")
@@ -419,9 +460,9 @@ class Objective:
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
-        if out.status == "pruned":
+        if out.status is Status.PRUNED:
             raise optuna.TrialPruned(f"pruned after {out.reported} validations")
-        if out.status != "finished":
+        if out.status is not Status.FINISHED:
             trial.set_user_attr("error", out.error)
             raise tr.TrialFailed(out.error)
         return out.value
@@ -532,12 +573,13 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking:
     random/TPE: the first probe configuration, since their cells are sampled while running.
     """
     cells = planned_cells(sweep) if sweep.enumerated else []
-    base = sweep.base if not isinstance(sweep.base, dict) else root / sweep.study_name / "base.yaml"
     commands = []
     for i in range(n):
         cell = dict(cells[i]) if i < len(cells) else {**(sp.probe_cells(sweep.space) or [{}])[0],
                                                        "seed": sweep.seeds[0]}
         seed = cell.pop("seed")
+        base = sweep.base_for(cell)
+        base = root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
         commands.append(tr.build_command(
             base=base, root=root, study=sweep.study_name, run_id=f"t{i:04d}-s{seed}", seed=seed, params=cell,
             fixed=sweep.fixed, tracking=tracking or sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import shlex
 
 import optuna
 import pandas as pd
@@ -84,3 +85,15 @@ def format_table(table: pd.DataFrame) -> str:
     if table.empty:
         return "(no trials)"
     return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
+
+
+def trial_list(sweep, cells: list[dict], commands: list[list[str]]) -> str:
+    """What `--dry-run` lists after the workers: every trial's command, in queue order (grid and
+    brute force; the trial numbers and run ids are those of a new study), or why there is no list."""
+    if not sweep.enumerated:
+        return (f"trials: {sweep.n_trials}, sampled by the {sweep.sampler} sampler while the sweep runs "
+                "(no list before it runs)")
+    lines = [f"trials: {len(cells)}, in queue order:"]
+    for i, (cell, cmd) in enumerate(zip(cells, commands)):
+        lines.append(f"trial {i}: {short_params(cell) or '(base)'} seed={cell['seed']}: {shlex.join(cmd)}")
+    return "\n".join(lines)

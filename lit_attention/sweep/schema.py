@@ -15,8 +15,14 @@ A sweep file looks like::
       model.scoring: {choices: [dot, additive], when: {model.attention: {not: none}}}
       model.lr: {low: 1.0e-4, high: 1.0e-2, log: true}
 
-Every value naming a registry choice (family, cell, attention, scoring, positional, task, ...) is
-checked against `lit_attention.registry`.
+Instead of one `base`, the space may vary the training config itself: ``base: {choices: [a.yaml,
+b.yaml]}`` (paths relative to the sweep file); each choice is named by its file's stem
+(``multi30k-transformer``), which is the parameter's value in the study, the progress output and
+the run's tags (``base:multi30k-transformer``).
+
+Every value of a config key whose values are registry choices (family, cell, attention, scoring,
+positional, task, ...) is checked against `registry.CONFIG_CHOICES`, and so is `tracking`.
+Samplers, pruners and their options are the sweep's own vocabulary (Optuna's), listed here.
 """
 
 from __future__ import annotations
@@ -33,17 +39,17 @@ import yaml
 from lit_attention import registry
 from lit_attention.config_check import suggest
 from lit_attention.sweep.space import Condition, Param, config_name, count
+from lit_attention.tracking.schema import SAFE_NAME
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("minimize", "maximize")
-KINDS = ("seq2seq", "lm")
-TRACKING = ("none", "wandb")
 PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
 TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
             "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking", "workers")
-REQUIRED = ("study_name", "base", "objective", "space")
+REQUIRED = ("study_name", "objective", "space")
+BASE_PARAM = "base"    # the space parameter whose choices are training config files
 PRUNER_OPTIONS = {
     "none": {},
     "median": {"n_startup_trials": int, "n_warmup_steps": int, "interval_steps": int, "n_min_trials": int},
@@ -68,7 +74,7 @@ class SweepError(ValueError):
 class Sweep:
     path: Path
     study_name: str
-    base: Path | dict
+    base: Path | dict | None   # None: the space's `base` parameter chooses it per trial
     objective: str
     direction: str
     space: list[Param]
@@ -82,13 +88,19 @@ class Sweep:
     root: Path = Path("runs")
     fixed: dict = field(default_factory=dict)
     kind: str = "seq2seq"
-    tracking: str = "none"
+    tracking: str = registry.NO_TRACKING
     heartbeat_interval: int = 10
     grace_period: int = 30
     max_retry: int = 2
     description: str = ""
     workers: int = 1
     lines: dict = field(default_factory=dict, repr=False)  # line of each key in the file
+    bases: dict[str, Path] = field(default_factory=dict)   # space `base`: file stem -> config file
+    base_files: dict[str, str] = field(default_factory=dict, repr=False)   # stem -> path as written
+
+    def base_for(self, params: dict) -> Path | dict:
+        """The training config a trial with these parameters starts from."""
+        return self.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
 
     @property
     def enumerated(self) -> bool:
@@ -97,12 +109,15 @@ class Sweep:
 
     def spec(self) -> dict:
         """What defines the study (stored in it; a study of the same name must match)."""
-        return {
+        spec = {
             "objective": self.objective, "direction": self.direction, "sampler": self.sampler,
             "sampler_options": self.sampler_options, "pruner": self.pruner,
             "pruner_options": self.pruner_options, "seeds": self.seeds, "n_trials": self.n_trials,
             "space": [p.as_dict() for p in self.space], "fixed": self.fixed, "kind": self.kind,
         }
+        if self.base_files:   # only then: the studies of sweeps with one base keep their hash
+            spec["bases"] = self.base_files
+        return spec
 
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
@@ -118,22 +133,6 @@ def _is_int(value: Any) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def registry_choices(key: str, kind: str, transformer_only: bool = False) -> tuple | None:
-    """Valid values of a registry-backed config key, or None when the key is free-form."""
-    prefix, _, name = key.rpartition(".")
-    if prefix not in ("model", "data"):
-        return None
-    if name == "family":
-        return tuple(registry.LM_FAMILIES if kind == "lm" else registry.FAMILIES)
-    if name == "scoring":
-        return tuple(registry.TRANSFORMER_SCORING if transformer_only or kind == "lm" else registry.SCORING)
-    table = {"cell": registry.CELLS, "attention": registry.ATTENTION, "context": registry.CONTEXT,
-             "positional": registry.POSITIONAL, "norm": registry.NORM, "task": registry.TASKS,
-             "tokenizer": registry.TOKENIZERS, "spm_model": registry.SPM_MODELS,
-             "smoothing": registry.NGRAM_SMOOTHING}
-    return tuple(table[name]) if name in table else None
 
 
 class _Checker:
@@ -213,7 +212,8 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
     key = f"space.{name}"
     if not isinstance(name, str) or not name.startswith(PREFIXES) or not config_name(name).rpartition(".")[2]:
-        ck.fail(key, f"parameter names are dotted config keys starting with {', '.join(PREFIXES)}")
+        ck.fail(key, f"parameter names are dotted config keys starting with {', '.join(PREFIXES)} "
+                     f"(or `{BASE_PARAM}`: a list of training configs)")
     if isinstance(spec, list):
         spec = {"choices": spec}
     spec = dict(ck.mapping(key, spec))
@@ -236,9 +236,10 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
                 ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
         if len(set(map(repr, choices))) != len(choices):
             ck.fail(f"{key}.choices", "duplicate values")
-        transformer_only = any(c.name.endswith(".family") and not c.negate and set(c.values) == {"transformer"}
-                               for c in conditions)
-        valid = registry_choices(config_name(name), kind, transformer_only)
+        # a condition naming the families narrows the choices (Transformer scoring functions)
+        families = next((c.values for c in conditions
+                         if config_name(c.name) == "model.family" and not c.negate), None)
+        valid = registry.config_choices(config_name(name), kind, families)
         if valid is not None:
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
@@ -275,8 +276,9 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
     return Param(name, low=low, high=high, log=log, step=step, type=typ, when=conditions)
 
 
-def _check_cells(ck: _Checker, sweep: Sweep) -> None:
-    """Per-configuration registry checks the per-key checks cannot see (scoring x family).
+def _check_cells(ck: _Checker, sweep: Sweep, base_families: dict[str, str | None]) -> None:
+    """Per-configuration registry checks the per-key checks cannot see (scoring x family; the
+    family a base choice's file sets).
 
     Run on the probe space (ranges reduced to a few values), never on a grid of unknown size.
     """
@@ -291,12 +293,74 @@ def _check_cells(ck: _Checker, sweep: Sweep) -> None:
                 ck.fail(f"space.{name}", f"active together with space.{keys[config_name(name)]} "
                                          "(both set the same config key); make their conditions exclusive")
             keys[config_name(name)] = name
-        values = {**sweep.fixed, **{config_name(k): v for k, v in cell.items()}}
-        family, scoring = values.get("model.family"), values.get("model.scoring")
-        if family == "transformer" and scoring is not None and scoring not in registry.TRANSFORMER_SCORING:
-            key = f"space.{keys['model.scoring']}" if "model.scoring" in keys else "fixed.model.scoring"
-            ck.fail(key, f"{scoring!r} is not a Transformer scoring function "
-                         f"(valid: {', '.join(registry.TRANSFORMER_SCORING)}); add `when: {{model.family: rnn}}`")
+        from_base = base_families.get(cell.get(BASE_PARAM))
+        values = {**({"model.family": from_base} if from_base else {}), **sweep.fixed,
+                  **{config_name(k): v for k, v in cell.items() if k != BASE_PARAM}}
+        family = values.get("model.family")
+        if family is None:
+            continue
+        whose = (f" (the family of base choice {cell[BASE_PARAM]!r})"
+                 if from_base and "model.family" not in keys and "model.family" not in sweep.fixed else "")
+        for name, value in values.items():
+            valid = registry.config_choices(name, sweep.kind, [family])
+            if valid is not None and value not in valid:
+                key = f"space.{keys[name]}" if name in keys else f"fixed.{name}"
+                ck.fail(key, f"{value!r} is not a {name} of model.family {family!r}{whose} (valid: "
+                             f"{', '.join(valid)}); add a `when: {{model.family: ...}}` condition")
+
+
+def _find_config(ck: _Checker, key: str, value: str, path: Path) -> Path:
+    """A training config named in the sweep file: relative to the sweep file, else to the working directory."""
+    found = next((c for c in (path.parent / value, Path(value)) if c.is_file()), None)
+    if found is None:
+        ck.fail(key, f"training config {value!r} not found (relative to {path.parent} or the working directory)")
+    return found.resolve()
+
+
+def _parse_bases(ck: _Checker, spec: Any, path: Path, kind: str) -> tuple[Param, dict, dict, dict]:
+    """The `base` space parameter: (param whose choices are the files' stems, stem -> file,
+    stem -> path as written, stem -> the model.family the file sets or None)."""
+    key = f"space.{BASE_PARAM}"
+    if isinstance(spec, list):
+        spec = {"choices": spec}
+    for k in ck.mapping(key, spec):
+        if k != "choices":
+            ck.fail(f"{key}.{k}", "a base parameter takes only `choices`, a list of training config files "
+                                  "(every trial needs a config, so it has no `when`)")
+    choices = spec.get("choices")
+    if not isinstance(choices, list) or not choices:
+        ck.fail(f"{key}.choices", "must be a non-empty list of training config files")
+    files: dict[str, Path] = {}
+    written: dict[str, str] = {}
+    families: dict[str, str | None] = {}
+    for i, choice in enumerate(choices):
+        where = f"{key}.choices[{i}]"
+        if not isinstance(choice, str) or not choice:
+            ck.fail(where, f"must be the path of a training config, got {choice!r}")
+        file = _find_config(ck, where, choice, path)
+        stem = file.stem
+        if not SAFE_NAME.fullmatch(stem):
+            ck.fail(where, f"{choice!r}: the file's stem {stem!r} names the choice, so it must be 1-128 "
+                           "letters, digits, '.', '_' or '-', starting with a letter or digit")
+        if stem in files:
+            ck.fail(where, f"{choice!r} has the same stem as {written[stem]!r}; the stem names the choice "
+                           "in the study and the runs: rename one file")
+        try:
+            config = yaml.safe_load(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            ck.fail(where, f"{choice!r} ({file}): not readable YAML: {' '.join(str(e).split())[:300]}")
+        if not isinstance(config, dict):
+            ck.fail(where, f"{choice!r} ({file}): a training config is a mapping, got {type(config).__name__}")
+        model = config.get("model")
+        init = model.get("init_args") if isinstance(model, dict) else None
+        family = init.get("family") if isinstance(init, dict) else None
+        if family is not None:
+            valid = registry.config_choices("model.family", kind)
+            if valid is not None and family not in valid:
+                ck.fail(where, f"{choice!r} ({file}): model.family {family!r} is not a family of kind "
+                               f"{kind!r} (valid: {', '.join(valid)}); set the sweep's `kind`")
+        files[stem], written[stem], families[stem] = file, choice, family
+    return Param(BASE_PARAM, choices=tuple(files)), files, written, families
 
 
 def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None,
@@ -313,18 +377,21 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
             ck.fail(k, "missing (required)")
 
     name = data["study_name"]
-    if not isinstance(name, str) or not name or any(c in name for c in "/\\ \t") or name.startswith("."):
-        ck.fail("study_name", "must be a non-empty name without slashes or spaces")
-    kind = ck.choice("kind", data.get("kind", "seq2seq"), KINDS)
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):   # it names the runs' group directory
+        ck.fail("study_name", "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
+    kind = ck.choice("kind", data.get("kind", "seq2seq"), registry.KINDS)
 
-    base = data["base"]
+    space_data = ck.mapping("space", data["space"])
+    if BASE_PARAM in space_data and "base" in data:
+        ck.fail(f"space.{BASE_PARAM}", "the sweep also has a top-level base: keep one (a list of configs "
+                                       "in space.base, or one config as base)")
+    base = data.get("base")
     if isinstance(base, str):
-        candidates = [(path.parent / base), Path(base)]
-        found = next((c for c in candidates if c.is_file()), None)
-        if found is None:
-            ck.fail("base", f"training config {base!r} not found (relative to {path.parent} or the working directory)")
-        base = found.resolve()
-    elif not isinstance(base, dict):
+        base = _find_config(ck, "base", base, path)
+    elif base is None and BASE_PARAM not in space_data:
+        ck.fail("base", "missing (required): a training config (a path or a mapping), or a "
+                        "`base: {choices: [...]}` parameter in space")
+    elif base is not None and not isinstance(base, dict):
         ck.fail("base", "must be a path to a training config or a mapping")
 
     objective = ck.mapping("objective", data["objective"])
@@ -361,14 +428,14 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     root = data.get("root", "runs")
     if not isinstance(root, str):
         ck.fail("root", "must be a path")
-    tracking = ck.choice("tracking", data.get("tracking", "none"), TRACKING)
+    tracking = ck.choice("tracking", data.get("tracking", registry.NO_TRACKING), tuple(registry.TRACKING))
     workers = ck.int("workers", data.get("workers", 1), 1)
 
     fixed = dict(ck.mapping("fixed", data.get("fixed") or {}))
     for k, v in fixed.items():
         if not isinstance(k, str) or not k.startswith(PREFIXES):
             ck.fail(f"fixed.{k}", f"keys are dotted config keys starting with {', '.join(PREFIXES)}")
-        valid = registry_choices(k, kind, fixed.get("model.family") == "transformer")
+        valid = registry.config_choices(k, kind, [fixed["model.family"]] if "model.family" in fixed else None)
         if valid is not None:
             ck.choice(f"fixed.{k}", v, valid)
 
@@ -382,11 +449,14 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     if grace <= interval:
         ck.fail("heartbeat.grace_period", f"must be longer than the interval ({interval} s)")
 
-    space_data = ck.mapping("space", data["space"])
     if not space_data:
         ck.fail("space", "must declare at least one parameter")
     declared: dict[str, Param] = {}
+    bases, base_files, base_families = {}, {}, {}
     for pname, spec in space_data.items():
+        if pname == BASE_PARAM:
+            declared[pname], bases, base_files, base_families = _parse_bases(ck, spec, path, kind)
+            continue
         if isinstance(pname, str) and config_name(pname) in fixed:
             ck.fail(f"space.{pname}", "also set in fixed")
         declared[pname] = _parse_param(ck, pname, spec, declared, kind)
@@ -411,8 +481,8 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
                   root=Path(root), fixed=fixed, kind=kind, tracking=tracking,
                   heartbeat_interval=interval, grace_period=grace,
                   max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")),
-                  workers=workers, lines=ck.lines)
-    _check_cells(ck, sweep)
+                  workers=workers, lines=ck.lines, bases=bases, base_files=base_files)
+    _check_cells(ck, sweep, base_families)
     return sweep
 
 
@@ -441,7 +511,9 @@ def _walk(node, path: str, lines: dict[str, int], file: Path, sizes: dict[int, i
             lines.setdefault(dotted, line)
             size += _walk(value_node, dotted, lines, file, sizes)
     elif isinstance(node, yaml.SequenceNode):
-        size += sum(_walk(item, path, lines, file, sizes) for item in node.value)
+        for i, item in enumerate(node.value):   # items' lines too: `space.base.choices[1]`
+            lines.setdefault(f"{path}[{i}]", item.start_mark.line + 1)
+            size += _walk(item, path, lines, file, sizes)
     sizes[id(node)] = size
     if size > MAX_YAML_NODES:
         raise SweepError(file, path or "(file)", f"more than {MAX_YAML_NODES:,} YAML nodes once aliases "

@@ -17,17 +17,22 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
+from lit_attention.tracking import schema
+from lit_attention.tracking.liveness import run_state
+from lit_attention.tracking.schema import Status, Summary, SummaryError
 
 FIT_COMMAND_ENV = "LIT_ATTENTION_FIT_COMMAND"  # JSON list overriding the trial command (tests, debugging)
 POLL_SECONDS = 0.5
 # Environment of the worker that must not reach a fresh training run.
-_SCRUB_ENV = (STORAGE_ENV, "LIT_ATTENTION_RUN_ID", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
+_SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
               "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
 
@@ -38,9 +43,9 @@ class TrialFailed(Exception):
 
 @dataclass
 class Outcome:
-    status: str  # finished | pruned | failed | interrupted
+    status: Status  # FINISHED | PRUNED | FAILED | INTERRUPTED
     value: float | None
-    summary: dict
+    summary: Summary
     error: str | None
     reported: int  # validation rows reported to the trial
 
@@ -72,16 +77,24 @@ def format_value(value) -> str:
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
                   fixed: dict, tracking: str, name: str, devices: int = 1,
-                  accelerator: str | None = None, nodes: int = 1) -> list[str]:
-    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto)."""
-    params = {config_name(k): v for k, v in params.items()}
-    tags = [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
+                  accelerator: str | None = None, nodes: int = 1, resume: bool = False) -> list[str]:
+    """The trial's `lit-attention fit` command. `accelerator` None: the config's (default auto).
+
+    `base` is the config file; a `base` parameter (the chosen file's stem) becomes only a tag.
+    `resume`: continue run `run_id` from its checkpoints/last.ckpt (`--ckpt_path last`).
+    """
+    label = params.get(BASE_PARAM)
+    params = {config_name(k): v for k, v in params.items() if k != BASE_PARAM}
+    tags = [f"{BASE_PARAM}:{label}"] if label is not None else []
+    tags += [f"{k.rpartition('.')[2]}:{v}" for k, v in params.items() if k.rpartition(".")[2] in TAG_KEYS]
     cmd = launcher(nodes, devices) + fit_command() + [
         "--config", str(base), "--run.root", str(root), "--run.group", study, "--run.id", run_id,
         "--seed_everything", str(seed), "--tracking", tracking,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
+    if resume:
+        cmd += ["--ckpt_path", "last"]
     if accelerator:
         cmd += ["--trainer.accelerator", accelerator]
     if devices > 1 or nodes > 1:
@@ -92,6 +105,25 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
     return cmd
 
 
+def resumable(run_dir: Path) -> Summary | None:
+    """The summary of a run that an earlier attempt of a cell left and a new attempt can continue
+    from its checkpoints/last.ckpt: one stopped from outside (interrupted by Ctrl-C or SIGTERM;
+    killed, or "running" while its process on this host is gone: SIGKILL, a session's end).
+    None for any other run (failed by its own error, finished, still alive or on another host, or
+    without a complete last.ckpt): that cell starts afresh."""
+    last = run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT
+    # torch.save writes a zip whose directory comes last: a checkpoint cut short by a kill or a
+    # full disk has none, and loading it would only fail the next attempt too
+    if not last.is_file() or not zipfile.is_zipfile(last):
+        return None
+    try:
+        summary = schema.read_summary(run_dir)
+    except SummaryError:
+        return None
+    status, _ = run_state(summary)
+    return summary if status in (Status.KILLED, Status.INTERRUPTED) else None
+
+
 def validation_values(metrics_csv: Path, metric: str) -> list[float]:
     """The objective metric of every validation row so far, in order."""
     try:
@@ -100,13 +132,6 @@ def validation_values(metrics_csv: Path, metric: str) -> list[float]:
     except FileNotFoundError:
         return []
     return [float(r[metric]) for r in rows if r.get(metric) not in (None, "")]
-
-
-def read_summary(run_dir: Path) -> dict:
-    try:
-        return json.loads((run_dir / "summary.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
 
 
 class _Tee(threading.Thread):
@@ -143,17 +168,25 @@ def exit_reason(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def record_end(run_dir: Path, status: str, error: str) -> dict:
+def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
     none); returns the summary. A run store that cannot be written is left as it is."""
-    from lit_attention.files import atomic_write
     ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    summary = {**read_summary(run_dir), "status": status, "error": error, "finished_at": ended}
+    fields = {**summary, "status": status, "error": error, "finished_at": ended}
     try:
-        atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return schema.write_summary(run_dir, fields)
     except OSError:
-        pass
-    return summary
+        return Summary(fields, summary.path)
+
+
+def close_run(run_dir: Path, status: Status, error: str) -> Summary:
+    """`record_end` for a run whose summary has not been read (a missing or unreadable one is
+    replaced)."""
+    try:
+        summary = schema.read_summary(run_dir, missing_ok=True)
+    except SummaryError:
+        summary = Summary({}, schema.summary_path(run_dir))
+    return record_end(run_dir, summary, status, error)
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
@@ -185,7 +218,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
     reported, stop_sent = 0, False
-    with open(run_dir / "trial.log", "ab", buffering=0) as log:
+    with open(run_dir / schema.TRIAL_LOG, "ab", buffering=0) as log:
         # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
         proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -194,13 +227,13 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         try:
             while True:
                 done = proc.poll() is not None
-                values = validation_values(run_dir / "metrics.csv", metric)
+                values = validation_values(run_dir / schema.METRICS, metric)
                 for value in values[reported:]:
                     if not stop_sent and math.isfinite(value):
                         report(value, reported)
                     reported += 1
                 if not done and not stop_sent and reported and should_prune():
-                    (run_dir / "STOP").write_text("pruned\n")
+                    schema.request_stop(run_dir, Status.PRUNED)
                     stop_sent = True
                 if done or (why_lost := lost()):
                     break
@@ -220,21 +253,26 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
-        return Outcome("failed", None, record_end(run_dir, "failed", why_lost), why_lost, reported)
-    summary = read_summary(run_dir)
-    status = summary.get("status")
-    if proc.returncode != 0 or status in ("failed", "interrupted", None, "running"):
-        error = summary.get("error") or f"{exit_reason(proc.returncode)}: {tee.tail()}"
-        if status in (None, "running"):   # it never recorded an end: say so in its run store too
-            status = "killed" if proc.returncode < 0 else "failed"
-            summary = record_end(run_dir, status, error)
-        return Outcome(status if status == "interrupted" else "failed", None, summary, error, reported)
-    if status == "pruned" or (stop_sent and status != "finished"):
-        return Outcome("pruned", None, summary, None, reported)
+        return Outcome(Status.FAILED, None, close_run(run_dir, Status.FAILED, why_lost), why_lost, reported)
+    try:
+        summary = schema.read_summary(run_dir, missing_ok=True)
+    except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
+        return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
+    status = summary.status
+    if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
+        error = summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}"
+        if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
+            status = Status.KILLED if proc.returncode < 0 else Status.FAILED
+            summary = record_end(run_dir, summary, status, error)
+        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
+                       summary, error, reported)
+    if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
+        return Outcome(Status.PRUNED, None, summary, None, reported)
     value = summary.get(metric)
     if value is None:
-        values = validation_values(run_dir / "metrics.csv", metric)
+        values = validation_values(run_dir / schema.METRICS, metric)
         value = values[-1] if values else None
     if value is None or not math.isfinite(float(value)):
-        return Outcome("failed", None, summary, f"objective {metric} missing or not finite ({value})", reported)
-    return Outcome("finished", float(value), summary, None, reported)
+        return Outcome(Status.FAILED, None, summary, f"objective {metric} missing or not finite ({value})",
+                       reported)
+    return Outcome(Status.FINISHED, float(value), summary, None, reported)

@@ -10,9 +10,12 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
+from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
-from lit_attention.tracking.run_store import RunDir, RunStoreLogger, git_commit, now_iso, package_versions
+from lit_attention.tracking.run_store import (RunDir, RunStoreLogger, atomic_write, git_commit, now_iso,
+                                              package_versions)
+from lit_attention.tracking.schema import CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, refs_file
 
 
 def _metrics(trainer: Trainer, prefix: str) -> dict:
@@ -37,7 +40,7 @@ class RunStoreCallback(Callback):
         self.config_yaml = config_yaml
         self.seed = seed
         self.subcommand = subcommand
-        self.stop_reason: str | None = None
+        self.stop: tuple[Status, str] | None = None   # what the run's STOP file asked for
         # Training time spans on_train_start..on_train_end (the window of Trainer(max_time)); a
         # resumed run starts from the time its checkpoint had already trained.
         self._trained_seconds = 0.0
@@ -47,7 +50,7 @@ class RunStoreCallback(Callback):
     def _task(self, trainer: Trainer) -> str | None:
         dm = trainer.datamodule
         task = getattr(dm, "task", None) or getattr(getattr(dm, "hparams", {}), "get", lambda k: None)("task")
-        if task == "files":
+        if task == FILES_TASK:
             return getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
         return task
 
@@ -55,14 +58,13 @@ class RunStoreCallback(Callback):
         if not trainer.is_global_zero:
             return
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        if self.config_yaml and (stage == "fit" or not (self.run_dir.path / "config.yaml").exists()):
-            from lit_attention.tracking.run_store import atomic_write
-            atomic_write(self.run_dir.path / "config.yaml", self.config_yaml)
+        if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
+            atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
                       versions=package_versions(), world_size=trainer.world_size)
         if stage == "fit":
-            fields.update(status="running", error=None, started_at=now_iso(), process=process_identity(),
+            fields.update(status=Status.RUNNING, error=None, started_at=now_iso(), process=process_identity(),
                           heartbeat_at=now_iso())
             if not self.from_checkpoint:
                 # A fit from scratch in an existing run directory (an attempt killed before its
@@ -122,8 +124,8 @@ class RunStoreCallback(Callback):
         fields = _metrics(trainer, f"{split}_")
         hyps = getattr(pl_module, "hyps", {}).get(split)
         if hyps is not None:
-            self.run_dir.write_lines(f"hyps/{split}.txt", hyps)
-            self.run_dir.write_lines(f"hyps/{split}.ref.txt", pl_module.refs[split])
+            self.run_dir.write_lines(hyps_file(split), hyps)
+            self.run_dir.write_lines(refs_file(split), pl_module.refs[split])
             fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
             fields["chrf_signature"] = pl_module.chrf_signature
             # Next to each split's metrics: what decoded them and how sacreBLEU scored them.
@@ -143,17 +145,17 @@ class RunStoreCallback(Callback):
         if trainer.state.fn != "fit":
             return
         # The sweep driver asks a trial to stop by creating STOP; rank zero reads it, all ranks obey.
-        reason = self.run_dir.stop_requested() if trainer.is_global_zero else None
-        reason = trainer.strategy.broadcast(reason, src=0)
-        if reason:
-            self.stop_reason = reason
+        stop = self.run_dir.stop_requested() if trainer.is_global_zero else None
+        stop = trainer.strategy.broadcast(stop, src=0)
+        if stop:
+            self.stop = stop
             trainer.should_stop = True
 
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
             self._record_eval(trainer, pl_module, "test")
-            if self.run_dir.read_summary().get("status") in (None, "running"):
-                self.run_dir.update_summary(status="finished", finished_at=now_iso())
+            if self.run_dir.read_summary().status in (None, Status.RUNNING):
+                self.run_dir.update_summary(status=Status.FINISHED, finished_at=now_iso())
             _push_to_wandb(trainer, self.run_dir.read_summary())
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -164,10 +166,11 @@ class RunStoreCallback(Callback):
         budget = next((c for c in trainer.callbacks if isinstance(c, TrainingBudget)), None)
         counts = (budget.summary(trainer) if budget is not None
                   else {"train_tokens": getattr(pl_module, "train_tokens", 0) * trainer.world_size})
-        if self.stop_reason:
-            counts["stopped_by"] = f"STOP file: {self.stop_reason}"
+        status = Status.FINISHED
+        if self.stop:
+            status, reason = self.stop
+            counts["stopped_by"] = f"STOP file: {reason}"
         tokens = counts["train_tokens"]
-        status = "pruned" if self.stop_reason and "prun" in self.stop_reason else "finished"
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         summary = self.run_dir.update_summary(
             status=status, finished_at=now_iso(), train_seconds=seconds, **counts,
@@ -181,12 +184,12 @@ class RunStoreCallback(Callback):
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
         if interrupted and trainer.state.fn == "fit":
             # Leave a resumable checkpoint: `fit ... --ckpt_path last` continues from here.
-            trainer.save_checkpoint(self.run_dir.checkpoints / "last.ckpt")
+            trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
         if trainer.is_global_zero:
-            status = "interrupted" if interrupted else "failed"
+            status = Status.INTERRUPTED if interrupted else Status.FAILED
             try:
                 self.run_dir.update_summary(status=status, finished_at=now_iso(),
                                             error=f"{type(exception).__name__}: {exception}",
                                             steps=trainer.global_step)
-            except OSError:   # the disk is full or read-only: the original error is what matters
+            except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
                 pass

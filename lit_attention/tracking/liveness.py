@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
-KILLED = "killed"
+from lit_attention.tracking.schema import Status
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -46,18 +47,19 @@ def _alive(pid: int, started: int | None) -> bool:
     return ticks is not None and (started is None or ticks == started)
 
 
-def run_state(summary: dict) -> tuple[str | None, str | None]:
+def run_state(summary: Mapping) -> tuple[Status | None, str | None]:
     """(status, error) of a run as a reader should report it: a "running" run whose process on this
-    host is gone is ("killed", reason); everything else is as the summary says."""
+    host is gone is (KILLED, reason); everything else is as the summary says."""
     status, error = summary.get("status"), summary.get("error")
+    status = None if status is None else Status.parse(status)
     proc = summary.get("process")
-    if status != "running" or not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
+    if status is not Status.RUNNING or not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
         return status, error
     if proc.get("host") != socket.gethostname() or _alive(proc["pid"], proc.get("pid_started")):
         return status, error
-    return KILLED, (f"process {proc['pid']} on {proc['host']} is gone but never recorded an end "
-                    f"(killed with SIGKILL, by the OOM killer or a reboot); last heartbeat "
-                    f"{summary.get('heartbeat_at') or summary.get('started_at') or 'unknown'}")
+    return Status.KILLED, (f"process {proc['pid']} on {proc['host']} is gone but never recorded an end "
+                           f"(killed with SIGKILL, by the OOM killer or a reboot); last heartbeat "
+                           f"{summary.get('heartbeat_at') or summary.get('started_at') or 'unknown'}")
 
 
 def gone(process: dict) -> bool:

@@ -42,12 +42,33 @@ def summarise(probes: list[float]) -> dict:
             "machine_gflops_probes": [round(p, 1) for p in probes]}
 
 
-def cpu_has_native_bf16() -> bool:
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo); empty where there is no such file (macOS, Windows)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags")
+            for flag in line.partition(":")[2].split()}
+
+
+def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
     """Whether this CPU does bf16 arithmetic in hardware (AVX512-BF16 or AMX). Without it torch
     emulates bf16 matmuls: slower than fp32 with AVX512, and about 70x slower on an AVX2-only CPU
     (1.3 vs 91 GFLOP/s on one thread, measured on an AMD EPYC)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return any(flag in (cpu_flags() if flags is None else flags) for flag in NATIVE_BF16_FLAGS)
+
+
+def default_precision(flags: set[str], cuda_bf16: bool | None = None) -> tuple[str, str]:
+    """(precision, why) that `fit` trains in when none is given: bf16-mixed where the hardware does
+    bf16 natively, 32-true elsewhere. ``flags``: the CPU's flags; ``cuda_bf16``: None when training
+    on the CPU, else ``torch.cuda.is_bf16_supported()``."""
+    if cuda_bf16 is not None:
+        return ("bf16-mixed", "this GPU supports bf16") if cuda_bf16 else ("32-true", "this GPU has no bf16")
+    native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+    if native:
+        return "bf16-mixed", f"this CPU has native bf16 ({', '.join(native)})"
+    return "32-true", "this CPU has no native bf16 (avx512_bf16 or amx_bf16), where bf16 is slower than fp32"

@@ -1,18 +1,14 @@
 """The local run store: always written, readable without any server.
 
 runs/<group>/<run_id>/{config.yaml, metrics.csv, summary.json, hyps/<split>.txt, checkpoints/}
-Every file is written atomically (temp file + rename) so a reader polling it (the sweep driver)
-never sees half a file.
+(the format: tracking/schema.py). Every file is written atomically (temp file + rename) so a
+reader polling it (the sweep driver) never sees half a file.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import json
-import math
-import re
-import secrets
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -23,44 +19,7 @@ from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_attention.files import atomic_write  # noqa: F401  (the run store's writers import it from here)
-
-STOP_FILE = "STOP"
-RUN_ID_ENV = "LIT_ATTENTION_RUN_ID"
-
-
-# Run ids and groups become directory names under the runs root: no separators, no '.'/'..'.
-SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-def check_name(option: str, value: str) -> str:
-    """``value`` if it is a safe run id / group name, else ValueError naming ``option``."""
-    if not SAFE_NAME.fullmatch(value):
-        raise ValueError(f"{option} {value!r} is not a safe name: use 1-128 letters, digits, '.', "
-                         f"'_' or '-', starting with a letter or digit (no '/', no '..')")
-    return value
-
-
-def run_path(root: Path | str, group: str, run_id: str) -> Path:
-    """root/group/run_id, resolved, after checking both names; never a path outside root."""
-    root = Path(root).resolve()
-    path = (root / check_name("--run.group", group) / check_name("--run.id", run_id)).resolve()
-    if root not in path.parents:
-        raise ValueError(f"run directory {path} is outside the runs root {root}")
-    return path
-
-
-def new_run_id() -> str:
-    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
+from lit_attention.tracking import schema
 
 
 def now_iso() -> str:
@@ -100,37 +59,30 @@ class RunDir:
 
     @property
     def checkpoints(self) -> Path:
-        return self.path / "checkpoints"
+        return self.path / schema.CHECKPOINTS
 
-    def read_summary(self) -> dict:
-        try:
-            return json.loads((self.path / "summary.json").read_text())
-        except FileNotFoundError:
-            return {}
+    def read_summary(self) -> schema.Summary:
+        """The run's summary so far (empty before its first write)."""
+        return schema.read_summary(self.path, missing_ok=True)
 
-    def update_summary(self, **fields: Any) -> dict:
-        summary = self.read_summary()
-        summary.update(fields)
-        atomic_write(self.path / "summary.json", json.dumps(_json_safe(summary), indent=2) + "\n")
-        return summary
+    def update_summary(self, **fields: Any) -> schema.Summary:
+        return schema.update_summary(self.path, **fields)
 
     def write_lines(self, relpath: str, lines: list[str]) -> None:
         atomic_write(self.path / relpath, "".join(line.replace("\n", " ") + "\n" for line in lines))
 
-    def stop_requested(self) -> str | None:
-        stop = self.path / STOP_FILE
-        if stop.exists():
-            return stop.read_text().strip() or "stopped"
-        return None
+    def stop_requested(self) -> tuple[schema.Status, str] | None:
+        """(status to end as, reason) once the run's STOP file exists."""
+        return schema.stop_request(self.path)
 
 
 def find_latest_run(root: Path | str, group: str, with_checkpoint: bool = True) -> Path | None:
     """The newest run in a group (by directory mtime), optionally only runs with a last.ckpt."""
-    group_dir = Path(root) / check_name("--run.group", group)
+    group_dir = Path(root) / schema.check_name("--run.group", group)
     if not group_dir.is_dir():
         return None
-    runs = [p for p in group_dir.iterdir()
-            if p.is_dir() and (not with_checkpoint or (p / "checkpoints" / "last.ckpt").exists())]
+    last = Path(schema.CHECKPOINTS) / schema.LAST_CHECKPOINT
+    runs = [p for p in group_dir.iterdir() if p.is_dir() and (not with_checkpoint or (p / last).exists())]
     return max(runs, key=lambda p: p.stat().st_mtime, default=None)
 
 
@@ -141,14 +93,14 @@ class RunStoreLogger(Logger):
         super().__init__()
         self.run_dir = run_dir
         self.rows: list[dict] = []
-        self._columns: list[str] = ["step", "epoch", "time"]
+        self._columns: list[str] = list(schema.METRICS_COLUMNS)
         self._last_flush = 0.0
         self._start = time.monotonic()
         self._load_existing()
 
     def _load_existing(self) -> None:
         # A resumed run keeps the rows it logged before the interruption.
-        path = self.run_dir.path / "metrics.csv"
+        path = self.run_dir.path / schema.METRICS
         if path.exists():
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
@@ -204,7 +156,7 @@ class RunStoreLogger(Logger):
         writer = csv.DictWriter(buf, fieldnames=self._columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(self.rows)
-        atomic_write(self.run_dir.path / "metrics.csv", buf.getvalue())
+        atomic_write(self.run_dir.path / schema.METRICS, buf.getvalue())
         self._last_flush = time.monotonic()
 
     @rank_zero_only

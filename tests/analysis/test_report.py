@@ -108,7 +108,7 @@ def test_usable_invalid_and_missing_metrics_are_told_apart():
     assert aggregate.usable(runs, "val_bleu").tolist() == [True, False, False, False, False]
     assert aggregate.invalid(runs, "val_bleu").tolist() == [False, True, False, True, False]
     agg = aggregate.aggregate(runs.assign(k="x", run_id=list("abcde")), ["k"])
-    assert agg.loc[0, ["n", "n_invalid", "n_other", "n_failed"]].tolist() == [1, 2, 1, 1]
+    assert agg.loc[0, ["n", "n_invalid", "n_missing", "n_other", "n_failed"]].tolist() == [1, 2, 1, 0, 1]
     assert load.FINISHED == "finished"
 
 
@@ -167,3 +167,26 @@ def test_a_table_wider_than_the_column_even_without_statistics_is_warned_about(t
     err = capsys.readouterr().err
     assert "warning: table.tex is about" in err and "wider than the column width of a two-column paper (229.5 pt)" in err
     assert r"Family & Positions & Scoring & Norm & Tied emb. & BLEU $\uparrow$ \\" in (tmp_path / "r" / "table.tex").read_text()
+
+
+def test_a_hidden_varying_parameter_is_a_row_key_by_default_and_refused_when_hidden(tmp_path, capsys):
+    """Two learning rates (a config field outside the summary's model dict) are two
+    configurations, never 2 x 2 'seeds' of one."""
+    for lr, scores in {"0.001": [10.0, 11.0], "0.003": [30.0, 31.0]}.items():
+        for attention in ("none", "luong"):
+            for seed, bleu in enumerate(scores, start=1):
+                run = write_run(tmp_path, "lr", f"{attention}-{lr}-s{seed}", seed=seed,
+                                model=model(attention), val_bleu=bleu)
+                with open(run / "config.yaml", "a") as f:
+                    f.write(f"    lr: {lr}\n")
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "lr"), "--out", str(out), "--baseline", "off", "--no-figures"]) == 0
+    assert "rows: config.model.lr added" in capsys.readouterr().err
+    table = pd.read_csv(out / "table.csv")
+    assert table["n"].tolist() == [2, 2, 2, 2] and sorted(table["mean"]) == [10.5, 10.5, 30.5, 30.5]
+    assert "| lr " in (out / "table.md").read_text()
+    assert report.main([str(tmp_path / "lr"), "--out", str(out), "--rows", "model.attention",
+                        "--no-figures"]) == 2
+    assert "configuration keys ['config.model.lr'] vary across the runs" in capsys.readouterr().err
+    assert report.main([str(tmp_path / "lr"), "--out", str(out), "--rows", "model.attention",
+                        "--where", "config.model.lr=0.003", "--baseline", "off", "--no-figures"]) == 0

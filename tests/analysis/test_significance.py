@@ -1,19 +1,23 @@
-"""The vectorized paired tests give sacreBLEU PairedTest's p-values (same draw: the same numbers;
-another draw: within Monte Carlo error), on one shared draw for a whole family of comparisons."""
+"""The tests against a baseline: the seeds x sentences bootstrap equals a direct implementation
+on sacreBLEU's corpus BLEU, finds planted effects in the right direction and never a seed-level
+effect that the seeds do not show; the sentence-level tests give sacreBLEU PairedTest's p-values
+(same draw: the same numbers; another draw: within Monte Carlo error) for single runs."""
 
 from __future__ import annotations
 
 import gzip
+import json
 import math
 import random
 
 import numpy as np
+import pandas as pd
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
-from lit_attention.analysis import load, report, resampling, significance
+from lit_attention.analysis import aggregate, load, report, resampling, seed_test, significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 
@@ -77,110 +81,235 @@ def test_default_resamples_let_holm_go_below_one_percent():
     for m in (1, 3, 99, 100, 249, 499):
         n = significance.default_samples(m)
         assert n >= significance.N_SAMPLES and significance.holm_floor(m, n) < 0.01
-    assert significance.default_samples(3) == 10_000
+    assert significance.default_samples(significance.hypotheses("seeds", 3)) == 10_000
+    assert significance.hypotheses("seeds", 3) == 6 and significance.hypotheses("bootstrap", 3) == 3
+    assert significance.holm_floor(6, 10_000) < 0.001          # the demo table: p < 0.001 resolvable
     assert significance.default_samples(249) == 25_000
     assert significance.default_samples(5000) == significance.MAX_DEFAULT_SAMPLES
     assert significance.holm_floor(5000, significance.resolving_samples(5000)) < 0.01
-    text = significance.method(12_000, 7, "permutation")
-    assert "approximate randomization" in text and "12000 resamples" in text and "seed 7" in text
+    text = significance.method(12_000, 7, "permutation", comparisons=2)
+    assert "approximate randomization" in text and "12,000 resamples" in text and "seed 7" in text
+    text = significance.method(10_000, 12345, "seeds", comparisons=3, split="val")
+    for words in ("seeds × sentences", "10,000 resamples", "validation sentences", "one-sided",
+                  "Holm-corrected over both directions of 3 comparisons (6 hypotheses)"):
+        assert words in text
+
+
+def test_p_values_print_as_bounds_at_the_resampling_floor_never_zero():
+    assert tables.p_text(6 / 10_001, 1 / 10_001, 10_000) == "<0.001"
+    assert tables.p_text(6 / 1_001, 1 / 1_001, 1_000) == "<0.006"
+    assert tables.p_text(0.0004, 0.0001, 40_000) == "<0.001"       # not at the floor, but below 0.001
+    assert tables.p_text(0.0123, 0.004, 10_000) == "0.012"
+    assert tables.p_text(1.0, 0.6, 10_000) == "1.000"
+    assert tables.p_text(math.nan, math.nan, 10_000) == "–"
 
 
 def rnn(attention: str) -> dict:
     return dict(family="rnn", cell="gru", attention=attention, d_model=32)
 
 
-@pytest.fixture
-def family(tmp_path):
-    """A baseline and three systems, 3 seeds each; seed 3 of 'luong' has no baseline partner."""
-    refs = references(150, seed=5)
-    damage = {"none": (0.7, 0), "bahdanau": (0.2, 0), "luong": (0.7, 100), "dot": (0.0, 0)}
-    for attention, (fraction, offset) in damage.items():
-        for seed in (1, 2, 3):
-            if attention == "none" and seed == 3:
-                continue
-            hyps = corrupt(refs, fraction, seed=seed + offset)    # luong: as bad, other sentences
-            write_run(tmp_path, "study", f"{attention}-{seed}", seed=seed, model=rnn(attention),
-                      val_bleu=20.0, hyps=hyps, refs=refs)
-    return tmp_path / "study", refs
+def bleu_of(hyps, refs) -> float:
+    return BLEU().corpus_score(hyps, [refs]).score
 
 
-def test_family_pvalues_equal_one_pair_at_a_time(family, capsys):
-    study, refs = family
-    runs = load.load_runs(study)
-    sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                           n_samples=500, seed=11)
-    assert sig.attrs == dict(n_samples=500, seed=11, test="bootstrap")
-    assert sig["seeds_compared"].tolist() == [2, 2, 2]          # seed 3 has no baseline partner
-    for row in sig.itertuples():
-        per_seed = dict(item.split(":") for item in row.per_seed.split(";"))
+def store(root, refs, plan: dict, status: dict = ()) -> object:
+    """Runs of one study: plan maps attention -> [(damage fraction, corruption seed) per seed];
+    val_bleu is the BLEU of the stored test hypotheses, so table means and tested Δ agree."""
+    status = dict(status)
+    for attention, seeds in plan.items():
+        for seed, (fraction, offset) in enumerate(seeds, start=1):
+            hyps = corrupt(refs, fraction, seed=seed + offset)
+            write_run(root, "study", f"{attention}-{seed}", seed=seed, model=rnn(attention),
+                      val_bleu=bleu_of(hyps, refs), hyps=hyps, refs=refs,
+                      status=status.get(f"{attention}-{seed}", "finished"))
+    return root / "study"
+
+
+def naive_seed_test(base, systems, refs, n_samples, seed):
+    """The test written out: sacreBLEU's corpus BLEU of every run on every resampled test set
+    (the sentences of the family's draw, listed one by one), then on each resample the difference
+    of the seed means plus its Welch standard error times t(Welch-Satterthwaite df)."""
+    weights = resampling.draw("bootstrap", len(refs), n_samples, seed).weights.astype(int)
+    picks = [np.repeat(np.arange(len(refs)), w) for w in weights]
+
+    def scores(runs):
+        return np.array([[bleu_of([h[i] for i in idx], [refs[i] for i in idx]) for h in runs]
+                         for idx in picks])
+
+    base_scores = scores(base)
+    found = []
+    for member, runs in enumerate(systems, start=1):
+        rng = seed_test.seed_rng(seed, member)
         deltas = []
-        for seed, p in per_seed.items():
-            base = (study / f"none-{seed}" / "hyps" / "test.txt").read_text().splitlines()
-            system = (study / f"{row[1]}-{seed}" / "hyps" / "test.txt").read_text().splitlines()
-            alone = significance.paired_bootstrap(base, system, refs, n_samples=500, seed=11)
-            assert float(p) == pytest.approx(alone["p"], abs=5e-5)     # per_seed shows 4 decimals
-            deltas.append(alone["system"] - alone["baseline"])
-        assert row.p_max == max(float(p) for p in per_seed.values()) or math.isclose(
-            row.p_max, max(float(p) for p in per_seed.values()), abs_tol=5e-5)
-        assert row.delta == pytest.approx(sum(deltas) / len(deltas), rel=1e-12)
-    by_name = sig.set_index("model.attention")
-    assert by_name.loc["dot", "significant"] and by_name.loc["bahdanau", "significant"]
-    assert not by_name.loc["luong", "significant"]
-    # the statistics were cached beside the hypotheses, and a second run reads them
-    assert (study / "none-1" / "hyps" / "test.bleu.stats.npz").is_file()
-    again = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                             n_samples=500, seed=11)
-    assert again["per_seed"].tolist() == sig["per_seed"].tolist()
-    # the default number of resamples follows the number of comparisons
-    auto = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                            test="permutation")
-    assert auto.attrs["n_samples"] == significance.default_samples(3)
-    assert "warning" not in capsys.readouterr().err
-    significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                     n_samples=100)
-    assert "3 comparisons and 100 resamples no Holm-adjusted p-value can be below 0.0297; " \
-           "--samples 1000 resolves p < 0.01" in capsys.readouterr().err
+        for a, b in zip(scores(runs), base_scores):
+            va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+            df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+            deltas.append((a.mean() - b.mean(), math.sqrt(va + vb), df))
+        t = rng.standard_t([d for *_, d in deltas], size=n_samples)
+        deltas = np.array([d + se * t_b for (d, se, _), t_b in zip(deltas, t)])
+        observed = np.mean([bleu_of(h, refs) for h in runs]) - np.mean([bleu_of(h, refs) for h in base])
+        p_up = ((deltas <= 0).sum() + 1) / (n_samples + 1)
+        p_down = ((deltas >= 0).sum() + 1) / (n_samples + 1)
+        found.append((observed, *np.percentile(deltas, [2.5, 97.5]), p_up, p_down))
+    return found
 
 
-def test_identical_systems_get_p_one_and_references_must_match(family):
-    study, refs = family
-    runs = load.load_runs(study)
-    # a system whose references live only in its baseline's store uses those
-    (study / "luong-1" / "hyps" / "test.ref.txt").unlink()
-    sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                           n_samples=200)
-    assert sig.set_index("model.attention").loc["luong", "seeds_compared"] == 2
-    # the same hypotheses as the baseline: p = 1 without resampling
-    same = (study / "none-1" / "hyps" / "test.txt").read_bytes()
-    (study / "bahdanau-1" / "hyps" / "test.txt").write_bytes(same)
-    sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                           n_samples=200)
-    assert sig.set_index("model.attention").loc["bahdanau", "per_seed"].startswith("1:1.0000")
-    # other references than the baseline's: refused, naming the run
-    (study / "dot-2" / "hyps" / "test.ref.txt").write_text("\n".join(refs[::-1]) + "\n")
-    with pytest.raises(AnalysisError, match="dot-2 and its baseline .* different references"):
-        significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                         n_samples=200)
-    # fewer sentences than the baseline: refused
-    (study / "dot-2" / "hyps" / "test.ref.txt").write_text("\n".join(refs[:-1]) + "\n")
-    (study / "dot-2" / "hyps" / "test.txt").write_text("\n".join(refs[:-1]) + "\n")
-    (study / "none-2" / "hyps" / "test.ref.txt").unlink()
-    with pytest.raises(AnalysisError, match="equal lengths"):
-        significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
-                                         n_samples=200)
+def test_seed_test_equals_the_test_written_out_on_sacrebleu(tmp_path):
+    refs = references(60, seed=5)
+    plan = {"none": [(0.5, 0), (0.5, 0), (0.5, 0)], "bahdanau": [(0.3, 10), (0.35, 10)],
+            "luong": [(0.5, 20), (0.6, 20), (0.45, 20)]}
+    study = store(tmp_path, refs, plan)
+    sig = significance.compare_to_baseline(load.load_runs(study), ["model.attention"],
+                                           {"model.attention": "none"}, n_samples=150, seed=3)
+    hyps = {a: [corrupt(refs, f, seed=s + o) for s, (f, o) in enumerate(seeds, start=1)]
+            for a, seeds in plan.items()}
+    expected = naive_seed_test(hyps["none"], [hyps["bahdanau"], hyps["luong"]], refs, 150, 3)
+    ups, downs = [e[3] for e in expected], [e[4] for e in expected]
+    adjusted = significance.holm(ups + downs)
+    for row, (observed, lo, hi, up, down), k in zip(sig.itertuples(), expected, range(2)):
+        assert row.delta == pytest.approx(observed, abs=1e-9)
+        assert (row.delta_lo, row.delta_hi) == pytest.approx((lo, hi), abs=1e-9)
+        assert row.p == pytest.approx(up if observed > 0 else down)
+        assert row.p_holm == pytest.approx(adjusted[k] if observed > 0 else adjusted[k + 2])
+    assert sig["n_tested"].tolist() == [2, 3] and sig["n_baseline"].tolist() == [3, 3]
+    assert sig.attrs["n_samples"] == 150 and sig.attrs["comparisons"] == 2
 
 
-def test_report_options_for_the_test(family, tmp_path, capsys):
-    study, _ = family
+def test_planted_effects_get_their_direction_and_one_seed_gets_no_mark(tmp_path, capsys):
+    """Better over seeds: ▲; worse over seeds: ▼ (the old two-sided † marked both alike); as good:
+    no mark; one seed: 'n=1' and no mark; failed, pruned, untested runs counted."""
+    refs = references(300, seed=5)
+    plan = {"none": [(0.5, 0)] * 4, "bahdanau": [(0.2, 10)] * 4, "luong": [(0.8, 20)] * 4,
+            "dot": [(0.5, 30)] * 3, "general": [(0.1, 40)], "concat": [(0.2, 50)] * 3}
+    study = store(tmp_path, refs, plan, status={"concat-3": "failed", "concat-2": "pruned"})
+    write_run(tmp_path, "study", "dot-4", seed=4, model=rnn("dot"), val_bleu=20.0)   # no hypotheses
+    write_run(tmp_path, "study", "dot-5", seed=5, model=rnn("dot"))                  # no val_bleu
     out = tmp_path / "out"
-    assert report.main([str(study), "--out", str(out), "--baseline", "attention=none", "--test",
-                        "permutation", "--samples", "300", "--resample-seed", "4",
+    assert report.main([str(study), "--out", str(out), "--no-figures"]) == 0
+    md = (out / "table.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines()
+            if line.startswith("|") and not line.startswith("|:")}
+    assert "▲" in rows["bahdanau"] and "▼" not in rows["bahdanau"]
+    assert "▼" in rows["luong"] and "▲" not in rows["luong"]
+    assert "▲" not in rows["dot"] + rows["general"] + rows["concat"] and "▼" not in rows["dot"]
+    assert "| n=1 " in rows["general"] and "| n=1 " in rows["concat"]     # concat: 1 usable seed
+    sig = pd.read_csv(out / "significance.csv").set_index("model.attention")
+    assert sig.loc["bahdanau", "p_holm"] < 0.01 and sig.loc["luong", "p_holm"] < 0.01
+    assert "0.000" not in md
+    assert sig.loc["bahdanau", "direction"] == "better" and sig.loc["luong", "direction"] == "worse"
+    assert sig.loc["bahdanau", "delta_lo"] > 0 > sig.loc["luong", "delta_hi"]
+    assert sig.loc["dot", "delta_lo"] < 0 < sig.loc["dot", "delta_hi"]
+    assert not sig.loc["dot", "significant"] and sig.loc["dot", "n_untested"] == 1
+    assert sig.loc["general", "note"] == "n=1" and math.isnan(sig.loc["general", "p"])
+    caption = md.split("\n\n")[1]
+    for words in ("▲/▼: better/worse than the baseline (model.attention=none) on the test hypotheses",
+                  "seeds × sentences", "10,000 resamples", "Holm-corrected over both directions of "
+                  "3 comparisons (6 hypotheses)", "n=1: one seed", "1 failed, 1 pruned",
+                  "1 finished without val_bleu", "Runs averaged but not tested (without stored test "
+                  "hypotheses): 1 of 4 of dot", "(1 seed without a partner)"):
+        assert words in caption, words
+    assert "significance against the configuration without attention" in capsys.readouterr().err
+
+
+def test_seeds_that_disagree_are_no_evidence_however_sure_each_seed_is(tmp_path):
+    """One seed far better than the baseline, the other far worse: every per-seed sentence test
+    is significant (the old largest-p-over-seeds rule marked it), the seed test is not."""
+    refs = references(150, seed=5)
+    plan = {"none": [(0.5, 0), (0.5, 0)], "bahdanau": [(0.1, 10), (0.9, 10)]}
+    study = store(tmp_path, refs, plan)
+    runs = load.load_runs(study)
+    for seed in (1, 2):
+        base = corrupt(refs, 0.5, seed=seed)
+        system = (study / f"bahdanau-{seed}" / "hyps" / "test.txt").read_text().splitlines()
+        assert significance.paired_bootstrap(base, system, refs, n_samples=1000)["p"] < 0.01
+    sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"})
+    row = sig.iloc[0]
+    assert not row["significant"] and row["p_holm"] > 0.2 and row["delta_lo"] < 0 < row["delta_hi"]
+
+
+def test_a_summary_metric_is_tested_over_seeds_by_welchs_t_in_its_own_direction(tmp_path):
+    """Without sentence statistics (perplexity) the test is Welch's t-test over seeds: equal
+    spreads of 3 seeds give exactly 4 degrees of freedom, so p is a printed t-table value."""
+    for attention, ppls in {"none": [9.0, 9.4, 9.2], "bahdanau": [5.0, 5.4, 5.2],
+                            "luong": [8.7, 9.1, 8.9]}.items():
+        for seed, ppl in enumerate(ppls, start=1):
+            run = write_run(tmp_path, "lm", f"{attention}-{seed}", seed=seed, model=rnn(attention),
+                            val_bleu=1.0)
+            summary = json.loads((run / "summary.json").read_text())
+            (run / "summary.json").write_text(json.dumps({**summary, "val_ppl": ppl}))
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "lm"), "--out", str(out), "--metric", "val_ppl",
                         "--no-figures"]) == 0
-    caption = (out / "table.md").read_text()
-    assert "approximate randomization" in caption and "300 resamples, seed 4" in caption
-    assert report.main([str(study), "--out", str(out), "--baseline", "off", "--samples", "300",
+    sig = pd.read_csv(out / "significance.csv").set_index("model.attention")
+    assert sig.loc["bahdanau", "direction"] == "better" and sig.loc["bahdanau", "significant"]
+    assert sig.loc["bahdanau", "delta"] == pytest.approx(-4.0)
+    t = 0.3 / math.sqrt(2 * 0.04 / 3)                        # 1.837 on 4 degrees of freedom
+    welch = (1 - aggregate.t_coverage(t, 4)) / 2              # one-sided: 0.070
+    sd = math.sqrt(welch * (1 - welch) / 10_000)
+    assert sig.loc["luong", "direction"] == "better"
+    assert abs(sig.loc["luong", "p"] - welch) < 4.5 * sd, (sig.loc["luong", "p"], welch)
+    md = (out / "table.md").read_text()
+    assert "▲" in md and "test over seeds: " in md and "seed means (of the val_ppl values)" in md
+    assert "sentences" not in md.split("▲/▼")[1]
+
+
+def test_sentence_level_tests_compare_single_runs_only(tmp_path, capsys):
+    refs = references(150, seed=5)
+    one_each = store(tmp_path / "single", refs, {"none": [(0.5, 0)], "bahdanau": [(0.1, 10)]})
+    out = tmp_path / "out"
+    assert report.main([str(one_each), "--out", str(out), "--test", "permutation", "--samples", "300",
+                        "--resample-seed", "4", "--no-figures"]) == 0
+    md = (out / "table.md").read_text()
+    assert "approximate randomization" in md and "300 resamples, seed 4" in md
+    assert "▲" not in md.split("\n\n")[0] and "no marks: one run per configuration" in md
+    sig = pd.read_csv(out / "significance.csv")
+    assert sig.loc[0, "significant"] and sig.loc[0, "p"] < 0.01
+    # the default seed test cannot test one seed: n=1, no mark
+    assert report.main([str(one_each), "--out", str(out), "--no-figures"]) == 0
+    assert "| n=1 " in (out / "table.md").read_text()
+    three = store(tmp_path / "three", refs, {"none": [(0.5, 0)] * 3, "bahdanau": [(0.1, 10)] * 3})
+    capsys.readouterr()
+    assert report.main([str(three), "--out", str(out), "--test", "bootstrap", "--no-figures"]) == 2
+    assert "--test bootstrap compares one run with one run" in capsys.readouterr().err
+    assert report.main([str(three), "--out", str(out), "--baseline", "off", "--samples", "300",
                         "--no-figures"]) == 2
     assert "--samples given but no significance test runs" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        report.main([str(study), "--out", str(out), "--samples", "0"])
+        report.main([str(three), "--out", str(out), "--samples", "0"])
     assert exc.value.code == 2
+
+
+def test_references_must_match_and_identical_systems_do_not_differ(tmp_path):
+    refs = references(150, seed=5)
+    study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.5, 0)] * 2,
+                                   "luong": [(0.2, 10)] * 2})
+    runs = load.load_runs(study)
+    # a run whose references live only in the baseline's store uses those
+    (study / "luong-1" / "hyps" / "test.ref.txt").unlink()
+    sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
+                                           n_samples=200).set_index("model.attention")
+    assert sig.loc["luong", "n_tested"] == 2 and sig.loc["luong", "delta"] > 5
+    # the baseline's own hypotheses, seed for seed: no difference, no direction, no mark
+    assert sig.loc["bahdanau", "delta"] == 0 and sig.loc["bahdanau", "direction"] == ""
+    assert not sig.loc["bahdanau", "significant"]
+    # other references than the baseline's: refused, naming the run
+    (study / "luong-2" / "hyps" / "test.ref.txt").write_text("\n".join(refs[::-1]) + "\n")
+    with pytest.raises(AnalysisError, match="luong-2 was scored against other references"):
+        significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
+                                         n_samples=200)
+    # fewer sentences: refused
+    (study / "luong-2" / "hyps" / "test.ref.txt").write_text("\n".join(refs[:-1]) + "\n")
+    (study / "luong-2" / "hyps" / "test.txt").write_text("\n".join(refs[:-1]) + "\n")
+    with pytest.raises(AnalysisError, match="other references|equal lengths"):
+        significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"},
+                                         n_samples=200)
+
+
+def test_seed_numbers_are_not_paired_and_unmatched_ones_are_counted(tmp_path):
+    refs = references(150, seed=5)
+    study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.2, 10)] * 3})
+    out = tmp_path / "out"
+    assert report.main([str(study), "--out", str(out), "--no-figures"]) == 0
+    sig = pd.read_csv(out / "significance.csv")
+    assert sig.loc[0, "n_tested"] == 3 and sig.loc[0, "n_unmatched"] == 1
+    assert "1 seed without a partner" in (out / "table.md").read_text()

@@ -1,6 +1,8 @@
 """Tables (lit_attention/analysis/tables.py): captions say what was computed and what the compared
 arms share; headers come from the registry; the columns are chosen by name or by what fits."""
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -113,7 +115,8 @@ def test_caption_names_metric_split_decoding_and_the_tested_hypotheses():
                         decoding="beam 5, length penalty 1", test_split="test")
     assert text.startswith("BLEU ↑ (test_bleu: test split; beam 5, length penalty 1): mean ± standard "
                            "deviation (ddof=1) over n = 3 seeds")
-    assert "against the baseline (none) on the test hypotheses; paired bootstrap." in text
+    assert ("▲/▼: better/worse than the baseline (none) on the test hypotheses, Holm-adjusted p < 0.05; "
+            "p (Holm): paired bootstrap.") in text
     assert caption_text("val_ppl", agg, "CI", None).startswith("PPL ↓ (val_ppl: validation split): ")
 
 
@@ -130,3 +133,23 @@ def test_caption_explains_the_gradient_flow_column_only_where_it_is_shown():
 def test_latex_sets_a_negative_number_with_a_minus_sign_and_leaves_ranges_alone():
     assert tables.latex_text("[-1.6, 32.7]") == "[$-$1.6, 32.7]"
     assert tables.latex_text("1-10 / lr 1e-3") == "1-10 / lr 1e-3"
+
+
+def test_marks_show_direction_and_never_sit_on_one_seed():
+    agg = pd.DataFrame({"a": ["base", "up", "down", "single"], "mean": [20.0, 30.0, 10.0, 40.0],
+                        "std": [1.0, 1.0, 1.0, math.nan], "n": [3, 3, 3, 1]})
+    sig = pd.DataFrame({"a": ["up", "down", "single"], "significant": [True, True, False],
+                        "direction": ["better", "worse", "better"], "n_tested": [3, 3, 1],
+                        "n_baseline": [3, 3, 3], "note": ["", "", "n=1"], "p": [1e-4, 1e-4, math.nan],
+                        "p_holm": [4e-4, 4e-4, math.nan], "delta": [10.0, -10.0, 20.0],
+                        "delta_lo": [8.0, -12.0, math.nan], "delta_hi": [12.0, -8.0, math.nan]})
+    sig.attrs["n_samples"] = 10_000
+    assert tables.marks(agg, ["a"], sig) == ["", "▲", "▼", ""]
+    grid = sig.assign(b="x")
+    grid.attrs = sig.attrs
+    cells, _ = tables.pivot_table(agg.assign(b="x"), ["a"], ["b"], "val_bleu", grid)
+    assert cells.loc["up", "x"] == "30.0 ± 1.0▲" and cells.loc["down", "x"] == "10.0 ± 1.0▼"
+    assert cells.loc["single", "x"] == "40.0 (n=1)"
+    assert tables.p_cells(agg, ["a"], sig, pd.Series([True, False, False, False])) == [
+        "baseline", "<0.001", "<0.001", "n=1"]
+    assert tables.delta_cells(agg, ["a"], sig, 1) == ["", "+10.0 [8.0, 12.0]", "-10.0 [-12.0, -8.0]", "+20.0"]

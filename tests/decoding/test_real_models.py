@@ -30,7 +30,7 @@ CONFIGS = {
     "transformer-rotary-post": ("transformer", "TransformerSeq2Seq",
                                 dict(positional="rotary", norm="post")),
 }
-SIZES = {"rnn": dict(emb_size=16, hidden_size=16, dropout=0.1),
+SIZES = {"rnn": dict(emb_size=16, d_model=16, dropout=0.1),
          "transformer": dict(d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn=32,
                              dropout=0.1)}
 

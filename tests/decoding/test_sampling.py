@@ -86,12 +86,12 @@ def real_lms():
     lms = []
     try:
         from lit_attention.models.lm.rnn_lm import RNNLM
-        lms.append(RNNLM(20, cell="gru", d_embed=8, d_hidden=8, layers=2, dropout=0.0))
+        lms.append(RNNLM(20, cell="gru", emb_size=8, d_model=8, layers=2, dropout=0.0))
     except ImportError:
         pass
     try:
         from lit_attention.models.lm.window import WindowLM
-        lms.append(WindowLM(20, window=3, d_embed=8, d_hidden=16, dropout=0.0))
+        lms.append(WindowLM(20, window=3, emb_size=8, d_model=16, dropout=0.0))
     except ImportError:
         pass
     return lms

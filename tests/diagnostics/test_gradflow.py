@@ -137,7 +137,7 @@ def test_a_near_linear_recurrence_decays_by_its_spectral_norm_per_step():
 def real_model(family, **options):
     torch.manual_seed(0)
     sizes = (dict(d_model=32, heads=4, enc_layers=2, dec_layers=2, ffn=64) if family == "transformer"
-             else dict(emb_size=32, hidden_size=32))
+             else dict(emb_size=32, d_model=32))
     return build_seq2seq(family, 24, 24, dropout=0.0, **sizes, **options)
 
 

@@ -4,7 +4,7 @@ what it writes to gradflow.csv, and what the analysis reads from it."""
 import pandas as pd
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, run_cli, unset_family_options
 from lit_attention.analysis.aggregate import gradflow_decay, last_gradflow
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.diagnostics import long_sentence_sample
@@ -14,11 +14,11 @@ COPY = dict(task="copy", n_train=160, n_val=120, n_test=20, min_len=3, max_len_w
 ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
         "--trainer.enable_progress_bar", "false", "--model.d_model", "32", "--model.ffn", "64",
         *[x for k, v in COPY.items() for x in (f"--data.{k}", v)]]
+RNN = [*unset_family_options(CONFIGS / "copy.yaml"), "--model.family", "rnn"]   # after ARGS
 
 
 def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_direction(tmp_path):
-    fit = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "gru", "--model.family", "rnn",
-                  "--model.cell", "gru", "--model.attention", "none", "--model.bidirectional", "true",
+    fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--run.id", "gru", "--model.cell", "gru", "--model.attention", "none", "--model.bidirectional", "true",
                   "--diagnostics.gradflow_every", "1", "--diagnostics.gradflow_sentences", "16")
     assert fit.returncode == 0, fit.stderr[-3000:]
     frame = pd.read_csv(tmp_path / "default" / "gru" / "gradflow.csv")
@@ -45,8 +45,7 @@ def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_directi
 
 
 def test_a_gradflow_distance_the_sample_cannot_reach_stops_the_run(tmp_path):
-    fit = run_cli("fit", *ARGS, "--run.root", tmp_path, "--model.family", "rnn",
-                  "--diagnostics.gradflow_distance", "31")
+    fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--diagnostics.gradflow_distance", "31")
     assert fit.returncode != 0
     assert "gradflow_distance=31: only 0 sentences reach it, gradflow_sentences=32" in fit.stderr
 
@@ -58,7 +57,7 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
     fits = {}
     for cell in ("elman-tanh", "lstm"):
         result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", cell,
-                         "--model.family", "rnn", "--model.cell", cell, "--model.attention", "none",
+                         *RNN, "--model.cell", cell, "--model.attention", "none",
                          "--model.bidirectional", "false", "--model.d_model", "64",
                          "--data.min_len", "12", "--data.max_len_words", "16", "--data.n_train", "600",
                          "--trainer.max_epochs", "1", "--diagnostics.gradflow_every", "5",

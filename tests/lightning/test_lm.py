@@ -11,14 +11,26 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, Trainer, seed_everything
 
 from conftest import CONFIGS, run_cli
+from lit_attention import registry
 from lit_attention.data.lm import LMDataModule
 from lit_attention.data.synthetic import generate
 from lit_attention.data.vocab import PAD
 from lit_attention.lightning.lm import LanguageModelModule
+from lit_attention.models.base import at_width
 
 FAMILIES = [("ngram", {"order": 3}), ("window", {}), ("rnn", {"cell": "lstm"}),
             ("transformer", {"positional": "sinusoidal"})]
-SMALL = dict(d_model=32, heads=4, layers=1, ffn=64, window=3, lr=1e-2, warmup=5)
+# Each family's own options only: an option of another family is refused.
+SIZES = {"ngram": {}, "window": dict(window=3, d_model=64, emb_size=32), "rnn": dict(d_model=32, layers=1),
+         "transformer": dict(d_model=32, heads=4, layers=1, ffn=64)}
+
+
+def small(family, **options):
+    return {**SIZES[family], "lr": 1e-2, "warmup": 5, **options}
+
+
+def no_dropout(family) -> dict:
+    return {"dropout": 0.0} if "dropout" in registry.LM_MODELS[family].options else {}
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +71,7 @@ class Record(Callback):
 def test_each_family_fits_with_decreasing_loss(family, options, tmp_path):
     seed_everything(0)
     record = Record()
-    module = LanguageModelModule(family=family, **{**SMALL, **options})
+    module = LanguageModelModule(family=family, **small(family, **options))
     fit = trainer(max_steps=40, callbacks=[record], num_sanity_val_steps=0)
     fit.fit(module, toy_data(tmp_path))
     first, last = sum(record.losses[:5]) / 5, sum(record.losses[-5:]) / 5
@@ -110,7 +122,7 @@ class TokenScores(Callback):
 
 def fitted(family, options, dm, steps=20):
     seed_everything(0)
-    module = LanguageModelModule(family=family, **{**SMALL, "dropout": 0.0, **options})
+    module = LanguageModelModule(family=family, **small(family, **no_dropout(family), **options))
     trainer(max_steps=steps, limit_val_batches=0).fit(module, dm)
     return module
 
@@ -186,7 +198,7 @@ def test_a_tokens_score_depends_on_the_same_window_for_every_family(family, opti
 def test_training_carries_the_detached_state_across_batches(tmp_path):
     seed_everything(0)
     record = Record()
-    module = LanguageModelModule(family="rnn", cell="gru", dropout=0.0, **{**SMALL, "lr": 0.0})
+    module = LanguageModelModule(family="rnn", **small("rnn", cell="gru", dropout=0.0, lr=0.0))
     fit = trainer(max_steps=3, callbacks=[record], limit_val_batches=0)
     fit.fit(module, toy_data(tmp_path))
     net = module.net.train()
@@ -205,7 +217,7 @@ def test_state_is_reset_at_each_epoch(tmp_path):
     seed_everything(0)
     record = Record()
     dm = toy_data(tmp_path)
-    module = LanguageModelModule(family="rnn", cell="elman-tanh", dropout=0.0, **{**SMALL, "lr": 0.0})
+    module = LanguageModelModule(family="rnn", **small("rnn", cell="elman-tanh", dropout=0.0, lr=0.0))
     per_epoch = len(dm.batches("train", rank=0, world=1))
     fit = trainer(max_epochs=2, callbacks=[record], limit_val_batches=0)
     fit.fit(module, dm)
@@ -227,8 +239,8 @@ def test_tiny_shakespeare_char_smoke(family, shared_data, tmp_path):
     dm = LMDataModule(path=str(shared_data / "tinyshakespeare" / "input.txt"), tokenizer="char",
                       batch_size=16, bptt=32,
                       cache_dir=str(tmp_path / "cache"))
-    module = LanguageModelModule(family=family, d_model=48, heads=4, layers=1, ffn=96, lr=1e-2,
-                                 warmup=5)
+    sizes = dict(heads=4, ffn=96) if family == "transformer" else {}
+    module = LanguageModelModule(family=family, d_model=48, layers=1, lr=1e-2, warmup=5, **sizes)
     fit = trainer(max_steps=30, val_check_interval=30, limit_val_batches=4, num_sanity_val_steps=0)
     fit.fit(module, dm)
     # 65 characters: uniform guessing is ppl ~68; 30 steps already learn character frequencies.
@@ -244,7 +256,7 @@ def test_ddp_perplexity_sums_over_ranks(family, tmp_path):
     (whatever the batch size: every window is scored on its own)."""
     one = toy_data(tmp_path, eval_batch_size=3, bptt=7)
     two = toy_data(tmp_path, eval_batch_size=2, bptt=7)
-    module = LanguageModelModule(family=family, **SMALL, n_vocab=one.vocab_size_actual)
+    module = LanguageModelModule(family=family, **small(family), n_vocab=one.vocab_size_actual)
     module.configure_model()        # built before spawning, so both ranks get the same weights
     [single] = trainer().validate(module, one, verbose=False)
     ddp = trainer(devices=2, strategy="ddp_spawn")
@@ -259,8 +271,8 @@ def test_match_params_picks_the_closest_width():
         module.configure_model()
         params = module.describe()["params"]
         assert abs(params - 60_000) < 0.25 * 60_000, (family, params)
-        wider = LanguageModelModule(family=family, d_model=module.hparams.d_model + 8,
-                                    ffn=module.hparams.ffn, n_vocab=70)
+        sizes = {k: module.hparams[k] for k in ("d_model", "emb_size", "ffn") if module.hparams[k]}
+        wider = LanguageModelModule(family=family, **at_width(sizes, sizes["d_model"] + 8), n_vocab=70)
         wider.configure_model()
         assert abs(wider.describe()["params"] - 60_000) >= abs(params - 60_000)
 
@@ -269,7 +281,7 @@ def test_match_params_picks_the_closest_width():
 def test_checkpoint_restores_the_model(family, tmp_path):
     seed_everything(0)
     dm = toy_data(tmp_path)
-    module = LanguageModelModule(family=family, **SMALL)
+    module = LanguageModelModule(family=family, **small(family))
     fit = trainer(max_steps=3, limit_val_batches=0)
     fit.fit(module, dm)
     [before] = trainer().validate(module, dm, verbose=False)
@@ -289,3 +301,27 @@ def test_the_run_store_records_the_evaluation_protocol(tmp_path):
     summary = json.loads((tmp_path / "default" / "lm" / "summary.json").read_text())
     assert summary["eval_protocol"] == "sliding window 16, stride 8"
     assert math.isfinite(summary["val_ppl"])
+
+
+@pytest.mark.parametrize("family,options,message", [
+    ("ngram", dict(d_model=64), "option model.d_model is not one of language-model family 'ngram', "
+                                "only of window, rnn, transformer"),
+    ("rnn", dict(heads=4), "option model.heads is not one of language-model family 'rnn', only of transformer"),
+    ("transformer", dict(window=3), "option model.window is not one of language-model family 'transformer', "
+                                    "only of window"),
+    ("window", dict(ffn=256), "option model.ffn is not one of language-model family 'window': it reads "
+                              "model.d_model instead"),
+    ("ngram", dict(match_params=1000), "option model.match_params searches model.d_model")])
+def test_an_option_another_family_uses_is_refused(family, options, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageModelModule(family=family, **options)
+
+
+def test_only_the_counted_family_has_no_gradient_and_the_window_width_is_d_model():
+    assert [LanguageModelModule(family=f).counted for f in registry.LM_FAMILIES] == [
+        not registry.LM_MODELS[f].gradient for f in registry.LM_FAMILIES] == [True, False, False, False]
+    module = LanguageModelModule(family="window", d_model=48, emb_size=8, window=2, n_vocab=20)
+    module.configure_model()
+    assert module.net.hidden.weight.shape == (48, 2 * 8)
+    assert module.describe()["model"] == {"family": "window", "window": 2, "d_model": 48, "emb_size": 8,
+                                          "dropout": 0.1}

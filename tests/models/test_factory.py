@@ -1,4 +1,4 @@
-"""build_seq2seq: options of another family are left out, options of no family are refused."""
+"""build_seq2seq: the family's class from the registry; an option of another family or of none is refused."""
 
 import pytest
 
@@ -7,11 +7,23 @@ from lit_attention.models import build_seq2seq
 
 
 def test_an_option_no_family_has_is_refused_with_the_nearest_name():
-    with pytest.raises(ConfigError, match=r"unknown option hiden_size — did you mean hidden_size\?"):
-        build_seq2seq("rnn", 11, 11, hiden_size=8, emb_size=8)
+    with pytest.raises(ConfigError, match=r"unknown option d_modle — did you mean d_model\?"):
+        build_seq2seq("rnn", 11, 11, d_modle=8, emb_size=8)
 
 
-def test_an_option_of_the_other_family_is_left_out():
-    net = build_seq2seq("transformer", 11, 11, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=32,
-                        cell="gru", bidirectional=False)   # recurrent-only options
+def test_a_former_name_is_refused_with_the_new_one():
+    with pytest.raises(ConfigError, match=r"unknown option hidden_size — did you mean d_model\? \(renamed"):
+        build_seq2seq("rnn", 11, 11, hidden_size=8, emb_size=8)
+
+
+def test_an_option_of_the_other_family_is_refused():
+    with pytest.raises(ConfigError, match=r"option cell is not one of family 'transformer', only of rnn"):
+        build_seq2seq("transformer", 11, 11, d_model=16, heads=2, cell="gru")
+    with pytest.raises(ConfigError, match=r"option heads is not one of family 'rnn', only of transformer"):
+        build_seq2seq("rnn", 11, 11, d_model=16, heads=2)
+
+
+def test_an_option_left_none_takes_the_constructor_default():
+    net = build_seq2seq("transformer", 11, 11, d_model=16, heads=2, enc_layers=1, dec_layers=1,
+                        ffn=32, norm=None)
     assert type(net).__name__ == "TransformerSeq2Seq"

@@ -119,8 +119,10 @@ def test_counter_equals_a_full_count_also_from_its_cache(options):
     torch.manual_seed(0)
     V = 40
     options = dict(options)
-    net = build_seq2seq(options.pop("family"), V, V, d_model=16, hidden_size=16, emb_size=16,
-                        heads=2, enc_layers=1, dec_layers=1, ffn=32, dropout=0.0, **options)
+    family = options.pop("family")
+    sizes = dict(heads=2, ffn=32) if family == "transformer" else dict(emb_size=16)
+    net = build_seq2seq(family, V, V, d_model=16, enc_layers=1, dec_layers=1, dropout=0.0,
+                        **sizes, **options)
     counter = TrainingFlopCounter(net)
     for rows, cut in ((3, 3), (3, 6), (5, 2)):   # the third batch is a new shape
         src, tgt = torch.randint(4, V, (rows, 8)), torch.randint(4, V, (rows, 6))
@@ -141,8 +143,9 @@ def test_counter_equals_a_full_count_also_from_its_cache(options):
 @pytest.mark.parametrize("family", ["transformer", "rnn", "window"])
 def test_counter_counts_language_models_with_carried_state(family):
     torch.manual_seed(0)
-    lm = build_lm(family, 30, d_model=16, d_embed=16, d_hidden=16, heads=2, layers=2, ffn=32,
-                  dropout=0.0, cell="lstm")
+    sizes = {"transformer": dict(heads=2, layers=2, ffn=32), "rnn": dict(emb_size=16, layers=2, cell="lstm"),
+             "window": dict(emb_size=16)}[family]
+    lm = build_lm(family, 30, d_model=16, dropout=0.0, **sizes)
     counter = TrainingFlopCounter(lm)
     state = None
     for _ in range(2):

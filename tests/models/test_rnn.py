@@ -14,7 +14,7 @@ from seq2seq_training import loss_of, train_on_batch
 V = 16
 
 
-TINY = dict(emb_size=8, hidden_size=12, dropout=0.0, rank=4)
+TINY = dict(emb_size=8, d_model=12, dropout=0.0, rank=4)
 
 # (attention, scoring, context, input_feeding) for every wiring the model supports
 WIRINGS = ([("none", "additive", "init", False), ("none", "additive", "every-step", False)]
@@ -225,7 +225,7 @@ def test_attention_attends_over_the_encoder_output_choice(enc_output):
     model = make("gru", ("luong", "dot", "init", False), enc_output=enc_output).eval()
     src, _, _ = batch()
     memory = model.encode(src)
-    states, H = memory["states"], TINY["hidden_size"]
+    states, H = memory["states"], TINY["d_model"]
     expected = (states[..., :H] + states[..., H:] if enc_output == "sum"
                 else states @ model.enc_proj.weight.T)
     torch.testing.assert_close(memory["values"], expected)
@@ -252,7 +252,7 @@ def test_default_model_overfits_a_reverse_task():
     src = torch.cat([body, torch.full((n, 1), EOS)], 1)
     tgt_out = torch.cat([body.flip(1), torch.full((n, 1), EOS)], 1)
     tgt_in = torch.cat([torch.full((n, 1), BOS), body.flip(1)], 1)
-    model = RNNSeq2Seq(V, V, emb_size=32, hidden_size=64, dropout=0.0)   # lstm + additive bahdanau
+    model = RNNSeq2Seq(V, V, emb_size=32, d_model=64, dropout=0.0)   # lstm + additive bahdanau
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(300):
         opt.zero_grad()
@@ -272,3 +272,14 @@ def test_default_model_overfits_a_reverse_task():
         tokens = logits.argmax(-1)
         output.append(tokens)
     assert torch.equal(torch.stack(output, 1), tgt_out)
+
+
+def test_every_registered_cell_builds_its_torch_module():
+    from lit_attention.models.rnn import CELL_MODULES, make_rnn
+    assert list(CELL_MODULES) == list(CELLS)
+    built = {cell: make_rnn(cell, 4, 6, 2, 0.0) for cell in CELLS}
+    assert {type(m).__name__ for m in built.values()} == {"RNN", "GRU", "LSTM"}
+    assert (built["elman-tanh"].nonlinearity, built["elman-relu"].nonlinearity) == ("tanh", "relu")
+    assert all(m.hidden_size == 6 and m.num_layers == 2 and m.batch_first for m in built.values())
+    with pytest.raises(ValueError, match="valid choices: elman-tanh"):
+        make_rnn("mlstm", 4, 6, 1, 0.0)

@@ -97,3 +97,13 @@ def test_large_scores_do_not_overflow():
     scores = torch.tensor([[[1e30, -1e30, 0.0]]])
     weights = masked_softmax(scores, torch.tensor([[False, False, True]]))
     torch.testing.assert_close(weights, torch.tensor([[[1.0, 0.0, 0.0]]]))
+
+
+def test_every_registered_scoring_has_a_scorer_and_every_scorer_a_name():
+    from lit_attention.models.scoring import SCORERS, Scorer
+    assert list(SCORERS) == list(SCORING)
+    built = {name: build_scorer(name, DK, DK, rank=2) for name in SCORING}
+    assert all(isinstance(s, Scorer) for s in built.values())
+    assert {type(s) for s in built.values()} == set(Scorer.__subclasses__())
+    with pytest.raises(ValueError, match="valid choices: dot, scaled_dot"):
+        build_scorer("cosine", DQ, DK)

@@ -17,17 +17,19 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, family_neutral
 from lit_attention.sweep.driver import failure_reason
 
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
-    "model.d_model": 32, "model.ffn": 64, "model.enc_layers": 1, "model.dec_layers": 1,
+    "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
     "model.dropout": 0.0, "model.val_bleu": False, "model.warmup": 1,
     "trainer.max_epochs": 2, "trainer.enable_progress_bar": False,
 }
+# On a base without copy.yaml's Transformer options (an option of another family is refused).
 TWO_FAMILIES = {"model.family": {"choices": ["transformer", "rnn"]},
+                "model.ffn": {"choices": [64], "when": {"model.family": "transformer"}},
                 "model.cell": {"choices": ["gru"], "when": {"model.family": "rnn"}}}
 
 pytestmark = pytest.mark.slow
@@ -89,7 +91,7 @@ def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
 
 
 def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(tmp_path):
-    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2)
+    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2)
     assert out.returncode == 0, out.stdout + out.stderr
     study = load(sqlite_url(tmp_path, "duo"), "duo")
@@ -127,7 +129,7 @@ def test_a_sweep_over_a_typo_exits_2_within_5_seconds_without_writing_anything(t
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
     url = postgres(secret)
-    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2)
+    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2, "--storage", url)
     assert out.returncode == 0, out.stdout + out.stderr
     complete = assert_complete_without_duplicates(load(url, "pg"), 4)
@@ -153,7 +155,7 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
         except Exception:  # no study yet, or the database is locked by a writer for a moment
             trials = []
         for t in trials:
-            if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t) \
+            if t.state == TrialState.RUNNING and "run_dir" in t.user_attrs and _training_processes(t) \
                     and _validated(Path(t.user_attrs["run_dir"])):
                 return t
         time.sleep(0.2)
@@ -296,3 +298,28 @@ def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tm
     assert len(list((run_dirs[0] / "wandb").glob("offline-run-*"))) == 1
     reference = json.loads((tmp_path / "single" / "ref" / "ref" / "summary.json").read_text())
     assert summary["val_loss"] == pytest.approx(reference["val_loss"], abs=1e-4)
+
+
+def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
+    """A session's or a batch job's end: SIGTERM to the driver interrupts the running trial (a real
+    fit leaves a checkpoint of the step it reached) and the sweep exits 130 with the --resume hint,
+    instead of dying at once and taking its workers and trials down with SIGKILL. The trial is a
+    stand-in (tests/sweep/record_trial.py) that waits."""
+    path = sweep_file(tmp_path, "term", {"model.family": {"choices": ["transformer"]}})
+    stand_in = json.dumps([sys.executable, str(Path(__file__).with_name("record_trial.py"))])
+    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env(LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300"), cwd=REPO)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "runs" / "term" / "t0000-s0" / "seen.json").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    assert "Continue with: lit-attention sweep" in output and "--resume" in output
+    [t] = load(sqlite_url(tmp_path, "term"), "term").get_trials()
+    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], t.user_attrs

@@ -8,16 +8,16 @@ import optuna
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, family_neutral
 from lit_attention.sweep import driver
 from lit_attention.sweep.schema import SweepError, parse_sweep, read_yaml
 
 COPY = REPO / "configs" / "copy.yaml"
 
 
-def sweep_from(tmp_path, text: str):
+def sweep_from(tmp_path, text: str, base=COPY):
     path = tmp_path / "s.yaml"
-    path.write_text(f"study_name: s\nbase: {COPY}\nroot: {tmp_path / 'runs'}\n"
+    path.write_text(f"study_name: s\nbase: {base}\nroot: {tmp_path / 'runs'}\n"
                     "objective: {metric: val_loss, direction: minimize}\n" + text)
     data, lines = read_yaml(path.read_text(), path)
     return parse_sweep(data, path, lines)
@@ -32,6 +32,8 @@ CASES = [
      "space.model.d_model", 6, "invalid value for model.d_model: expected int, got '32.0'"),
     ("space:\n  model.dropout: [0.1, high]\n",
      "space.model.dropout", 6, "invalid value for model.dropout: expected float, got 'high'"),
+    ("space:\n  model.width: [32, 64]\n",                      # a former name (registry.RENAMED)
+     "space.model.width", 6, "unknown option model.width — did you mean model.d_model? (renamed: docs/CONFIG.md)"),
 ]
 
 
@@ -45,11 +47,19 @@ def test_every_space_and_fixed_value_is_parsed_by_the_training_cli_first(tmp_pat
     assert not (tmp_path / "runs").exists()
 
 
+def neutral_base(tmp_path):
+    """copy.yaml without its Transformer options: a base every family starts from."""
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(family_neutral(COPY)))
+    return base
+
+
 def test_a_value_only_some_cells_use_is_checked_in_such_a_cell(tmp_path):
     # `lstmm`-style typos of registry choices are the schema's; a value the parser refuses only in
     # a conditional branch must still be reached: here the rnn branch's bad teacher_forcing.
     sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
-                                 "  model.teacher_forcing: {choices: [1.0, never], when: {model.family: rnn}}\n")
+                                 "  model.teacher_forcing: {choices: [1.0, never], when: {model.family: rnn}}\n",
+                       neutral_base(tmp_path))
     with pytest.raises(SweepError, match="invalid value for model.teacher_forcing") as err:
         driver.check_trials(sweep, tmp_path / "runs")
     assert err.value.key == "space.model.teacher_forcing"
@@ -58,8 +68,15 @@ def test_a_value_only_some_cells_use_is_checked_in_such_a_cell(tmp_path):
 def test_a_valid_sweep_passes_the_check(tmp_path):
     sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n"
                                  "  model.cell: {choices: [gru, lstm], when: {model.family: rnn}}\n"
-                                 "  model.d_model: {low: 32, high: 64, step: 16}\n")
+                                 "  model.heads: {choices: [2, 4], when: {model.family: transformer}}\n"
+                                 "  model.d_model: {low: 32, high: 64, step: 16}\n", neutral_base(tmp_path))
     driver.check_trials(sweep, tmp_path / "runs")
+
+
+def test_an_option_of_another_family_in_the_base_stops_the_sweep(tmp_path):
+    sweep = sweep_from(tmp_path, "space:\n  model.family: [transformer, rnn]\n")   # copy.yaml sets positional
+    with pytest.raises(SweepError, match="option model.positional is not one of family 'rnn', only of transformer"):
+        driver.check_trials(sweep, tmp_path / "runs")
 
 
 def test_unfinished_cells_are_listed_with_their_reason(tmp_path):
@@ -99,3 +116,12 @@ def test_a_dead_workers_trial_is_failed_at_once_and_its_retry_is_not_taken_for_d
     retry = study.ask()   # another worker takes the retry
     driver.fail_abandoned(study, sweep, url)
     assert study.get_trials()[retry.number].state == optuna.trial.TrialState.RUNNING
+
+
+@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
+def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
+    """Each family's options are set only where that family is (`when`), so every probe cell
+    passes the model's own checks."""
+    from lit_attention.sweep.schema import load_sweep
+    driver.check_trials(load_sweep(REPO / "sweeps" / f"{name}.yaml"), tmp_path / "runs")
+    assert not (tmp_path / "runs").exists()

@@ -66,12 +66,21 @@ def test_threads_are_the_allowed_cores_shared_by_the_concurrent_processes(monkey
     assert place(2, 2, None, "none")[0].describe().endswith("threads=3 (OMP_NUM_THREADS of the environment)")
 
 
+def worker_lines(stdout: str) -> list[str]:
+    """The dry run's line per worker (the list of every trial's command follows them)."""
+    return [line for line in stdout.splitlines() if line.startswith("worker ")]
+
+
 def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothing(tmp_path):
     path = sweep_file(tmp_path)
     out = sweep(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    lines = worker_lines(out.stdout)
     assert len(lines) == 2, out.stdout
+    # then every trial's command, in queue order
+    trials = out.stdout.splitlines()[2:]
+    assert trials[0] == "trials: 4, in queue order:" and len(trials) == 5, out.stdout
+    assert trials[4].startswith("trial 3: lr=0.004 seed=0: ") and "--run.id t0003-s0" in trials[4]
     threads = max(1, CORES // 4)
     assert lines[0].startswith(f"worker 0: CUDA_VISIBLE_DEVICES=0,1 threads={threads} ")
     assert lines[1].startswith(f"worker 1: CUDA_VISIBLE_DEVICES=2,3 threads={threads} ")
@@ -93,7 +102,7 @@ def test_more_gpus_than_listed_is_a_usage_error_that_says_how_many_fit(tmp_path)
 def test_visible_devices_are_the_default_list(tmp_path):
     out = sweep(sweep_file(tmp_path), "--workers", 2, "--dry-run", CUDA_VISIBLE_DEVICES="5,7")
     assert out.returncode == 0, out.stderr
-    assert [line.split()[2] for line in out.stdout.splitlines()] == ["CUDA_VISIBLE_DEVICES=5",
+    assert [line.split()[2] for line in worker_lines(out.stdout)] == ["CUDA_VISIBLE_DEVICES=5",
                                                                       "CUDA_VISIBLE_DEVICES=7"]
 
 
@@ -121,7 +130,7 @@ def test_a_trial_spanning_nodes_is_one_srun_step_with_num_nodes(tmp_path):
     out = sweep(sweep_file(tmp_path), "--gpus", "0,1,2,3,4,5,6,7", "--devices-per-trial", 8,
                 "--nodes-per-trial", 4, "--dry-run", SLURM_JOB_ID="42")
     assert out.returncode == 0, out.stderr
-    (line,) = out.stdout.splitlines()
+    (line,) = worker_lines(out.stdout)
     assert line.startswith("worker 0: CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 threads=")
     assert " first trial: srun --nodes=4 --ntasks-per-node=8 --kill-on-bad-exit=1 " in line
     assert line.endswith("--trainer.devices 8 --trainer.strategy ddp --trainer.num_nodes 4")

@@ -41,7 +41,7 @@ def write(tmp_path, data, name="sweep.yaml") -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (REPO / "sweeps").glob("*.yaml")))
 def test_shipped_sweeps_validate(name):
     sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")
     assert sweep.study_name == name
@@ -108,9 +108,15 @@ BAD = [
     ("unknown scoring", {"space": {"model.scoring": ["dot", "cosine"]}}, "space.model.scoring.choices"),
     ("transformer scoring", {"space": {"model.family": ["transformer"], "model.scoring": ["low_rank"]}},
      "space.model.scoring"),
+    ("transformer scoring, family fixed", {"fixed": {"model.family": "transformer"},
+                                           "space": {"model.scoring": ["scaled_dot", "low_rank"]}},
+     "space.model.scoring"),
+    ("unknown encoder output", {"space": {"model.enc_output": ["concat", "both"]}},
+     "space.model.enc_output.choices"),
+    ("unknown tracking", {"tracking": "mlflow"}, "tracking"),
     ("unknown task", {"fixed": {"data.task": "cipher"}}, "fixed.data.task"),
     ("unknown sentencepiece model", {"fixed": {"data.spm_model": "wordpiece"}}, "fixed.data.spm_model"),
-    ("unknown n-gram smoothing", {"space": {"model.smoothing": ["add", "kneser-ney"]}},
+    ("unknown n-gram smoothing", {"kind": "lm", "space": {"model.smoothing": ["add", "kneser-ney"]}},
      "space.model.smoothing.choices"),
     ("condition on undeclared", {"space": {"model.heads": {"choices": [2], "when": {"model.family": "transformer"}}}},
      "space.model.heads.when.model.family"),
@@ -287,3 +293,162 @@ def test_counting_cells_matches_enumerating_them(name):
     sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")
     assert space.count(sweep.space, 10_000) == len(space.grid(sweep.space))
     assert space.count(load_sweep_from_dict(GOOD).space, 10_000) == 5
+
+
+# -- a space that varies the training config itself (`base: {choices: [files]}`) -------------------
+
+def rnn_config(tmp_path, name="copy-gru.yaml") -> Path:
+    """configs/copy.yaml as a GRU with attention: a second base that differs in many keys."""
+    from conftest import family_neutral
+    data = family_neutral(COPY)
+    data["model"]["init_args"].update(family="rnn", cell="gru", attention="bahdanau", scoring="additive")
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def based(tmp_path, choices, **extra) -> Path:
+    data = {k: v for k, v in GOOD.items() if k not in ("base", "space")}
+    data["space"] = {"base": {"choices": choices}, **extra.pop("space", {})}
+    return write(tmp_path, {**data, **extra})
+
+
+def test_base_choices_are_named_by_their_stems_in_the_study_the_progress_and_the_run(tmp_path):
+    rnn = rnn_config(tmp_path)
+    path = based(tmp_path, [str(COPY), rnn.name],      # absolute, and relative to the sweep file
+                 space={"model.heads": {"choices": [2], "when": {"base": "copy"}}})
+    sweep = load_sweep(path)
+    assert sweep.base is None and sweep.bases == {"copy": COPY.resolve(), "copy-gru": rnn.resolve()}
+    assert sweep.spec()["bases"] == {"copy": str(COPY), "copy-gru": "copy-gru.yaml"}
+    cells = driver.planned_cells(sweep)
+    assert cells == [{"base": "copy", "model.heads": 2, "seed": 0}, {"base": "copy", "model.heads": 2, "seed": 1},
+                     {"base": "copy-gru", "seed": 0}, {"base": "copy-gru", "seed": 1}]
+    assert progress.short_params(cells[2]) == "base=copy-gru"
+    commands = driver.first_commands(sweep, tmp_path / "runs", len(cells))
+    cmd = commands[2]
+    assert cmd[cmd.index("--config") + 1] == str(rnn.resolve())
+    assert cmd[cmd.index("--run.tags") + 1] == "base:copy-gru"
+    assert "--base" not in cmd and "--model.heads" not in cmd
+    assert commands[0][commands[0].index("--model.heads") + 1] == "2"
+    driver.check_trials(sweep, tmp_path / "runs")    # both files pass the training CLI's parser
+    assert not (tmp_path / "runs").exists()
+    # a sweep with one base keeps the spec (and so the study) it had
+    assert "bases" not in load_sweep(write(tmp_path, GOOD, name="one.yaml")).spec()
+
+
+@pytest.mark.parametrize("case,choices,extra,key,message", [
+    ("missing file", ["COPY", "nowhere.yaml"], {}, "space.base.choices[1]", "training config 'nowhere.yaml' not found"),
+    ("same stem", ["COPY", "sub/copy.yaml"], {}, "space.base.choices[1]", "has the same stem as"),
+    ("not a mapping", ["COPY", "list.yaml"], {}, "space.base.choices[1]", "a training config is a mapping"),
+    ("not YAML", ["COPY", "broken.yaml"], {}, "space.base.choices[1]", "not readable YAML"),
+    ("a condition", {"choices": ["COPY"], "when": {}}, {}, "space.base.when", "takes only `choices`"),
+    ("both bases", ["COPY"], {"base": "COPY"}, "space.base", "also has a top-level base"),
+    ("another kind", ["COPY", str(REPO / "configs" / "reference" / "shakespeare-ngram.yaml")], {},
+     "space.base.choices[1]", "model.family 'ngram' is not a family of kind 'seq2seq'"),
+    ("family of the base", ["COPY"], {"space": {"model.scoring": ["dot", "low_rank"]}}, "space.model.scoring",
+     "the family of base choice 'copy'"),
+])
+def test_a_bad_base_choice_names_the_file_and_the_choice(tmp_path, capsys, case, choices, extra, key, message):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "copy.yaml").write_text(COPY.read_text())
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "broken.yaml").write_text("model: [\n")
+    fix = lambda v: str(COPY) if v == "COPY" else v   # noqa: E731
+    spec = {**choices, "choices": [fix(c) for c in choices["choices"]]} if isinstance(choices, dict) \
+        else [fix(c) for c in choices]
+    extra = {k: fix(v) for k, v in extra.items()}
+    data = {k: v for k, v in GOOD.items() if k not in ("base", "space")}
+    data["space"] = {"base": spec, **extra.pop("space", {})}
+    path = write(tmp_path, {**data, **extra}, name=f"bad-{case.replace(' ', '_')}.yaml")
+    with pytest.raises(SweepError) as err:
+        load_sweep(path)
+    assert err.value.key == key and message in str(err.value), str(err.value)
+    assert err.value.line is not None
+    assert cli.main([str(path)]) == 2
+    assert key in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_base_choice_the_training_cli_refuses_is_named_with_its_file(tmp_path, capsys):
+    bad = tmp_path / "typo.yaml"
+    bad.write_text(COPY.read_text().replace("heads: 4", "hedas: 4"))
+    path = based(tmp_path, [str(COPY), bad.name])
+    assert cli.main([str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path.name}:" in err and "space.base.choices[1]: base choice 'typo'" in err, err
+    assert str(bad.resolve()) in err and "unknown option model.hedas" in err, err
+    assert not (tmp_path / "runs").exists()
+
+
+REFERENCE = REPO / "configs" / "reference"
+HEADLINE = ("multi30k-transformer", "multi30k-lstm-noattn")   # + the best recurrent row with attention
+
+
+@pytest.mark.parametrize("name,prefix", [("reference-multi30k", "multi30k-"),
+                                         ("reference-shakespeare", "shakespeare-")])
+def test_each_reference_sweep_lists_every_reference_row_and_its_trials_in_a_dry_run(name, prefix, monkeypatch, capsys):
+    """--dry-run parses every trial with the training CLI (no data needed: nothing is built) and
+    prints each trial's command; every reference config is a row with enough seeds (issue 17 §4:
+    >= 3 for the rows the headline rests on, and which recurrent row with attention is best is
+    not known before the runs, so every recurrent row with attention too; >= 2 for the rest)."""
+    monkeypatch.chdir(REPO)   # the sweeps are run from the repository root
+    path = REPO / "sweeps" / f"{name}.yaml"
+    sweep = load_sweep(path)
+    assert set(sweep.bases) == {p.stem for p in REFERENCE.glob(f"{prefix}*.yaml")}
+    seeds = {}
+    for cell in driver.planned_cells(sweep):
+        seeds.setdefault(cell["base"], []).append(cell["seed"])
+    for stem, got in seeds.items():
+        config = yaml.safe_load((REFERENCE / f"{stem}.yaml").read_text())
+        headline = stem in HEADLINE or config["model"]["init_args"].get("attention") not in (None, "none")
+        assert len(set(got)) >= (3 if prefix == "multi30k-" and headline else 2), (stem, got)
+    assert cli.main([str(path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    trials = [line for line in out.splitlines() if line.startswith("trial ")]
+    assert f"trials: {len(driver.planned_cells(sweep))}, in queue order:" in out
+    assert len(trials) == sum(len(s) for s in seeds.values())
+    for line, cell in zip(trials, driver.planned_cells(sweep)):
+        assert f"--config {REFERENCE.resolve() / cell['base']}.yaml " in line, line
+        assert f"--run.tags base:{cell['base']} " in line and f"--seed_everything {cell['seed']} " in line
+
+
+def test_the_multi30k_scoring_sweep_has_honest_arms_under_the_reference_budget(monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    path = REPO / "sweeps" / "scoring-multi30k.yaml"
+    sweep = load_sweep(path)
+    base = yaml.safe_load(Path(sweep.base).read_text())
+    reference = yaml.safe_load((REFERENCE / "multi30k-transformer.yaml").read_text())
+    assert base["budget"] == reference["budget"] and "budget.flops" not in sweep.fixed
+    assert base["model"]["init_args"]["family"] == "rnn" and sweep.fixed["model.enc_output"] == "project"
+    (scoring,) = sweep.space
+    assert set(scoring.choices) == set(registry.SCORING) and sweep.seeds == [0, 1]
+    assert cli.main([str(path), "--dry-run"]) == 0
+    assert sum(line.startswith("trial ") for line in capsys.readouterr().out.splitlines()) == 12
+
+
+def test_the_report_gives_every_multi30k_reference_row_its_own_row(tmp_path, monkeypatch):
+    """Stand-in run stores of the reference sweep (each run's real config.yaml and the model fields
+    its module records; BLEU made up): `lit-attention report` keeps the 7 configs apart by what
+    differs between them, and `--rows run.tags` labels the rows by the base's stem."""
+    import importlib
+
+    from analysis_stores import write_run
+    from lit_attention.analysis import report
+    monkeypatch.chdir(REPO)
+    sweep = load_sweep(REPO / "sweeps" / "reference-multi30k.yaml")
+    for i, cell in enumerate(driver.planned_cells(sweep)):
+        config = yaml.safe_load(sweep.bases[cell["base"]].read_text())
+        module, _, name = config["model"]["class_path"].rpartition(".")
+        model = getattr(importlib.import_module(module), name)(**config["model"]["init_args"]).describe()["model"]
+        run_dir = write_run(tmp_path / "runs", sweep.study_name, f"t{i:04d}-s{cell['seed']}", seed=cell["seed"],
+                            model=model, val_bleu=30.0 + i)
+        config.update(seed_everything=cell["seed"], run={"tags": f"base:{cell['base']}"})
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    study = tmp_path / "runs" / sweep.study_name
+    assert report.main([str(study), "--out", str(tmp_path / "a"), "--metric", "val_bleu", "--no-figures"]) == 0
+    rows = [line for line in (tmp_path / "a" / "table.md").read_text().splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 7 and all("| 3 " in row for row in rows), rows   # 7 configurations, 3 seeds each
+    assert report.main([str(study), "--out", str(tmp_path / "b"), "--metric", "val_bleu", "--no-figures",
+                        "--rows", "run.tags"]) == 0
+    labelled = (tmp_path / "b" / "table.md").read_text()
+    assert all(f"base:{stem}" in labelled for stem in sweep.bases), labelled

@@ -53,7 +53,7 @@ def slurm(tmp_path):
                              env={**env, **extra}, cwd=tmp_path)
         assert out.returncode == 0, out.stdout + out.stderr
         assert not (tmp_path / "runs").exists() and not (tmp_path / "study.db").exists()
-        return out.stdout.splitlines()
+        return [line for line in out.stdout.splitlines() if line.startswith("worker ")]   # not the trial list
 
     return run
 

@@ -63,7 +63,7 @@ def test_a_killed_run_is_reported_killed_with_a_reason(tmp_path):
     assert finished.returncode == 0, finished.stderr[-2000:]
     report = run_cli("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "1 other (interrupted, killed, running or without the metric)" in report.stdout
+    assert "and 1 other (interrupted, killed or running) runs" in report.stdout
     with open(tmp_path / "report" / "excluded.csv", newline="") as f:
         [excluded] = list(csv.DictReader(f))
     assert excluded["run_id"] == "k" and excluded["status"] == "killed"

@@ -7,7 +7,8 @@ import pytest
 
 from conftest import CONFIGS, run_cli
 from lit_attention.files import atomic_write
-from lit_attention.tracking.run_store import RunDir, check_name, find_latest_run, run_path
+from lit_attention.tracking.run_store import RunDir, find_latest_run
+from lit_attention.tracking.schema import check_name, run_path
 
 UNSAFE = ["..", ".", "../../escape", "a/b", "/abs", "", ".hidden", "x" * 129, "tab\tname"]
 

@@ -11,45 +11,17 @@ The n-gram model has no parameters; its "logits" are normalised log-probabilitie
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from torch import nn
 
 from lit_attention import registry
-from lit_attention.config_check import check_keys
-
-
-def _model_class(family: str) -> type[nn.Module]:
-    registry.check("language-model family", family, registry.LM_FAMILIES)
-    if family == "ngram":
-        from lit_attention.models.lm.ngram import NGramLM
-        return NGramLM
-    if family == "window":
-        from lit_attention.models.lm.window import WindowLM
-        return WindowLM
-    if family == "rnn":
-        from lit_attention.models.lm.rnn_lm import RNNLM
-        return RNNLM
-    from lit_attention.models.lm.transformer_lm import TransformerLM
-    return TransformerLM
-
-
-def _options(cls: type) -> list[str]:
-    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "vocab_size")]
+from lit_attention.models import build
 
 
 def build_lm(family: str, vocab_size: int, **options: Any) -> nn.Module:
-    """Instantiate the family's model with the options its constructor accepts.
-
-    An option of another family is left out; an option no family has raises ConfigError.
-    """
-    cls = _model_class(family)
-    known = {p for f in registry.LM_FAMILIES for p in _options(_model_class(f))}
-    check_keys(options, sorted(known))
-    accepted = inspect.signature(cls.__init__).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
-    return cls(vocab_size=vocab_size, **kwargs)
+    """The language model called ``family`` with ``options`` (its constructor's arguments)."""
+    return build(registry.LM_MODELS, family, "language-model family", dict(vocab_size=vocab_size), options)
 
 
 def detach_state(state: Any) -> Any:

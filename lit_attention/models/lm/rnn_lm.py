@@ -14,17 +14,17 @@ from lit_attention.models.rnn import make_rnn
 
 
 class RNNLM(nn.Module):
-    def __init__(self, vocab_size: int, cell: str = "lstm", d_embed: int = 128, d_hidden: int = 128,
+    def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 128, d_model: int = 128,
                  layers: int = 2, dropout: float = 0.1, tie_embeddings: bool = True):
         super().__init__()
         self.vocab_size, self.cell = vocab_size, cell
-        self.embed = nn.Embedding(vocab_size, d_embed)
-        self.rnn = make_rnn(cell, d_embed, d_hidden, layers, dropout)
+        self.embed = nn.Embedding(vocab_size, emb_size)
+        self.rnn = make_rnn(cell, emb_size, d_model, layers, dropout)
         self.drop = nn.Dropout(dropout)
         # Tying needs the output layer's input to have the embedding size.
-        self.project = (nn.Linear(d_hidden, d_embed)
-                        if tie_embeddings and d_hidden != d_embed else nn.Identity())
-        self.out = nn.Linear(d_embed if tie_embeddings else d_hidden, vocab_size)
+        self.project = (nn.Linear(d_model, emb_size)
+                        if tie_embeddings and d_model != emb_size else nn.Identity())
+        self.out = nn.Linear(emb_size if tie_embeddings else d_model, vocab_size)
         if tie_embeddings:
             self.out.weight = self.embed.weight
 

@@ -1,8 +1,9 @@
 """Fixed-window neural language model (Bengio et al., 2003).
 
-The next token is predicted from the concatenated embeddings of the previous ``window`` tokens,
-through one tanh hidden layer and a softmax. The context before the stream's first token is BOS;
-the state carries the last ``window`` tokens so a stream cut into batches is scored as a whole.
+The next token is predicted from the concatenated embeddings (emb_size each) of the previous
+``window`` tokens, through one tanh hidden layer of width d_model and a softmax. The context before
+the stream's first token is BOS; the state carries the last ``window`` tokens so a stream cut into
+batches is scored as a whole.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ from lit_attention.data.vocab import BOS
 
 
 class WindowLM(nn.Module):
-    def __init__(self, vocab_size: int, window: int = 5, d_embed: int = 64, d_hidden: int = 256,
+    def __init__(self, vocab_size: int, window: int = 5, emb_size: int = 128, d_model: int = 512,
                  dropout: float = 0.1):
         super().__init__()
         self.vocab_size, self.window = vocab_size, window
-        self.embed = nn.Embedding(vocab_size, d_embed)
-        self.hidden = nn.Linear(window * d_embed, d_hidden)
+        self.embed = nn.Embedding(vocab_size, emb_size)
+        self.hidden = nn.Linear(window * emb_size, d_model)
         self.drop = nn.Dropout(dropout)
-        self.out = nn.Linear(d_hidden, vocab_size)
+        self.out = nn.Linear(d_model, vocab_size)
 
     def forward(self, tokens: torch.Tensor, state: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,6 +33,6 @@ class WindowLM(nn.Module):
         joined = torch.cat([state, tokens], dim=1)                    # [B, window + T]
         # Window t covers joined[t+1 .. t+window], i.e. the inputs up to and including position t.
         contexts = joined.unfold(1, self.window, 1)[:, 1:]            # [B, T, window]
-        x = self.drop(self.embed(contexts).flatten(2))                # [B, T, window * d_embed]
+        x = self.drop(self.embed(contexts).flatten(2))                # [B, T, window * emb_size]
         h = self.drop(torch.tanh(self.hidden(x)))
         return self.out(h), joined[:, T:]

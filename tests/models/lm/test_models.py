@@ -19,7 +19,10 @@ def toy_stream():
     return batchify(encode_stream(tok, lines), 8), tok.vocab_size
 
 
-SMALL = dict(d_model=32, heads=4, layers=1, ffn=64, d_embed=32, d_hidden=32, window=3, dropout=0.0)
+# Each family's options only (an option of another family is refused).
+SMALL = {"window": dict(window=3, emb_size=32, d_model=32, dropout=0.0),
+         "rnn": dict(emb_size=32, d_model=32, layers=1, dropout=0.0),
+         "transformer": dict(d_model=32, heads=4, layers=1, ffn=64, dropout=0.0)}
 
 VARIANTS = ([("window", {})] + [("rnn", {"cell": c}) for c in CELLS]
             + [("rnn", {"cell": "lstm", "tie_embeddings": False})]
@@ -30,7 +33,7 @@ VARIANTS = ([("window", {})] + [("rnn", {"cell": c}) for c in CELLS]
 def test_trains_with_truncated_bptt_and_loss_decreases(family, options, toy_stream):
     data, vocab = toy_stream
     torch.manual_seed(0)
-    lm = build_lm(family, vocab, **{**SMALL, **options})
+    lm = build_lm(family, vocab, **{**SMALL[family], **options})
     opt = torch.optim.Adam(lm.parameters(), lr=3e-3)
     bptt, state, losses = 16, None, []
     for step in range(40):
@@ -69,7 +72,7 @@ def test_transformer_lm_is_causal(positional):
 @pytest.mark.parametrize("family,options", [("window", {})] + [("rnn", {"cell": c}) for c in CELLS])
 def test_carried_state_continues_the_stream(family, options):
     torch.manual_seed(0)
-    lm = build_lm(family, 30, **{**SMALL, **options}).eval()
+    lm = build_lm(family, 30, **{**SMALL[family], **options}).eval()
     tokens = torch.randint(4, 30, (4, 24))
     whole, _ = lm(tokens)
     first, state = lm(tokens[:, :10])
@@ -81,7 +84,7 @@ def test_carried_state_continues_the_stream(family, options):
 
 def test_window_lm_pads_the_first_context_with_bos():
     torch.manual_seed(0)
-    lm = build_lm("window", 30, **SMALL).eval()
+    lm = build_lm("window", 30, **SMALL["window"]).eval()
     tokens = torch.randint(4, 30, (2, 5))
     logits, state = lm(tokens)
     bos = torch.full((2, 3), BOS)
@@ -94,7 +97,7 @@ def test_window_lm_pads_the_first_context_with_bos():
 def test_detached_state_stops_gradients_at_the_batch_boundary(cell):
     torch.manual_seed(0)
     # Untied, so the output layer does not touch every embedding row.
-    lm = build_lm("rnn", 30, cell=cell, d_embed=16, d_hidden=16, layers=2, dropout=0.0,
+    lm = build_lm("rnn", 30, cell=cell, emb_size=16, d_model=16, layers=2, dropout=0.0,
                   tie_embeddings=False)
     tokens = torch.randint(4, 30, (3, 12))
     _, state = lm(tokens[:, :6])
@@ -119,9 +122,9 @@ def test_detached_state_stops_gradients_at_the_batch_boundary(cell):
 
 
 def test_tied_embeddings_share_one_matrix():
-    lm = build_lm("rnn", 50, cell="gru", d_embed=16, d_hidden=24, tie_embeddings=True)
+    lm = build_lm("rnn", 50, cell="gru", emb_size=16, d_model=24, tie_embeddings=True)
     assert lm.out.weight is lm.embed.weight
-    untied = build_lm("rnn", 50, cell="gru", d_embed=16, d_hidden=24, tie_embeddings=False)
+    untied = build_lm("rnn", 50, cell="gru", emb_size=16, d_model=24, tie_embeddings=False)
     assert untied.out.weight is not untied.embed.weight
     tlm = build_lm("transformer", 50, d_model=16, heads=2, layers=1, ffn=32)
     assert tlm.out.weight is tlm.embed.token.weight

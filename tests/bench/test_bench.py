@@ -7,6 +7,7 @@ printed by the scripts, never asserted here.
 
 import contextlib
 import io
+import math
 import os
 import re
 import runpy
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
@@ -34,14 +35,47 @@ def run_script(name: str, monkeypatch, *args: str) -> str:
     return out.getvalue()
 
 
+# What each script's SUMMARY line says, every number named (N: a number as the scripts print it).
+SUMMARIES = {
+    "lightning_overhead": r"Lightning/plain steps/s = (?P<bare>N) \(as the CLI runs it: (?P<cli>N)\); "
+                          r"goal >= (?P<goal>N): (?P<met>met|NOT met)",
+    "attention_path": r"TransformerSeq2Seq/nn\.Transformer speed = (?P<vs_torch>N)x \(goal >= (?P<goal>N): "
+                      r"(?P<met>met|NOT met)\); fused/explicit speed-up geometric mean (?P<fused>N)x over "
+                      r"(?P<encodings>N) positional encodings",
+    "throughput": r"transformer (?P<tokens_per_s>N) target tokens/s at (?P<mfu_percent>N)% MFU of a "
+                  r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM \(goal >= (?P<mfu_goal>N)%\)"
+                  r"(?:; bf16 autocast (?P<bf16_ratio>N)x fp32 \(goal >= (?P<bf16_goal>N)\))?"
+                  r"; fastest recurrent row \((?P<row>[^)]+)\) (?P<rnn_ratio>N)x the transformer",
+    "decoding": r"greedy (?P<greedy>N) and beam-(?P<beam>N) (?P<beam_rate>N) sentences/s \([^)]+\); "
+                r"cached/uncached greedy = (?P<cached_ratio>N)x",
+    "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
+                            r"(?:; bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\))?",
+}
+NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
+GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",)}   # min of these vs goal
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_bench_script_quick_prints_summary(name, monkeypatch):
     text = run_script(name, monkeypatch, "--quick")
     summary = [line for line in text.splitlines() if line.startswith("SUMMARY ")]
     assert len(summary) == 1, text[-2000:]
-    assert summary[0].startswith(f"SUMMARY {name}:")
-    assert "nan" not in summary[0].lower()
+    pattern = f"SUMMARY {name}: " + SUMMARIES[name].replace(">N)", f">{NUMBER})")
+    match = re.fullmatch(pattern, summary[0])
+    assert match, f"{summary[0]!r} does not read {pattern!r}"
+    printed = {k: v for k, v in match.groupdict().items() if v is not None and k not in ("met", "row")}
+    values = {k: float(v.replace(",", "")) for k, v in printed.items()}
+    for label, value in values.items():
+        # an MFU of a few tokens/s on a loaded machine may print as 0.0 %
+        low_ok = label == "mfu_percent" and value == 0
+        assert math.isfinite(value) and (value > 0 or low_ok), f"{label} = {value} in {summary[0]!r}"
+    assert values.get("mfu_percent", 0) <= 100
+    if name in GOAL_OF:
+        measured = min(values[k] for k in GOAL_OF[name])
+        rounding = max(0.5 * 10 ** -len(printed[k].partition(".")[2]) for k in GOAL_OF[name])
+        if abs(measured - values["goal"]) > rounding:     # "met" must agree with the printed ratio
+            assert (match["met"] == "met") == (measured >= values["goal"]), summary[0]
 
 
 def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
@@ -54,10 +88,24 @@ def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
     assert ("bf16 rows skipped" in default) != cpu_has_native_bf16()
 
 
+def test_throughput_steps_both_precisions_in_turn_and_profiles_where_time_goes(monkeypatch):
+    text = run_script("throughput", monkeypatch, "--quick", "--bf16", "--no-rnn", "--profile")
+    assert re.search(r"round 2/2: transformer [\d.]+ s, transformer bf16 [\d.]+ s; fp32 GEMM", text)
+    assert re.search(r"bf16/fp32 per round: [\d.]+, [\d.]+", text)
+    assert "rnn " not in text
+    kinds = ["matrix products", "copies and dtype casts", "dropout masks", "attention softmax",
+             "layer norm", "loss (cross-entropy)", "elementwise and other", "optimizer (clip + Adam)"]
+    table = text.split("where a step's time goes")[1]
+    shares = [int(m) for kind in kinds for m in re.findall(rf"^{re.escape(kind)} .*?\((\d+)%\)", table, re.M)]
+    assert len(shares) == len(kinds) and 95 <= sum(shares) <= 105    # each kind once; shares add up
+    assert re.search(r"^loss \(cross-entropy\) +\d+ \((?!0%)\d+%\)", table, re.M)   # found the loss
+
+
 def test_joey_quick_skips_the_install_and_says_so(monkeypatch):
     text = run_script("joeynmt_side_by_side", monkeypatch, "--quick", "--no-bf16")
     assert "Joey NMT is not installed or run" in text
     assert "Joey NMT skipped (--quick)" in text
+    assert text.count("lit-attention 32-true") == 2   # --rounds 2: our fp32 run twice
 
 
 def test_reference_configs_cover_the_issue():

@@ -1,0 +1,96 @@
+"""The training and evaluation skeleton both task modules share.
+
+A task module (translation.py, lm.py) builds ``self.net`` and says what a batch means:
+
+    training_loss(batch) -> (loss, targets [B, T])   # PAD targets are not counted as tokens
+    evaluate(split, batch) -> (summed NLL, number of scored targets)
+    evaluation_start(split), evaluation_end(split)    # optional: more than perplexity (BLEU, ...)
+
+The skeleton counts the target tokens trained on (``train_tokens``, which budgets and the run
+store read), stops on a non-finite loss, logs ``train_loss`` and ``lr`` on the steps the logger
+writes, and reports ``<split>_loss`` and exact ``<split>_ppl`` from NLL totals summed over DDP
+ranks (totals.TokenNLL). Validation and test run the same code; the split is the trainer's stage.
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import LightningModule
+from torchmetrics import Metric
+
+from lit_attention.data.vocab import PAD
+from lit_attention.lightning.steps import logs_this_step
+from lit_attention.lightning.totals import TokenNLL
+from lit_attention.metrics import perplexity
+
+
+class SequenceModule(LightningModule):
+    """LightningModule skeleton: a subclass defines ``training_loss`` and ``evaluate``."""
+
+    def __init__(self):
+        super().__init__()
+        self.train_tokens = 0                       # target tokens this rank trained on
+        self.eval_extras: dict[str, dict] = {}      # split -> summary fields beyond logged metrics
+        # The evaluation under way's torchmetrics totals, by name ("nll", ...). A plain dict, so
+        # they are no children of the module (see totals.py).
+        self.eval_totals: dict[str, Metric] = {}
+
+    # -- what a task module defines ----------------------------------------------------------
+
+    def training_loss(self, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(loss, targets [B, T]) of a training batch."""
+        raise NotImplementedError
+
+    def evaluate(self, split: str, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(summed NLL, number of scored targets) of an evaluation batch, padding repeats removed."""
+        raise NotImplementedError
+
+    def evaluation_start(self, split: str) -> None:
+        pass
+
+    def evaluation_end(self, split: str) -> None:
+        pass
+
+    # -- training ----------------------------------------------------------------------------
+
+    def training_step(self, batch, batch_idx):
+        loss, targets = self.training_loss(batch)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
+        self.train_tokens += int((targets != PAD).sum())
+        if logs_this_step(self):
+            self.log("train_loss", loss, prog_bar=True, batch_size=targets.size(0))
+            self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
+        return loss
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    @property
+    def split(self) -> str:
+        """The evaluation under way: "test" in ``trainer.test``, else "val"."""
+        return "test" if self.trainer.testing else "val"
+
+    def on_validation_epoch_start(self) -> None:
+        self.eval_totals = {"nll": TokenNLL().to(self.device)}
+        self.evaluation_start(self.split)
+
+    def validation_step(self, batch, batch_idx) -> None:
+        if "keep" in batch and not batch["keep"].all():
+            # padding repeats that give every DDP rank a batch: not part of the metrics
+            batch = {k: v[batch["keep"]] for k, v in batch.items()}
+            if batch["keep"].numel() == 0:
+                return
+        self.eval_totals["nll"].update(*self.evaluate(self.split, batch))
+
+    def on_validation_epoch_end(self) -> None:
+        split = self.split
+        nll, tokens = self.eval_totals["nll"].compute()          # summed over DDP ranks
+        self.log(f"{split}_loss", nll / max(tokens, 1), batch_size=1)
+        self.log(f"{split}_ppl", perplexity(nll, tokens), batch_size=1, prog_bar=True)
+        self.evaluation_end(split)
+        self.eval_totals = {}
+
+    # testing runs the same evaluation; `split` tells the two apart
+    on_test_epoch_start = on_validation_epoch_start
+    test_step = validation_step
+    on_test_epoch_end = on_validation_epoch_end

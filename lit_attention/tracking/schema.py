@@ -1,0 +1,347 @@
+"""The run-store format: what a run directory holds, how its summary.json reads, which statuses a
+run can have, what names a run may take. Training writes it; the sweep driver and the analysis
+read it; nothing else spells these names or reads summary.json itself.
+
+    <root>/<group>/<run_id>/
+      config.yaml     CONFIG     the fully resolved training config
+      metrics.csv     METRICS    one row per logged step: METRICS_COLUMNS, then the metrics
+      summary.json    SUMMARY    an object of fields (FIELDS), with `version` and `status`
+      hyps/           HYPS       hyps_file(split), refs_file(split): one sentence per line;
+                                 stats_cache_file(split, metric): the analysis' cache
+      gradflow.csv    GRADFLOW   GRADFLOW_COLUMNS
+      attention/      ATTENTION  heatmaps of a few validation sentences (png + json)
+      checkpoints/    CHECKPOINTS  best.ckpt, last.ckpt (LAST_CHECKPOINT)
+      trial.log       TRIAL_LOG  a sweep trial's output
+      STOP            STOP       ask the run to stop at its next validation end (request_stop)
+
+summary.json carries `version` (VERSION). A summary written before versions (no `version`
+field, e.g. the stores in results/) is read as version 0 and migrated in memory; one written by
+a newer lit-attention, one with an unknown status or a field of the wrong type is refused with a
+SummaryError naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+import secrets
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from lit_attention.files import atomic_write
+
+VERSION = 1
+
+CONFIG = "config.yaml"
+METRICS = "metrics.csv"
+SUMMARY = "summary.json"
+HYPS = "hyps"
+GRADFLOW = "gradflow.csv"
+ATTENTION = "attention"
+CHECKPOINTS = "checkpoints"
+BEST_CHECKPOINT = "best"          # ModelCheckpoint's filename (it adds .ckpt)
+LAST_CHECKPOINT = "last.ckpt"
+TRIAL_LOG = "trial.log"
+STOP = "STOP"
+
+METRICS_COLUMNS = ("step", "epoch", "time")     # then every logged metric, as it first appears
+GRADFLOW_COLUMNS = ("step", "direction", "sentence", "position", "distance", "norm")
+
+RUN_ID_ENV = "LIT_ATTENTION_RUN_ID"    # how Lightning's relaunched DDP ranks learn their run id
+
+
+def hyps_file(split: str) -> str:
+    """hyps/<split>.txt, relative to the run directory: the detokenized hypotheses."""
+    return f"{HYPS}/{split}.txt"
+
+
+def refs_file(split: str) -> str:
+    """hyps/<split>.ref.txt: the references, line i for line i of the hypotheses."""
+    return f"{HYPS}/{split}.ref.txt"
+
+
+def stats_cache_file(split: str, metric: str) -> str:
+    """hyps/<split>.<metric>.stats.npz: the analysis' cache of per-sentence metric statistics
+    (derived data: analysis/export.py leaves it out of results/)."""
+    return f"{HYPS}/{split}.{metric}.stats.npz"
+
+
+# -- run ids and groups ------------------------------------------------------------------------
+
+# Run ids and groups become directory names under the runs root: no separators, no '.'/'..'.
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_name(option: str, value: str) -> str:
+    """``value`` if it is a safe run id / group name, else ValueError naming ``option``."""
+    if not SAFE_NAME.fullmatch(value):
+        raise ValueError(f"{option} {value!r} is not a safe name: use 1-128 letters, digits, '.', "
+                         f"'_' or '-', starting with a letter or digit (no '/', no '..')")
+    return value
+
+
+def run_path(root: Path | str, group: str, run_id: str) -> Path:
+    """root/group/run_id, resolved, after checking both names; never a path outside root."""
+    root = Path(root).resolve()
+    path = (root / check_name("--run.group", group) / check_name("--run.id", run_id)).resolve()
+    if root not in path.parents:
+        raise ValueError(f"run directory {path} is outside the runs root {root}")
+    return path
+
+
+def new_run_id() -> str:
+    """A fresh run id: the local time and 6 random hex digits."""
+    return datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+
+
+def trial_run_id(number: int, seed: int) -> str:
+    """The run id of sweep trial `number` with `seed`: t0007-s1."""
+    return f"t{number:04d}-s{seed}"
+
+
+# -- statuses ----------------------------------------------------------------------------------
+
+class Status(str, enum.Enum):
+    """What summary.json says about a run. Compares equal to its text ("finished")."""
+
+    RUNNING = "running"          # training; `heartbeat_at` says when it last validated
+    FINISHED = "finished"        # ended normally; `stopped_by` says what ended training
+    PRUNED = "pruned"            # stopped early through its STOP file; `stopped_by`
+    FAILED = "failed"            # an exception or a failed process; `error`
+    INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM, resumable from last.ckpt; `error`
+    KILLED = "killed"            # the process died without recording an end (SIGKILL, OOM); `error`
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__   # f"{status}" is its text (Python 3.10/3.11 differ otherwise)
+
+    @property
+    def reason_field(self) -> str | None:
+        """The summary field that says why a run has this status (None for a running run)."""
+        return _REASON.get(self)
+
+    @classmethod
+    def parse(cls, text: Any, where: str = "status") -> Status:
+        try:
+            return cls(text)
+        except ValueError:
+            known = ", ".join(s.value for s in cls)
+            raise SummaryError(f"{where}: unknown status {text!r} (known: {known})") from None
+
+
+_REASON = {Status.FINISHED: "stopped_by", Status.PRUNED: "stopped_by", Status.FAILED: "error",
+           Status.INTERRUPTED: "error", Status.KILLED: "error"}
+STOP_STATUSES = (Status.PRUNED, Status.FINISHED)   # what a STOP file may ask a run to end as
+
+
+# -- summary.json fields -----------------------------------------------------------------------
+
+class SummaryError(ValueError):
+    """A summary.json that cannot be read or written as the format says; the message names the
+    file and what is wrong (one line)."""
+
+
+NUMBER = (int, float)
+# The JSON type of every field whose type the format fixes (null is always allowed). Other fields
+# (the model's metrics, per-split extras) are free.
+FIELDS: dict[str, type | tuple] = {
+    "version": int, "run_id": str, "group": str, "run_dir": str, "task": str,
+    "seed": (int, bool),   # LightningCLI's seed_everything: a seed, or true (a random one)
+    "status": str, "error": str, "started_at": str, "finished_at": str, "heartbeat_at": str,
+    "process": dict, "world_size": int, "git_commit": str, "versions": dict, "wandb_run_id": str,
+    "model": dict, "params": int, "data_dropped": dict, "eval_protocol": str,
+    "train_seconds": NUMBER, "train_tokens": NUMBER, "train_flops": NUMBER, "tokens_per_second": NUMBER,
+    "budget_steps": NUMBER, "budget_tokens": NUMBER, "budget_flops": NUMBER, "budget_reached": bool,
+    "stopped_by": str, "steps": int, "epochs": int, "best_val_loss": NUMBER,
+    "machine_gflops": NUMBER, "machine_gflops_probes": list, "grad_norm_median": NUMBER,
+    "clip_fraction": NUMBER, "attention_entropy": dict, "sacrebleu_signature": str,
+    "chrf_signature": str,
+    **{f"{split}_{name}": kind for split in ("val", "test")
+       for name, kind in (("loss", NUMBER), ("ppl", NUMBER), ("bleu", NUMBER), ("chrf", NUMBER),
+                          ("decoding", dict), ("sacrebleu_signature", str), ("chrf_signature", str),
+                          ("bleu_by_length", list))},
+}
+BUCKETS = ("val_bleu_by_length", "test_bleu_by_length")   # arrays of objects
+# What a reader refuses a summary for: the shape readers rely on (objects, arrays, the strings
+# runs are grouped and labelled by). A number field holding text or NaN is read as it is: the
+# analysis reports it as an invalid value of that run instead of dropping the run. Writers are
+# held to every type in FIELDS.
+READ_CHECKED = tuple(k for k, kind in FIELDS.items() if kind in (dict, list)) + (
+    "version", "run_id", "group", "task", "status")
+JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+
+
+def _check(fields: Mapping, where: str, keys=tuple(FIELDS)) -> None:
+    for key in keys:
+        kind, value = FIELDS[key], fields.get(key)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int in Python, not a number in a summary; 3.0 is not an int either.
+        if value is not None and (type(value) not in kinds and not (
+                isinstance(value, kinds) and not isinstance(value, bool))):
+            raise SummaryError(f"{where}: field {key!r} is {JSON_TYPE.get(type(value), 'a value')}, "
+                               f"not {JSON_TYPE[kinds[0]]}")
+    for key in BUCKETS:
+        if not all(isinstance(bucket, dict) for bucket in fields.get(key) or []):
+            raise SummaryError(f"{where}: field {key!r} is not an array of objects")
+    if fields.get("status") is not None:
+        Status.parse(fields["status"], where)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+# -- migrations: version N -> N + 1, on the parsed object, in memory ------------------------------
+
+def _from_version_0(fields: dict) -> dict:
+    # Before version 1, a bucket of BLEU by length without `unit` counted the model's source
+    # tokens (later: whitespace words of the raw source).
+    for key in BUCKETS:
+        if isinstance(fields.get(key), list):
+            fields[key] = [{"unit": "tokens", **b} if isinstance(b, dict) else b for b in fields[key]]
+    return fields
+
+
+MIGRATIONS = {0: _from_version_0}
+
+
+def migrate(fields: dict, where: str) -> dict:
+    """A summary of any version this code knows, as the current VERSION; SummaryError for a
+    version it does not know."""
+    version = fields.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise SummaryError(f"{where}: field 'version' is {version!r}, not a format version (0..{VERSION})")
+    if version > VERSION:
+        raise SummaryError(f"{where}: written in run-store format version {version}, newer than this "
+                           f"lit-attention reads ({VERSION}): upgrade lit-attention to read it")
+    fields = dict(fields)
+    for v in range(version, VERSION):
+        fields = MIGRATIONS[v](fields)
+    fields["version"] = VERSION
+    return fields
+
+
+# -- reading and writing -----------------------------------------------------------------------
+
+class Summary(Mapping):
+    """One run's summary.json at the current VERSION: a read-only mapping of its fields (as
+    JSON: the status as its text), with the typed ones as attributes."""
+
+    def __init__(self, fields: Mapping | None = None, path: Path | None = None):
+        self._fields = dict(fields or {})
+        self.path = path
+
+    def __getitem__(self, key: str) -> Any:
+        return self._fields[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fields)
+
+    def __len__(self) -> int:
+        return len(self._fields)
+
+    def __repr__(self) -> str:
+        return f"Summary({self._fields!r})"
+
+    @property
+    def status(self) -> Status | None:
+        """None: no status recorded yet (a run directory only evaluated, or being set up)."""
+        status = self._fields.get("status")
+        return None if status is None else Status(status)
+
+    @property
+    def error(self) -> str | None:
+        return self._fields.get("error")
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run has its status (its status's reason field), if recorded."""
+        field = self.status.reason_field if self.status else None
+        return self._fields.get(field) if field else None
+
+    def to_dict(self) -> dict:
+        return dict(self._fields)
+
+
+def summary_path(run_dir: Path | str) -> Path:
+    return Path(run_dir) / SUMMARY
+
+
+def read_summary(run_dir: Path | str, missing_ok: bool = False) -> Summary:
+    """The summary.json of `run_dir`, migrated to the current VERSION. SummaryError naming the
+    file and what is wrong (missing, unreadable, not JSON, not an object, a field of the wrong
+    type, an unknown status or version); an empty Summary for a missing file if `missing_ok`."""
+    path = summary_path(run_dir)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if missing_ok:
+            return Summary({}, path)
+        raise SummaryError(f"{path}: does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise SummaryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise SummaryError(f"{path}: cannot be read ({exc.strerror})") from None
+    try:
+        fields = json.loads(text)          # NaN and Infinity are kept: the analysis names them
+    except json.JSONDecodeError as exc:
+        raise SummaryError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(fields, dict):
+        raise SummaryError(f"{path}: holds {JSON_TYPE.get(type(fields), 'a value')}, not a JSON object")
+    fields = migrate(fields, str(path))
+    _check(fields, str(path), READ_CHECKED)
+    return Summary(fields, path)
+
+
+def write_summary(run_dir: Path | str, fields: Mapping) -> Summary:
+    """Write `fields` as the whole summary.json of `run_dir` (atomically, at the current VERSION;
+    non-finite numbers become null). SummaryError for a field of the wrong type or an unknown
+    status: the writer's bug, caught before the file changes."""
+    path = summary_path(run_dir)
+    fields = _json_safe({"version": VERSION, **fields})
+    fields["version"] = VERSION
+    _check(fields, str(path))
+    atomic_write(path, json.dumps(fields, indent=2) + "\n")
+    return Summary(fields, path)
+
+
+def update_summary(run_dir: Path | str, /, **fields: Any) -> Summary:
+    """summary.json of `run_dir` with `fields` set (created if missing); returns the new summary."""
+    return write_summary(run_dir, {**read_summary(run_dir, missing_ok=True), **fields})
+
+
+# -- the STOP file -----------------------------------------------------------------------------
+
+def request_stop(run_dir: Path | str, status: Status = Status.PRUNED) -> None:
+    """Ask the run in `run_dir` to stop at its next validation end and end as `status`."""
+    if status not in STOP_STATUSES:
+        raise ValueError(f"a STOP file asks for one of {', '.join(map(str, STOP_STATUSES))}, not {status}")
+    (Path(run_dir) / STOP).write_text(f"{status.value}\n")
+
+
+def stop_request(run_dir: Path | str) -> tuple[Status, str] | None:
+    """(status to end as, reason) if `run_dir` has a STOP file, else None. The file's first line
+    names the status (`pruned` or `finished`); any other text, or none (a STOP made by hand),
+    ends the run `finished` with that text as the reason."""
+    path = Path(run_dir) / STOP
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    first = text.splitlines()[0].strip() if text else ""
+    status = next((s for s in STOP_STATUSES if s.value == first), Status.FINISHED)
+    return status, text or "stopped"

@@ -1,0 +1,117 @@
+"""lit_attention/lightning/base.py: the skeleton both task modules share, on a bigram model small
+enough to check every number by hand."""
+
+import csv
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Trainer
+from lightning.pytorch.loggers import CSVLogger
+from torch.utils.data import DataLoader
+
+from lit_attention.data.vocab import PAD
+from lit_attention.lightning.base import SequenceModule
+from lit_attention.metrics import token_nll
+
+V = 7
+
+
+class Bigram(SequenceModule):
+    """Each token's logits are a row of one table; ``blow_up_at`` makes that step's loss inf."""
+
+    def __init__(self, blow_up_at: int | None = None):
+        super().__init__()
+        self.net = torch.nn.Embedding(V, V)
+        self.blow_up_at = blow_up_at
+        self.evaluations = []          # (hook, split) as the skeleton calls them
+
+    def training_loss(self, batch):
+        logits = self.net(batch["tokens"])
+        loss = F.cross_entropy(logits.reshape(-1, V), batch["targets"].reshape(-1), ignore_index=PAD)
+        if self.global_step == self.blow_up_at:
+            loss = loss * float("inf")
+        return loss, batch["targets"]
+
+    def evaluate(self, split, batch):
+        return token_nll(self.net(batch["tokens"]), batch["targets"])
+
+    def evaluation_start(self, split):
+        self.evaluations.append(("start", split))
+
+    def evaluation_end(self, split):
+        self.evaluations.append(("end", split))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def batch(rows, keep=None) -> dict:
+    """rows: token lists, PAD-padded to one length; targets are the tokens shifted by one."""
+    ids = torch.tensor(rows)
+    targets = torch.cat([ids[:, 1:], torch.full((len(rows), 1), PAD)], dim=1)
+    out = {"tokens": ids, "targets": targets}
+    if keep is not None:
+        out["keep"] = torch.tensor(keep)
+    return out
+
+
+TRAIN = [batch([[2, 3, 4, 5], [2, 6, PAD, PAD]]), batch([[2, 4, 4, PAD]]), batch([[3, 5, 6, 2, 1]])] * 2
+# the last rows of the second batch and the whole third are padding repeats (keep False)
+EVAL = [batch([[2, 3, 4, 5], [2, 6, PAD, PAD]], keep=[True, True]),
+        batch([[4, 4, 1], [5, 6, 3]], keep=[True, False]),
+        batch([[2, 3, 4, 5]], keep=[False])]
+
+
+def loader(batches):
+    return DataLoader(batches, batch_size=None)
+
+
+def trainer(tmp_path, **kwargs) -> Trainer:
+    return Trainer(**{**dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                             enable_progress_bar=False, enable_model_summary=False), **kwargs})
+
+
+def test_training_counts_target_tokens_and_logs_loss_and_rate_on_the_logged_steps(tmp_path):
+    torch.manual_seed(0)
+    module = Bigram()
+    fit = trainer(tmp_path, max_steps=6, log_every_n_steps=2, logger=CSVLogger(tmp_path, name="csv"))
+    fit.fit(module, loader(TRAIN))
+    assert module.train_tokens == 2 * (3 + 1 + 2 + 4)         # non-PAD targets of the six batches
+    with open(next(tmp_path.rglob("metrics.csv"))) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["step"]) for r in rows if r.get("train_loss")] == [1, 3, 5]
+    assert [float(r["lr"]) for r in rows if r.get("train_loss")] == pytest.approx([0.1] * 3)
+
+
+def test_a_non_finite_loss_stops_training_naming_the_step(tmp_path):
+    module = Bigram(blow_up_at=3)
+    with pytest.raises(FloatingPointError, match=r"non-finite training loss \(inf\) at step 3"):
+        trainer(tmp_path, max_steps=6).fit(module, loader(TRAIN))
+    assert module.train_tokens == 3 + 1 + 2 + 4 + 0, "the bad step's tokens are not counted"
+
+
+def test_evaluation_reports_exact_perplexity_of_the_kept_rows_for_each_split(tmp_path):
+    torch.manual_seed(0)
+    module = Bigram()
+    run = trainer(tmp_path)
+    [val] = run.validate(module, loader(EVAL), verbose=False)
+    [test] = run.test(module, loader(EVAL), verbose=False)
+    # Independently: the kept rows alone, token by token.
+    with torch.no_grad():
+        kept = [batch([[2, 3, 4, 5], [2, 6, PAD, PAD]]), batch([[4, 4, 1]])]
+        nll = sum(F.cross_entropy(module.net(b["tokens"]).reshape(-1, V), b["targets"].reshape(-1),
+                                  ignore_index=PAD, reduction="sum").item() for b in kept)
+    tokens = 3 + 1 + 2
+    for split, result in (("val", val), ("test", test)):
+        assert set(result) == {f"{split}_loss", f"{split}_ppl"}
+        assert result[f"{split}_loss"] == pytest.approx(nll / tokens, rel=1e-6)
+        assert result[f"{split}_ppl"] == pytest.approx(math.exp(nll / tokens), rel=1e-6)
+    assert module.evaluations == [("start", "val"), ("end", "val"), ("start", "test"), ("end", "test")]
+
+
+def test_the_sanity_check_and_validation_in_fit_are_the_val_split(tmp_path):
+    module = Bigram()
+    trainer(tmp_path, max_epochs=1, num_sanity_val_steps=1).fit(module, loader(TRAIN), loader(EVAL))
+    assert module.evaluations == [("start", "val"), ("end", "val")] * 2
