@@ -83,11 +83,12 @@ def wait_for(what, timeout: float = 120):
     return found
 
 
-def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[str]:
+def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2, steps: int | None = None) -> list[str]:
     """Every way the finished study breaks exactly-once; [] when it holds: each cell (lr x seed)
     has exactly one COMPLETE trial and exactly one finished run directory, no run directory was
-    started twice, no metrics.csv repeats a step, no trial is left waiting or running, and every
-    failed trial and every run that did not finish says why."""
+    started afresh twice (continuing it from its checkpoint is no new start), no metrics.csv
+    repeats a step (and, given `steps`, a finished run logged each of its steps), no trial is left
+    waiting or running, and every failed trial and every run that did not finish says why."""
     found = []
     ts = trials(url, name)
     counted = [t for t in ts if not t.user_attrs.get("skipped")]
@@ -99,15 +100,16 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[s
               if t.state == TrialState.FAIL and not failure_reason(t)]
     finished = Counter()
     for run_dir in sorted((root / name).glob("t*-s*")):
-        starts = (run_dir / "starts.log").read_text().split() if (run_dir / "starts.log").exists() else []
-        if len(starts) > 1:
-            found.append(f"{run_dir.name}: started {len(starts)} times")
-        metrics = run_dir / "metrics.csv"
-        if metrics.exists():
-            with open(metrics, newline="") as f:
-                steps = [r["step"] for r in csv.DictReader(f)]
-            if len(steps) != len(set(steps)):
-                found.append(f"{run_dir.name}: duplicate metric rows (steps {steps})")
+        starts = (run_dir / "starts.log").read_text().splitlines() if (run_dir / "starts.log").exists() else []
+        afresh = [s for s in starts if not s.endswith(" resume")]
+        if len(afresh) > 1 or (starts and starts[0].endswith(" resume")):
+            found.append(f"{run_dir.name}: started {starts}")
+        logged = []
+        if (run_dir / "metrics.csv").exists():
+            with open(run_dir / "metrics.csv", newline="") as f:
+                logged = [int(r["step"]) for r in csv.DictReader(f)]
+            if len(logged) != len(set(logged)):
+                found.append(f"{run_dir.name}: duplicate metric rows (steps {logged})")
         try:
             summary = json.loads((run_dir / "summary.json").read_text())
         except FileNotFoundError:
@@ -117,6 +119,8 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2) -> list[s
         status, error = run_state(summary)
         if status == "finished":
             finished[(summary["model"]["lr"], summary["seed"])] += 1
+            if steps is not None and logged != list(range(steps)):
+                found.append(f"{run_dir.name}: finished with metric rows for steps {logged}")
         elif not error:
             found.append(f"{run_dir.name}: {status} without a reason")
     found += [f"cell {c}: {finished[c]} finished run directories" for c in sorted(wanted) if finished[c] != 1]

@@ -1,8 +1,10 @@
 """Fault injection: kill -9 of a trial process and of the sweep driver at random moments of a short
 sweep, on real SQLite and real PostgreSQL, then `--resume`; repeated with seeded random moments.
 
-After every repetition: the resumed sweep exits 0, every cell has exactly one complete trial and
-exactly one finished run, no run directory was started twice, no metrics.csv repeats a row, no
+The stand-in trials save a checkpoint after every step, so `--resume` continues a killed run from
+it where it can (sweep/trial.resumable) and starts the cell afresh where it cannot. After every
+repetition: the resumed sweep exits 0, every cell has exactly one complete trial and exactly one
+finished run whose metrics.csv holds each step once, no run directory was started afresh twice, no
 trial is left running, and every failed trial and unfinished run says why (standin_sweeps.problems).
 
 FAULT_REPS (default 1) repetitions per storage, FAULT_SEED (default 0) seeds their moments;
@@ -105,7 +107,7 @@ def test_kill_9_of_a_trial_and_the_driver_then_resume_runs_every_cell_exactly_on
                              env=env(STANDIN_STEPS=STEPS, STANDIN_STEP_SECONDS=STEP_SECONDS), cwd=REPO)
     story = "".join(lines) + "\n--- resume:\n" + resumed.stdout + resumed.stderr
     url = url or sqlite_url(path, "crash")
-    found = problems(url, "crash", tmp_path / "runs", lrs=LRS, seeds=SEEDS)
+    found = problems(url, "crash", tmp_path / "runs", lrs=LRS, seeds=SEEDS, steps=STEPS)
     if os.environ.get("FAULT_LOG"):
         _record(os.environ["FAULT_LOG"], kind, rep, story, url, runs, found, resumed.returncode,
                 time.monotonic() - began)
@@ -130,6 +132,7 @@ def _record(path, kind, rep, story, url, runs, found, code, resume_seconds) -> N
     line = {"storage": kind, "rep": rep, "seed": SEED, "trial_killed": "<killed trial" in before,
             "driver_phase": phase, "trials": len(ts),
             "failed_trials": dict(failed), "run_errors": {k: v for k, v in ended.items() if k},
+            "continued": story.count("from its last checkpoint)"),
             "resume_exit": code, "resume_seconds": round(resume_seconds, 1), "problems": found}
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")
