@@ -125,3 +125,35 @@ def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
     from lit_attention.sweep.schema import load_sweep
     driver.check_trials(load_sweep(REPO / "sweeps" / f"{name}.yaml"), tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_abandoned_run_is_closed_so_that_it_is_continued_or_never_counted(tmp_path):
+    """A trial that lost its worker: a run whose process is gone becomes `killed` (its cell's next
+    attempt continues it from last.ckpt); one that finished, or whose process still lives, becomes
+    `failed` (it must not count beside the re-run); one that recorded its end keeps it."""
+    import zipfile
+
+    from lit_attention.sweep import trial as tr
+    from lit_attention.tracking import schema
+    from lit_attention.tracking.liveness import process_identity
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    gone = {"pid": int(dead.stdout), "host": socket.gethostname(), "pid_started": None}
+    cases = {"gone": ("running", gone, None), "finished": ("finished", process_identity(), None),
+             "alive": ("running", process_identity(), None), "signal": ("killed", gone, "killed by SIGKILL")}
+    for number, (name, (status, process, error)) in enumerate(cases.items()):
+        run_dir = tmp_path / name
+        (run_dir / "checkpoints").mkdir(parents=True)
+        with zipfile.ZipFile(run_dir / "checkpoints" / "last.ckpt", "w") as z:
+            z.writestr("data", "x")
+        schema.write_summary(run_dir, {"status": status, "process": process, "error": error})
+        trial = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"run_dir": str(run_dir)})
+        trial.number = number
+        driver.close_abandoned_run(trial)
+    read = {name: schema.read_summary(tmp_path / name) for name in cases}
+    assert read["gone"].status == "killed" and read["gone"].error.startswith("abandoned: trial 0 lost its worker")
+    assert tr.resumable(tmp_path / "gone") is not None
+    for name in ("finished", "alive"):
+        assert read[name].status == "failed" and read[name].error.startswith("abandoned: "), name
+        assert tr.resumable(tmp_path / name) is None
+    assert read["signal"].status == "killed" and read["signal"].error == "killed by SIGKILL"
