@@ -10,6 +10,7 @@ import errno
 import inspect
 import json
 import os
+import pickle
 import re
 import sys
 import traceback
@@ -442,6 +443,10 @@ def _train(argv: list[str]) -> int:
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
         return 2
+    except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
+        print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
+              f"{_refusal(str(exc))}", file=sys.stderr)
+        return 2
     except SIGTERMException:
         status = Status.INTERRUPTED
         print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
@@ -468,6 +473,24 @@ def _train(argv: list[str]) -> int:
         if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {session['run_dir']} ({status})", file=sys.stderr, flush=True)
     return 0
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of `name` in argv (`--name value` or `--name=value`), the last one if repeated."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _refusal(message: str) -> str:
+    """The line of torch's weights-only refusal that names what the file wanted to load."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    why = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), lines[-1] if lines else "")
+    return f"{why} (checkpoints are loaded with torch.load(weights_only=True))"
 
 
 USAGE = """usage: lit-attention {fit,validate,test,choices,sweep,report} ...

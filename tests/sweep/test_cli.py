@@ -18,6 +18,8 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, family_neutral
+from lit_attention.sweep.driver import failure_reason
+
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -153,7 +155,7 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
         except Exception:  # no study yet, or the database is locked by a writer for a moment
             trials = []
         for t in trials:
-            if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t) \
+            if t.state == TrialState.RUNNING and "run_dir" in t.user_attrs and _training_processes(t) \
                     and _validated(Path(t.user_attrs["run_dir"])):
                 return t
         time.sleep(0.2)
@@ -201,7 +203,7 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
-    assert trials[victim.number].user_attrs["error"].startswith("stale heartbeat: worker "), output
+    assert failure_reason(trials[victim.number]).startswith("stale heartbeat: worker "), output
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params
