@@ -150,3 +150,35 @@ def test_the_choice_literal_check_finds_comparisons_tables_and_tuples_only():
     ])
     hits = {line: compared for line, _, _, compared in choice_literals(source, names)}
     assert hits == {1: True, 2: True, 3: False, 4: False, 6: True}
+
+
+def _layout_entries() -> dict[str, str]:
+    """docs/ARCHITECTURE.md's lit_attention/ layout: entry ("models/", "cli.py") -> its text."""
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text[text.index("```\nlit_attention/\n") + len("```\nlit_attention/\n"):]
+    entries, name = {}, None
+    for line in block.splitlines():
+        if not line.startswith(" "):      # the next top-level folder: the package's layout ends
+            break
+        if not line.startswith("   "):    # "  name   what it is"
+            name = line.split()[0]
+            entries[name] = ""
+        entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_architecture_layout_names_every_module():
+    """A module added under lit_attention/ without a word in docs/ARCHITECTURE.md fails here."""
+    entries = _layout_entries()
+    missing = []
+    for path in sorted((REPO / "lit_attention").rglob("*.py")):
+        parts = path.relative_to(REPO / "lit_attention").parts
+        if parts[-1] == "__init__.py" and len(parts) > 1:
+            continue
+        entry = parts[0] if len(parts) == 1 else parts[0] + "/"
+        words = re.findall(r"[\w./-]+", entries.get(entry, ""))
+        if len(parts) > 1 and not (parts[-1] in words and all(f"{d}/" in words for d in parts[1:-1])):
+            missing.append("/".join(parts))
+        elif len(parts) == 1 and entry not in entries and parts[0] != "__init__.py":
+            missing.append(parts[0])
+    assert not missing, f"docs/ARCHITECTURE.md's layout does not name: {', '.join(missing)}"
