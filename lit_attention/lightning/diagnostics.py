@@ -28,6 +28,11 @@ from lit_attention.tracking.run_store import RunDir, atomic_write
 from lit_attention.tracking.schema import ATTENTION, GRADFLOW, GRADFLOW_COLUMNS
 
 
+# Options that measure an encoder-decoder only (gradient flow reaching the encoder states, cross-
+# attention heatmaps and entropy): a model without ``encode`` (a language model) has nothing to measure.
+ENCODER_DECODER_OPTIONS = ("gradflow_every", "gradflow_sentences", "gradflow_distance", "heatmaps")
+
+
 class DiagnosticsCallback(Callback):
     def __init__(self, run_dir: RunDir, module_norm_every: int = 50, module_depth: int = 2,
                  gradflow_every: int = 100, gradflow_sentences: int | None = None,
