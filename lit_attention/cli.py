@@ -30,6 +30,9 @@ TRAINING_COMMANDS = ("fit", "validate", "test")
 # Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
 PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
                  **{c: {"allow_abbrev": False} for c in (*TRAINING_COMMANDS, "predict")}}
+TRAINER_DEFAULTS = {"use_distributed_sampler": False, "gradient_clip_val": 1.0, "log_every_n_steps": 10,
+                    # token batches are re-bucketed each epoch, so their count varies
+                    "reload_dataloaders_every_n_epochs": 1}
 
 
 @dataclass
@@ -147,9 +150,13 @@ def _build_cli_class():
         def parse_arguments(self, parser, args):
             try:
                 super().parse_arguments(parser, args)
+                given = parser.parse_args(args, defaults=False)   # what the files and flags say
             except ArgumentError as exc:
                 raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
             sub = self.config.get("subcommand")
+            if sub == "fit":   # (validate and test ignore every training setting, of any family)
+                # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
+                refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
             # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
             self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
             if self.parse_only:
@@ -262,6 +269,31 @@ def decoding_settings(cfg) -> dict:
     return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
 
+def refuse_inert_settings(config, given, defaults) -> None:
+    """Stop (ConfigError) at a setting that the model ``config`` builds would ignore (its class's
+    ``inert_settings``: a family without a gradient has no optimizer to take a learning rate, ...)
+    when the files and flags (``given``: the subcommand's config without defaults) set it to a
+    value other than its default (``defaults``; for model.*, the class's). A default is no request:
+    a run's config.yaml, which spells every default, still reads back."""
+    import importlib
+    model = config.get("model")
+    if model is None or not model.get("class_path"):
+        return
+    module, _, name = model.class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    inert = cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
+    arguments = inspect.signature(cls.__init__).parameters
+    for key in given.keys():
+        setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
+        if setting not in inert:
+            continue
+        group, _, option = setting.partition(".")
+        default = arguments[option].default if group == "model" else defaults.get(key)
+        if given.get(key) != default:
+            raise ConfigError(f"option {setting} has no effect here: {inert[setting]}: leave it unset "
+                              f"(remove it from the config)")
+
+
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     """At most n lines of an error; of jsonargparse's union errors only the one that matters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
@@ -358,7 +390,7 @@ def check_training_args(argv: list[str]) -> None:
         try:
             ParseOnly(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
                       save_config_callback=None, args=list(argv), parser_kwargs=PARSER_KWARGS,
-                      auto_configure_optimizers=False)
+                      auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS)
         except _Parsed as parsed:
             config = parsed.args[0]
     sub = config["subcommand"]
@@ -435,10 +467,7 @@ def _train(argv: list[str]) -> int:
                   save_config_callback=None, seed_everything_default=1,
                   args=None if argv == sys.argv[1:] else argv,
                   parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
-                  trainer_defaults={"use_distributed_sampler": False, "gradient_clip_val": 1.0,
-                                    "log_every_n_steps": 10,
-                                    # token batches are re-bucketed each epoch, so their count varies
-                                    "reload_dataloaders_every_n_epochs": 1})
+                  trainer_defaults=TRAINER_DEFAULTS)
         status = Status.FINISHED
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)

@@ -163,6 +163,22 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
     raise AssertionError(f"no trial seen training (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
 
 
+def interrupt_sweep(path: Path, wait, interrupt, *args, timeout: float, **environ) -> tuple[int, str, object]:
+    """Start `lit-attention sweep PATH ARGS`, wait for ``wait(proc)`` to return, then call
+    ``interrupt(proc, what wait returned)``. Returns (the sweep's exit code, its output, what wait
+    returned); the sweep never outlives the call."""
+    proc = subprocess.Popen(sweep_cmd(path, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env(**environ), cwd=REPO)
+    try:
+        waited = wait(proc)
+        interrupt(proc, waited)
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output, waited
+
+
 def _validated(run_dir: Path) -> bool:
     try:
         return "val_loss" in (run_dir / "metrics.csv").read_text()
@@ -190,16 +206,11 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
                       fixed={"trainer.max_epochs": 8, "data.n_train": 1000})  # a trial outlives the kill
     url = sqlite_url(tmp_path, "kill")
-    proc = subprocess.Popen(sweep_cmd(path, "--workers", 2), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
-    try:
-        victim = _wait_running(url, "kill", proc)
-        os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
-        output, _ = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
+    code, output, victim = interrupt_sweep(
+        path, lambda proc: _wait_running(url, "kill", proc),
+        lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
+        "--workers", 2, timeout=400)
+    assert code == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
@@ -231,16 +242,9 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
                       fixed={"trainer.max_epochs": 12, "data.n_train": 1000})  # outlives the wait below
     url = sqlite_url(tmp_path, "intr")
-    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(), cwd=REPO)
-    try:
-        first = _wait_running(url, "intr", proc)
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    code, output, first = interrupt_sweep(path, lambda proc: _wait_running(url, "intr", proc),
+                                          lambda proc, _: proc.send_signal(signal.SIGINT), timeout=180)
+    assert code == 130, output
     assert "--resume" in output
     t = load(url, "intr").get_trials()[first.number]
     assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"]
@@ -307,19 +311,16 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
     stand-in (tests/sweep/record_trial.py) that waits."""
     path = sweep_file(tmp_path, "term", {"model.family": {"choices": ["transformer"]}})
     stand_in = json.dumps([sys.executable, str(Path(__file__).with_name("record_trial.py"))])
-    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300"), cwd=REPO)
-    try:
+    seen = tmp_path / "runs" / "term" / "t0000-s0" / "seen.json"
+
+    def trial_started(proc):
         deadline = time.monotonic() + 120
-        while not (tmp_path / "runs" / "term" / "t0000-s0" / "seen.json").exists():
+        while not seen.exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    code, output, _ = interrupt_sweep(path, trial_started, lambda proc, _: proc.send_signal(signal.SIGTERM),
+                                      timeout=90, LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300")
+    assert code == 130, output
     assert "Continue with: lit-attention sweep" in output and "--resume" in output
     [t] = load(sqlite_url(tmp_path, "term"), "term").get_trials()
     assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], t.user_attrs
