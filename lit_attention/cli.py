@@ -103,6 +103,7 @@ def _build_cli_class():
 
     from lit_attention.lightning.budget import TrainingBudget, step_limit
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
+    from lit_attention.lightning.trainer import Trainer
     from lit_attention.tracking.callback import RunStoreCallback
     from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
     from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
@@ -111,6 +112,9 @@ def _build_cli_class():
     class LitAttentionCLI(LightningCLI):
         parse_only = False   # check_training_args: stop once the arguments are parsed
         session: dict = {}   # run_dir and trainer, for the exit status and messages of _train
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, trainer_class=Trainer, **kwargs)
 
         def add_arguments_to_parser(self, parser):
             self.__dict__.setdefault("subcommand_parsers", []).append(parser)
@@ -374,8 +378,9 @@ def short_parse_error(message: str, parsers: list) -> str:
     return first_lines(message)
 
 
-def check_training_args(argv: list[str]) -> None:
-    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it.
+def check_training_args(argv: list[str]):
+    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it;
+    returns the parsed config (a jsonargparse Namespace, by subcommand).
 
     Raises ConfigError with the message the command would print (the sweep driver checks every
     trial's arguments with it before the first trial starts).
@@ -402,6 +407,7 @@ def check_training_args(argv: list[str]) -> None:
             getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
         except Exception as exc:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+    return config
 
 
 def choose_precision(accelerator) -> tuple[str, str]:
