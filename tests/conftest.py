@@ -69,6 +69,19 @@ def cli_env(**extra) -> dict:
     return env
 
 
+def write_sweep(directory: Path, name: str, data: dict) -> Path:
+    """``data`` as the sweep file ``directory/name.yaml``."""
+    import yaml
+    path = Path(directory) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sweep_cmd(path: Path, *args) -> list[str]:
+    """The command line of ``lit-attention sweep path ARGS``."""
+    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+
+
 def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
     """Run `lit-attention ARGS` in a fresh process, the way users and the sweep driver do."""
     return subprocess.run([sys.executable, "-m", "lit_attention.cli", *map(str, args)],

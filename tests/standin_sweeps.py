@@ -17,7 +17,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, sweep_cmd, write_sweep
 from lit_attention.sweep.driver import failure_reason
 from lit_attention.tracking.liveness import run_state
 
@@ -41,13 +41,7 @@ def sweep_file(tmp_path: Path, name: str, *, lrs=LRS, seeds: int = 2, workers: i
             "fixed": {"trainer.max_epochs": 1}, "space": {"model.lr": {"choices": list(lrs)}}}
     if storage:
         data["storage"] = storage
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def sweep_cmd(path: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+    return write_sweep(tmp_path, name, data)
 
 
 def start(path: Path, *args, **extra) -> subprocess.Popen:

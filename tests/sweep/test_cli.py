@@ -14,10 +14,9 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO, family_neutral
+from conftest import REPO, family_neutral, sweep_cmd, write_sweep
 from lit_attention.sweep.driver import failure_reason
 
 COPY = REPO / "configs" / "copy.yaml"
@@ -49,13 +48,7 @@ def sweep_file(tmp_path: Path, name: str, space: dict, **top) -> Path:
             **top}
     data["fixed"] = {**TINY, **top.get("fixed", {})}
     data["space"] = space
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def sweep_cmd(path: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+    return write_sweep(tmp_path, name, data)
 
 
 def run_sweep(path: Path, *args, timeout=400) -> subprocess.CompletedProcess:
