@@ -10,6 +10,7 @@ import errno
 import inspect
 import json
 import os
+import pickle
 import re
 import sys
 import traceback
@@ -29,6 +30,9 @@ TRAINING_COMMANDS = ("fit", "validate", "test")
 # Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
 PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
                  **{c: {"allow_abbrev": False} for c in (*TRAINING_COMMANDS, "predict")}}
+TRAINER_DEFAULTS = {"use_distributed_sampler": False, "gradient_clip_val": 1.0, "log_every_n_steps": 10,
+                    # token batches are re-bucketed each epoch, so their count varies
+                    "reload_dataloaders_every_n_epochs": 1}
 
 
 @dataclass
@@ -99,6 +103,7 @@ def _build_cli_class():
 
     from lit_attention.lightning.budget import TrainingBudget, step_limit
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
+    from lit_attention.lightning.trainer import Trainer
     from lit_attention.tracking.callback import RunStoreCallback
     from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
     from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
@@ -107,6 +112,9 @@ def _build_cli_class():
     class LitAttentionCLI(LightningCLI):
         parse_only = False   # check_training_args: stop once the arguments are parsed
         session: dict = {}   # run_dir and trainer, for the exit status and messages of _train
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, trainer_class=Trainer, **kwargs)
 
         def add_arguments_to_parser(self, parser):
             self.__dict__.setdefault("subcommand_parsers", []).append(parser)
@@ -146,9 +154,13 @@ def _build_cli_class():
         def parse_arguments(self, parser, args):
             try:
                 super().parse_arguments(parser, args)
+                given = parser.parse_args(args, defaults=False)   # what the files and flags say
             except ArgumentError as exc:
                 raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
             sub = self.config.get("subcommand")
+            if sub == "fit":   # (validate and test ignore every training setting, of any family)
+                # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
+                refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
             # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
             self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
             if self.parse_only:
@@ -261,6 +273,31 @@ def decoding_settings(cfg) -> dict:
     return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
 
+def refuse_inert_settings(config, given, defaults) -> None:
+    """Stop (ConfigError) at a setting that the model ``config`` builds would ignore (its class's
+    ``inert_settings``: a family without a gradient has no optimizer to take a learning rate, ...)
+    when the files and flags (``given``: the subcommand's config without defaults) set it to a
+    value other than its default (``defaults``; for model.*, the class's). A default is no request:
+    a run's config.yaml, which spells every default, still reads back."""
+    import importlib
+    model = config.get("model")
+    if model is None or not model.get("class_path"):
+        return
+    module, _, name = model.class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    inert = cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
+    arguments = inspect.signature(cls.__init__).parameters
+    for key in given.keys():
+        setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
+        if setting not in inert:
+            continue
+        group, _, option = setting.partition(".")
+        default = arguments[option].default if group == "model" else defaults.get(key)
+        if given.get(key) != default:
+            raise ConfigError(f"option {setting} has no effect here: {inert[setting]}: leave it unset "
+                              f"(remove it from the config)")
+
+
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     """At most n lines of an error; of jsonargparse's union errors only the one that matters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
@@ -341,8 +378,9 @@ def short_parse_error(message: str, parsers: list) -> str:
     return first_lines(message)
 
 
-def check_training_args(argv: list[str]) -> None:
-    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it.
+def check_training_args(argv: list[str]):
+    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it;
+    returns the parsed config (a jsonargparse Namespace, by subcommand).
 
     Raises ConfigError with the message the command would print (the sweep driver checks every
     trial's arguments with it before the first trial starts).
@@ -357,7 +395,7 @@ def check_training_args(argv: list[str]) -> None:
         try:
             ParseOnly(module_base, data_base, subclass_mode_model=True, subclass_mode_data=True,
                       save_config_callback=None, args=list(argv), parser_kwargs=PARSER_KWARGS,
-                      auto_configure_optimizers=False)
+                      auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS)
         except _Parsed as parsed:
             config = parsed.args[0]
     sub = config["subcommand"]
@@ -369,6 +407,7 @@ def check_training_args(argv: list[str]) -> None:
             getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
         except Exception as exc:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+    return config
 
 
 def choose_precision(accelerator) -> tuple[str, str]:
@@ -434,13 +473,14 @@ def _train(argv: list[str]) -> int:
                   save_config_callback=None, seed_everything_default=1,
                   args=None if argv == sys.argv[1:] else argv,
                   parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
-                  trainer_defaults={"use_distributed_sampler": False, "gradient_clip_val": 1.0,
-                                    "log_every_n_steps": 10,
-                                    # token batches are re-bucketed each epoch, so their count varies
-                                    "reload_dataloaders_every_n_epochs": 1})
+                  trainer_defaults=TRAINER_DEFAULTS)
         status = Status.FINISHED
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
+        return 2
+    except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
+        print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
+              f"{_refusal(str(exc))}", file=sys.stderr)
         return 2
     except SIGTERMException:
         status = Status.INTERRUPTED
@@ -468,6 +508,24 @@ def _train(argv: list[str]) -> int:
         if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {session['run_dir']} ({status})", file=sys.stderr, flush=True)
     return 0
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of `name` in argv (`--name value` or `--name=value`), the last one if repeated."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _refusal(message: str) -> str:
+    """The line of torch's weights-only refusal that names what the file wanted to load."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    why = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), lines[-1] if lines else "")
+    return f"{why} (checkpoints are loaded with torch.load(weights_only=True))"
 
 
 USAGE = """usage: lit-attention {fit,validate,test,choices,sweep,report} ...

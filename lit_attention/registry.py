@@ -191,6 +191,15 @@ TRAINING_OPTIONS = ("label_smoothing", "teacher_forcing")
 # Constructor options that do not tell two models apart (set from the data): not in summaries.
 UNRECORDED_OPTIONS = ("max_len",)
 
+# Settings (config keys) that act only where a model learns by gradient descent: the optimizer and
+# its schedule, gradient clipping and accumulation, budgets counted in optimizer steps or in the
+# tokens and FLOPs of training steps, gradient norms. A family without a gradient (Family.gradient
+# False: counted from the training stream) would ignore them, so the training CLI refuses them.
+GRADIENT_SETTINGS = ("model.lr", "model.warmup", "model.betas", "model.weight_decay",
+                     "trainer.gradient_clip_val", "trainer.gradient_clip_algorithm",
+                     "trainer.accumulate_grad_batches", "budget.steps", "budget.tokens", "budget.flops",
+                     "diagnostics.module_norm_every", "diagnostics.module_depth")
+
 
 @dataclass(frozen=True)
 class Family:

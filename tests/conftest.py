@@ -72,6 +72,19 @@ def cli_env(**extra) -> dict:
     return env
 
 
+def write_sweep(directory: Path, name: str, data: dict) -> Path:
+    """``data`` as the sweep file ``directory/name.yaml``."""
+    import yaml
+    path = Path(directory) / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sweep_cmd(path: Path, *args) -> list[str]:
+    """The command line of ``lit-attention sweep path ARGS``."""
+    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+
+
 # pytest-timeout stops a test after pyproject's `timeout` (600 s); no test waits longer than this on
 # one subprocess, so that a hung run fails with its own output, not with pytest-timeout's stack dump.
 SUBPROCESS_TIMEOUT = 480

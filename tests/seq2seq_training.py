@@ -26,3 +26,12 @@ def train_on_batch(model, src, tgt_in, tgt_out, steps: int, lr: float,
         loss.backward()
         opt.step()
     return first.item(), loss_of(model, src, tgt_in, tgt_out).item()
+
+
+def fingerprint(model, src, tgt_in) -> list[float]:
+    """[sum of the parameters, sum and sum of squares of the evaluation logits] (float64): what a
+    change in the order parameters are initialised in, or in what a forward pass computes, moves."""
+    with torch.no_grad():
+        logits = model.eval()(src, tgt_in).logits.double()
+        params = sum(p.double().sum() for p in model.parameters())
+    return [float(params), float(logits.sum()), float((logits ** 2).sum())]

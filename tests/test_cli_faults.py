@@ -47,3 +47,25 @@ def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs):
     with open(fs.path / "default" / "r" / "metrics.csv", newline="") as f:
         steps = [r["step"] for r in csv.DictReader(f) if r.get("train_loss")]
     assert steps and len(steps) == len(set(steps))
+
+
+class _RunsCode:
+    def __reduce__(self):
+        import os
+        return (os.system, ("touch pwned",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
+    """`--ckpt_path` is a file a user may be given: Lightning loads it with weights_only=True, and
+    the refusal is one line naming the file, not a traceback."""
+    import torch
+    crafted = tmp_path / "best.ckpt"
+    torch.save({"hyper_parameters": _RunsCode(), "state_dict": {}}, crafted)
+    for command in ("test", "fit"):
+        out = run_cli(command, *TINY, "--run.root", tmp_path / "runs", "--ckpt_path", crafted, cwd=tmp_path)
+        assert out.returncode == 2, out.stderr[-3000:]
+        errors = _errors(out.stderr)
+        assert len(errors) == 1 and errors[0].startswith(
+            f"lit-attention {command}: error: --ckpt_path {crafted}: refused to load"), errors
+        assert "posix.system" in errors[0], errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]   # no pwned, no runs

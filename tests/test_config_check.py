@@ -90,3 +90,79 @@ def test_switching_family_works_once_the_configs_family_options_are_unset():
 def test_a_bad_value_of_a_family_option_names_what_it_takes(args, message):
     """Family options are Optional (None: the family's default); the message is about the value."""
     assert str(parse_error("--config", CONFIGS / "copy.yaml", *args)) == message
+
+
+# -- settings the model would ignore: gradient training for the n-gram (registry.GRADIENT_SETTINGS),
+# encoder-decoder diagnostics for every language model -------------------------------------------
+
+NGRAM = CONFIGS / "reference" / "shakespeare-ngram.yaml"
+NO_GRADIENT = ("language-model family 'ngram' has no gradient (it is counted from the training stream, "
+               "never optimised)")
+# a value other than its default for every gradient setting
+GRADIENT_VALUES = {"model.lr": "0.01", "model.warmup": "10", "model.betas": "[0.8, 0.9]",
+                   "model.weight_decay": "0.01", "trainer.gradient_clip_val": "0.5",
+                   "trainer.gradient_clip_algorithm": "value", "trainer.accumulate_grad_batches": "2",
+                   "budget.steps": "10", "budget.tokens": "1000", "budget.flops": "1e9",
+                   "diagnostics.module_norm_every": "5", "diagnostics.module_depth": "3"}
+
+
+def test_every_gradient_setting_has_a_case_here():
+    from lit_attention.registry import GRADIENT_SETTINGS
+    assert set(GRADIENT_VALUES) == set(GRADIENT_SETTINGS)
+
+
+@pytest.mark.parametrize("setting", GRADIENT_VALUES)
+def test_a_gradient_setting_is_refused_for_the_ngram_and_taken_by_a_trained_family(setting):
+    from lit_attention.cli import check_training_args
+    err = parse_error("--config", NGRAM, f"--{setting}", GRADIENT_VALUES[setting])
+    assert str(err) == f"option {setting} has no effect here: {NO_GRADIENT}: leave it unset (remove it from the config)"
+    check_training_args(["fit", "--config", str(NGRAM), *unset_family_options(NGRAM), "--model.family", "rnn",
+                         f"--{setting}", GRADIENT_VALUES[setting]])
+
+
+def test_a_gradient_setting_in_a_config_file_is_refused_too(tmp_path):
+    import yaml
+    config = yaml.safe_load(NGRAM.read_text())
+    config["trainer"]["gradient_clip_val"] = 0.5
+    path = tmp_path / "ngram.yaml"
+    path.write_text(yaml.safe_dump(config))
+    assert str(parse_error("--config", path)).startswith("option trainer.gradient_clip_val has no effect here")
+
+
+def test_a_setting_at_its_default_asks_for_nothing_and_validate_test_check_nothing():
+    """So a run's config.yaml, which spells every default, reads back."""
+    from lit_attention.cli import check_training_args
+    defaults = ["--model.lr", "0.001", "--model.betas", "[0.9, 0.99]", "--trainer.gradient_clip_val", "1.0",
+                "--budget.steps", "null", "--diagnostics.heatmaps", "4"]
+    check_training_args(["fit", "--config", str(NGRAM), *defaults])
+    check_training_args(["test", "--config", str(NGRAM), "--model.lr", "0.01"])
+
+
+@pytest.mark.parametrize("option,value", [("gradflow_every", "10"), ("gradflow_sentences", "8"),
+                                          ("gradflow_distance", "5"), ("heatmaps", "0")])
+def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, value):
+    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
+    assert option in ENCODER_DECODER_OPTIONS
+    err = parse_error("--config", CONFIGS / "lm-toy.yaml", f"--diagnostics.{option}", value)
+    assert str(err) == (f"option diagnostics.{option} has no effect here: a language model has no encoder: "
+                        "gradient flow and attention heatmaps are measured on encoder-decoders: leave it "
+                        "unset (remove it from the config)")
+    check_training_args(["fit", "--config", str(CONFIGS / "copy.yaml"), f"--diagnostics.{option}", value])
+
+
+def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
+    result = run_cli("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
+            "leave it unset (remove it from the config)") in result.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_heatmaps_are_refused_for_a_recurrent_model_without_attention():
+    from lit_attention.cli import check_training_args
+    noattn = CONFIGS / "reference" / "multi30k-lstm-noattn.yaml"
+    err = parse_error("--config", noattn, "--diagnostics.heatmaps", "8")
+    assert str(err) == ("option diagnostics.heatmaps has no effect here: model.attention is none: there are no "
+                        "attention weights to draw or take the entropy of: leave it unset (remove it from the config)")
+    check_training_args(["fit", "--config", str(noattn), "--model.attention", "luong", "--diagnostics.heatmaps", "8"])

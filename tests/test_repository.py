@@ -47,26 +47,23 @@ def test_no_private_lightning_attribute_is_used():
 # dispatch table of its own). Other strings that happen to be such a word ("none" in a message,
 # "sentencepiece" in a list of package names) are not choices and pass.
 #
-# Allowed, (file, name) -> why. Two kinds:
-# - TABLE: the implementing module's table from registry name to implementation (cell module,
-#   scorer class, where a positional encoding acts); its keys are tested equal to the registry's
-#   (tests/models/test_rnn.py, test_scoring.py, test_positional.py), so a name added to the
-#   registry without an implementation fails there.
-# - BRANCH: a model's forward/constructor branching on one of its own choices (issue 22 item 1
-#   leaves these inside the model that implements them; each is a candidate for a table).
+# A comparison with a choice name (a branch on it) is never allowed outside the registry: a model
+# chooses its behaviour at construction from a table. Allowed, (file, name) -> why, are only such
+# tables: the implementing module's table from registry name to implementation, whose keys a test
+# checks equal to the registry's (so a name added to the registry without an implementation fails).
 TABLE = "implementation table keyed by registry names, keys tested equal to the registry's"
-BRANCH = "a model branching on its own choice inside the module that implements it"
 CHOICE_LITERAL_ALLOWED = {
-    **{("lit_attention/models/scoring.py", name): TABLE
+    **{("lit_attention/models/scoring.py", name): TABLE    # tests/models/test_scoring.py
        for name in ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")},
-    **{("lit_attention/models/positional.py", name): TABLE
+    **{("lit_attention/models/positional.py", name): TABLE   # tests/models/test_positional.py
        for name in ("none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw")},
-    **{("lit_attention/models/rnn.py", name): TABLE for name in ("elman-tanh", "elman-relu", "gru", "lstm")},
-    **{("lit_attention/models/rnn.py", name): BRANCH
-       for name in ("none", "bahdanau", "luong", "every-step", "concat", "sum", "project")},
-    ("lit_attention/models/lm/ngram.py", "add"): BRANCH,
-    **{("lit_attention/models/attention.py", name): BRANCH for name in ("general", "additive", "scaled_dot")},
-    ("lit_attention/models/transformer.py", "pre"): BRANCH,
+    **{("lit_attention/models/rnn.py", name): TABLE          # tests/models/test_rnn.py
+       for name in ("elman-tanh", "elman-relu", "gru", "lstm", "none", "bahdanau", "luong", "init",
+                    "every-step", "concat", "sum", "project")},
+    **{("lit_attention/models/attention.py", name): TABLE    # tests/models/test_attention.py
+       for name in ("scaled_dot", "dot", "general", "additive")},
+    **{("lit_attention/models/transformer.py", name): TABLE for name in ("pre", "post")},
+    **{("lit_attention/models/lm/ngram.py", name): TABLE for name in ("add", "interp")},
 }
 
 
@@ -76,8 +73,9 @@ def _choice_names() -> set[str]:
             | set(registry.TRACKING))
 
 
-def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
-    """(line, choice name, code) for each place ``source`` spells a choice name as a choice."""
+def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str, bool]]:
+    """(line, choice name, code, whether it is compared) for each place ``source`` spells a choice
+    name as a choice."""
     import ast
 
     def strings(nodes):
@@ -91,6 +89,7 @@ def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
     hits = []
     for node in ast.walk(ast.parse(source)):
         found = []
+        compared = isinstance(node, (ast.Compare, ast.MatchValue))
         if isinstance(node, ast.Compare):
             for operand in (node.left, *node.comparators):
                 if isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
@@ -103,19 +102,21 @@ def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
             found = mostly_names(node.elts, 2)
         elif isinstance(node, ast.Dict):
             found = mostly_names([k for k in node.keys if k is not None], 2)
-        hits += [(node.lineno, name, ast.get_source_segment(source, node) or "") for name in found]
+        hits += [(node.lineno, name, ast.get_source_segment(source, node) or "", compared)
+                 for name in found]
     return sorted(set(hits))
 
 
-def _choice_literals_in_package() -> dict[tuple[str, str], list[str]]:
-    """(file, name) -> ["file:line: code", ...] over lit_attention/ outside the registry."""
+def _choice_literals_in_package() -> dict[tuple[str, str], list[tuple[str, bool]]]:
+    """(file, name) -> [("file:line: code", compared), ...] over lit_attention/ outside the registry."""
     names = _choice_names()
-    found: dict[tuple[str, str], list[str]] = {}
+    found: dict[tuple[str, str], list[tuple[str, bool]]] = {}
     for path, text in sorted(_tracked_python_sources().items()):
         if not path.startswith("lit_attention/") or path == "lit_attention/registry.py":
             continue
-        for line, name, code in choice_literals(text, names):
-            found.setdefault((path, name), []).append(f"{path}:{line}: {name!r} in {code.splitlines()[0][:70]}")
+        for line, name, code, compared in choice_literals(text, names):
+            found.setdefault((path, name), []).append(
+                (f"{path}:{line}: {name!r} in {code.splitlines()[0][:70]}", compared))
     return found
 
 
@@ -123,9 +124,10 @@ def test_choice_names_are_spelled_only_in_the_registry():
     """A list, table or branch of choice names outside lit_attention/registry.py is a second copy
     of the registry that the next added choice will not be in: read the registry instead."""
     stray = [where for key, places in _choice_literals_in_package().items()
-             if key not in CHOICE_LITERAL_ALLOWED for where in places]
+             for where, compared in places if compared or key not in CHOICE_LITERAL_ALLOWED]
     assert not stray, ("registry choice names spelled outside lit_attention/registry.py (read the "
-                       "registry's tables instead):\n" + "\n".join(stray))
+                       "registry's tables instead; branch on a table's entry, never on a name):\n"
+                       + "\n".join(stray))
 
 
 def test_choice_allow_list_has_no_stale_entry():
@@ -146,5 +148,37 @@ def test_the_choice_literal_check_finds_comparisons_tables_and_tuples_only():
         'packages = ("torch", "wandb", "optuna")',         # 9: a package name among others
         'empty = text in ("", "none")',                    # 10: an ordinary word among others
     ])
-    lines = {line for line, _, _ in choice_literals(source, names)}
-    assert lines == {1, 2, 3, 4, 6}
+    hits = {line: compared for line, _, _, compared in choice_literals(source, names)}
+    assert hits == {1: True, 2: True, 3: False, 4: False, 6: True}
+
+
+def _layout_entries() -> dict[str, str]:
+    """docs/ARCHITECTURE.md's lit_attention/ layout: entry ("models/", "cli.py") -> its text."""
+    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    block = text[text.index("```\nlit_attention/\n") + len("```\nlit_attention/\n"):]
+    entries, name = {}, None
+    for line in block.splitlines():
+        if not line.startswith(" "):      # the next top-level folder: the package's layout ends
+            break
+        if not line.startswith("   "):    # "  name   what it is"
+            name = line.split()[0]
+            entries[name] = ""
+        entries[name] += " " + line.strip()
+    return entries
+
+
+def test_the_architecture_layout_names_every_module():
+    """A module added under lit_attention/ without a word in docs/ARCHITECTURE.md fails here."""
+    entries = _layout_entries()
+    missing = []
+    for path in sorted((REPO / "lit_attention").rglob("*.py")):
+        parts = path.relative_to(REPO / "lit_attention").parts
+        if parts[-1] == "__init__.py" and len(parts) > 1:
+            continue
+        entry = parts[0] if len(parts) == 1 else parts[0] + "/"
+        words = re.findall(r"[\w./-]+", entries.get(entry, ""))
+        if len(parts) > 1 and not (parts[-1] in words and all(f"{d}/" in words for d in parts[1:-1])):
+            missing.append("/".join(parts))
+        elif len(parts) == 1 and entry not in entries and parts[0] != "__init__.py":
+            missing.append(parts[0])
+    assert not missing, f"docs/ARCHITECTURE.md's layout does not name: {', '.join(missing)}"

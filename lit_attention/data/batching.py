@@ -41,13 +41,9 @@ class TokenBatchSampler:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in 0..{num_replicas - 1}")
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.bucket_size_multiplier = bucket_size_multiplier
-        self.pad_to_equal = pad_to_equal
+        self.max_tokens, self.bucket_size_multiplier = max_tokens, bucket_size_multiplier
+        self.shuffle, self.seed = shuffle, seed
+        self.num_replicas, self.rank, self.pad_to_equal = num_replicas, rank, pad_to_equal
         # Evaluation pads too (a rank with no batch breaks DDP), but marks the repeats by offsetting
         # their indices by len(lengths): `MarkedExamples` turns them into examples with dup=True.
         self.mark_padding = mark_padding

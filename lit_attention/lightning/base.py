@@ -51,6 +51,13 @@ class SequenceModule(LightningModule):
     def evaluation_end(self, split: str) -> None:
         pass
 
+    @classmethod
+    def inert_settings(cls, init_args: dict) -> dict[str, str]:
+        """Settings (config keys such as "model.lr", "trainer.gradient_clip_val") that the module
+        built from ``init_args`` (defaults filled in) would ignore, each with the reason: `fit`
+        refuses one set to a value other than its default (cli.refuse_inert_settings)."""
+        return {}
+
     # -- training ----------------------------------------------------------------------------
 
     def training_step(self, batch, batch_idx):

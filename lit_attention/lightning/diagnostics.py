@@ -28,17 +28,19 @@ from lit_attention.tracking.run_store import RunDir, atomic_write
 from lit_attention.tracking.schema import ATTENTION, GRADFLOW, GRADFLOW_COLUMNS
 
 
+# Options that measure an encoder-decoder only (gradient flow reaching the encoder states, cross-
+# attention heatmaps and entropy): a model without ``encode`` (a language model) has nothing to measure.
+ENCODER_DECODER_OPTIONS = ("gradflow_every", "gradflow_sentences", "gradflow_distance", "heatmaps")
+
+
 class DiagnosticsCallback(Callback):
     def __init__(self, run_dir: RunDir, module_norm_every: int = 50, module_depth: int = 2,
                  gradflow_every: int = 100, gradflow_sentences: int | None = None,
                  gradflow_distance: int | None = None, heatmaps: int = 4):
-        self.run_dir = run_dir
-        self.module_norm_every = module_norm_every
-        self.module_depth = module_depth
+        self.run_dir, self.heatmaps = run_dir, heatmaps
+        self.module_norm_every, self.module_depth = module_norm_every, module_depth
         self.gradflow_every = gradflow_every
-        self.gradflow_sentences = gradflow_sentences
-        self.gradflow_distance = gradflow_distance
-        self.heatmaps = heatmaps
+        self.gradflow_sentences, self.gradflow_distance = gradflow_sentences, gradflow_distance
         self.norms: list[float] = []
         self.clipped = 0
         self.gradflow_rows: list[dict] = []

@@ -12,7 +12,8 @@ reduced over DDP ranks: the same number for every batch size and device count. T
 into summary.json as ``eval_protocol``.
 
 The n-gram family has no gradient: it counts the data module's training stream when fitting
-starts (or when evaluation needs it), then the training epoch is skipped.
+starts (or when evaluation needs it), then the training epoch is skipped; `fit` refuses the
+settings of gradient training for it (registry.GRADIENT_SETTINGS, ``inert_settings``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 from lit_attention import registry
 from lit_attention.lightning.base import SequenceModule
+from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.metrics import token_nll
@@ -86,6 +88,18 @@ class LanguageModelModule(SequenceModule):
         self.net = None
         # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
         self._state = {}           # training state carried across batches ("train")
+
+    @classmethod
+    def inert_settings(cls, init_args: dict) -> dict[str, str]:
+        inert = dict.fromkeys((f"diagnostics.{k}" for k in ENCODER_DECODER_OPTIONS),
+                              "a language model has no encoder: gradient flow and attention "
+                              "heatmaps are measured on encoder-decoders")
+        family = init_args.get("family")
+        if family in LM and not LM[family].gradient:
+            inert.update(dict.fromkeys(registry.GRADIENT_SETTINGS,
+                                       f"language-model family {family!r} has no gradient (it is "
+                                       f"counted from the training stream, never optimised)"))
+        return inert
 
     # -- model construction ------------------------------------------------------------------
 

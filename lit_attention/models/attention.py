@@ -22,7 +22,7 @@ agree to rounding.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -80,27 +80,22 @@ class MultiHeadAttention(nn.Module):
         if rotary and self.d_head % 2:
             raise ValueError(f"rotary needs an even head size, got {self.d_head}")
         self.scoring, self.rotary, self.dropout = scoring, rotary, dropout
+        self.head_scoring = HEAD_SCORINGS[scoring]
         self.query = nn.Linear(d_model, d_model)
         self.key = nn.Linear(d_model, d_model)
         self.value = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, d_model)
         d = self.d_head
-        if scoring == "general":
-            self.w = nn.Parameter(torch.empty(heads, d, d))
-        elif scoring == "additive":
-            self.w_query = nn.Parameter(torch.empty(heads, d, d))
-            self.w_key = nn.Parameter(torch.empty(heads, d, d))
-            self.v = nn.Parameter(torch.empty(heads, d))
+        for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
+            setattr(self, name, nn.Parameter(torch.empty(heads, *(d,) * axes)))
         self.shaw = ShawRelative(shaw_clip, d) if shaw_clip else None
         self.reset_scoring_parameters()
 
     def reset_scoring_parameters(self) -> None:
-        bound = math.sqrt(6.0 / (2 * self.d_head))                        # Xavier bound of a d x d map
-        for name in ("w", "w_query", "w_key"):
-            if hasattr(self, name):
-                nn.init.uniform_(getattr(self, name), -bound, bound)
-        if hasattr(self, "v"):
-            nn.init.uniform_(self.v, -math.sqrt(6.0 / (self.d_head + 1)), math.sqrt(6.0 / (self.d_head + 1)))
+        """Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1."""
+        for name, axes in self.head_scoring.parameters:
+            bound = math.sqrt(6.0 / (self.d_head + (self.d_head if axes == 2 else 1)))
+            nn.init.uniform_(getattr(self, name), -bound, bound)
 
     @property
     def fused(self) -> bool:
@@ -125,8 +120,7 @@ class MultiHeadAttention(nn.Module):
         return self.prepare_queries(self.split(self.query(x)), positions)
 
     def prepare_queries(self, q: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        if self.scoring == "general":
-            q = q @ self.w                                                 # q^T W k = (q^T W) . k
+        q = self.head_scoring.queries(self, q)
         if self.rotary:
             q = rotary(q, positions)
         return q
@@ -160,9 +154,8 @@ class MultiHeadAttention(nn.Module):
         dropout = self.dropout if self.training else 0.0
         weights = None
         if self.fused and not need_weights and not (dropout and q.device.type == "cpu"):
-            scale = None if self.scoring == "scaled_dot" else 1.0
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.additive, dropout_p=dropout,
-                                                 is_causal=mask.causal, scale=scale)
+                                                 is_causal=mask.causal, scale=self.head_scoring.fused_scale)
         else:
             scores = self.scores(q, k, q_pos, k_pos)
             additive = mask.explicit(q.shape[2], k.shape[2], q.device)
@@ -180,16 +173,48 @@ class MultiHeadAttention(nn.Module):
     def scores(self, q, k, q_pos, k_pos) -> torch.Tensor:
         """Explicit score matrix [B, H, T, S] (before masking)."""
         relative = self.shaw(q_pos, k_pos) if self.shaw is not None else None  # [T, S, d]
-        if self.scoring == "additive":
-            q1 = torch.einsum("bhtd,hed->bhte", q, self.w_query)
-            k2 = torch.einsum("bhsd,hed->bhse", k, self.w_key)
-            hidden = q1.unsqueeze(3) + k2.unsqueeze(2)                     # [B, H, T, S, d]
-            if relative is not None:
-                hidden = hidden + torch.einsum("tsd,hed->htse", relative, self.w_key)
-            return torch.einsum("bhtse,he->bhts", torch.tanh(hidden), self.v)
-        scores = q @ k.transpose(-1, -2)
-        if relative is not None:
-            scores = scores + torch.einsum("bhtd,tsd->bhts", q, relative)
-        if self.scoring == "scaled_dot":
-            scores = scores / math.sqrt(self.d_head)
-        return scores
+        return self.head_scoring.scores(self, q, k, relative)
+
+
+# -- Scoring functions of the heads: what each adds to MultiHeadAttention ------------------------
+# q [B, H, T, d] (after ``queries``), k [B, H, S, d], relative: Shaw's key vectors [T, S, d] or None.
+
+def _dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
+    scores = q @ k.transpose(-1, -2)
+    if relative is not None:
+        scores = scores + torch.einsum("bhtd,tsd->bhts", q, relative)
+    return scores
+
+
+def _scaled_dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
+    return _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head)
+
+
+def _additive_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
+    q1 = torch.einsum("bhtd,hed->bhte", q, attn.w_query)
+    k2 = torch.einsum("bhsd,hed->bhse", k, attn.w_key)
+    hidden = q1.unsqueeze(3) + k2.unsqueeze(2)                             # [B, H, T, S, d]
+    if relative is not None:
+        hidden = hidden + torch.einsum("tsd,hed->htse", relative, attn.w_key)
+    return torch.einsum("bhtse,he->bhts", torch.tanh(hidden), attn.v)
+
+
+class HeadScoring(NamedTuple):
+    """One scoring function of the heads (an entry of HEAD_SCORINGS)."""
+    parameters: tuple[tuple[str, int], ...]     # (name, d axes: 2 a [H, d, d] map, 1 a [H, d] vector)
+    queries: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]   # q -> what meets the keys
+    fused_scale: float | None                   # the fused kernel's scale (None: its 1/sqrt(d))
+    scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
+
+
+def _as_is(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
+    return q
+
+
+# registry.TRANSFORMER_SCORING name -> its scoring (see the module docstring).
+HEAD_SCORINGS = {
+    "scaled_dot": HeadScoring((), _as_is, None, _scaled_dot_scores),
+    "dot": HeadScoring((), _as_is, 1.0, _dot_scores),
+    "general": HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores),  # (q^T W) . k
+    "additive": HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores),
+}

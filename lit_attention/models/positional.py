@@ -38,23 +38,26 @@ def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
     return table
 
 
-class AbsolutePositions(nn.Module):
-    """Absolute position vectors, looked up by position: fixed sinusoids or a learned table."""
+class SinusoidalPositions(nn.Module):
+    """Fixed sinusoidal position vectors, looked up by position: [T] -> [T, d_model]."""
 
-    def __init__(self, kind: str, max_len: int, d_model: int):
+    def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        self.kind = kind
-        if kind == "sinusoidal":
-            # not persistent: it is a function of (max_len, d_model), no need to store it in checkpoints
-            self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
-        elif kind == "learned":
-            self.embedding = nn.Embedding(max_len, d_model)
-        else:
-            raise ValueError(f"not an absolute positional encoding: {kind!r}")
+        # not persistent: it is a function of (max_len, d_model), no need to store it in checkpoints
+        self.register_buffer("table", sinusoidal_table(max_len, d_model), persistent=False)
 
     def forward(self, positions: torch.Tensor) -> torch.Tensor:
-        if self.kind == "sinusoidal":
-            return self.table[positions]
+        return self.table[positions]
+
+
+class LearnedPositions(nn.Module):
+    """Learned absolute position vectors: [T] -> [T, d_model]."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.embedding = nn.Embedding(max_len, d_model)
+
+    def forward(self, positions: torch.Tensor) -> torch.Tensor:
         return self.embedding(positions)
 
 
@@ -145,6 +148,9 @@ class ShawRelative(nn.Module):
 ACTS_ON = {"none": None, "sinusoidal": "embeddings", "learned": "embeddings", "rotary": "rotation",
            "alibi": "bias", "t5_bias": "bias", "shaw": "keys"}
 
+# Encodings acting on the embeddings -> their module, from (max_len, d_model).
+ABSOLUTE_POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+
 # Encodings acting as a score bias -> its module, from (heads, causal, buckets, max_distance).
 SCORE_BIASES = {
     "alibi": lambda heads, causal, buckets, max_distance: AlibiBias(heads),
@@ -153,10 +159,11 @@ SCORE_BIASES = {
 }
 
 
-def absolute_positions(kind: str, max_len: int, d_model: int) -> AbsolutePositions | None:
-    """The absolute position table of ``kind``, or None if it acts elsewhere."""
+def absolute_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
+    """The absolute position vectors of ``kind`` (a module: positions [T] -> [T, d_model]), or
+    None if it acts elsewhere."""
     acts_on = ACTS_ON[check("positional encoding", kind, POSITIONAL)]
-    return AbsolutePositions(kind, max_len, d_model) if acts_on == "embeddings" else None
+    return ABSOLUTE_POSITIONS[kind](max_len, d_model) if acts_on == "embeddings" else None
 
 
 def score_bias(kind: str, heads: int, causal: bool, buckets: int = 32,

@@ -23,7 +23,7 @@ s_{t-1}, input feeding, scheduled sampling); otherwise it runs the RNN over the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import torch
 from torch import nn
@@ -41,6 +41,56 @@ CELL_MODULES = {
     "elman-relu": (nn.RNN, {"nonlinearity": "relu"}),
     "gru": (nn.GRU, {}),
     "lstm": (nn.LSTM, {}),
+}
+
+
+def carries_cell_state(cell: str) -> bool:
+    """Whether the cell's state is a pair (h, c) (the LSTM), not h alone."""
+    return CELL_MODULES[check("cell", cell, CELLS)][0] is nn.LSTM
+
+
+class Wiring(NamedTuple):
+    """Where attention enters the decoder (one entry of WIRINGS)."""
+    attends: bool       # a scorer attends over the encoder output
+    previous_query: bool    # query s_{t-1}, context joins the RNN input (else query s_t, readout)
+    input_size: Callable[[int], int]                # K -> what the context adds to the RNN input
+    readout: Callable[[int, int, int, int], nn.Module]  # (H, K, E, O) -> the readout layer
+
+
+def _readout_of_state(H: int, K: int, E: int, O: int) -> nn.Module:
+    # With tied embeddings O = E: a bias-free projection into embedding space when E != H.
+    return nn.Linear(H, O, bias=False) if O != H else nn.Identity()
+
+
+# registry.ATTENTION name -> its wiring (see the module docstring).
+WIRINGS = {
+    "none": Wiring(False, False, lambda K: 0, _readout_of_state),
+    "bahdanau": Wiring(True, True, lambda K: K, lambda H, K, E, O: nn.Linear(H + K + E, O)),
+    "luong": Wiring(True, False, lambda K: 0, lambda H, K, E, O: nn.Linear(K + H, O, bias=False)),
+}
+
+# registry.CONTEXT name -> whether the decoder without attention also reads the source context
+# (the top layer's bridged final state) at every step, besides starting from it.
+CONTEXT_AT_EVERY_STEP = {"init": False, "every-step": True}
+
+
+class EncOutput(NamedTuple):
+    """What attention attends over (one entry of ENC_OUTPUTS)."""
+    size: Callable[[int, int], int]     # (encoder output size, H) -> K
+    projects: bool                      # the model owns enc_proj, a bias-free Linear to H
+    attended: Callable[..., torch.Tensor]   # (model, states [B, S, dirs*H]) -> [B, S, K]
+
+
+def _sum_directions(model: RNNSeq2Seq, states: torch.Tensor) -> torch.Tensor:
+    H = model.encoder.rnn.hidden_size
+    return states[..., :H] + states[..., H:] if model.encoder.directions == 2 else states
+
+
+# registry.ENC_OUTPUT name -> what attention attends over.
+ENC_OUTPUTS = {
+    "concat": EncOutput(lambda enc, H: enc, False, lambda model, states: states),
+    "sum": EncOutput(lambda enc, H: H, False, _sum_directions),
+    "project": EncOutput(lambda enc, H: H, True, lambda model, states: model.enc_proj(states)),
 }
 
 
@@ -128,38 +178,32 @@ class RNNSeq2Seq(Seq2SeqModel):
                  enc_output: str = "concat"):
         super().__init__()
         check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
-        self.cell, self.attention, self.context = cell, attention, context
-        self.input_feeding, self.enc_output = input_feeding, enc_output
+        self.wiring, self.enc_output = WIRINGS[attention], ENC_OUTPUTS[enc_output]
+        self.context_at_every_step = CONTEXT_AT_EVERY_STEP[context]
+        self.cell_state, self.input_feeding = carries_cell_state(cell), input_feeding
         H = d_model
 
         self.encoder = Encoder(src_vocab_size, cell, emb_size, H, enc_layers, dropout,
                                bidirectional)
         # K: size of what attention attends over (keys and values)
-        K = self.encoder.output_size if enc_output == "concat" else H
-        n_states = 2 if cell == "lstm" else 1
+        K = self.enc_output.size(self.encoder.output_size, H)
         self.bridges = nn.ModuleList(Bridge(self.encoder.output_size, H, enc_layers, dec_layers,
-                                            project=bidirectional) for _ in range(n_states))
+                                            project=bidirectional)
+                                     for _ in range(2 if self.cell_state else 1))
 
         # With tied embeddings the readout lives in embedding space, so it can share its weights.
         self.out_size = emb_size if tie_embeddings else H
-        # Per wiring (registry.ATTENTION): what joins the decoder input, and the readout.
-        context_size = {"none": H if context == "every-step" else 0, "bahdanau": K, "luong": 0}
-        readouts = {
-            "none": lambda: (nn.Linear(H, self.out_size, bias=False) if self.out_size != H
-                             else nn.Identity()),
-            "bahdanau": lambda: nn.Linear(H + K + emb_size, self.out_size),
-            "luong": lambda: nn.Linear(K + H, self.out_size, bias=False),
-        }
-        extra = context_size[attention] + (self.out_size if input_feeding else 0)
+        extra = (self.wiring.input_size(K) + (H if self.context_at_every_step else 0)
+                 + (self.out_size if input_feeding else 0))
         self.tgt_embed = nn.Embedding(tgt_vocab_size, emb_size, padding_idx=PAD)
         self.dropout = nn.Dropout(dropout)
         self.decoder = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
 
-        if attention != "none":
-            if enc_output == "project":
+        if self.wiring.attends:
+            if self.enc_output.projects:
                 self.enc_proj = nn.Linear(self.encoder.output_size, H, bias=False)
             self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
-        self.readout = readouts[attention]()
+        self.readout = self.wiring.readout(H, K, emb_size, self.out_size)
         self.generator = nn.Linear(self.out_size, tgt_vocab_size)
         if tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
@@ -172,27 +216,22 @@ class RNNSeq2Seq(Seq2SeqModel):
         memory = {"states": states, "src_pad": src_pad}
         for name, bridge, final in zip(("init_h", "init_c"), self.bridges, finals):
             memory[name] = bridge(final)                    # [B, L_dec, H]
-        if self.attention != "none":
+        if self.wiring.attends:
             memory["values"] = self.attended(states)
             memory["keys"] = self.scorer.precompute(memory["values"])
-        elif self.context == "every-step":
+        elif self.context_at_every_step:
             memory["context"] = memory["init_h"][:, -1]     # [B, H]
         return memory
 
     def attended(self, states: torch.Tensor) -> torch.Tensor:
         """Encoder states [B, S, dirs*H] -> what attention attends over [B, S, K] (enc_output)."""
-        if self.enc_output == "project":
-            return self.enc_proj(states)
-        if self.enc_output == "sum" and self.encoder.directions == 2:
-            H = self.encoder.rnn.hidden_size
-            return states[..., :H] + states[..., H:]
-        return states
+        return self.enc_output.attended(self, states)
 
     # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
 
     def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
         state = {"h": memory["init_h"]}
-        if self.cell == "lstm":
+        if self.cell_state:
             state["c"] = memory["init_c"]
         if self.input_feeding:
             state["feed"] = memory["init_h"].new_zeros(memory["init_h"].size(0), self.out_size)
@@ -201,10 +240,10 @@ class RNNSeq2Seq(Seq2SeqModel):
     def _hidden(self, state):
         """State dict ([B, L, H]) -> what nn.RNN/GRU/LSTM takes ([L, B, H])."""
         h = state["h"].transpose(0, 1).contiguous()
-        return (h, state["c"].transpose(0, 1).contiguous()) if self.cell == "lstm" else h
+        return (h, state["c"].transpose(0, 1).contiguous()) if self.cell_state else h
 
     def _state(self, hidden, **extra):
-        if self.cell == "lstm":
+        if self.cell_state:
             return {"h": hidden[0].transpose(0, 1), "c": hidden[1].transpose(0, 1), **extra}
         return {"h": hidden.transpose(0, 1), **extra}
 
@@ -217,15 +256,15 @@ class RNNSeq2Seq(Seq2SeqModel):
         """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
         or None, new state."""
         inputs, weights = [emb], None
-        if self.attention == "bahdanau":
+        if self.wiring.previous_query:
             context, weights = self._attend(memory, state["h"][:, -1:])   # query s_{t-1}
             inputs.append(context[:, 0])
-        elif self.context == "every-step":
+        elif self.context_at_every_step:
             inputs.append(memory["context"])
         if self.input_feeding:
             inputs.append(state["feed"])
         out, hidden = self.decoder(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
-        if self.attention == "bahdanau":
+        if self.wiring.previous_query:
             readout = torch.tanh(self.readout(torch.cat([out[:, 0], context[:, 0], emb], -1)))
         else:
             readout, weights = self._readout(memory, out)
@@ -236,7 +275,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     def _readout(self, memory, out):
         """Readout of the wirings that need only s_t (none, luong) from out [B, T, H]:
         readout [B, T, O] and attention weights [B, T, S] or None."""
-        if self.attention == "none":
+        if not self.wiring.attends:
             return self.readout(out), None
         context, weights = self._attend(memory, out)                       # query s_t
         return torch.tanh(self.readout(torch.cat([context, out], -1))), weights
@@ -251,7 +290,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     def decode(self, memory, tgt_in, need_weights=False, teacher_forcing=1.0):
         sampling = self.training and teacher_forcing < 1.0
         state = self.init_state(memory)
-        if not sampling and self.attention != "bahdanau" and not self.input_feeding:
+        if not sampling and not self.wiring.previous_query and not self.input_feeding:
             readout, weights = self._decode_parallel(memory, state, tgt_in)
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
@@ -266,7 +305,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         """Teacher forcing when no step depends on the previous one: one RNN call over T."""
         emb = self.dropout(self.tgt_embed(tgt_in))
         inputs = emb
-        if self.context == "every-step":
+        if self.context_at_every_step:
             ctx = memory["context"].unsqueeze(1).expand(-1, tgt_in.size(1), -1)
             inputs = torch.cat([emb, ctx], -1)
         out, _ = self.decoder(inputs, self._hidden(state))

@@ -31,6 +31,10 @@ from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.dropout import Dropout
 from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
 
+# registry.NORM name -> whether LayerNorm comes before each residual branch (pre-norm: the stack
+# then ends in one more LayerNorm) or after each residual sum (post-norm).
+NORM_BEFORE_BRANCH = {"pre": True, "post": False}
+
 
 class Embeddings(nn.Module):
     """tokens [B, T] -> dropout(embedding * sqrt(d_model) + absolute position) [B, T, d_model]."""
@@ -60,7 +64,7 @@ class Block(nn.Module):
                  scoring: str = "scaled_dot", positional: str = "none", cross: bool = False,
                  shaw_clip: int = 16):
         super().__init__()
-        self.pre_norm = registry.check("norm", norm, registry.NORM) == "pre"
+        self.pre_norm = NORM_BEFORE_BRANCH[registry.check("norm", norm, registry.NORM)]
         self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring,
                                             rotary=ACTS_ON[positional] == "rotation",
                                             shaw_clip=shaw_clip if ACTS_ON[positional] == "keys" else 0)
@@ -115,7 +119,7 @@ class Stack(nn.Module):
             Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)
             for _ in range(layers))
         self.bias = score_bias(positional, heads, causal, rel_buckets, rel_max_distance)
-        self.norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
+        self.norm = nn.LayerNorm(d_model) if NORM_BEFORE_BRANCH[norm] else nn.Identity()
 
     def init_cache(self, batch: int, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Empty cache: per layer self-attention k/v [B, H, 0, d], ``pad`` [B, 0] (its length is the

@@ -4,7 +4,11 @@ Grid and brute force enumerate every configuration x seed cell up front and enqu
 the study is created; a worker pops a waiting trial atomically (Optuna marks it RUNNING in one
 database update), so two workers never run the same cell. Random and TPE sample a configuration
 and enqueue its other seeds. A worker that dies mid-trial stops sending heartbeats; the next worker
-to look fails that trial and re-queues its cell (RetryHeartbeatStaleTrialCallback).
+to look fails that trial (at once if the dead worker ran on its host) and re-queues its cell
+(`fail_abandoned`, `RetryUncovered`). A worker that only stalled past the grace period finds its
+trial failed and stops its run (`Fence`), so that a cell never counts two runs. What Optuna cannot
+do in one transaction (create a study and enqueue its cells, re-queue a cell only if nothing covers
+it) runs under the database's study lock (`storage.study_lock`).
 
 Workers do not leave while a trial of the study is still running somewhere: it might go stale and
 need running again.
@@ -12,6 +16,7 @@ need running again.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import optuna
@@ -32,13 +38,26 @@ from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
 from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError
-from lit_attention.sweep.storage import STORAGE_ENV, make_storage
+from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
+from lit_attention.tracking import schema
+from lit_attention.tracking.liveness import gone, process_identity, run_state
 from lit_attention.tracking.schema import Status, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
+# A failed trial's reason is its `error` (what its worker saw) or else its `error_if_lost`: what
+# another worker's heartbeat or liveness check means when it fails the trial, written before the
+# fact since Optuna cannot change a failed trial's attributes. A queued trial carries NO_RECORD
+# (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and recording
+# itself); its worker replaces it with the stale-heartbeat reason naming itself.
+LOST = "error_if_lost"
+NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
+
+
+def failure_reason(t: optuna.trial.FrozenTrial) -> str | None:
+    return t.user_attrs.get("error") or t.user_attrs.get(LOST)
 
 
 class StudyMismatch(SweepError):
@@ -79,7 +98,54 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
 
 
 def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
-    return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry)
+    return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
+                        stale_callback=RetryUncovered(url, sweep.max_retry))
+
+
+class RetryUncovered:
+    """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
+
+    Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
+    is recorded `killed` with the reason, so that the cell's next attempt continues it from its
+    last checkpoint (`Objective._resumable_attempt`). A run that still reads finished (it finished
+    just before its driver was killed) or running (its process alive: a stalled worker, or on
+    another host) is recorded as failed, so that it never counts beside the re-run. The cell is
+    re-queued (Optuna's retry, at most `max_retry` times) under the study lock and only if no other
+    trial covers it: a driver resuming on another machine may have enqueued it again meanwhile
+    (`_enqueue_missing`).
+    """
+
+    def __init__(self, url: str, max_retry: int):
+        self.url, self.retry = url, optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        close_abandoned_run(trial)
+        with study_lock(self.url):
+            cell = trial_cell(trial)
+            others = [t for t in _counted(study.get_trials(deepcopy=False)) if t.number != trial.number]
+            if cell is None or not any(trial_cell(t) == cell and t.state in DONE + PENDING for t in others):
+                # Optuna's retry copies the user attributes: not the dead worker's identity, which
+                # made the retry look abandoned the moment another worker took it (3 retries, the
+                # cell left failed: 1 of 7 driver kills on SQLite).
+                fresh = copy.deepcopy(trial)
+                fresh.user_attrs = {LOST: NO_RECORD}
+                self.retry(study, fresh)
+
+
+def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
+    """Record the end of the run a trial that lost its worker left (see `RetryUncovered`)."""
+    run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
+    try:
+        summary = schema.read_summary(run_dir)
+    except schema.SummaryError:   # never written, or not on this machine
+        return
+    why = (f"abandoned: trial {trial.number} lost its worker before it recorded this run's outcome; "
+           f"its cell was queued again")
+    status, _ = run_state(summary)
+    if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
+        tr.record_end(run_dir, summary, Status.KILLED, why)
+    elif status in (Status.FINISHED, Status.RUNNING):
+        tr.record_end(run_dir, summary, Status.FAILED, why)
 
 
 def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
@@ -139,64 +205,127 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
     n = 0
     for cell in wanted:
         if sp.cell_key({k: v for k, v in cell.items() if k != "seed"}, cell["seed"]) not in covered:
-            study.enqueue_trial(cell)
+            study.enqueue_trial(cell, user_attrs={LOST: NO_RECORD})
             n += 1
     return n
 
 
-def open_study(sweep: Sweep, url: str, resume: bool = False, wait_ready: float = 120.0) -> optuna.Study:
+def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     """Create the study (and enqueue its cells) if it does not exist, else join it.
 
-    Called once by the driver before any worker starts. Machines joining a study just created
-    elsewhere wait until its cells are enqueued. With `resume`, cells without a finished or pending
-    trial (failed, interrupted, missing) are enqueued again.
+    Called once by each driver before its workers start, under the database's study lock: drivers
+    started at once on one database (machines sharing a PostgreSQL study) create it once and join it
+    one after the other. A study found without its ready mark lost its creator before every cell
+    was enqueued (the creator holds the lock until then); it is completed here. With `resume`,
+    cells without a finished or pending trial (failed, interrupted, missing) are enqueued again.
     """
-    storage = storage_for(sweep, url)
-    direction = sweep.direction
-    try:
-        study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=direction,
-                                    sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        created = False
-        study = optuna.load_study(study_name=sweep.study_name, storage=storage,
-                                  sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    if created:
-        study.set_user_attr("spec", sweep.spec())
-        study.set_user_attr("spec_hash", sweep.spec_hash())
-        study.set_user_attr("sweep_file", str(sweep.path))
-        # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
-        study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
-                                        "optuna": optuna.__version__})
-        if sweep.enumerated:
-            for cell in planned_cells(sweep):
-                study.enqueue_trial(cell)
-        study.set_user_attr(READY, True)
+    with study_lock(url):
+        storage = storage_for(sweep, url)
+        try:
+            study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=sweep.direction,
+                                        sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=sweep.study_name, storage=storage,
+                                      sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        attrs = study.user_attrs
+        if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
+            raise StudyMismatch(sweep.path, "study_name",
+                                f"study {sweep.study_name!r} already exists with a different space, objective, "
+                                "sampler or seeds; choose another study_name (or delete the study)")
+        if study.direction.name.lower() != sweep.direction:
+            raise StudyMismatch(sweep.path, "objective.direction",
+                                f"the existing study {sweep.direction}s the other way")
+        if not attrs.get(READY):
+            study.set_user_attr("spec", sweep.spec())
+            study.set_user_attr("spec_hash", sweep.spec_hash())
+            study.set_user_attr("sweep_file", str(sweep.path))
+            # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
+            study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
+                                            "optuna": optuna.__version__})
+            if sweep.enumerated:
+                _enqueue_missing(study, sweep)
+            study.set_user_attr(READY, True)
+        elif resume:
+            fail_abandoned(study, sweep, url)
+            _enqueue_missing(study, sweep)
         return study
-    deadline = time.monotonic() + wait_ready
-    while not study.user_attrs.get(READY):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"study {sweep.study_name} exists but was never made ready "
-                               "(the process creating it died?); delete it or use another study_name")
-        time.sleep(1.0)
-    if study.user_attrs.get("spec_hash") != sweep.spec_hash():
-        raise StudyMismatch(sweep.path, "study_name",
-                            f"study {sweep.study_name!r} already exists with a different space, objective, "
-                            "sampler or seeds; choose another study_name (or delete the study)")
-    if study.direction.name.lower() != direction:
-        raise StudyMismatch(sweep.path, "objective.direction", f"the existing study {direction}s the other way")
-    if resume:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            optuna.storages.fail_stale_trials(study)
-        _enqueue_missing(study, sweep)
-    return study
+
+
+def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
+    """Fail the running trials nobody runs any more and re-queue their cells (`RetryUncovered`).
+
+    Where the facts are known, at once: a trial whose worker process on this host has ended (a
+    driver killed with SIGKILL takes its workers along), or that has no worker recorded
+    `grace_period` after it started (killed between taking it and its first heartbeat, which no
+    heartbeat check would ever fail). The rest, when their heartbeat is older than the grace period.
+    """
+    retry = RetryUncovered(url, sweep.max_retry)
+    now = datetime.now()   # Optuna's datetime_start is naive local time too
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        process = t.user_attrs.get("worker_process")
+        orphan = process is None and t.datetime_start and (now - t.datetime_start).total_seconds() > sweep.grace_period
+        if orphan or gone(process):
+            try:
+                study.tell(t.number, state=TrialState.FAIL)   # its reason: its error_if_lost
+            except ValueError:   # it ended meanwhile
+                continue
+            retry(study, t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        optuna.storages.fail_stale_trials(study)
+
+
+class Fence:
+    """Whether this worker still owns its trial.
+
+    Another worker fails a trial whose heartbeat is older than the grace period and re-queues its
+    cell; a worker that only stalled (a loaded machine, a slow disk) then still runs the trial, and
+    the cell got two runs (seen in 2 of 4 SQLite sweeps of 30 cells by 4 workers with a 3 s grace
+    period on a loaded 2-core machine). Once the trial is no longer RUNNING in the study, its run is stopped and recorded as
+    failed with the reason, so that it is not counted beside the re-run.
+    """
+
+    def __init__(self, trial: optuna.Trial, grace: int, every: float):
+        self.trial, self.grace, self.every = trial, grace, every
+        self.run_dir: Path | None = None
+        self.reason: str | None = None
+        self.settled = False  # the objective ended as planned (a value, failed, pruned): not a bug
+        self.discarded = False
+        self._next = time.monotonic() + every
+
+    def check(self) -> str | None:
+        running = self.trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if self.reason is None and all(t.number != self.trial.number for t in running):
+            self.reason = (f"superseded: another worker failed trial {self.trial.number} when its heartbeat "
+                           f"was older than {self.grace} s and re-queued its cell; this run was stopped "
+                           f"and does not count")
+        self._next = time.monotonic() + self.every
+        return self.reason
+
+    def __call__(self) -> str | None:
+        """`check()` at most every `every` seconds (for the trial's poll loop)."""
+        return self.reason or (self.check() if time.monotonic() >= self._next else None)
+
+    def report(self, value: float, step: int) -> None:
+        try:
+            self.trial.report(value, step)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            self.check()
+
+    def discard(self) -> None:
+        """Record the lost trial's run (stopped, or finished too late) as failed, with the reason."""
+        if self.discarded:
+            return
+        self.discarded = True
+        if self.run_dir is not None:
+            tr.close_run(self.run_dir, Status.FAILED, self.reason)
+        print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}", flush=True)
 
 
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
-    def __init__(self, sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
+    def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
                  accelerator: str | None = None, nodes: int = 1):
         self.sweep = sweep
         self.accelerator = accelerator
@@ -205,6 +334,8 @@ class Objective:
         self.devices = devices
         self.tracking = tracking or sweep.tracking
         self.base = self._base_path()
+        self.fence: Fence | None = None  # the current trial's
+        self.url = url
 
     def _base_path(self) -> Path | None:
         if self.sweep.base is None:   # chosen per trial (space `base`)
@@ -227,10 +358,31 @@ class Objective:
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         trial.set_user_attr(SKIPPED, why)
+        trial.set_user_attr("error", f"skipped: {why}")
         raise tr.TrialFailed(f"skipped: {why}")
 
     def __call__(self, trial: optuna.Trial) -> float:
+        self.fence = Fence(trial, self.sweep.grace_period, self.sweep.heartbeat_interval)
+        try:
+            value = self._run(trial, self.fence)
+        except (tr.TrialFailed, optuna.TrialPruned):
+            self.fence.settled = True
+            raise
+        except optuna.exceptions.UpdateFinishedTrialError:   # only another worker finishes our trial
+            self.fence.settled = True
+            if self.fence.check():
+                self.fence.discard()
+            raise tr.TrialFailed(self.fence.reason or "the trial was finished elsewhere") from None
+        self.fence.settled = True
+        return value
+
+    def _run(self, trial: optuna.Trial, fence: Fence) -> float:
         sweep = self.sweep
+        worker = f"{socket.gethostname()}:{os.getpid()}"
+        trial.set_user_attr(LOST, f"stale heartbeat: worker {worker} sent none for {sweep.grace_period} s "
+                                  f"before the trial ended (killed, its machine lost, or stalled)")
+        trial.set_user_attr("worker", worker)
+        trial.set_user_attr("worker_process", process_identity())
         trials = trial.study.get_trials(deepcopy=False)
         me = next(t for t in trials if t.number == trial.number)
         enqueued = "fixed_params" in me.system_attrs
@@ -244,14 +396,17 @@ class Objective:
         if any(trial_cell(t) == cell and t.state in DONE for t in _counted(others)):
             self._skip(trial, f"duplicate of a finished cell {cell}")
         if not enqueued:
-            configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
-                       for t in _counted(others) if t.number < trial.number}
-            if sp.config_key(params) in configs:
-                self._skip(trial, "the sampler proposed a configuration already in the study")
-            if len(configs) >= sweep.n_trials // len(sweep.seeds):
-                self._skip(trial, "budget of configurations reached")
-            for s in sweep.seeds[1:]:
-                trial.study.enqueue_trial({**params, "seed": s})
+            # One sampled configuration at a time: two workers whose samplers proposed the same
+            # configuration at once must not both run it (and enqueue its seeds twice).
+            with study_lock(self.url):
+                configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
+                           for t in _counted(trial.study.get_trials(deepcopy=False)) if t.number != trial.number}
+                if sp.config_key(params) in configs:
+                    self._skip(trial, "the sampler proposed a configuration already in the study")
+                if len(configs) >= sweep.n_trials // len(sweep.seeds):
+                    self._skip(trial, "budget of configurations reached")
+                for s in sweep.seeds[1:]:
+                    trial.study.enqueue_trial({**params, "seed": s}, user_attrs={LOST: NO_RECORD})
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
@@ -264,12 +419,6 @@ class Objective:
         trial.set_user_attr("cell", cell)
         trial.set_user_attr("run_id", run_id)
         trial.set_user_attr("run_dir", str(run_dir))
-        worker = f"{socket.gethostname()}:{os.getpid()}"
-        trial.set_user_attr("worker", worker)
-        # The reason this trial carries if its worker dies and a heartbeat check fails it (Optuna
-        # cannot change a failed trial's attributes); replaced by the outcome when the trial ends.
-        trial.set_user_attr("error", f"stale heartbeat: worker {worker} stopped sending heartbeats "
-                                     f"before the trial ended (killed, or its machine lost)")
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
         base = sweep.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
@@ -281,8 +430,9 @@ class Objective:
                    if earlier is not None else "")
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
               f"{run_dir}{resumed}", flush=True)
+        fence.run_dir = run_dir
         try:
-            out = tr.run(cmd, run_dir, sweep.objective, trial.report, trial.should_prune)
+            out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
             trial.set_user_attr("status", Status.FAILED.value)
@@ -296,13 +446,17 @@ class Objective:
         except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
             raise
+        if fence.check():   # lost while running, or just after: the trial is no longer ours to update
+            fence.discard()
+            raise tr.TrialFailed(fence.reason)
         s = out.summary
         trial.set_user_attr("status", out.status.value)
-        trial.set_user_attr("error", out.error)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
         trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
                                                                "test_bleu", "params", "train_seconds", "epochs")
                                         if s.get(k) is not None})
+        if out.error:
+            trial.set_user_attr("error", out.error)
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
@@ -334,7 +488,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
             lines.append(f"{label}: unfinished (still waiting or running)")
         elif attempts:
             last = attempts[-1]
-            why = last.user_attrs.get("error") or last.user_attrs.get("status") or "failed"
+            why = failure_reason(last) or last.user_attrs.get("status") or NO_RECORD
             lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {str(why)[:300]}")
         else:
             lines.append(f"{label}: never ran")
@@ -377,15 +531,17 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
                accelerator: str | None = None, nodes: int = 1) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code."""
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # The worker prints every trial's outcome and reason itself; Optuna's warning for a failed
+    # trial adds a traceback even to a routine skip.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    objective = Objective(sweep, root, devices, tracking, accelerator, nodes)
+    objective = Objective(sweep, url, root, devices, tracking, accelerator, nodes)
     skips = 0
     try:
         while True:
-            optuna.storages.fail_stale_trials(study)  # re-queues cells of dead workers
+            fail_abandoned(study, sweep, url)  # re-queues cells of dead workers
             action = _next_action(sweep, study, skips)
             if action == "done":
                 return 0
@@ -393,7 +549,16 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
                 time.sleep(WAIT_SECONDS)
                 continue
             before = len(study.get_trials(deepcopy=False))
-            study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
+            objective.fence = None
+            try:
+                study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
+            except Exception:
+                # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
+                # a FAIL trial."); an exception of the objective itself is a bug and is raised.
+                fence = objective.fence
+                if fence is None or not fence.settled or fence.check() is None:
+                    raise
+                fence.discard()
             last = study.get_trials(deepcopy=False)[before:]
             skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
     except KeyboardInterrupt:

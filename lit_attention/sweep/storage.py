@@ -2,12 +2,15 @@
 
 Only RDB storage has heartbeats, so a worker killed mid-trial leaves a RUNNING trial that the next
 worker fails and re-queues (RetryHeartbeatStaleTrialCallback). Passwords never leave this module
-unmasked: print and log `mask_url(url)`.
+unmasked: print and log `mask_url(url)`. `study_lock(url)` serializes what Optuna cannot do in one
+transaction: creating the tables and a study, and enqueuing its cells.
 """
 
 from __future__ import annotations
 
+import fcntl
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -61,7 +64,10 @@ def default_url(root: Path, study_name: str) -> str:
     return f"sqlite:///{path}"
 
 
-def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry: int) -> optuna.storages.RDBStorage:
+def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry: int,
+                 stale_callback=None) -> optuna.storages.RDBStorage:
+    """`stale_callback(study, trial)` runs for each trial a heartbeat check failed (default: Optuna's
+    retry, at most `max_retry` times)."""
     engine_kwargs = {}
     if url.startswith("sqlite"):
         # Several worker processes write one file: wait for the lock instead of failing at once.
@@ -71,7 +77,7 @@ def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry
     storage = optuna.storages.RDBStorage(
         url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
-        heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=max_retry))
+        heartbeat_stale_trial_callback=stale_callback or optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry))
     if url.startswith("sqlite"):
         _serialize_sqlite_transactions(storage.engine)
     return storage
@@ -96,3 +102,60 @@ def _serialize_sqlite_transactions(engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     engine.dispose()  # connections made before the listeners existed
+
+
+# pg_advisory_lock key of the study lock (any constant; one lock per database).
+_PG_LOCK_KEY = 0x6C69745F61747400  # "lit_att\0"
+_held: dict[str, int] = {}  # url -> depth of study_lock in this process (it is re-entrant)
+
+
+@contextmanager
+def study_lock(url: str):
+    """Hold the database's study lock (re-entrant within one process, blocking across processes).
+
+    Two drivers opening a new study at once both created Optuna's tables (PostgreSQL: "duplicate
+    key value violates unique constraint pg_type_typname_nsp_index"; SQLite: "table alembic_version
+    already exists") and one exited with the raw error. SQLite: flock on ``<db>.lock`` beside the
+    database; PostgreSQL: a session advisory lock, so drivers on several machines queue too. A
+    holder killed with SIGKILL releases it (the file is closed, the server sees the connection end).
+    Other databases: no lock.
+    """
+    if _held.get(url):
+        _held[url] += 1
+        try:
+            yield
+        finally:
+            _held[url] -= 1
+        return
+    import sqlalchemy
+    parsed = sqlalchemy.engine.make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{path}.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            with _holding(url):
+                yield
+    elif backend == "postgresql":
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as conn:
+                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+                conn.commit()
+                with _holding(url):
+                    yield
+        finally:
+            engine.dispose()
+    else:
+        with _holding(url):
+            yield
+
+
+@contextmanager
+def _holding(url: str):
+    _held[url] = 1
+    try:
+        yield
+    finally:
+        _held.pop(url, None)

@@ -179,6 +179,16 @@ def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> S
         return Summary(fields, summary.path)
 
 
+def close_run(run_dir: Path, status: Status, error: str) -> Summary:
+    """`record_end` for a run whose summary has not been read (a missing or unreadable one is
+    replaced)."""
+    try:
+        summary = schema.read_summary(run_dir, missing_ok=True)
+    except SummaryError:
+        summary = Summary({}, schema.summary_path(run_dir))
+    return record_end(run_dir, summary, status, error)
+
+
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -194,11 +204,13 @@ def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
         proc.wait()
 
 
-def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Outcome:
+def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=lambda: None) -> Outcome:
     """Run one training subprocess to its end.
 
     `report(value, step)` is called for every new validation value, then `should_prune()`; when it
     says yes the STOP file is written. Ctrl-C (KeyboardInterrupt) interrupts the child and re-raises.
+    `lost()` returns a reason once the trial is no longer this worker's (another worker failed it
+    as stale): the child is killed and the run recorded as failed with that reason.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
@@ -223,7 +235,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                 if not done and not stop_sent and reported and should_prune():
                     schema.request_stop(run_dir, Status.PRUNED)
                     stop_sent = True
-                if done:
+                if done or (why_lost := lost()):
                     break
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
@@ -240,6 +252,8 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune) -> Out
                     pass
             tee.join(timeout=10)
 
+    if not done:   # lost: the child was killed above
+        return Outcome(Status.FAILED, None, close_run(run_dir, Status.FAILED, why_lost), why_lost, reported)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why

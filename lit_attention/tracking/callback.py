@@ -34,12 +34,9 @@ def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
 class RunStoreCallback(Callback):
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
                  subcommand: str, from_checkpoint: bool = False):
-        self.run_dir = run_dir
-        self.from_checkpoint = from_checkpoint
-        self.group = group
+        self.run_dir, self.group, self.seed = run_dir, group, seed
+        self.subcommand, self.from_checkpoint = subcommand, from_checkpoint
         self.config_yaml = config_yaml
-        self.seed = seed
-        self.subcommand = subcommand
         self.stop: tuple[Status, str] | None = None   # what the run's STOP file asked for
         # Training time spans on_train_start..on_train_end (the window of Trainer(max_time)); a
         # resumed run starts from the time its checkpoint had already trained.

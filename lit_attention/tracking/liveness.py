@@ -60,3 +60,9 @@ def run_state(summary: Mapping) -> tuple[Status | None, str | None]:
     return Status.KILLED, (f"process {proc['pid']} on {proc['host']} is gone but never recorded an end "
                            f"(killed with SIGKILL, by the OOM killer or a reboot); last heartbeat "
                            f"{summary.get('heartbeat_at') or summary.get('started_at') or 'unknown'}")
+
+
+def gone(process: dict) -> bool:
+    """True if `process` (as `process_identity()` recorded it) ran on this host and has ended."""
+    return (isinstance(process, dict) and isinstance(process.get("pid"), int)
+            and process.get("host") == socket.gethostname() and not _alive(process["pid"], process.get("pid_started")))

@@ -7,13 +7,14 @@ import torch
 from torch import nn
 
 from lit_attention.models import build_seq2seq, positional
-from lit_attention.models.positional import ACTS_ON, SCORE_BIASES
+from lit_attention.models.positional import ABSOLUTE_POSITIONS, ACTS_ON, SCORE_BIASES
 from lit_attention.registry import POSITIONAL
 
 
 def test_every_registered_encoding_says_where_it_acts():
     assert list(ACTS_ON) == list(POSITIONAL)
     assert set(SCORE_BIASES) == {k for k, where in ACTS_ON.items() if where == "bias"}
+    assert set(ABSOLUTE_POSITIONS) == {k for k, where in ACTS_ON.items() if where == "embeddings"}
 
 
 def test_every_position_module_is_built_by_some_registered_name():

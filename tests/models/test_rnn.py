@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import select
 from lit_attention.models.rnn import RNNSeq2Seq
-from lit_attention.registry import CELLS, SCORING
-from seq2seq_training import loss_of, train_on_batch
+from lit_attention.models.scoring import masked_softmax
+from lit_attention.registry import ATTENTION, CELLS, CONTEXT, ENC_OUTPUT, SCORING
+from seq2seq_training import fingerprint, loss_of, train_on_batch
 
 V = 16
 
@@ -283,3 +284,107 @@ def test_every_registered_cell_builds_its_torch_module():
     assert all(m.hidden_size == 6 and m.num_layers == 2 and m.batch_first for m in built.values())
     with pytest.raises(ValueError, match="valid choices: elman-tanh"):
         make_rnn("mlstm", 4, 6, 1, 0.0)
+
+
+def test_every_registered_wiring_context_and_encoder_output_has_an_implementation():
+    from lit_attention.models.rnn import CONTEXT_AT_EVERY_STEP, ENC_OUTPUTS, WIRINGS
+    assert list(WIRINGS) == list(ATTENTION)
+    assert list(CONTEXT_AT_EVERY_STEP) == list(CONTEXT)
+    assert list(ENC_OUTPUTS) == list(ENC_OUTPUT)
+
+
+def reference_decode(model, memory, tgt_in, attention, context, feed, enc_output):
+    """Teacher-forced logits [B, T, V] of each wiring as the module docstring states it, one step at
+    a time from the model's own modules (the decoder RNN and the scorer are tested elsewhere)."""
+    states, H = memory["states"], model.decoder.hidden_size
+    values = {"concat": states, "sum": states[..., :H] + states[..., H:] if states.size(-1) == 2 * H else states,
+              "project": states @ model.enc_proj.weight.T if enc_output == "project" else None}[enc_output]
+    hidden = tuple(memory[k].transpose(0, 1).contiguous() for k in ("init_h", "init_c") if k in memory)
+    hidden = hidden if len(hidden) == 2 else hidden[0]
+    readout = torch.zeros(tgt_in.size(0), model.out_size)
+
+    def attend(query):                                            # query [B, H] -> context [B, K]
+        scores = model.scorer(query[:, None], values)
+        return (masked_softmax(scores, memory["src_pad"]) @ values)[:, 0]
+
+    logits = []
+    for t in range(tgt_in.size(1)):
+        emb = model.tgt_embed(tgt_in[:, t])
+        inputs = [emb]
+        top = (hidden[0] if isinstance(hidden, tuple) else hidden)[-1]
+        if attention == "bahdanau":                               # query s_{t-1}, context at the input
+            ctx = attend(top)
+            inputs.append(ctx)
+        if context == "every-step":
+            inputs.append(memory["init_h"][:, -1])
+        if feed:
+            inputs.append(readout)
+        out, hidden = model.decoder(torch.cat(inputs, -1)[:, None], hidden)
+        s = out[:, 0]
+        if attention == "bahdanau":                               # tanh(W [s_t; c_t; e_t])
+            readout = torch.tanh(model.readout(torch.cat([s, ctx, emb], -1)))
+        elif attention == "luong":                                # query s_t: tanh(W [c_t; s_t])
+            readout = torch.tanh(model.readout(torch.cat([attend(s), s], -1)))
+        else:
+            readout = model.readout(s)
+        logits.append(model.generator(readout))
+    return torch.stack(logits, 1)
+
+
+# (cell, attention, scoring, context, input_feeding, bidirectional, enc_output, tie_embeddings):
+# every wiring, context, encoder output and kind of cell state, with and without input feeding
+GOLDEN_VARIANTS = [
+    ("lstm", "none", "additive", "init", False, True, "concat", False),
+    ("gru", "none", "additive", "every-step", False, False, "concat", True),
+    ("lstm", "bahdanau", "additive", "init", False, True, "concat", False),
+    ("gru", "bahdanau", "dot", "init", True, True, "sum", True),
+    ("elman-tanh", "luong", "general", "init", False, True, "project", False),
+    ("lstm", "luong", "low_rank", "init", True, False, "concat", True),
+    ("elman-relu", "luong", "concat", "init", False, True, "sum", False),
+    ("gru", "bahdanau", "scaled_dot", "init", False, False, "project", False),
+]
+
+
+def golden_model(variant):
+    cell, attention, scoring, context, feed, bidirectional, enc_output, tie = variant
+    torch.manual_seed(0)
+    return RNNSeq2Seq(V, V, cell=cell, attention=attention, scoring=scoring, context=context,
+                      input_feeding=feed, bidirectional=bidirectional, enc_output=enc_output,
+                      tie_embeddings=tie, enc_layers=2, dec_layers=2, **TINY).eval()
+
+
+@pytest.mark.parametrize("variant", GOLDEN_VARIANTS, ids=str)
+def test_each_wiring_computes_what_its_docstring_states(variant):
+    model = golden_model(variant)
+    src, tgt_in, _ = batch(8)
+    _, attention, _, context, feed, _, enc_output, _ = variant
+    with torch.no_grad():
+        memory = model.encode(src)
+        expected = reference_decode(model, memory, tgt_in, attention, context, feed, enc_output)
+        torch.testing.assert_close(model.decode(memory, tgt_in).logits, expected)
+
+
+def golden_fingerprints() -> dict[str, list[float]]:
+    src, tgt_in, _ = batch(8)
+    return {"-".join(map(str, v)): fingerprint(golden_model(v), src, tgt_in) for v in GOLDEN_VARIANTS}
+
+
+# golden_fingerprints() measured on the code that still branched on the names (commit 2ab0aa7):
+# the tables build the same parameters in the same order and compute the same outputs.
+GOLDEN = {
+    'lstm-none-additive-init-False-True-concat-False': [16.99114826170262, 9.247717760503292, 13.234936269095417],
+    'gru-none-additive-every-step-False-False-concat-True': [-8.352911565656541, -29.307147152721882, 43.01590654854196],
+    'lstm-bahdanau-additive-init-False-True-concat-False': [18.50767357008226, -8.790874779224396, 19.826621563192116],
+    'gru-bahdanau-dot-init-True-True-sum-True': [-2.02811531934276, -23.879692619666457, 234.57389740763801],
+    'elman-tanh-luong-general-init-False-True-project-False': [-6.727274340810254, 25.130189025774598, 16.57863785236636],
+    'lstm-luong-low_rank-init-True-False-concat-True': [14.81658513302682, -54.51457409374416, 54.95713721525851],
+    'elman-relu-luong-concat-init-False-True-sum-False': [-9.641492162656505, 27.00412340927869, 14.317145699727721],
+    'gru-bahdanau-scaled_dot-init-False-False-project-False': [-9.475989289778227, -21.244794607162476, 29.406910342424737],
+}
+
+
+def test_models_compute_what_they_did_before_the_wiring_tables():
+    got = golden_fingerprints()
+    assert got.keys() == GOLDEN.keys()
+    for name, expected in GOLDEN.items():
+        torch.testing.assert_close(got[name], expected, rtol=1e-6, atol=1e-5, msg=name)

@@ -10,7 +10,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import select
 from lit_attention.models.transformer import TransformerSeq2Seq
-from seq2seq_training import train_on_batch
+from seq2seq_training import fingerprint, train_on_batch
 
 V = 16
 POSITIONAL = list(registry.POSITIONAL)
@@ -228,3 +228,41 @@ def test_unknown_choices_are_rejected():
         tiny(scoring="bogus")
     with pytest.raises(ValueError, match="valid choices"):
         tiny(norm="bogus")
+
+
+
+# (norm, positional, scoring): every norm placement with every scoring of the heads, and the
+# positional encodings that act on the embeddings, the keys, the scores and the rotation
+GOLDEN_VARIANTS = [(norm, positional, scoring) for norm in registry.NORM
+                   for positional, scoring in [("sinusoidal", "scaled_dot"), ("learned", "dot"),
+                                               ("shaw", "general"), ("t5_bias", "additive"),
+                                               ("rotary", "general")]]
+
+
+def golden_fingerprints() -> dict[str, list[float]]:
+    src, tgt_in, _ = batch()
+    return {"-".join(v): fingerprint(tiny(norm=v[0], positional=v[1], scoring=v[2]), src, tgt_in)
+            for v in GOLDEN_VARIANTS}
+
+
+# golden_fingerprints() measured on the code that still branched on the names (commit 2ab0aa7):
+# the tables build the same parameters in the same order and compute the same outputs.
+GOLDEN = {
+    'pre-sinusoidal-scaled_dot': [347.368650931945, 15.048402818851173, 342.7151762666383],
+    'pre-learned-dot': [381.79248431994347, 64.29813667910639, 293.10270301044034],
+    'pre-shaw-general': [380.2831222887653, 87.03943589469418, 401.85393196562393],
+    'pre-t5_bias-additive': [392.99870333947183, 63.63743358195643, 450.5292893701428],
+    'pre-rotary-general': [378.9313070824428, -0.22191479383036494, 359.2291605628148],
+    'post-sinusoidal-scaled_dot': [283.368650931945, -39.223425338976085, 241.22148964351186],
+    'post-learned-dot': [317.79248431994347, 52.08770428097341, 154.24085283674356],
+    'post-shaw-general': [316.2831222887653, 68.04304869356565, 312.19676221811585],
+    'post-t5_bias-additive': [328.99870333947183, 43.56505925394595, 401.6511466855914],
+    'post-rotary-general': [314.9313070824428, -30.902634059544653, 297.20843324459344],
+}
+
+
+def test_models_compute_what_they_did_before_the_scoring_and_norm_tables():
+    got = golden_fingerprints()
+    assert got.keys() == GOLDEN.keys()
+    for name, expected in GOLDEN.items():
+        torch.testing.assert_close(got[name], expected, rtol=1e-6, atol=1e-5, msg=name)

@@ -6,9 +6,9 @@ from torch import nn
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
-from lit_attention.models.attention import MultiHeadAttention
+from lit_attention.models.attention import AttentionMask, MultiHeadAttention
 from lit_attention.models.positional import AlibiBias, T5Bias, alibi_slopes, sinusoidal_table, t5_bucket
-from lit_attention.models.transformer import Embeddings, Stack, init_weights
+from lit_attention.models.transformer import NORM_BEFORE_BRANCH, Block, Embeddings, Stack, init_weights
 
 
 # every (relative encoding, scoring) pair the registry allows
@@ -93,6 +93,34 @@ def test_mha_fused_equals_explicit_with_bias_and_dead_rows():
     torch.testing.assert_close(fused[1], attn.out.bias.expand(4, 16))
     fused.sum().backward()
     assert torch.isfinite(memory.grad).all()
+
+
+def test_every_registered_norm_placement_has_an_implementation():
+    assert list(NORM_BEFORE_BRANCH) == list(registry.NORM)
+
+
+@pytest.mark.parametrize("norm", registry.NORM)
+def test_norm_placement_computes_its_residual_formula(norm):
+    """pre: x + f(LN(x)) per branch and one LayerNorm after the stack; post: LN(x + f(x))."""
+    torch.manual_seed(0)
+    block = Block(16, 2, 24, dropout=0.0, norm=norm).eval()
+    for ln in (block.self_norm, block.ffn_norm):                   # not the identity LayerNorm
+        nn.init.normal_(ln.weight)
+        nn.init.normal_(ln.bias)
+    x, pos = torch.randn(2, 5, 16), torch.arange(5)
+
+    def attend(h):
+        return block.self_attn(h, *block.self_attn.keys_values(h), mask=AttentionMask())[0]
+    if norm == "pre":
+        h = x + attend(block.self_norm(x))
+        expected = h + block.ffn(block.ffn_norm(h))
+    else:
+        h = block.self_norm(x + attend(x))
+        expected = block.ffn_norm(h + block.ffn(h))
+    out = block(x, pos, pos, AttentionMask())[0]
+    torch.testing.assert_close(out, expected)
+    final = Stack(1, 16, 2, 24, 0.0, norm=norm).norm
+    assert isinstance(final, nn.LayerNorm if norm == "pre" else nn.Identity)
 
 
 def test_t5_buckets():

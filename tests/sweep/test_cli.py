@@ -14,10 +14,11 @@ from pathlib import Path
 
 import optuna
 import pytest
-import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO, family_neutral
+from conftest import REPO, family_neutral, sweep_cmd, write_sweep
+from lit_attention.sweep.driver import failure_reason
+
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
     "data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -47,13 +48,7 @@ def sweep_file(tmp_path: Path, name: str, space: dict, **top) -> Path:
             **top}
     data["fixed"] = {**TINY, **top.get("fixed", {})}
     data["space"] = space
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
-
-
-def sweep_cmd(path: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
+    return write_sweep(tmp_path, name, data)
 
 
 def run_sweep(path: Path, *args, timeout=400) -> subprocess.CompletedProcess:
@@ -153,12 +148,28 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
         except Exception:  # no study yet, or the database is locked by a writer for a moment
             trials = []
         for t in trials:
-            if t.state == TrialState.RUNNING and "worker" in t.user_attrs and _training_processes(t) \
+            if t.state == TrialState.RUNNING and "run_dir" in t.user_attrs and _training_processes(t) \
                     and _validated(Path(t.user_attrs["run_dir"])):
                 return t
         time.sleep(0.2)
     proc.kill()
     raise AssertionError(f"no trial seen training (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
+
+
+def interrupt_sweep(path: Path, wait, interrupt, *args, timeout: float, **environ) -> tuple[int, str, object]:
+    """Start `lit-attention sweep PATH ARGS`, wait for ``wait(proc)`` to return, then call
+    ``interrupt(proc, what wait returned)``. Returns (the sweep's exit code, its output, what wait
+    returned); the sweep never outlives the call."""
+    proc = subprocess.Popen(sweep_cmd(path, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env(**environ), cwd=REPO)
+    try:
+        waited = wait(proc)
+        interrupt(proc, waited)
+        output, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, output, waited
 
 
 def _validated(run_dir: Path) -> bool:
@@ -188,20 +199,15 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
                       fixed={"trainer.max_epochs": 8, "data.n_train": 1000})  # a trial outlives the kill
     url = sqlite_url(tmp_path, "kill")
-    proc = subprocess.Popen(sweep_cmd(path, "--workers", 2), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
-    try:
-        victim = _wait_running(url, "kill", proc)
-        os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
-        output, _ = proc.communicate(timeout=400)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, output
+    code, output, victim = interrupt_sweep(
+        path, lambda proc: _wait_running(url, "kill", proc),
+        lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
+        "--workers", 2, timeout=400)
+    assert code == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
-    assert trials[victim.number].user_attrs["error"].startswith("stale heartbeat: worker "), output
+    assert failure_reason(trials[victim.number]).startswith("stale heartbeat: worker "), output
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params
@@ -229,16 +235,9 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
                       fixed={"trainer.max_epochs": 12, "data.n_train": 1000})  # outlives the wait below
     url = sqlite_url(tmp_path, "intr")
-    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(), cwd=REPO)
-    try:
-        first = _wait_running(url, "intr", proc)
-        proc.send_signal(signal.SIGINT)
-        output, _ = proc.communicate(timeout=180)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    code, output, first = interrupt_sweep(path, lambda proc: _wait_running(url, "intr", proc),
+                                          lambda proc, _: proc.send_signal(signal.SIGINT), timeout=180)
+    assert code == 130, output
     assert "--resume" in output
     t = load(url, "intr").get_trials()[first.number]
     assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"]
@@ -305,19 +304,16 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
     stand-in (tests/sweep/record_trial.py) that waits."""
     path = sweep_file(tmp_path, "term", {"model.family": {"choices": ["transformer"]}})
     stand_in = json.dumps([sys.executable, str(Path(__file__).with_name("record_trial.py"))])
-    proc = subprocess.Popen(sweep_cmd(path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env(LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300"), cwd=REPO)
-    try:
+    seen = tmp_path / "runs" / "term" / "t0000-s0" / "seen.json"
+
+    def trial_started(proc):
         deadline = time.monotonic() + 120
-        while not (tmp_path / "runs" / "term" / "t0000-s0" / "seen.json").exists():
+        while not seen.exists():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
             time.sleep(0.2)
-        proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, output
+    code, output, _ = interrupt_sweep(path, trial_started, lambda proc, _: proc.send_signal(signal.SIGTERM),
+                                      timeout=90, LIT_ATTENTION_FIT_COMMAND=stand_in, RECORD_TRIAL_SECONDS="300")
+    assert code == 130, output
     assert "Continue with: lit-attention sweep" in output and "--resume" in output
     [t] = load(sqlite_url(tmp_path, "term"), "term").get_trials()
     assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], t.user_attrs

@@ -1,5 +1,9 @@
 """The driver's checks before a sweep starts and its account of unfinished cells (no training)."""
 
+import socket
+import subprocess
+import sys
+
 import optuna
 import pytest
 import yaml
@@ -92,6 +96,28 @@ def test_unfinished_cells_are_listed_with_their_reason(tmp_path):
                      "lr=0.2 seed=1: never ran"]
 
 
+def test_a_dead_workers_trial_is_failed_at_once_and_its_retry_is_not_taken_for_dead(tmp_path):
+    # Optuna's retry copied the dead worker's identity into the retry trial: once another worker
+    # took it, the next check found "its worker" gone and failed it again, until the retries ran
+    # out and --resume left the cell failed (1 of 7 driver kills in the fault-injection suite).
+    sweep = sweep_from(tmp_path, "seeds: 1\nheartbeat: {interval: 1, grace_period: 30}\n"
+                                 "space:\n  model.lr: [0.1]\n")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    study = driver.open_study(sweep, url)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    taken = study.ask()   # as a worker takes a trial, then dies
+    taken.set_user_attr("worker_process", {"pid": int(dead.stdout), "host": socket.gethostname(),
+                                           "pid_started": None})
+    driver.fail_abandoned(study, sweep, url)   # at once, not after the 30 s grace period
+    states = [t.state for t in study.get_trials()]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
+    assert driver.failure_reason(study.get_trials()[0]) == driver.NO_RECORD
+    retry = study.ask()   # another worker takes the retry
+    driver.fail_abandoned(study, sweep, url)
+    assert study.get_trials()[retry.number].state == optuna.trial.TrialState.RUNNING
+
+
 @pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm"])
 def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
     """Each family's options are set only where that family is (`when`), so every probe cell
@@ -99,3 +125,35 @@ def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
     from lit_attention.sweep.schema import load_sweep
     driver.check_trials(load_sweep(REPO / "sweeps" / f"{name}.yaml"), tmp_path / "runs")
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_abandoned_run_is_closed_so_that_it_is_continued_or_never_counted(tmp_path):
+    """A trial that lost its worker: a run whose process is gone becomes `killed` (its cell's next
+    attempt continues it from last.ckpt); one that finished, or whose process still lives, becomes
+    `failed` (it must not count beside the re-run); one that recorded its end keeps it."""
+    import zipfile
+
+    from lit_attention.sweep import trial as tr
+    from lit_attention.tracking import schema
+    from lit_attention.tracking.liveness import process_identity
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    gone = {"pid": int(dead.stdout), "host": socket.gethostname(), "pid_started": None}
+    cases = {"gone": ("running", gone, None), "finished": ("finished", process_identity(), None),
+             "alive": ("running", process_identity(), None), "signal": ("killed", gone, "killed by SIGKILL")}
+    for number, (name, (status, process, error)) in enumerate(cases.items()):
+        run_dir = tmp_path / name
+        (run_dir / "checkpoints").mkdir(parents=True)
+        with zipfile.ZipFile(run_dir / "checkpoints" / "last.ckpt", "w") as z:
+            z.writestr("data", "x")
+        schema.write_summary(run_dir, {"status": status, "process": process, "error": error})
+        trial = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, user_attrs={"run_dir": str(run_dir)})
+        trial.number = number
+        driver.close_abandoned_run(trial)
+    read = {name: schema.read_summary(tmp_path / name) for name in cases}
+    assert read["gone"].status == "killed" and read["gone"].error.startswith("abandoned: trial 0 lost its worker")
+    assert tr.resumable(tmp_path / "gone") is not None
+    for name in ("finished", "alive"):
+        assert read[name].status == "failed" and read[name].error.startswith("abandoned: "), name
+        assert tr.resumable(tmp_path / name) is None
+    assert read["signal"].status == "killed" and read["signal"].error == "killed by SIGKILL"

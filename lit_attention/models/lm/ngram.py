@@ -18,8 +18,7 @@ import torch
 from torch import nn
 
 from lit_attention.data.vocab import BOS
-
-from lit_attention.registry import NGRAM_SMOOTHING as SMOOTHING
+from lit_attention.registry import NGRAM_SMOOTHING, check
 
 
 class NGramLM(nn.Module):
@@ -28,8 +27,7 @@ class NGramLM(nn.Module):
         super().__init__()
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
-        if smoothing not in SMOOTHING:
-            raise ValueError(f"unknown smoothing {smoothing!r}; valid choices: {', '.join(SMOOTHING)}")
+        check("smoothing", smoothing, NGRAM_SMOOTHING)
         if delta <= 0:
             raise ValueError(f"delta must be positive (unseen tokens need mass), got {delta}")
         if not 0.0 <= discount < 1.0:
@@ -93,11 +91,17 @@ class NGramLM(nn.Module):
         """Probabilities [P, V] of the next token after each context of ``order - 1`` tokens."""
         if not self.fitted:
             raise RuntimeError("NGramLM.fit must be called before scoring")
+        return SMOOTHINGS[self.smoothing](self, contexts)
+
+    def add_delta(self, contexts: list[tuple]) -> torch.Tensor:
+        """``add``: P(w|h) = (c(h,w) + d) / (c(h) + d V) on the highest order only."""
+        counts, _ = self._rows(self.order - 1, contexts)
+        return (counts + self.delta) / (counts.sum(1, keepdim=True) + self.delta * self.vocab_size)
+
+    def interpolated(self, contexts: list[tuple]) -> torch.Tensor:
+        """``interp``: absolute discounting interpolated down to the add-delta unigram."""
         V, d = self.vocab_size, self.delta
         n = self.order - 1
-        if self.smoothing == "add" or n == 0:
-            counts, _ = self._rows(n, contexts)
-            return (counts + d) / (counts.sum(1, keepdim=True) + d * V)
         probs = None
         for k in range(n + 1):
             counts, seen = self._rows(k, [c[len(c) - k:] for c in contexts])
@@ -153,3 +157,6 @@ class NGramLM(nn.Module):
                 state[f"index_{k}"], state[f"values_{k}"],
                 (len(contexts), self.vocab_size), check_invariants=True).coalesce()
 
+
+# registry.NGRAM_SMOOTHING name -> how the counts become probabilities [P, V] of the next token.
+SMOOTHINGS = {"add": NGramLM.add_delta, "interp": NGramLM.interpolated}

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from lit_attention.data.vocab import UNK
-from lit_attention.models.lm.ngram import NGramLM
+from lit_attention.models.lm.ngram import SMOOTHINGS, NGramLM
+from lit_attention.registry import NGRAM_SMOOTHING
 
 A, B_ = 4, 5                       # two word ids after the four specials; vocabulary size 6
 TRAIN = [A, B_, A, B_, A, A]       # "a b a b a a"
@@ -44,8 +45,10 @@ def test_add_delta_bigram_perplexity_by_hand():
     assert perplexity(lm, TEST) == pytest.approx(expected, rel=1e-6)
 
 
-def test_unigram_add_delta_by_hand():
-    lm = NGramLM(vocab_size=6, order=1, delta=0.5).fit(TRAIN)
+@pytest.mark.parametrize("smoothing", NGRAM_SMOOTHING)
+def test_unigram_add_delta_by_hand(smoothing):
+    """Order 1: both smoothings are the add-delta unigram."""
+    lm = NGramLM(vocab_size=6, order=1, delta=0.5, smoothing=smoothing).fit(TRAIN)
     # (c(w) + 0.5) / (6 + 3): a 4.5/9, b 2.5/9
     assert lm.log_prob([A, B_]).exp().tolist() == pytest.approx([4.5 / 9, 2.5 / 9])
 
@@ -92,3 +95,7 @@ def test_unfitted_model_and_bad_options_fail_clearly():
         NGramLM(vocab_size=6, smoothing="stupid")
     with pytest.raises(ValueError, match="delta"):
         NGramLM(vocab_size=6, delta=0.0)
+
+
+def test_every_registered_smoothing_has_an_implementation():
+    assert list(SMOOTHINGS) == list(NGRAM_SMOOTHING)

@@ -1,0 +1,75 @@
+"""Several drivers and workers on one study, real processes, real SQLite and PostgreSQL: every
+cell is run by exactly one worker, and two drivers started at once share one study."""
+
+import json
+import os
+import signal
+import subprocess
+
+import pytest
+
+from standin_sweeps import problems, sqlite_url, start, sweep_file, wait_for, worker_of
+
+# About 40 s per test and storage on the shared 2-core machine (each driver starts the training CLI).
+pytestmark = [pytest.mark.faults, pytest.mark.slow]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage(request):
+    """The study URL a test's sweep file names: None (SQLite under its root), or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return None
+    return request.getfixturevalue("postgres")()
+
+
+def url_of(path, name, storage):
+    return storage or sqlite_url(path, name)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out
+
+
+def test_two_drivers_of_two_workers_started_at_once_share_a_new_study_and_run_each_cell_once(tmp_path, storage):
+    # Both drivers created the tables (PostgreSQL: IntegrityError on pg_type) or the study at the
+    # same moment, and the loser exited 1 with the raw SQL error. Four workers then pull 30 short
+    # trials from the one study: none may run twice, none may be lost.
+    lrs = [round(0.001 * i, 3) for i in range(1, 16)]
+    path = sweep_file(tmp_path, "twin", lrs=lrs, workers=2, storage=storage)
+    drivers = [start(path, STANDIN_STEPS=1, STANDIN_STEP_SECONDS=0.2) for _ in range(2)]
+    outputs = [finish(p) for p in drivers]
+    for p, out in zip(drivers, outputs):
+        assert p.returncode == 0, out
+        assert "Traceback" not in out and "cannot open the study" not in out, out
+    assert all(" start: " in out for out in outputs), "a driver ran no trial:\n" + "\n".join(outputs)
+    assert problems(url_of(path, "twin", storage), "twin", tmp_path / "runs", lrs=lrs) == [], "\n".join(outputs)
+
+
+def test_a_stalled_worker_whose_trial_was_rerun_elsewhere_stops_it_and_it_does_not_count(tmp_path, storage):
+    # A worker paused past the grace period (SIGSTOP: a loaded machine, a VM pause) had its trial
+    # failed as stale and re-run by the other worker; it then ran on, both runs finished (one cell,
+    # two runs in the report) and the worker died on "Cannot tell a FAIL trial".
+    path = sweep_file(tmp_path, "stall", lrs=[0.001], seeds=1, workers=2, interval=1, grace=2, storage=storage)
+    proc = start(path, STANDIN_STEPS=20, STANDIN_STEP_SECONDS=0.5)
+    runs = tmp_path / "runs" / "stall"
+    try:
+        worker = wait_for(lambda: worker_of(runs / "t0000-s0"))
+        os.kill(worker, signal.SIGSTOP)
+        try:
+            wait_for(lambda: next((d for d in runs.glob("t*-s0") if d.name != "t0000-s0"), None))   # re-run
+        finally:
+            os.kill(worker, signal.SIGCONT)
+        out = finish(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out and "Cannot tell" not in out, out
+    summary = json.loads((runs / "t0000-s0" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("superseded: "), summary
+    assert problems(url_of(path, "stall", storage), "stall", tmp_path / "runs", lrs=[0.001], seeds=1) == []
