@@ -152,7 +152,7 @@ def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, va
 
 
 def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
-    result = run_cli("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
+    result = cli_in_process("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
             "leave it unset (remove it from the config)") in result.stderr
