@@ -11,7 +11,7 @@ from lit_attention.diagnostics import long_sentence_sample
 
 COPY = dict(task="copy", n_train=160, n_val=120, n_test=20, min_len=3, max_len_words=30,
             n_symbols=20, max_tokens=1024)
-ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
+ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1",
         "--trainer.enable_progress_bar", "false", "--model.d_model", "32", "--model.ffn", "64",
         *[x for k, v in COPY.items() for x in (f"--data.{k}", v)]]
 RNN = [*unset_family_options(CONFIGS / "copy.yaml"), "--model.family", "rnn"]   # after ARGS
@@ -62,7 +62,7 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
                          "--model.bidirectional", "false", "--model.d_model", "64",
                          "--data.min_len", "12", "--data.max_len_words", "16", "--data.n_train", "600",
                          "--trainer.max_epochs", "1", "--diagnostics.gradflow_every", "5",
-                         "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false")
+                         "--trainer.enable_progress_bar", "false")
         assert result.returncode == 0, result.stderr[-3000:]
         frame = pd.read_csv(tmp_path / "default" / cell / "gradflow.csv")
         fits[cell] = gradflow_decay(last_gradflow(frame)).set_index("direction").loc["forward"]
