@@ -156,6 +156,8 @@ def pytest_configure(config):
     OpenMP threads spin waiting for each other (a copy-task epoch: 4 s CPU on one thread, 7.6 s on
     two). Tests of the thread placement itself build their environment without it."""
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    if config.getoption("cpu_times"):
+        config.pluginmanager.register(CpuTimes(config.getoption("cpu_times")), "cpu_times")
 
 
 @pytest.fixture(autouse=True)
@@ -277,46 +279,41 @@ def _cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def _timed(node, kind: str, name: str, scope: str = ""):
-    """A hook wrapper's body: adds the CPU and wall seconds of what runs inside it to the rows."""
-    rows = node.config.stash.setdefault(_CPU_ROWS, []) if node.config.getoption("cpu_times") else None
-    cpu, wall = _cpu_seconds(), time.perf_counter()
-    try:
-        return (yield)
-    finally:
-        if rows is not None:
-            rows.append((kind, node.nodeid, name, scope,
-                         round(_cpu_seconds() - cpu, 3), round(time.perf_counter() - wall, 3)))
+class CpuTimes:
+    """The --cpu-times plugin (registered for the whole session, so that session-scoped fixtures,
+    which belong to no directory's conftest, are timed too)."""
 
+    def __init__(self, path: str):
+        self.path, self.rows = path, []
 
-_CPU_ROWS = pytest.StashKey[list]()
+    def _timed(self, node, kind: str, name: str, scope: str = ""):
+        """A hook wrapper's body: adds the CPU and wall seconds of what runs inside it to the rows."""
+        cpu, wall = _cpu_seconds(), time.perf_counter()
+        try:
+            return (yield)
+        finally:
+            self.rows.append((kind, node.nodeid, name, scope,
+                              round(_cpu_seconds() - cpu, 3), round(time.perf_counter() - wall, 3)))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(self, item):
+        return (yield from self._timed(item, "phase", "setup"))
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
-    return (yield from _timed(item, "phase", "setup"))
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item):
+        return (yield from self._timed(item, "phase", "call"))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(self, item, nextitem):
+        return (yield from self._timed(item, "phase", "teardown"))
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    return (yield from _timed(item, "phase", "call"))
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        """Exclusive of the fixtures it requests: pytest sets those up before calling this hook."""
+        return (yield from self._timed(request.node, "fixture", fixturedef.argname, fixturedef.scope))
 
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem):
-    return (yield from _timed(item, "phase", "teardown"))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    """Exclusive of the fixtures it requests: pytest sets those up before calling this hook."""
-    return (yield from _timed(request.node, "fixture", fixturedef.argname, fixturedef.scope))
-
-
-def pytest_sessionfinish(session):
-    path, rows = session.config.getoption("cpu_times"), session.config.stash.get(_CPU_ROWS, [])
-    if path and rows and os.environ.get("PYTEST_XDIST_WORKER"):   # -n: a file per worker
-        path = f"{path}.{os.environ['PYTEST_XDIST_WORKER']}"
-    if path and rows:
-        with open(path, "a", newline="") as f:
-            csv.writer(f).writerows(rows)
+    def pytest_sessionfinish(self, session):
+        worker = os.environ.get("PYTEST_XDIST_WORKER")   # -n: a file per worker
+        if self.rows:
+            with open(f"{self.path}.{worker}" if worker else self.path, "a", newline="") as f:
+                csv.writer(f).writerows(self.rows)
