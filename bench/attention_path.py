@@ -25,7 +25,7 @@ import benchlib as B
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models import build_seq2seq
-from lit_attention.models.positional import AbsolutePositions
+from lit_attention.models.positional import SinusoidalPositions
 
 
 class TorchTransformer(nn.Module):
@@ -36,7 +36,7 @@ class TorchTransformer(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model)
         nn.init.normal_(self.embed.weight, std=d_model ** -0.5)
-        self.positions = AbsolutePositions("sinusoidal", 512, d_model)
+        self.positions = SinusoidalPositions(512, d_model)
         self.scale, self.dropout = math.sqrt(d_model), nn.Dropout(dropout)
         with warnings.catch_warnings():   # "enable_nested_tensor is True, but ... norm_first"
             warnings.simplefilter("ignore")
