@@ -1,12 +1,15 @@
+import csv
 import gzip
 import os
 import pwd
+import resource
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -82,11 +85,77 @@ def sweep_cmd(path: Path, *args) -> list[str]:
     return [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
 
 
-def run_cli(*args, cwd=None, timeout=600, env=None) -> subprocess.CompletedProcess:
+# pytest-timeout stops a test after pyproject's `timeout` (600 s); no test waits longer than this on
+# one subprocess, so that a hung run fails with its own output, not with pytest-timeout's stack dump.
+SUBPROCESS_TIMEOUT = 480
+
+
+def run_cli(*args, cwd=None, timeout=SUBPROCESS_TIMEOUT, env=None) -> subprocess.CompletedProcess:
     """Run `lit-attention ARGS` in a fresh process, the way users and the sweep driver do."""
     return subprocess.run([sys.executable, "-m", "lit_attention.cli", *map(str, args)],
                           cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout,
                           env=env or cli_env())
+
+
+def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``lit_attention.cli.main(ARGS)`` in this process: the same return code (what the process
+    would exit with), stdout and stderr as `run_cli`, without paying ~3 s of imports again.
+
+    For commands that stop before training (argument, config and data errors): a test that checks
+    a signal, a real run or the exit of the process itself uses `run_cli`. The environment is
+    cli_env()'s for the call and restored after it; warnings are shown on the captured stderr under
+    Python's default filters, and the stderr handlers of named loggers (Lightning's "Seed set to
+    1", ...) write to it too, as in a fresh process.
+    """
+    import contextlib
+    import io
+    import logging
+    import warnings
+
+    from lit_attention.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        err.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    handlers = [h for logger in list(logging.Logger.manager.loggerDict.values())
+                if isinstance(logger, logging.Logger) for h in logger.handlers
+                if type(h) is logging.StreamHandler]
+    streams = [h.setStream(err) for h in handlers]
+    try:
+        os.environ.clear()
+        os.environ.update(cli_env())
+        os.chdir(cwd or REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)   # Python's default filters
+            warnings.showwarning = show
+            try:
+                code = main(list(map(str, args)))
+            except SystemExit as exc:   # what `sys.exit(main())` would turn it into
+                if exc.code is None or isinstance(exc.code, int):
+                    code = exc.code or 0
+                else:
+                    print(exc.code, file=err)
+                    code = 1
+    finally:
+        for handler, stream in zip(handlers, streams):
+            handler.setStream(stream)
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    return subprocess.CompletedProcess(["lit-attention", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def pytest_configure(config):
+    """Every process the tests start trains on one thread (`lit-attention fit` follows
+    OMP_NUM_THREADS): tiny models gain nothing from a second one, and on a loaded machine its
+    OpenMP threads spin waiting for each other (a copy-task epoch: 4 s CPU on one thread, 7.6 s on
+    two). Tests of the thread placement itself build their environment without it."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(autouse=True)
@@ -193,3 +262,61 @@ def tmpfs(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+# -- Where the CPU seconds go: `pytest --cpu-times FILE.csv` ------------------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-times", metavar="CSV", help="append the CPU seconds of every test phase "
+                     "(setup, call, teardown) and every fixture setup to CSV: this process's and its "
+                     "finished subprocesses', so that a loaded machine does not count")
+
+
+def _cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def _timed(node, kind: str, name: str, scope: str = ""):
+    """A hook wrapper's body: adds the CPU and wall seconds of what runs inside it to the rows."""
+    rows = node.config.stash.setdefault(_CPU_ROWS, []) if node.config.getoption("cpu_times") else None
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    try:
+        return (yield)
+    finally:
+        if rows is not None:
+            rows.append((kind, node.nodeid, name, scope,
+                         round(_cpu_seconds() - cpu, 3), round(time.perf_counter() - wall, 3)))
+
+
+_CPU_ROWS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _timed(item, "phase", "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _timed(item, "phase", "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _timed(item, "phase", "teardown"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Exclusive of the fixtures it requests: pytest sets those up before calling this hook."""
+    return (yield from _timed(request.node, "fixture", fixturedef.argname, fixturedef.scope))
+
+
+def pytest_sessionfinish(session):
+    path, rows = session.config.getoption("cpu_times"), session.config.stash.get(_CPU_ROWS, [])
+    if path and rows and os.environ.get("PYTEST_XDIST_WORKER"):   # -n: a file per worker
+        path = f"{path}.{os.environ['PYTEST_XDIST_WORKER']}"
+    if path and rows:
+        with open(path, "a", newline="") as f:
+            csv.writer(f).writerows(rows)

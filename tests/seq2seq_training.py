@@ -11,14 +11,18 @@ def loss_of(model, src, tgt_in, tgt_out, **kw):
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=PAD)
 
 
-def train_on_batch(model, src, tgt_in, tgt_out, steps: int, lr: float) -> tuple[float, float]:
-    """(loss before, loss after) `steps` Adam steps on the same batch."""
+def train_on_batch(model, src, tgt_in, tgt_out, steps: int, lr: float,
+                   until: float | None = None) -> tuple[float, float]:
+    """(loss before, loss after) `steps` Adam steps on the same batch, or fewer: training stops
+    once the loss is below `until` (a model without dropout, so the loss after is that loss)."""
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     first = loss_of(model, src, tgt_in, tgt_out)
     assert torch.isfinite(first)
     for _ in range(steps):
         opt.zero_grad()
         loss = loss_of(model, src, tgt_in, tgt_out)
+        if until is not None and loss.item() < until:
+            break
         loss.backward()
         opt.step()
     return first.item(), loss_of(model, src, tgt_in, tgt_out).item()

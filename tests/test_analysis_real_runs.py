@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import CONFIGS, REPO, cli_env
+from conftest import CONFIGS, REPO, SUBPROCESS_TIMEOUT, cli_env
 from lit_attention.analysis import report
 
 pytestmark = pytest.mark.slow
@@ -41,7 +41,7 @@ def real_study(tmp_path_factory):
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     for proc in procs:
-        output, _ = proc.communicate(timeout=600)
+        output, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
         assert proc.returncode == 0, output[-3000:]
     failed = root / "g" / "sinusoidal-s9"
     shutil.copytree(root / "g" / "sinusoidal-s1", failed)

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import yaml
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process, run_cli
 
 SUMMARY_KEYS = {"run_id", "status", "task", "model", "seed", "params", "train_seconds",
                 "tokens_per_second", "val_ppl", "val_bleu", "test_bleu", "test_chrf",
@@ -24,7 +24,7 @@ def copy_run(tmp_path_factory):
     """The acceptance run: the shipped copy config, trained from the CLI, then tested."""
     root = tmp_path_factory.mktemp("runs")
     fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
-                  "--trainer.enable_progress_bar", "false", timeout=900)
+                  "--trainer.enable_progress_bar", "false")
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = root / "default" / "copy"
     test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root,
@@ -74,6 +74,7 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert set(summary["attention_entropy"]) >= {"cross.0", "cross.1", "enc_self.0", "dec_self.1"}
 
 
+@pytest.mark.slow
 def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
@@ -134,15 +135,16 @@ def test_choices_json_lists_the_registry():
 
 
 def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registry_list(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--tracking", "mlflow")
     assert result.returncode == 2
     assert "invalid value for tracking: 'mlflow' is not one of: none, wandb" in result.stderr
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--data.tokenizer", "bytes")
     assert result.returncode == 2
     assert "'bytes' is not one of: word, char, sentencepiece" in result.stderr
     assert not tmp_path.joinpath("default").exists()
 
 
+@pytest.mark.slow
 def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "nan",
                      "--model.lr", "1e30", "--model.warmup", "1", "--trainer.gradient_clip_val", "0",
@@ -153,6 +155,7 @@ def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
     assert "non-finite" in summary["error"]
 
 
+@pytest.mark.slow
 def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 
@@ -181,6 +184,7 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     assert config["trainer"]["precision"] == precision   # the run records what it trained in
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_without_key(tmp_path):
     env_extra = {"WANDB_API_KEY": "", "WANDB_MODE": ""}
     from conftest import cli_env
@@ -199,6 +203,7 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
 
 
+@pytest.mark.slow
 def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
                      "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
@@ -206,7 +211,7 @@ def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path)
                      "--trainer.val_check_interval", "3",
                      "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
                      "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
-                     "--trainer.enable_progress_bar", "false", timeout=600)
+                     "--trainer.enable_progress_bar", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3
@@ -255,7 +260,7 @@ TYPOS = [
 
 @pytest.mark.parametrize("args,message", TYPOS, ids=[a[0] for a, _ in TYPOS])
 def test_a_typo_or_bad_value_is_one_short_line_with_exit_2(tmp_path, args, message):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *args)
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *args)
     assert result.returncode == 2, result.stderr[-2000:]
     lines = [line for line in result.stderr.splitlines() if "Warning" not in line and line.strip()]
     assert len(lines) <= 5, result.stderr
@@ -268,12 +273,13 @@ def test_an_unknown_key_in_a_config_file_names_it(tmp_path):
     config["model"]["init_args"]["num_heads"] = 8
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(config))
-    result = run_cli("fit", "--config", path, "--run.root", tmp_path)
+    result = cli_in_process("fit", "--config", path, "--run.root", tmp_path)
     assert result.returncode == 2
     assert "unknown option model.num_heads — did you mean model.heads?" in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 5, result.stderr
 
 
+@pytest.mark.slow
 def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
     result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "r",
                      "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
@@ -284,6 +290,7 @@ def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
     assert f"run directory: {run_dir} (finished)" in result.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_path):
     import signal
     import subprocess
@@ -311,6 +318,7 @@ def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_p
     assert (run_dir / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.slow
 def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_path):
     fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "d",
                   "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",

@@ -3,6 +3,8 @@ started again once the fault is fixed. Real tmpfs mounts (root only; skipped oth
 
 import csv
 
+import pytest
+
 from conftest import CONFIGS, run_cli
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
@@ -16,6 +18,7 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "error" in line.lower()]
 
 
+@pytest.mark.slow
 def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     fs = tmpfs("8m")
     fs.remount("ro")
@@ -29,6 +32,7 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs):
     fs = tmpfs("200k")            # room for the config and summary, not for a checkpoint
     out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r")

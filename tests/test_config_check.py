@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import CONFIGS, run_cli, unset_family_options
+from conftest import CONFIGS, cli_in_process, unset_family_options
 from lit_attention.config_check import ConfigError, check_keys, suggest
 from lit_attention.registry import RENAMED
 
@@ -54,7 +54,7 @@ def test_a_former_name_is_refused_naming_the_new_one(config, old, new):
 
 
 def test_a_former_name_exits_2_from_the_command_line(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--model.hidden_size", "64")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--model.hidden_size", "64")
     assert result.returncode == 2, result.stderr[-2000:]
     assert ("lit-attention fit: error: unknown option model.hidden_size — did you mean model.d_model? "
             "(renamed: docs/CONFIG.md)") in result.stderr
@@ -152,7 +152,7 @@ def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, va
 
 
 def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
-    result = run_cli("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
+    result = cli_in_process("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
             "leave it unset (remove it from the config)") in result.stderr

@@ -99,6 +99,7 @@ def test_a_marker_that_cannot_be_regenerated_is_a_usage_error(tmp_path, store, c
     assert "no finished run" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_committed_results_md_matches_the_committed_results_store():
     done = subprocess.run([sys.executable, "analysis/reproduce.py", "--check"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)

@@ -12,6 +12,7 @@ from lit_attention.tracking import machine_speed
 RESUME_ARGS = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "600", "--data.n_val", "50",
                "--data.n_test", "20", "--model.d_model", "32", "--model.ffn", "64",
                "--model.val_bleu", "false", "--trainer.max_epochs", "3", "--diagnostics.gradflow_every", "2",
+               "--trainer.log_every_n_steps", "1",   # a row at every step, the checkpoint's own too
                "--trainer.enable_progress_bar", "false"]
 
 

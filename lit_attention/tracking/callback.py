@@ -109,9 +109,11 @@ class RunStoreCallback(Callback):
         pl_module.train_tokens = saved.get("train_tokens", 0)
         self._machine_gflops = list(saved.get("machine_gflops", []))
         # Rows logged after this checkpoint (a run killed before its next one) are replayed now.
+        # Lightning logs optimizer step n's metrics at step n - 1: a checkpoint after n steps
+        # holds the rows up to step n - 1, and step n's row is the next step's, replayed.
         for logger in trainer.loggers:
             if isinstance(logger, RunStoreLogger):
-                logger.rewind(checkpoint.get("global_step", 0))
+                logger.rewind(checkpoint.get("global_step", 0) - 1)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:

@@ -255,6 +255,7 @@ def test_effects_latex_compiles_with_pdflatex(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_cli_report_effects_writes_tables_and_figures(tmp_path):
     group, _ = planted_sweep(tmp_path, seeds=(1, 2), scoring={"dot": 0.0},
                              positional={"sinusoidal": 0.0, "learned": 0.0})

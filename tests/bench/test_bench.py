@@ -78,6 +78,7 @@ def test_bench_script_quick_prints_summary(name, monkeypatch):
             assert (match["met"] == "met") == (measured >= values["goal"]), summary[0]
 
 
+@pytest.mark.slow
 def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 

@@ -12,6 +12,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "report_scale.py"
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_report_scale_quick(tmp_path):
     out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--root", str(tmp_path / "stores")],
                          capture_output=True, text=True, timeout=170)

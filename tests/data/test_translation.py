@@ -1,11 +1,12 @@
 """The translation DataModule (lit_attention/data/translation.py): splits, vocabularies, batches,
 dropped-pair counts, evaluation splits aligned with their files line by line."""
 
+import functools
 import json
 
 import pytest
 
-from conftest import CONFIGS, SHARED_DATA, run_cli, write_lines
+from conftest import CONFIGS, SHARED_DATA, cli_in_process, run_cli, write_lines
 from lit_attention.data.text import DataError
 from lit_attention.data.translation import TranslationDataModule
 
@@ -215,16 +216,17 @@ TRAIN = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleep
          ("der mann sieht den hund", "the man sees the dog")] * 4
 
 
-def fit(data, root, *extra):
-    return run_cli("fit", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
-                   "--run.root", root, "--run.id", "r", *TINY, *extra, timeout=300)
+def fit(data, root, *extra, run=functools.partial(run_cli, timeout=300)):
+    """`lit-attention fit` on the files in ``data`` (``run=cli_in_process`` for runs that stop at the data)."""
+    return run("fit", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
+               "--run.root", root, "--run.id", "r", *TINY, *extra)
 
 
 def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_steps(tmp_path):
     data = tmp_path / "data"
     for split in ("train", "val", "test"):
         parallel(data, split, TRAIN)
-    result = fit(data, tmp_path / "runs", "--data.max_len", "2")
+    result = fit(data, tmp_path / "runs", "--data.max_len", "2", run=cli_in_process)
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"error: no usable training pair: train split 'train' ({data}/train.{{de,en}}): 0 of 12 "
             "pairs used; dropped 0 with an empty side, 12 longer than max_len=2 tokens") in result.stderr
@@ -238,12 +240,13 @@ def test_fit_on_a_binary_file_fails_naming_it(tmp_path):
     for split in ("train", "val", "test"):
         parallel(data, split, TRAIN)
     (data / "train.de").write_bytes(b"\x00" * 4096)
-    result = fit(data, tmp_path / "runs")
+    result = fit(data, tmp_path / "runs", run=cli_in_process)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: {data / 'train.de'}, line 1: NUL byte: a binary file, not text" in result.stderr
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+@pytest.mark.slow
 def test_fit_and_test_record_dropped_pairs_and_keep_hypotheses_aligned_with_the_files(tmp_path):
     data = tmp_path / "data"
     parallel(data, "train", TRAIN + [("", "x"), ("ein hund", ""), ("ein " * 20, "a dog")])

@@ -10,7 +10,7 @@ import yaml
 from lightning.pytorch import Callback, Trainer
 from torch.utils.flop_counter import FlopCounterMode
 
-from conftest import CONFIGS, REPO, cli_env, run_cli
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
 from lit_attention.data.batching import TokenBatchSampler, padded_length
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import PAD
@@ -120,6 +120,7 @@ def test_a_checkpoint_without_budget_counts_says_where_counting_starts(tmp_path,
     assert 0 < budget.used["tokens"] < module.train_tokens
 
 
+@pytest.mark.slow
 def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
     result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
                      "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
@@ -131,6 +132,7 @@ def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
     assert summary["train_flops"] > 0
 
 
+@pytest.mark.slow
 def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
     result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -150,7 +152,7 @@ def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
     (["--budget.steps", "5", "--trainer.max_steps", "3"], "--budget.steps 5 and --trainer.max_steps 3"),
 ])
 def test_bad_budgets_are_config_errors(tmp_path, args, message):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, *args)
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, *args)
     assert result.returncode == 2
     assert message in result.stderr
 
@@ -209,7 +211,7 @@ def test_a_reference_config_trains_on_multi30k_to_a_tiny_flop_budget(shared_data
                      "--data.vocab_size", "1000", "--data.cache_dir", tmp_path / "cache",
                      "--budget.flops", "1e11", "--trainer.limit_val_batches", "2",
                      "--trainer.num_sanity_val_steps", "0", "--model.val_bleu", "false",
-                     "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false", timeout=600)
+                     "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     # ~5e10 FLOPs a step (4,096-token batches, 1,000-piece vocabulary)

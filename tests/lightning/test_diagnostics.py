@@ -4,19 +4,20 @@ what it writes to gradflow.csv, and what the analysis reads from it."""
 import pandas as pd
 import pytest
 
-from conftest import CONFIGS, run_cli, unset_family_options
+from conftest import CONFIGS, cli_in_process, run_cli, unset_family_options
 from lit_attention.analysis.aggregate import gradflow_decay, last_gradflow
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.diagnostics import long_sentence_sample
 
 COPY = dict(task="copy", n_train=160, n_val=120, n_test=20, min_len=3, max_len_words=30,
             n_symbols=20, max_tokens=1024)
-ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
+ARGS = ["--config", CONFIGS / "copy.yaml", "--trainer.max_epochs", "1",
         "--trainer.enable_progress_bar", "false", "--model.d_model", "32", "--model.ffn", "64",
         *[x for k, v in COPY.items() for x in (f"--data.{k}", v)]]
 RNN = [*unset_family_options(CONFIGS / "copy.yaml"), "--model.family", "rnn"]   # after ARGS
 
 
+@pytest.mark.slow
 def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_direction(tmp_path):
     fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--run.id", "gru", "--model.cell", "gru", "--model.attention", "none", "--model.bidirectional", "true",
                   "--diagnostics.gradflow_every", "1", "--diagnostics.gradflow_sentences", "16")
@@ -45,7 +46,7 @@ def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_directi
 
 
 def test_a_gradflow_distance_the_sample_cannot_reach_stops_the_run(tmp_path):
-    fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--diagnostics.gradflow_distance", "31")
+    fit = cli_in_process("fit", *ARGS, *RNN, "--run.root", tmp_path, "--diagnostics.gradflow_distance", "31")
     assert fit.returncode != 0
     assert "gradflow_distance=31: only 0 sentences reach it, gradflow_sentences=32" in fit.stderr
 
@@ -61,7 +62,7 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
                          "--model.bidirectional", "false", "--model.d_model", "64",
                          "--data.min_len", "12", "--data.max_len_words", "16", "--data.n_train", "600",
                          "--trainer.max_epochs", "1", "--diagnostics.gradflow_every", "5",
-                         "--diagnostics.heatmaps", "0", "--trainer.enable_progress_bar", "false")
+                         "--trainer.enable_progress_bar", "false")
         assert result.returncode == 0, result.stderr[-3000:]
         frame = pd.read_csv(tmp_path / "default" / cell / "gradflow.csv")
         fits[cell] = gradflow_decay(last_gradflow(frame)).set_index("direction").loc["forward"]

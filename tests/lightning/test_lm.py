@@ -292,6 +292,7 @@ def test_checkpoint_restores_the_model(family, tmp_path):
     assert after["val_ppl"] == pytest.approx(before["val_ppl"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_the_run_store_records_the_evaluation_protocol(tmp_path):
     fit = run_cli("fit", "--config", CONFIGS / "lm-toy.yaml", "--run.root", tmp_path, "--run.id", "lm",
                   "--data.n_sentences", "200", "--data.eval_window", "16", "--data.eval_stride", "8",

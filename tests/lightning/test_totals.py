@@ -14,6 +14,7 @@ def ranks() -> list[dict]:
     return gloo_ranks.run(gloo_ranks.totals_on_rank)
 
 
+@pytest.mark.slow
 def test_token_nll_sums_every_rank_in_float64_and_counts_tokens_exactly(ranks):
     batches = [b for rank in gloo_ranks.NLL_BATCHES.values() for b in rank]
     nll = sum(float(torch.tensor(n)) for n, _ in batches)     # each batch's float32 NLL, summed exactly
@@ -27,6 +28,7 @@ def test_token_nll_sums_every_rank_in_float64_and_counts_tokens_exactly(ranks):
 
 
 @pytest.mark.parametrize("scenario", list(gloo_ranks.HYP_BATCHES))
+@pytest.mark.slow
 def test_hypotheses_gather_every_ranks_rows_by_example_index(ranks, scenario):
     batches = gloo_ranks.HYP_BATCHES[scenario]
     expected = {i: row for rank in batches.values() for index, ids, _ in rank for i, row in zip(index, ids)}

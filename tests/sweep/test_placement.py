@@ -71,6 +71,7 @@ def worker_lines(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("worker ")]
 
 
+@pytest.mark.slow
 def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothing(tmp_path):
     path = sweep_file(tmp_path)
     out = sweep(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
@@ -99,6 +100,7 @@ def test_more_gpus_than_listed_is_a_usage_error_that_says_how_many_fit(tmp_path)
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_visible_devices_are_the_default_list(tmp_path):
     out = sweep(sweep_file(tmp_path), "--workers", 2, "--dry-run", CUDA_VISIBLE_DEVICES="5,7")
     assert out.returncode == 0, out.stderr
@@ -121,11 +123,13 @@ def test_an_accelerator_given_twice_is_refused(tmp_path):
     assert out.returncode == 2 and "fixed.trainer.accelerator both set the accelerator" in out.stderr
 
 
+@pytest.mark.slow
 def test_an_explicit_accelerator_reaches_every_trial(tmp_path):
     out = sweep(sweep_file(tmp_path), "--accelerator", "cpu", "--dry-run")
     assert out.returncode == 0 and "--trainer.accelerator cpu" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_trial_spanning_nodes_is_one_srun_step_with_num_nodes(tmp_path):
     out = sweep(sweep_file(tmp_path), "--gpus", "0,1,2,3,4,5,6,7", "--devices-per-trial", 8,
                 "--nodes-per-trial", 4, "--dry-run", SLURM_JOB_ID="42")
@@ -157,6 +161,7 @@ def test_real_workers_give_their_trials_disjoint_gpus_and_their_share_of_threads
     assert sorted(map(sorted, gpu_sets)) == [["0", "1"], ["2", "3"]]  # disjoint, covering the list
 
 
+@pytest.mark.slow
 def test_a_trial_alone_uses_the_cores_it_is_allowed(tmp_path):
     """One worker on one core (as under taskset or a 1-CPU SLURM task): the trial runs one thread; OMP/MKL say so."""
     path = sweep_file(tmp_path, lrs=(1e-3,))

@@ -58,6 +58,7 @@ def slurm(tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_one_worker_per_task_with_that_tasks_gpus(slurm):
     lines = slurm(FAKE_TASK_GPUS="0,1;2,3")   # 2 tasks of 2 GPUs each
     assert [line.split()[:3] for line in lines] == [["worker", "0:", "CUDA_VISIBLE_DEVICES=0,1"],
@@ -65,6 +66,7 @@ def test_one_worker_per_task_with_that_tasks_gpus(slurm):
     assert all("--trainer.devices 2 --trainer.strategy ddp" in line for line in lines)
 
 
+@pytest.mark.slow
 def test_a_trial_across_nodes_is_an_srun_step_of_every_node(slurm):
     (line,) = slurm(NODES_PER_TRIAL="4", SLURM_NTASKS_PER_NODE="8", CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     assert line.startswith("worker 0: CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ")

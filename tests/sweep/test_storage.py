@@ -38,6 +38,7 @@ def test_a_url_without_secrets_is_unchanged():
         assert mask_url(url) == url
 
 
+@pytest.mark.slow
 def test_sweep_on_an_unreachable_database_never_prints_or_writes_the_secret(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, family_neutral
+from conftest import REPO, SUBPROCESS_TIMEOUT, family_neutral
 from lit_attention.sweep import testing
 
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -70,7 +70,7 @@ def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIT_ATTENTION_", "WANDB_"))}
     cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), "--test"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env, cwd=REPO)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "tested 2 run(s) on the test split, 0 already tested" in out.stdout
     study = tmp_path / "runs" / "tested"
@@ -82,5 +82,5 @@ def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp
     assert table["n"].tolist() == [1, 1] and table["mean"].notna().all()
     assert "Loss ↓ (test_loss: test split" in (study / "report" / "table.md").read_text()
     # again: nothing new to test, nothing re-run
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env, cwd=REPO)
     assert again.returncode == 0 and "tested 0 run(s) on the test split, 2 already tested" in again.stdout

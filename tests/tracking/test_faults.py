@@ -4,6 +4,8 @@ import csv
 import json
 import signal
 
+import pytest
+
 from conftest import CONFIGS, REPO, cli_env, run_cli
 from lit_attention.analysis.load import load_run
 from lit_attention.tracking.liveness import run_state
@@ -29,6 +31,7 @@ def _killed_before_first_checkpoint(tmp_path):
     return run_dir
 
 
+@pytest.mark.slow
 def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_nothing(tmp_path):
     run_dir = _killed_before_first_checkpoint(tmp_path)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
@@ -48,6 +51,7 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_n
     assert len(_steps(run_dir, "val_loss")) == 2    # one validation per epoch, 2 epochs
 
 
+@pytest.mark.slow
 def test_a_killed_run_is_reported_killed_with_a_reason(tmp_path):
     run_dir = _killed_before_first_checkpoint(tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())

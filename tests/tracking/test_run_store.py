@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process
 from lit_attention.files import atomic_write
 from lit_attention.tracking.run_store import RunDir, find_latest_run
 from lit_attention.tracking.schema import check_name, run_path
@@ -32,8 +32,8 @@ def test_safe_names_resolve_under_the_root(tmp_path):
 def test_cli_refuses_an_escaping_run_id_and_writes_nothing(tmp_path):
     root = tmp_path / "inner" / "runs"
     for option, value in (("--run.id", "../../escape"), ("--run.group", "..")):
-        done = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, option, value,
-                       "--trainer.max_epochs", "1")
+        done = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, option, value,
+                              "--trainer.max_epochs", "1")
         assert done.returncode == 2, done.stderr[-2000:]
         assert "not a safe name" in done.stderr and len(done.stderr.strip().splitlines()) <= 5
     assert sorted(p.name for p in tmp_path.rglob("*")) == []  # not even the runs root
