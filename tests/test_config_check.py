@@ -157,12 +157,3 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
             "leave it unset (remove it from the config)") in result.stderr
     assert not any(tmp_path.iterdir())
-
-
-def test_heatmaps_are_refused_for_a_recurrent_model_without_attention():
-    from lit_attention.cli import check_training_args
-    noattn = CONFIGS / "reference" / "multi30k-lstm-noattn.yaml"
-    err = parse_error("--config", noattn, "--diagnostics.heatmaps", "8")
-    assert str(err) == ("option diagnostics.heatmaps has no effect here: model.attention is none: there are no "
-                        "attention weights to draw or take the entropy of: leave it unset (remove it from the config)")
-    check_training_args(["fit", "--config", str(noattn), "--model.attention", "luong", "--diagnostics.heatmaps", "8"])

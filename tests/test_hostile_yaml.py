@@ -1,7 +1,6 @@
 """YAML that would run code if loaded unsafely (a python/object tag) is refused with exit 2 by every
 command that reads a user's YAML, and nothing runs."""
 
-import sys
 
 import pytest
 

@@ -96,21 +96,6 @@ class TranslationModule(SequenceModule):
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}
 
-    @classmethod
-    def inert_settings(cls, init_args: dict) -> dict[str, str]:
-        family = init_args.get("family")
-        if family not in SEQ2SEQ:
-            return {}   # the constructor names the unknown family
-        try:
-            options = registry.resolve(SEQ2SEQ, family, {k: init_args.get(k) for k in registry.family_options(SEQ2SEQ)},
-                                       {k: init_args.get(k) for k in registry.SEQ2SEQ_COMMON})
-        except ValueError:
-            return {}   # ... and a refused combination
-        if options.get("attention") == registry.NO_ATTENTION:
-            return {"diagnostics.heatmaps": "model.attention is none: there are no attention weights "
-                                            "to draw or take the entropy of"}
-        return {}
-
     # -- model construction ------------------------------------------------------------------
 
     def _arch_options(self) -> dict:

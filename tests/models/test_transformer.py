@@ -1,6 +1,5 @@
 """Transformer encoder-decoder: shapes, training, causality, positions, fused vs explicit, KV cache."""
 
-import itertools
 
 import pytest
 import torch
