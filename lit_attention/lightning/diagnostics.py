@@ -89,9 +89,13 @@ class DiagnosticsCallback(Callback):
         if logs_this_step(pl_module):
             pl_module.log("grad_norm/total", total, batch_size=1)
             pl_module.log("clip_fraction", self.clipped / len(self.norms), batch_size=1)
-        if self.module_norm_every and trainer.global_step % self.module_norm_every == 0:
-            for name, value in per_module_grad_norms(net, self.module_depth).items():
-                pl_module.log(f"grad_norm/{name}", value, batch_size=1)
+        step = trainer.global_step
+        if self.module_norm_every and step % self.module_norm_every == 0 and trainer.is_global_zero:
+            norms = {f"grad_norm/{name}": value for name, value in per_module_grad_norms(net, self.module_depth).items()}
+            # straight to the loggers, at this step only: through pl_module.log the values of the
+            # measured step were written again at every later logged step, as if measured there
+            for logger in trainer.loggers:
+                logger.log_metrics(norms, step=step)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch,
                            batch_idx: int) -> None:

@@ -67,3 +67,17 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
         frame = pd.read_csv(tmp_path / "default" / cell / "gradflow.csv")
         fits[cell] = gradflow_decay(last_gradflow(frame)).set_index("direction").loc["forward"]
     assert fits["elman-tanh"]["ci_hi"] < fits["lstm"]["ci_lo"], fits
+
+
+def test_per_module_gradient_norms_appear_only_at_the_steps_they_were_measured(tmp_path):
+    fit = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "norms", "--model.val_bleu", "false", "--data.n_train", "800",
+                  "--diagnostics.module_norm_every", "4", "--trainer.log_every_n_steps", "1")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    metrics = pd.read_csv(tmp_path / "default" / "norms" / "metrics.csv")
+    module = [c for c in metrics.columns if c.startswith("grad_norm/") and c != "grad_norm/total"]
+    assert module, list(metrics.columns)
+    measured = metrics.dropna(subset=module, how="all")
+    steps = sorted(measured["step"])
+    assert steps == list(range(0, 4 * len(steps), 4)) and len(steps) >= 3, steps
+    # each measurement is its own: no two measured steps carry the same norms (stale copies did)
+    assert not measured[module].duplicated().any()
