@@ -279,12 +279,10 @@ def refuse_inert_settings(config, given, defaults) -> None:
     when the files and flags (``given``: the subcommand's config without defaults) set it to a
     value other than its default (``defaults``; for model.*, the class's). A default is no request:
     a run's config.yaml, which spells every default, still reads back."""
-    import importlib
     model = config.get("model")
     if model is None or not model.get("class_path"):
         return
-    module, _, name = model.class_path.rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
+    cls = _class_at(model.class_path)
     inert = cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
     arguments = inspect.signature(cls.__init__).parameters
     for key in given.keys():
@@ -308,11 +306,15 @@ def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     return "\n  ".join(line[:width] for line in lines)
 
 
-def _init_args_of(class_path: str) -> list[str]:
+def _class_at(class_path: str) -> type:
+    """The class a config's ``class_path`` ("package.module.Class") names, imported now."""
     import importlib
     module, _, name = class_path.rpartition(".")
-    cls = getattr(importlib.import_module(module), name)
-    return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    return getattr(importlib.import_module(module), name)
+
+
+def _init_args_of(class_path: str) -> list[str]:
+    return [p for p in inspect.signature(_class_at(class_path).__init__).parameters if p != "self"]
 
 
 def _reason(text: str) -> str:
@@ -401,10 +403,8 @@ def check_training_args(argv: list[str]):
     sub = config["subcommand"]
     model = config[sub].get("model")
     if model is not None and model.get("class_path"):
-        import importlib
-        module, _, name = model.class_path.rpartition(".")
         try:  # the model's own checks (registry combinations); cheap: no network is built here
-            getattr(importlib.import_module(module), name)(**model.init_args.as_dict())
+            _class_at(model.class_path)(**model.init_args.as_dict())
         except Exception as exc:
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
     return config

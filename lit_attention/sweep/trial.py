@@ -19,7 +19,6 @@ import threading
 import time
 import zipfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from lit_attention.sweep.schema import BASE_PARAM
@@ -171,8 +170,7 @@ def exit_reason(returncode: int) -> str:
 def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
     none); returns the summary. A run store that cannot be written is left as it is."""
-    ended = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    fields = {**summary, "status": status, "error": error, "finished_at": ended}
+    fields = {**summary, "status": status, "error": error, "finished_at": schema.now_iso()}
     try:
         return schema.write_summary(run_dir, fields)
     except OSError:

@@ -13,9 +13,9 @@ from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
-from lit_attention.tracking.run_store import (RunDir, RunStoreLogger, atomic_write, git_commit, now_iso,
-                                              package_versions)
-from lit_attention.tracking.schema import CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, refs_file
+from lit_attention.tracking.run_store import RunDir, RunStoreLogger, atomic_write, git_commit, package_versions
+from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, now_iso,
+                                           refs_file)
 
 
 def _metrics(trainer: Trainer, prefix: str) -> dict:

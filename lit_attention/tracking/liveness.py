@@ -53,9 +53,7 @@ def run_state(summary: Mapping) -> tuple[Status | None, str | None]:
     status, error = summary.get("status"), summary.get("error")
     status = None if status is None else Status.parse(status)
     proc = summary.get("process")
-    if status is not Status.RUNNING or not isinstance(proc, dict) or not isinstance(proc.get("pid"), int):
-        return status, error
-    if proc.get("host") != socket.gethostname() or _alive(proc["pid"], proc.get("pid_started")):
+    if status is not Status.RUNNING or not gone(proc):
         return status, error
     return Status.KILLED, (f"process {proc['pid']} on {proc['host']} is gone but never recorded an end "
                            f"(killed with SIGKILL, by the OOM killer or a reboot); last heartbeat "

@@ -11,7 +11,6 @@ import csv
 import io
 import subprocess
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,6 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from lit_attention.files import atomic_write  # noqa: F401  (the run store's writers import it from here)
 from lit_attention.tracking import schema
-
-
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def git_commit() -> str | None:

@@ -28,7 +28,7 @@ import math
 import re
 import secrets
 from collections.abc import Iterator, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,11 @@ def run_path(root: Path | str, group: str, run_id: str) -> Path:
     if root not in path.parents:
         raise ValueError(f"run directory {path} is outside the runs root {root}")
     return path
+
+
+def now_iso() -> str:
+    """A run-store timestamp (started_at, heartbeat_at, finished_at): UTC, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def new_run_id() -> str:
