@@ -14,6 +14,8 @@ ranks (totals.TokenNLL). Validation and test run the same code; the split is the
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import Metric
@@ -22,6 +24,13 @@ from lit_attention.data.vocab import PAD
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
+
+
+class Inert(NamedTuple):
+    """Why a setting has no effect on a module, and the values that are still no request: besides
+    its default, e.g. 0 for a diagnostic that a sweep's shared base switches off for every arm."""
+    reason: str
+    harmless: tuple[Any, ...] = ()
 
 
 class SequenceModule(LightningModule):
@@ -52,10 +61,11 @@ class SequenceModule(LightningModule):
         pass
 
     @classmethod
-    def inert_settings(cls, init_args: dict) -> dict[str, str]:
+    def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
         """Settings (config keys such as "model.lr", "trainer.gradient_clip_val") that the module
         built from ``init_args`` (defaults filled in) would ignore, each with the reason: `fit`
-        refuses one set to a value other than its default (cli.refuse_inert_settings)."""
+        refuses one set to a value other than its default or a harmless one
+        (cli.refuse_inert_settings)."""
         return {}
 
     # -- training ----------------------------------------------------------------------------
@@ -69,6 +79,18 @@ class SequenceModule(LightningModule):
             self.log("train_loss", loss, prog_bar=True, batch_size=targets.size(0))
             self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
+        # Lightning's mixed-precision plugin refuses to clip for a fused optimizer, which unscales
+        # inside its step; bf16-mixed has no gradient scaler, so clipping here is exact.
+        if gradient_clip_val and str(self.trainer.precision) == "bf16-mixed":
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            if gradient_clip_algorithm == "value":
+                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            else:
+                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     # -- evaluation --------------------------------------------------------------------------
 
