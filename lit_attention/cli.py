@@ -291,9 +291,11 @@ def refuse_inert_settings(config, given, defaults) -> None:
             continue
         group, _, option = setting.partition(".")
         default = arguments[option].default if group == "model" else defaults.get(key)
-        if given.get(key) != default:
-            raise ConfigError(f"option {setting} has no effect here: {inert[setting]}: leave it unset "
-                              f"(remove it from the config)")
+        reason, harmless = inert[setting]
+        if given.get(key) != default and given.get(key) not in harmless:
+            allowed = " or ".join(map(str, harmless))
+            raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
+                              f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
 
 
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:

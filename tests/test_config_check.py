@@ -151,6 +151,20 @@ def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, va
     check_training_args(["fit", "--config", str(CONFIGS / "copy.yaml"), f"--diagnostics.{option}", value])
 
 
+def test_heatmaps_of_a_model_without_attention_are_refused_but_switching_them_off_is_not():
+    """A sweep over attention arms may share `heatmaps: 0`; asking the none arm for 8 is refused."""
+    from lit_attention.cli import check_training_args
+    copy = CONFIGS / "copy.yaml"
+    rnn = ["--config", str(copy), *unset_family_options(copy), "--model.family", "rnn"]
+    err = parse_error(*rnn, "--model.attention", "none", "--diagnostics.heatmaps", "8")
+    assert str(err) == ("option diagnostics.heatmaps has no effect here: a model with attention none has no "
+                        "attention weights to draw: leave it unset (remove it from the config, or set it to 0)")
+    for value in ("0", "4"):                       # off, and the default (a run's config.yaml spells it)
+        check_training_args(["fit", *rnn, "--model.attention", "none", "--diagnostics.heatmaps", value])
+    check_training_args(["fit", *rnn, "--model.attention", "bahdanau", "--diagnostics.heatmaps", "8"])
+    check_training_args(["fit", *rnn, "--diagnostics.heatmaps", "8"])          # the family's default attends
+
+
 def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     result = cli_in_process("fit", "--config", NGRAM, "--run.root", tmp_path, "--model.lr", "0.01")
     assert result.returncode == 2, result.stderr[-2000:]

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lit_attention import registry
-from lit_attention.lightning.base import SequenceModule
+from lit_attention.lightning.base import Inert, SequenceModule
 from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
@@ -90,15 +90,15 @@ class LanguageModelModule(SequenceModule):
         self._state = {}           # training state carried across batches ("train")
 
     @classmethod
-    def inert_settings(cls, init_args: dict) -> dict[str, str]:
+    def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
         inert = dict.fromkeys((f"diagnostics.{k}" for k in ENCODER_DECODER_OPTIONS),
-                              "a language model has no encoder: gradient flow and attention "
-                              "heatmaps are measured on encoder-decoders")
+                              Inert("a language model has no encoder: gradient flow and attention "
+                                    "heatmaps are measured on encoder-decoders"))
         family = init_args.get("family")
         if family in LM and not LM[family].gradient:
             inert.update(dict.fromkeys(registry.GRADIENT_SETTINGS,
-                                       f"language-model family {family!r} has no gradient (it is "
-                                       f"counted from the training stream, never optimised)"))
+                                       Inert(f"language-model family {family!r} has no gradient (it is "
+                                             f"counted from the training stream, never optimised)")))
         return inert
 
     # -- model construction ------------------------------------------------------------------

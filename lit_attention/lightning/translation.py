@@ -15,7 +15,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
-from lit_attention.lightning.base import SequenceModule
+from lit_attention.lightning.base import Inert, SequenceModule
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
@@ -95,6 +95,15 @@ class TranslationModule(SequenceModule):
         self.net = None
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}
+
+    @classmethod
+    def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
+        options = SEQ2SEQ[init_args.get("family", "transformer")].options
+        if "attention" in options and (init_args.get("attention") or options["attention"]) == registry.NO_ATTENTION:
+            # 0, so a sweep's base may switch heatmaps off for every arm of an attention ablation
+            return {"diagnostics.heatmaps": Inert("a model with attention none has no attention weights "
+                                                  "to draw", harmless=(0,))}
+        return {}
 
     # -- model construction ------------------------------------------------------------------
 
