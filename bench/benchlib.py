@@ -101,26 +101,30 @@ def target_tokens(batch: dict) -> int:
 
 # ---- training step ----------------------------------------------------------------------------
 
-def seq2seq_loss(net, batch, label_smoothing: float = 0.1) -> torch.Tensor:
-    """The training loss TranslationModule.training_step computes."""
+def seq2seq_loss(net, batch, label_smoothing: float = 0.1, fused: bool = True) -> torch.Tensor:
+    """The training loss TranslationModule.training_step computes (output projection fused with
+    the loss); ``fused=False``: the logits first, then the loss (before session 12)."""
     from lit_attention.data.vocab import PAD
-    from lit_attention.models.loss import smoothed_cross_entropy
-    logits = net(batch["src"], batch["tgt_in"]).logits
-    return smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
+    from lit_attention.models.loss import decoder_loss, smoothed_cross_entropy
+    out = net(batch["src"], batch["tgt_in"])
+    if fused:
+        return decoder_loss(out, batch["tgt_out"], label_smoothing, ignore_index=PAD)
+    return smoothed_cross_entropy(out.logits.reshape(-1, out.logits.size(-1)), batch["tgt_out"].reshape(-1),
                                   ignore_index=PAD, label_smoothing=label_smoothing)
 
 
-def adam_with_warmup(params, lr: float = 1e-3, warmup: int = 1000, fused: bool = False):
+def adam_with_warmup(params, lr: float = 1e-3, warmup: int = 1000, fused: bool = True):
     """The optimiser and schedule TranslationModule.configure_optimizers builds (its Adam is fused
-    in fp32; Lightning's mixed-precision plugins refuse to clip a fused optimizer's gradients)."""
+    on a CPU, in fp32 and bf16-mixed)."""
     from lit_attention.lightning.optim import inverse_sqrt_warmup
     opt = torch.optim.Adam(params, lr=lr, betas=(0.9, 0.98), fused=fused)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, inverse_sqrt_warmup(warmup))
 
 
-def train_step(net, opt, sched, batch, autocast: bool = False, clip: float = 1.0) -> None:
+def train_step(net, opt, sched, batch, autocast: bool = False, clip: float = 1.0,
+               fused_loss: bool = True) -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = seq2seq_loss(net, batch)
+        loss = seq2seq_loss(net, batch, fused=fused_loss)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(net.parameters(), clip)
     opt.step()

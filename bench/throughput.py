@@ -4,7 +4,9 @@ Rows: the reference Transformer (fp32, and bf16 autocast on a CPU with native bf
 --bf16) and the recurrent family for every cell x attention wiring (none / Bahdanau-additive /
 Luong-general), at the reference RNN size (embedding and hidden 256, one bidirectional encoder
 layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss,
-backward, clipping and Adam (fused for fp32, per tensor under bf16 autocast, as `fit` does).
+backward, clipping and fused Adam, as `fit` does. The loss fuses the output projection with the
+label-smoothed cross-entropy (models/loss.linear_cross_entropy); the row "transformer, logits
+then loss" is the fp32 Transformer with the [N, V] logits formed first (as before session 12).
 
 The two Transformer rows are measured in turn, step by step (fp32, bf16, fp32, ... with the order
 swapped every round), for --rounds rounds over the same batches, and an fp32 GEMM is probed
@@ -61,16 +63,16 @@ def recurrent_rows(quick: bool):
 class Arm:
     """A model, its optimiser and schedule, trained with or without bf16 autocast."""
 
-    def __init__(self, dm, family: str, options: dict, bf16: bool, seed: int):
+    def __init__(self, dm, family: str, options: dict, bf16: bool, seed: int, fused_loss: bool = True):
         torch.manual_seed(seed)
         self.net = build_seq2seq(family, dm.src_vocab_size, dm.tgt_vocab_size, **options)
         self.net.train()
-        self.bf16 = bf16
-        self.opt, self.sched = B.adam_with_warmup(self.net.parameters(), fused=not bf16)
+        self.bf16, self.fused_loss = bf16, fused_loss
+        self.opt, self.sched = B.adam_with_warmup(self.net.parameters())
 
     def step(self, batch) -> float:
         start = time.perf_counter()
-        B.train_step(self.net, self.opt, self.sched, batch, autocast=self.bf16)
+        B.train_step(self.net, self.opt, self.sched, batch, autocast=self.bf16, fused_loss=self.fused_loss)
         return time.perf_counter() - start
 
     def flops(self, batches) -> int:
@@ -79,7 +81,8 @@ class Arm:
         total = 0
         for b in batches:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
-                total += B.count_flops(lambda: B.seq2seq_loss(self.net, b).backward(), self.net)
+                total += B.count_flops(lambda: B.seq2seq_loss(self.net, b, fused=self.fused_loss).backward(),
+                                       self.net)
             self.net.zero_grad(set_to_none=True)
         return total
 
@@ -127,7 +130,7 @@ def breakdown(arm: Arm, batches) -> dict[str, float]:
     for batch in batches:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=arm.bf16):
-                loss = B.seq2seq_loss(arm.net, batch)
+                loss = B.seq2seq_loss(arm.net, batch, fused=arm.fused_loss)
             loss.backward()
         for event in prof.events():
             times[LOSS if in_loss(event) else kind_of.get(event.name, "elementwise and other")] += \
@@ -144,7 +147,7 @@ def breakdown(arm: Arm, batches) -> dict[str, float]:
 def in_loss(event) -> bool:
     """Whether a profiler event ran inside the loss (its autograd Function, forward or backward)."""
     while event is not None:
-        if "SmoothedCrossEntropy" in event.name or "log_softmax" in event.name or "nll_loss" in event.name:
+        if "CrossEntropy" in event.name or "log_softmax" in event.name or "nll_loss" in event.name:
             return True
         event = event.cpu_parent
     return False
@@ -171,7 +174,8 @@ def main() -> None:
     print(f"{B.machine()}\ndata: {desc}; {args.steps} timed batches of <= {args.max_tokens} tokens")
 
     size = dict(B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE, positional="sinusoidal")
-    arms = {"transformer": Arm(dm, "transformer", size, False, args.seed)}
+    arms = {"transformer": Arm(dm, "transformer", size, False, args.seed),
+            "transformer, logits then loss": Arm(dm, "transformer", size, False, args.seed, fused_loss=False)}
     if bf16:
         arms["transformer bf16"] = Arm(dm, "transformer", size, True, args.seed)
     gemm_n, gemm_s = (512, 0.2) if args.quick else (1024, 1.0)
@@ -197,6 +201,8 @@ def main() -> None:
     mfu = rows[0][4]
     text = f"throughput: transformer {base:,.0f} target tokens/s at {mfu:.1f}% MFU of a " \
            f"{peak / 1e9:.0f} GFLOP/s fp32 GEMM (goal >= 60%)"
+    unfused = statistics.median(l / f for f, l in zip(seconds["transformer"], seconds["transformer, logits then loss"]))
+    text += f"; fused projection + loss {unfused:.2f}x the logits-then-loss step"
     if bf16:
         ratios = [f / b for f, b in zip(seconds["transformer"], seconds["transformer bf16"])]
         ratio = statistics.median(ratios)

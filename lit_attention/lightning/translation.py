@@ -21,7 +21,7 @@ from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
 from lit_attention.metrics import bleu_chrf, token_nll
 from lit_attention.models import build_seq2seq, count_parameters, match_width
-from lit_attention.models.loss import smoothed_cross_entropy
+from lit_attention.models.loss import decoder_loss
 
 SEQ2SEQ = registry.SEQ2SEQ_MODELS
 
@@ -138,9 +138,8 @@ class TranslationModule(SequenceModule):
     # -- training ----------------------------------------------------------------------------
 
     def training_loss(self, batch):
-        logits = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing).logits
-        loss = smoothed_cross_entropy(logits.reshape(-1, logits.size(-1)), batch["tgt_out"].reshape(-1),
-                                      ignore_index=PAD, label_smoothing=self.hparams.label_smoothing)
+        out = self.net(batch["src"], batch["tgt_in"], teacher_forcing=self.hparams.teacher_forcing)
+        loss = decoder_loss(out, batch["tgt_out"], self.hparams.label_smoothing, ignore_index=PAD)
         return loss, batch["tgt_out"]
 
     def configure_optimizers(self):

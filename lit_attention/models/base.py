@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable
 
 import torch
@@ -12,8 +13,16 @@ from torch import nn
 
 @dataclass
 class DecoderOutput:
-    logits: torch.Tensor                                  # [B, T, V]
+    """What the decoder computed over a whole target. The logits are the output projection of
+    ``readout``, computed on first use: a training loss may fuse the projection with itself
+    (models/loss.linear_cross_entropy) and never form the [B, T, V] logits."""
+    readout: torch.Tensor                                 # [B, T, D], the output projection's input
+    generator: nn.Linear                                  # D -> V
     attention: dict[str, torch.Tensor] | None = None     # name -> [B, heads, T, S]
+
+    @cached_property
+    def logits(self) -> torch.Tensor:                     # [B, T, V]
+        return self.generator(self.readout)
 
 
 class Seq2SeqModel(nn.Module):

@@ -295,11 +295,10 @@ class RNNSeq2Seq(Seq2SeqModel):
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
                                                  teacher_forcing if sampling else 1.0)
-        logits = self.generator(self.dropout(readout))
         attention = None
         if need_weights and weights is not None:
             attention = {"cross": weights.unsqueeze(1)}                   # [B, 1, T, S]
-        return DecoderOutput(logits, attention)
+        return DecoderOutput(self.dropout(readout), self.generator, attention)
 
     def _decode_parallel(self, memory, state, tgt_in):
         """Teacher forcing when no step depends on the previous one: one RNN call over T."""

@@ -234,7 +234,7 @@ class TransformerSeq2Seq(Seq2SeqModel):
         if need_weights:
             attention = dict(memory.get("attention", {}))
             attention.update({(f"dec_{n}" if n.startswith("self") else n): w for n, w in weights.items()})
-        return DecoderOutput(self.generator(states), attention)
+        return DecoderOutput(states, self.generator, attention)
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False,
                 teacher_forcing: float = 1.0) -> DecoderOutput:

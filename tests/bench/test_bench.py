@@ -44,6 +44,7 @@ SUMMARIES = {
                       r"(?P<encodings>N) positional encodings",
     "throughput": r"transformer (?P<tokens_per_s>N) target tokens/s at (?P<mfu_percent>N)% MFU of a "
                   r"(?P<gemm_gflops>N) GFLOP/s fp32 GEMM \(goal >= (?P<mfu_goal>N)%\)"
+                  r"; fused projection \+ loss (?P<fused_loss_ratio>N)x the logits-then-loss step"
                   r"(?:; bf16 autocast (?P<bf16_ratio>N)x fp32 \(goal >= (?P<bf16_goal>N)\))?"
                   r"; fastest recurrent row \((?P<row>[^)]+)\) (?P<rnn_ratio>N)x the transformer",
     "decoding": r"greedy (?P<greedy>N) and beam-(?P<beam>N) (?P<beam_rate>N) sentences/s \([^)]+\); "
@@ -91,7 +92,8 @@ def test_bf16_rows_run_only_on_bf16_hardware_unless_asked(monkeypatch):
 
 def test_throughput_steps_both_precisions_in_turn_and_profiles_where_time_goes(monkeypatch):
     text = run_script("throughput", monkeypatch, "--quick", "--bf16", "--no-rnn", "--profile")
-    assert re.search(r"round 2/2: transformer [\d.]+ s, transformer bf16 [\d.]+ s; fp32 GEMM", text)
+    assert re.search(r"round 2/2: transformer [\d.]+ s, transformer, logits then loss [\d.]+ s, "
+                     r"transformer bf16 [\d.]+ s; fp32 GEMM", text)
     assert re.search(r"bf16/fp32 per round: [\d.]+, [\d.]+", text)
     assert "rnn " not in text
     kinds = ["matrix products", "copies and dtype casts", "dropout masks", "attention softmax",

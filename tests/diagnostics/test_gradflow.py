@@ -52,7 +52,7 @@ class ElmanToy(Seq2SeqModel):
                                                                   float("-inf"))
             query = query + scores.softmax(-1) @ states
         hidden = torch.tanh(self.decoder["layers"][0](self.decoder["dropout"](query)))
-        return DecoderOutput(self.decoder["layers"][1](hidden))
+        return DecoderOutput(hidden, self.decoder["layers"][1])
 
 
 def batch_of(src, vocab=V):

@@ -11,6 +11,7 @@ from lit_attention.data.vocab import PAD
 from lit_attention.models import build_seq2seq
 from lit_attention.models.flops import ATTENTION_FORMULAS, TrainingFlopCounter, batch_key, recurrent_flops
 from lit_attention.models.lm import build_lm, detach_state
+from lit_attention.models.loss import decoder_loss
 
 # torch.backends.mkldnn.flags() warns about Intel-GPU TF32 on every use
 pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration on top of oneDNN")
@@ -105,6 +106,34 @@ def test_transformer_count_is_three_times_the_textbook_forward():
     counter.start(batch_key(src))
     net(src, tgt).logits.sum().backward()
     assert counter.stop() == 3 * forward
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("family,bias", [("transformer", False), ("rnn", True)])
+def test_the_fused_training_loss_counts_the_products_of_logits_then_loss(family, bias, autocast):
+    """Budgets count FLOPs, so fusing the output projection into the loss must not change them."""
+    torch.manual_seed(0)
+    V, B, T = 300, 4, 9
+    sizes = dict(heads=2, ffn=32) if family == "transformer" else dict(emb_size=16)
+    net = build_seq2seq(family, V, V, d_model=16, enc_layers=1, dec_layers=1, dropout=0.0, **sizes)
+    assert (net.generator.bias is not None) is bias
+    src, tgt = torch.randint(4, V, (B, 8)), torch.randint(4, V, (B, T + 1))
+    tgt[0, 5:] = PAD
+
+    def loss(fused: bool):
+        def step():
+            net.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                out = net(src, tgt[:, :-1])
+                if fused:
+                    value = decoder_loss(out, tgt[:, 1:], 0.1, ignore_index=PAD)
+                else:
+                    value = F.cross_entropy(out.logits.flatten(0, 1).float(), tgt[:, 1:].flatten(),
+                                            ignore_index=PAD, label_smoothing=0.1)
+            value.backward()
+        return step
+
+    assert counted(loss(fused=True)) == counted(loss(fused=False)) > 3 * 2 * B * T * 16 * V
 
 
 SEQ2SEQ = [dict(family="transformer"), dict(family="transformer", scoring="additive", positional="shaw"),

@@ -1,4 +1,5 @@
-"""The blockwise label-smoothed cross-entropy equals F.cross_entropy, loss and gradient."""
+"""The blockwise label-smoothed cross-entropy equals F.cross_entropy, loss and gradient; fused with
+the output projection, it equals F.linear then F.cross_entropy."""
 
 import math
 
@@ -7,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import lit_attention.models.loss as loss_module
-from lit_attention.models.loss import smoothed_cross_entropy
+from lit_attention.models.loss import linear_cross_entropy, smoothed_cross_entropy
 
 PAD = 0
 
@@ -61,3 +62,76 @@ def test_all_targets_ignored_is_nan_like_torch():
     target = torch.full((4,), PAD)
     assert math.isnan(smoothed_cross_entropy(logits, target, PAD, 0.1).item())
     assert math.isnan(F.cross_entropy(logits, target, ignore_index=PAD, label_smoothing=0.1).item())
+
+
+# -- the output projection fused with the loss ----------------------------------------------------
+
+def projected_loss_and_grads(fn, x, weight, bias, target, eps, autocast=False):
+    """The loss and the gradients of x, weight, bias (None without one)."""
+    leaves = [t.detach().requires_grad_() if t is not None else None for t in (x, weight, bias)]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = fn(*leaves, target, eps)
+    loss.backward()
+    return loss, [t.grad if t is not None else None for t in leaves]
+
+
+def fused(x, weight, bias, target, eps):
+    return linear_cross_entropy(x, weight, bias, target, ignore_index=PAD, label_smoothing=eps)
+
+
+def unfused(x, weight, bias, target, eps):
+    return F.cross_entropy(F.linear(x, weight, bias), target, ignore_index=PAD, label_smoothing=eps)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("n,v,d", [(37, 11, 5), (300, 500, 24)])     # 300: three blocks, the last short
+def test_linear_cross_entropy_equals_linear_then_torchs_loss_in_fp32(n, v, d, bias, eps):
+    torch.manual_seed(0)
+    x, weight = torch.randn(n, d), torch.randn(v, d) / d ** 0.5 * 3
+    b = torch.randn(v) if bias else None
+    target = torch.randint(0, v, (n,))
+    target[::5] = PAD
+    ours, ours_grads = projected_loss_and_grads(fused, x, weight, b, target, eps)
+    theirs, their_grads = projected_loss_and_grads(unfused, x, weight, b, target, eps)
+    assert ours.dtype == torch.float32
+    assert torch.allclose(ours, theirs, rtol=1e-6, atol=1e-6)
+    for mine, reference in zip(ours_grads, their_grads):
+        if reference is None:
+            assert mine is None
+            continue
+        assert mine.dtype == reference.dtype
+        assert torch.allclose(mine, reference, rtol=1e-4, atol=1e-5 * reference.abs().max())
+
+
+def test_linear_cross_entropy_under_autocast_runs_the_products_in_bf16_like_f_linear():
+    torch.manual_seed(0)
+    x, weight = torch.randn(600, 32), torch.randn(3000, 32) / 32 ** 0.5 * 3
+    target = torch.randint(0, 3000, (600,))
+    target[:7] = PAD
+    ours, ours_grads = projected_loss_and_grads(fused, x, weight, None, target, 0.1, autocast=True)
+    theirs, their_grads = projected_loss_and_grads(unfused, x, weight, None, target, 0.1, autocast=True)
+    exact, _ = projected_loss_and_grads(unfused, x, weight, None, target, 0.1)
+    assert ours.dtype == torch.float32 and [g.dtype for g in ours_grads[:2]] == [torch.float32] * 2
+    assert torch.allclose(ours, theirs, rtol=1e-4)              # the same bf16 logits
+    assert abs(ours - exact) > 1e-6                              # ... which are not the fp32 ones
+    for mine, reference in zip(ours_grads[:2], their_grads[:2]):
+        assert torch.allclose(mine, reference, rtol=2e-2, atol=2e-2 * reference.abs().max())   # bf16 rounding
+
+
+def test_linear_cross_entropy_with_every_target_ignored_is_nan_like_torch():
+    x, weight = torch.randn(4, 3), torch.randn(9, 3)
+    assert math.isnan(linear_cross_entropy(x, weight, None, torch.full((4,), PAD), PAD, 0.1).item())
+
+
+def test_a_tied_weight_gets_the_sum_of_both_uses_gradients():
+    """The Transformer's output projection shares its weight with the target embedding."""
+    torch.manual_seed(0)
+    embed = torch.nn.Embedding(50, 8)
+    tokens, target = torch.randint(1, 50, (30,)), torch.randint(1, 50, (30,))
+    grads = []
+    for fn in (fused, unfused):
+        embed.zero_grad()
+        fn(torch.tanh(embed(tokens)), embed.weight, None, target, 0.1).backward()
+        grads.append(embed.weight.grad.clone())
+    assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
