@@ -83,8 +83,12 @@ class NGramLM(nn.Module):
         table = self.tables[k]
         ids = [table.get(c, -1) for c in contexts]
         seen = torch.tensor([i >= 0 for i in ids], dtype=torch.bool)
-        index = torch.tensor([max(i, 0) for i in ids], dtype=torch.long)
-        dense = self.counts[k].index_select(0, index).to_dense()
+        # torch 2.13's sparse index_select on more than one thread fails under inference mode (as
+        # Lightning evaluates: "Inplace update to inference tensor outside InferenceMode"); the
+        # counts take no gradient either way.
+        with torch.inference_mode(False):
+            index = torch.tensor([max(i, 0) for i in ids], dtype=torch.long)
+            dense = self.counts[k].index_select(0, index).to_dense()
         return dense * seen[:, None], seen
 
     def distributions(self, contexts: list[tuple]) -> torch.Tensor:

@@ -88,6 +88,23 @@ def test_counts_survive_the_state_dict():
     assert torch.equal(fresh.log_prob(stream), lm.log_prob(stream))
 
 
+def test_scoring_under_inference_mode_on_two_threads():
+    """As `lit-attention test` scores a checkpoint (Lightning evaluates under inference mode):
+    torch's sparse index_select failed there on more than one thread, from ~10k contexts."""
+    torch.manual_seed(0)
+    stream = torch.randint(4, 68, (60_000,))
+    lm = NGramLM(vocab_size=68, order=4).fit(stream)
+    assert len(lm.tables[3]) > 10_000
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.inference_mode():
+            logp, _ = lm(stream[:2048].reshape(8, 256))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.allclose(logp.exp().sum(-1), torch.ones(8, 256))
+
+
 def test_unfitted_model_and_bad_options_fail_clearly():
     with pytest.raises(RuntimeError, match="fit"):
         NGramLM(vocab_size=6).log_prob([A])
