@@ -18,6 +18,11 @@ from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, Summ
                                            refs_file)
 
 
+def _split(stage) -> str:
+    """The summary's prefix of an evaluation stage (Lightning's "test" or "validate")."""
+    return "test" if stage == "test" else "val"
+
+
 def _metrics(trainer: Trainer, prefix: str) -> dict:
     return {k: float(v) for k, v in trainer.callback_metrics.items()
             if k.startswith(prefix) and isinstance(v, (torch.Tensor, float, int))}
@@ -60,6 +65,11 @@ class RunStoreCallback(Callback):
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
                       versions=package_versions(), world_size=trainer.world_size)
+        summary = self.run_dir.read_summary()
+        if stage != "fit" and summary.status is not None:
+            # Evaluating a trained run: what trained it stays; the evaluation's code is its own field.
+            fields = {k: v for k, v in fields.items() if summary.get(k) is None}
+            fields[f"{_split(stage)}_git_commit"] = git_commit()
         if stage == "fit":
             fields.update(status=Status.RUNNING, error=None, started_at=now_iso(), process=process_identity(),
                           heartbeat_at=now_iso())
@@ -71,7 +81,7 @@ class RunStoreCallback(Callback):
                         logger.rewind(-1)
         dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
         if dropped:
-            fields["data_dropped"] = {**self.run_dir.read_summary().get("data_dropped", {}), **dropped}
+            fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 fields["wandb_run_id"] = logger.experiment.id
@@ -134,6 +144,8 @@ class RunStoreCallback(Callback):
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
             fields.update(steps=trainer.global_step, epochs=trainer.current_epoch, heartbeat_at=now_iso())
+        else:
+            fields[f"{split}_error"] = None     # an earlier failed evaluation of this split is superseded
         self.run_dir.update_summary(**fields)
 
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -186,9 +198,13 @@ class RunStoreCallback(Callback):
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
         if trainer.is_global_zero:
             status = Status.INTERRUPTED if interrupted else Status.FAILED
+            error = f"{type(exception).__name__}: {exception}"
             try:
-                self.run_dir.update_summary(status=status, finished_at=now_iso(),
-                                            error=f"{type(exception).__name__}: {exception}",
+                if trainer.state.fn != "fit" and self.run_dir.read_summary().status is not None:
+                    # a failed evaluation of a trained run: the training's status and counts stay
+                    self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
+                    return
+                self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
                                             steps=trainer.global_step)
             except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
                 pass

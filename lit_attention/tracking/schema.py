@@ -169,7 +169,9 @@ FIELDS: dict[str, type | tuple] = {
     **{f"{split}_{name}": kind for split in ("val", "test")
        for name, kind in (("loss", NUMBER), ("ppl", NUMBER), ("bleu", NUMBER), ("chrf", NUMBER),
                           ("decoding", dict), ("sacrebleu_signature", str), ("chrf_signature", str),
-                          ("bleu_by_length", list))},
+                          ("bleu_by_length", list),
+                          # a `validate`/`test` of a trained run: its code, and why it failed
+                          ("git_commit", str), ("error", str))},
 }
 BUCKETS = ("val_bleu_by_length", "test_bleu_by_length")   # arrays of objects
 # What a reader refuses a summary for: the shape readers rely on (objects, arrays, the strings

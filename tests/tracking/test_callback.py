@@ -1,0 +1,57 @@
+"""lit_attention/tracking/callback.py: what evaluating a trained run writes into its run store."""
+
+import json
+
+import pytest
+
+from conftest import CONFIGS, run_cli, write_lines
+from lit_attention.tracking.run_store import git_commit
+
+pytestmark = pytest.mark.slow
+
+PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"),
+         ("der mann sieht den hund", "the man sees the dog")] * 4
+TINY = ["--data.task", "files", "--data.src_lang", "de", "--data.tgt_lang", "en", "--data.tokenizer", "word",
+        "--model.d_model", "16", "--model.ffn", "32", "--model.heads", "2", "--model.enc_layers", "1",
+        "--model.dec_layers", "1", "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
+        "--diagnostics.heatmaps", "0"]
+
+
+def summary(run_dir):
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
+    """Found in the reference sweep: `sweep --test` of the n-gram runs failed, and each failure
+    rewrote its finished run as failed, so it no longer counted and was never tested again."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        write_lines(data / f"{split}.de", [s for s, _ in PAIRS])
+        write_lines(data / f"{split}.en", [t for _, t in PAIRS])
+    common = ["--config", CONFIGS / "copy.yaml", "--data.data_dir", data, "--run.root", tmp_path,
+              "--run.id", "r", *TINY]
+    fit = run_cli("fit", *common)
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    run_dir = tmp_path / "default" / "r"
+    trained = summary(run_dir)
+    assert trained["status"] == "finished"
+    kept = ("status", "error", "finished_at", "steps", "epochs", "git_commit", "versions", "val_loss",
+            "train_flops")
+    test = ["test", *common, "--ckpt_path", run_dir / "checkpoints" / "best.ckpt"]
+
+    good = (data / "test.de").read_bytes()
+    (data / "test.de").write_bytes(b"\x00" * 64)            # the test file replaced by a binary one
+    failed = run_cli(*test)
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    after = summary(run_dir)
+    assert "NUL byte" in after["test_error"] and after.get("test_loss") is None
+    assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
+
+    (data / "test.de").write_bytes(good)
+    tested = run_cli(*test)
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    after = summary(run_dir)
+    assert after["test_error"] is None and after["test_loss"] > 0
+    assert after["test_git_commit"] == git_commit()
+    assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
