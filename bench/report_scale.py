@@ -8,12 +8,16 @@ measures, each in a fresh process:
     load        load.load_runs alone (summary.json + config.yaml of every run): first (parsing
                 every config.yaml) and again (reading the parses cached beside them)
     tables      report --no-figures --baseline off
-    sig cold    report --no-figures with the paired bootstrap vs the baseline, sentence
-                statistics computed (on all CPUs) and cached in the stores
+    sig cold    report --no-figures with its default test of every configuration vs the
+                baseline (seeds x sentences: a bootstrap of the sentences, Welch's t over the
+                seeds; analysis/seed_test.py), sentence statistics computed (on all CPUs) and
+                cached in the stores
     sig warm    the same again, statistics read from the caches (the report a researcher re-runs)
 
-beside sacreBLEU's PairedTest on the same comparisons (the same hypotheses, the same number of
-resamples), measured on a few pairs in the same run and extrapolated to all of them.
+beside what a user would otherwise run: sacreBLEU's PairedTest (paired bootstrap) of every
+(system, baseline) pair of runs with the same seed, with the same number of resamples, measured on
+a few pairs in the same run and extrapolated to all of them. (It is the baseline for the time, not
+the same statistic: it tests one seed's pair of runs, the report all seeds at once.)
 
 A run's hypotheses are assembled sentence by sentence from a pool of damaged variants of each
 reference (--variants per sentence), so runs share sentences as runs of one sweep do; the cold
@@ -316,10 +320,11 @@ def main() -> int:
             if args.root is None:
                 shutil.rmtree(root, ignore_errors=True)
     print("load: summary.json + config.yaml of every run; tables: report --no-figures --baseline off; "
-          "sig: + paired bootstrap vs attention=none, per seed, Holm; cold: computing and caching "
+          "sig: + the seed-aware test (sentence bootstrap x Welch over seeds) vs attention=none, "
+          "Holm; cold: computing and caching "
           "sentence statistics, warm: reading them; MB: peak resident memory of the report process "
           "(cold: and of its statistics workers). PairedTest: sacreBLEU's own test on the same "
-          "pairs, timed on the first pairs and multiplied by the number of pairs.")
+          "pairs of runs (one seed each), timed on the first pairs and multiplied by the number of pairs.")
     size, warm, paired = results[-1]
     print(f"SUMMARY report_scale: {size} runs, significance at {args.samples} resamples: "
           f"{warm:.1f} s warm vs sacreBLEU PairedTest {paired:.0f} s (est.), {paired / warm:.0f}x")
