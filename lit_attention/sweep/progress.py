@@ -18,12 +18,21 @@ def counted_trials(study: optuna.Study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SKIPPED)]
 
 
+def _cell(trial) -> dict:
+    """The configuration x seed a trial runs: enqueued cells carry it before they start."""
+    return trial.system_attrs.get("fixed_params") or trial.params
+
+
 def counts(study: optuna.Study) -> dict:
+    """Trials by state; a failed trial whose cell was queued again (`--resume` re-queues an
+    interrupted or killed run, which continues from its checkpoint) is `requeued`, not `failed`."""
     trials = counted_trials(study)
     by = {s: sum(t.state == s for t in trials) for s in TrialState}
+    requeued = sum(t.state == TrialState.FAIL and any(u.number > t.number and _cell(u) == _cell(t)
+                                                     for u in trials) for t in trials)
     return {"complete": by[TrialState.COMPLETE], "pruned": by[TrialState.PRUNED],
-            "failed": by[TrialState.FAIL], "running": by[TrialState.RUNNING],
-            "waiting": by[TrialState.WAITING]}
+            "failed": by[TrialState.FAIL] - requeued, "requeued": requeued,
+            "running": by[TrialState.RUNNING], "waiting": by[TrialState.WAITING]}
 
 
 def short_params(params: dict, hide: tuple = ()) -> str:
@@ -45,6 +54,8 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
     finished = c["complete"] + c["pruned"]
     line = (f"[{study.study_name}] {finished}{'/' + str(total) if total else ''} done "
             f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
+    if c["requeued"]:
+        line += f" ({c['requeued']} stopped and queued again)"
     b = best(study)
     if b is not None:
         line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={b.params.get('seed')})"
