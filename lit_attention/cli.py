@@ -189,7 +189,10 @@ def _build_cli_class():
                 raise SystemExit(2) from None
             self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
             if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
-                cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
+                if "trainer.precision" in inert_settings(cfg.model):     # nothing to choose: no notice
+                    cfg.trainer.precision = "32-true"
+                else:
+                    cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
             # the subcommand's config as the run's config.yaml (the parser's public dump of the
             # whole config, then only this subcommand's part)
             whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
@@ -285,9 +288,8 @@ def refuse_inert_settings(config, given, defaults) -> None:
     model = config.get("model")
     if model is None or not model.get("class_path"):
         return
-    cls = _class_at(model.class_path)
-    inert = cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
-    arguments = inspect.signature(cls.__init__).parameters
+    inert = inert_settings(model)
+    arguments = inspect.signature(_class_at(model.class_path).__init__).parameters
     for key in given.keys():
         setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
         if setting not in inert:
@@ -296,7 +298,7 @@ def refuse_inert_settings(config, given, defaults) -> None:
         default = arguments[option].default if group == "model" else defaults.get(key)
         reason, harmless = inert[setting]
         if given.get(key) != default and given.get(key) not in harmless:
-            allowed = " or ".join(map(str, harmless))
+            allowed = " or ".join(dict.fromkeys(map(str, harmless)))
             raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
 
@@ -316,6 +318,13 @@ def check_checkpoint_file(path) -> None:
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
                           f"this file is none (cut short, or another kind of file)")
+
+
+def inert_settings(model) -> dict:
+    """The settings the model a config's ``model`` section builds would ignore (its class's
+    ``inert_settings``: setting -> Inert(reason, harmless values))."""
+    cls = _class_at(model.class_path)
+    return cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
 
 
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
