@@ -15,6 +15,7 @@ import re
 import sys
 import traceback
 import warnings
+import zipfile
 from argparse import ArgumentError
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,6 +159,8 @@ def _build_cli_class():
             except ArgumentError as exc:
                 raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
             sub = self.config.get("subcommand")
+            if sub and self.config[sub].get("ckpt_path"):
+                check_checkpoint_file(self.config[sub].ckpt_path)
             if sub == "fit":   # (validate and test ignore every training setting, of any family)
                 # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
                 refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
@@ -186,7 +189,10 @@ def _build_cli_class():
                 raise SystemExit(2) from None
             self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
             if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
-                cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
+                if "trainer.precision" in inert_settings(cfg.model):     # nothing to choose: no notice
+                    cfg.trainer.precision = "32-true"
+                else:
+                    cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
             # the subcommand's config as the run's config.yaml (the parser's public dump of the
             # whole config, then only this subcommand's part)
             whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
@@ -282,9 +288,8 @@ def refuse_inert_settings(config, given, defaults) -> None:
     model = config.get("model")
     if model is None or not model.get("class_path"):
         return
-    cls = _class_at(model.class_path)
-    inert = cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
-    arguments = inspect.signature(cls.__init__).parameters
+    inert = inert_settings(model)
+    arguments = inspect.signature(_class_at(model.class_path).__init__).parameters
     for key in given.keys():
         setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
         if setting not in inert:
@@ -293,9 +298,33 @@ def refuse_inert_settings(config, given, defaults) -> None:
         default = arguments[option].default if group == "model" else defaults.get(key)
         reason, harmless = inert[setting]
         if given.get(key) != default and given.get(key) not in harmless:
-            allowed = " or ".join(map(str, harmless))
+            allowed = " or ".join(dict.fromkeys(map(str, harmless)))
             raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
+
+
+# --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
+CHECKPOINT_NAMES = ("last", "best", "hpc", "registry")
+
+
+def check_checkpoint_file(path) -> None:
+    """Stop (ConfigError) at a --ckpt_path that cannot be a checkpoint, before a run store is made:
+    a missing file, or one that is no zip archive (what torch.save writes): cut short, or another
+    kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
+    if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
+        return
+    if not Path(path).is_file():
+        raise ConfigError(f"--ckpt_path {path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
+                          f"this file is none (cut short, or another kind of file)")
+
+
+def inert_settings(model) -> dict:
+    """The settings the model a config's ``model`` section builds would ignore (its class's
+    ``inert_settings``: setting -> Inert(reason, harmless values))."""
+    cls = _class_at(model.class_path)
+    return cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
 
 
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
@@ -508,7 +537,9 @@ def _train(argv: list[str]) -> int:
     finally:
         finish()
         if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
-            print(f"run directory: {session['run_dir']} ({status})", file=sys.stderr, flush=True)
+            # of validate/test, the invocation's outcome: the run's own status is its training's
+            outcome = status if argv[0] == "fit" else f"{argv[0]} {status}"
+            print(f"run directory: {session['run_dir']} ({outcome})", file=sys.stderr, flush=True)
     return 0
 
 

@@ -184,6 +184,21 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     assert config["trainer"]["precision"] == precision   # the run records what it trained in
 
 
+def test_fit_of_the_ngram_trains_in_fp32_without_a_precision_notice(tmp_path):
+    """The n-gram has no precision to choose (counts, fp32 scores): no notice that bf16 was chosen."""
+    config = yaml.safe_load((CONFIGS / "lm-toy.yaml").read_text())
+    config["model"]["init_args"] = {"family": "ngram", "order": 2}
+    config["data"]["init_args"]["n_sentences"] = 200
+    path = tmp_path / "ngram.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = cli_in_process("fit", "--config", path, "--run.root", tmp_path, "--run.id", "n",
+                            "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "precision: " not in result.stderr
+    saved = yaml.safe_load((tmp_path / "default" / "n" / "config.yaml").read_text())
+    assert saved["trainer"]["precision"] == "32-true"
+
+
 @pytest.mark.slow
 def test_wandb_offline_run_without_key(tmp_path):
     env_extra = {"WANDB_API_KEY": "", "WANDB_MODE": ""}

@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process, run_cli
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
         "--data.n_test", "40", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
@@ -69,3 +69,24 @@ def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
             f"lit-attention {command}: error: --ckpt_path {crafted}: refused to load"), errors
         assert "posix.system" in errors[0], errors
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]   # no pwned, no runs
+
+
+@pytest.mark.parametrize("kind", ["missing", "cut short", "not a zip"])
+def test_a_ckpt_path_that_is_no_checkpoint_stops_in_one_line_before_a_run_store(tmp_path, kind):
+    """Before: a missing file made a new run store marked failed (exit 1), a checkpoint cut short
+    ended in an OSError traceback, and random bytes read as a refused crafted checkpoint."""
+    import torch
+    path = tmp_path / "given.ckpt"
+    if kind == "cut short":
+        torch.save({"state_dict": {"w": torch.zeros(1000)}}, tmp_path / "whole.ckpt")
+        data = (tmp_path / "whole.ckpt").read_bytes()
+        path.write_bytes(data[:len(data) // 2])
+    elif kind == "not a zip":
+        path.write_bytes(bytes(range(256)) * 8)
+    out = cli_in_process("test", *TINY, "--run.root", tmp_path / "runs", "--ckpt_path", path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    why = "no such file" if kind == "missing" else (
+        "not a checkpoint: torch.save writes a zip archive and this file is none (cut short, or another "
+        "kind of file)")
+    assert _errors(out.stderr) == [f"lit-attention test: error: --ckpt_path {path}: {why}"]
+    assert not (tmp_path / "runs").exists()

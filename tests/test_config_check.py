@@ -120,6 +120,16 @@ def test_a_gradient_setting_is_refused_for_the_ngram_and_taken_by_a_trained_fami
                          f"--{setting}", GRADIENT_VALUES[setting]])
 
 
+def test_a_precision_is_refused_for_the_ngram_except_fp32():
+    from lit_attention.cli import check_training_args
+    err = parse_error("--config", NGRAM, "--trainer.precision", "bf16-mixed")
+    assert str(err) == ("option trainer.precision has no effect here: language-model family 'ngram' counts in "
+                        "exact integers and scores in fp32: leave it unset (remove it from the config, or set "
+                        "it to 32-true or 32)")
+    for harmless in ("32-true", "32"):
+        check_training_args(["fit", "--config", str(NGRAM), "--trainer.precision", harmless])
+
+
 def test_a_gradient_setting_in_a_config_file_is_refused_too(tmp_path):
     import yaml
     config = yaml.safe_load(NGRAM.read_text())

@@ -167,6 +167,8 @@ class TranslationDataModule(L.LightningDataModule):
         if role == "train" and not examples:
             raise DataError(f"no usable training pair: {self._split_line(role)}; raise "
                             "--data.max_len or check the data")
+        if not examples:     # an evaluation of nothing would end "successfully" with no metric
+            raise DataError(f"nothing to evaluate: {self._split_line(role)}")
         return examples
 
     def _split_line(self, role: str) -> str:

@@ -99,6 +99,8 @@ class LanguageModelModule(SequenceModule):
             inert.update(dict.fromkeys(registry.GRADIENT_SETTINGS,
                                        Inert(f"language-model family {family!r} has no gradient (it is "
                                              f"counted from the training stream, never optimised)")))
+            inert["trainer.precision"] = Inert(f"language-model family {family!r} counts in exact integers "
+                                               f"and scores in fp32", harmless=("32-true", "32", 32))
         return inert
 
     # -- model construction ------------------------------------------------------------------

@@ -18,12 +18,28 @@ def counted_trials(study: optuna.Study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SKIPPED)]
 
 
+def _cell(trial) -> tuple:
+    """The configuration x seed a trial runs (enqueued cells carry it before they start)."""
+    return tuple(sorted((trial.system_attrs.get("fixed_params") or trial.params).items()))
+
+
+def requeued(trials) -> set[int]:
+    """Numbers of the failed trials whose cell a later trial took over (`--resume` re-queues an
+    interrupted or killed run, which continues from its checkpoint)."""
+    last = {}
+    for t in trials:
+        last[_cell(t)] = max(last.get(_cell(t), -1), t.number)
+    return {t.number for t in trials if t.state == TrialState.FAIL and last[_cell(t)] > t.number}
+
+
 def counts(study: optuna.Study) -> dict:
+    """Trials by state; a failed trial whose cell was queued again is `requeued`, not `failed`."""
     trials = counted_trials(study)
     by = {s: sum(t.state == s for t in trials) for s in TrialState}
+    taken_over = len(requeued(trials))
     return {"complete": by[TrialState.COMPLETE], "pruned": by[TrialState.PRUNED],
-            "failed": by[TrialState.FAIL], "running": by[TrialState.RUNNING],
-            "waiting": by[TrialState.WAITING]}
+            "failed": by[TrialState.FAIL] - taken_over, "requeued": taken_over,
+            "running": by[TrialState.RUNNING], "waiting": by[TrialState.WAITING]}
 
 
 def short_params(params: dict, hide: tuple = ()) -> str:
@@ -45,6 +61,8 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
     finished = c["complete"] + c["pruned"]
     line = (f"[{study.study_name}] {finished}{'/' + str(total) if total else ''} done "
             f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
+    if c["requeued"]:
+        line += f" ({c['requeued']} stopped and queued again)"
     b = best(study)
     if b is not None:
         line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={b.params.get('seed')})"
@@ -53,8 +71,10 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
 
 def trials_frame(study: optuna.Study, hide: tuple = ()) -> pd.DataFrame:
     rows = []
-    for t in counted_trials(study):
-        rows.append({"trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": t.params.get("seed"),
+    trials = counted_trials(study)
+    again = requeued(trials)
+    for t in trials:
+        rows.append({"requeued": t.number in again, "trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": t.params.get("seed"),
                      "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
                      "error": t.user_attrs.get("error")})
     return pd.DataFrame(rows)
@@ -68,14 +88,14 @@ def results_table(study: optuna.Study, metric: str, hide: tuple = ()) -> pd.Data
     df = trials_frame(study, hide)
     if df.empty:
         return df
-    df = df[df["state"] != "RUNNING"]
+    df = df[~df["state"].isin(["RUNNING", "WAITING"])]   # (a waiting cell has no parameters yet)
     groups = []
     for config, g in df.groupby("config", sort=False):
         values = g.loc[g["state"] == "COMPLETE", "value"].astype(float)
         groups.append({"configuration": config, f"{metric} mean": values.mean() if len(values) else math.nan,
                        "std": values.std(ddof=1) if len(values) > 1 else math.nan,
                        "seeds": len(values), "pruned": int((g["state"] == "PRUNED").sum()),
-                       "failed": int((g["state"] == "FAIL").sum())})
+                       "failed": int(((g["state"] == "FAIL") & ~g["requeued"]).sum())})
     table = pd.DataFrame(groups)
     ascending = study.direction != optuna.study.StudyDirection.MAXIMIZE
     return table.sort_values(f"{metric} mean", ascending=ascending, na_position="last").reset_index(drop=True)

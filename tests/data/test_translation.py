@@ -235,6 +235,16 @@ def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_s
     assert not list((tmp_path / "runs").rglob("*.ckpt"))
 
 
+@pytest.mark.parametrize("command,option,split", [("validate", "n_val", "val"), ("test", "n_test", "test")])
+def test_an_evaluation_split_without_pairs_is_an_error_not_an_empty_success(command, option, split, tmp_path):
+    """`test` of a checkpoint with --data.n_test 0 used to exit 0 having scored nothing."""
+    result = cli_in_process(command, "--config", CONFIGS / "copy.yaml", f"--data.{option}", "0",
+                            "--run.root", tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert (f"error: nothing to evaluate: {split} split '{split}' (task copy): 0 pairs, all kept "
+            "(evaluation drops nothing; 0 with an empty side)") in result.stderr
+
+
 def test_fit_on_a_binary_file_fails_naming_it(tmp_path):
     data = tmp_path / "data"
     for split in ("train", "val", "test"):

@@ -44,6 +44,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     (data / "test.de").write_bytes(b"\x00" * 64)            # the test file replaced by a binary one
     failed = run_cli(*test)
     assert failed.returncode == 2, failed.stderr[-3000:]
+    assert f"run directory: {run_dir} (test failed)" in failed.stderr
     after = summary(run_dir)
     assert "NUL byte" in after["test_error"] and after.get("test_loss") is None
     assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
@@ -51,6 +52,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     (data / "test.de").write_bytes(good)
     tested = run_cli(*test)
     assert tested.returncode == 0, tested.stderr[-3000:]
+    assert f"run directory: {run_dir} (test finished)" in tested.stderr
     after = summary(run_dir)
     assert after["test_error"] is None and after["test_loss"] > 0
     assert after["test_git_commit"] == git_commit()
