@@ -3,7 +3,9 @@
     python analysis/export.py runs/multi30k results/multi30k [--runs ID ...] [--finished]
 
 Per run: summary.json, config.yaml, metrics.csv, gradflow.csv and hyps/ (hypotheses and
-references: what significance tests and BLEU by length need). Checkpoints, attention heatmaps and
+references: what significance tests and BLEU by length need). Of gradflow.csv only the rows of the
+last measured step are kept: all the analysis reads (aggregate.last_gradflow), where every step of
+a reference run is about 1 MB. Checkpoints, attention heatmaps and
 W&B files stay behind, so the store is a few hundred KB per run. A run already in the destination
 is replaced (re-exporting a finished run after `lit-attention test` adds its test hypotheses).
 A run whose summary.json cannot be read (tracking/schema.py) is not exported: nothing is copied,
@@ -17,9 +19,12 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from lit_attention.analysis.aggregate import last_gradflow
 from lit_attention.tracking import schema
 
-KEEP_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW)
+KEEP_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS)
 KEEP_DIRS = (schema.HYPS,)
 CACHES = ("*.stats.npz",)      # the report's caches: rebuilt from the files they hash
 
@@ -33,6 +38,8 @@ def export_run(run_dir: Path, destination: Path) -> Path:
     for name in KEEP_FILES:
         if (run_dir / name).is_file():
             shutil.copy2(run_dir / name, target / name)
+    if (run_dir / schema.GRADFLOW).is_file():
+        last_gradflow(pd.read_csv(run_dir / schema.GRADFLOW)).to_csv(target / schema.GRADFLOW, index=False)
     for name in KEEP_DIRS:
         if (run_dir / name).is_dir():
             shutil.copytree(run_dir / name, target / name, ignore=shutil.ignore_patterns(*CACHES))

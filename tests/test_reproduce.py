@@ -48,6 +48,21 @@ def test_export_keeps_the_compact_files_only(store):
     assert not [k for k in kept if "checkpoints" in k or k.endswith(".npz")]
 
 
+def test_export_keeps_the_gradflow_rows_of_the_last_measured_step_only(tmp_path):
+    """All the analysis reads; every measured step of a reference run made gradflow.csv ~1 MB."""
+    import pandas as pd
+
+    from lit_attention.analysis.aggregate import gradflow_columns, last_gradflow
+    runs = tmp_path / "runs"
+    write_run(runs, "study", "r", seed=0, val_bleu=1.0, model={"family": "rnn"}, gradflow_decay=0.8)
+    assert export.main([str(runs / "study"), str(tmp_path / "results")]) == 0
+    whole = pd.read_csv(runs / "study" / "r" / "gradflow.csv")
+    kept = pd.read_csv(tmp_path / "results" / "r" / "gradflow.csv")
+    assert sorted(whole["step"].unique()) == [50, 100] and list(kept["step"].unique()) == [100]
+    assert kept.equals(last_gradflow(whole).reset_index(drop=True))
+    assert gradflow_columns(kept) == gradflow_columns(last_gradflow(whole))
+
+
 def test_export_finished_leaves_out_runs_still_training_or_stopped(tmp_path, capsys):
     runs = tmp_path / "runs"
     for run_id, status in (("t0000-s0", "finished"), ("t0001-s1", "running"), ("t0002-s0", "killed")):
