@@ -115,6 +115,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             safe = torch.where(keep, target, 0)[:, None]                      # [N, 1]
             count = keep.sum()
             scale = (keep / count).to(torch.float32)[:, None]                  # [N, 1]; NaN if none kept
+            hit = torch.full(safe.shape, -(1 - eps), dtype=torch.float32, device=x.device)
             rows = torch.empty(n, dtype=torch.float32, device=x.device)
             grad_x = torch.empty(n, x.shape[1], dtype=dtype, device=x.device)
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
@@ -130,8 +131,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     lse = torch.logsumexp(z, 1)
                     rows[a:b] = lse - (1 - eps) * z.gather(1, safe[a:b]).squeeze(1) - eps * z.mean(1)
                     p = z.sub_(lse[:, None]).exp_()                            # softmax, in place
-                    p.sub_(eps / v).scatter_add_(1, safe[a:b], torch.full_like(safe[a:b], -(1 - eps),
-                                                                               dtype=torch.float32))
+                    p.sub_(eps / v).scatter_add_(1, safe[a:b], hit[a:b])
                     p.mul_(scale[a:b])                                         # d loss / d logits
                     if grad_b is not None:
                         grad_b += p.sum(0)
