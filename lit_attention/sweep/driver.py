@@ -34,6 +34,7 @@ import optuna
 import yaml
 from optuna.trial import TrialState
 
+from lit_attention.sweep import interrupts
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
@@ -523,14 +524,13 @@ def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
     return "done"
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
                accelerator: str | None = None, nodes: int = 1) -> int:
-    """Pull trials from the (existing) study until every cell is finished. Returns an exit code."""
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    """Pull trials from the (existing) study until every cell is finished. Returns an exit code.
+
+    Ctrl-C and SIGTERM stop it where it waits (between storage calls, see interrupts.py): the
+    running trial's training is interrupted and the trial failed as interrupted; exit code 130.
+    """
     # The worker prints every trial's outcome and reason itself; Optuna's warning for a failed
     # trial adds a traceback even to a routine skip.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -538,31 +538,37 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
     objective = Objective(sweep, url, root, devices, tracking, accelerator, nodes)
-    skips = 0
     try:
-        while True:
-            fail_abandoned(study, sweep, url)  # re-queues cells of dead workers
-            action = _next_action(sweep, study, skips)
-            if action == "done":
-                return 0
-            if action == "wait":
-                time.sleep(WAIT_SECONDS)
-                continue
-            before = len(study.get_trials(deepcopy=False))
-            objective.fence = None
-            try:
-                study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
-            except Exception:
-                # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
-                # a FAIL trial."); an exception of the objective itself is a bug and is raised.
-                fence = objective.fence
-                if fence is None or not fence.settled or fence.check() is None:
-                    raise
-                fence.discard()
-            last = study.get_trials(deepcopy=False)[before:]
-            skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
+        with interrupts.deferred():
+            return _pull_trials(study, sweep, url, objective)
     except KeyboardInterrupt:
         return 130
+
+
+def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objective) -> int:
+    skips = 0
+    while True:
+        interrupts.check()   # not a new trial after a stop was asked for
+        fail_abandoned(study, sweep, url)  # re-queues cells of dead workers
+        action = _next_action(sweep, study, skips)
+        if action == "done":
+            return 0
+        if action == "wait":
+            interrupts.sleep(WAIT_SECONDS)
+            continue
+        before = len(study.get_trials(deepcopy=False))
+        objective.fence = None
+        try:
+            study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
+        except Exception:
+            # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
+            # a FAIL trial."); an exception of the objective itself is a bug and is raised.
+            fence = objective.fence
+            if fence is None or not fence.settled or fence.check() is None:
+                raise
+            fence.discard()
+        last = study.get_trials(deepcopy=False)[before:]
+        skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
 
 
 def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking: str | None = None,
@@ -611,9 +617,10 @@ def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devi
 def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
     """Wait for the worker processes, printing progress; Ctrl-C stops them cleanly."""
     try:
-        while any(p.poll() is None for p in procs):
-            progress(study)
-            time.sleep(WAIT_SECONDS)
+        with interrupts.deferred():   # not inside progress()'s storage read: see interrupts.py
+            while any(p.poll() is None for p in procs):
+                progress(study)
+                interrupts.sleep(WAIT_SECONDS)
     except KeyboardInterrupt:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
         for p in procs:

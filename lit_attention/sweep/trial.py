@@ -16,11 +16,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_attention.sweep import interrupts
 from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
@@ -235,7 +235,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
                     stop_sent = True
                 if done or (why_lost := lost()):
                     break
-                time.sleep(POLL_SECONDS)
+                interrupts.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
             _stop_group(proc, signal.SIGINT, wait=60)
             raise

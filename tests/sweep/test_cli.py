@@ -240,7 +240,7 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert code == 130, output
     assert "--resume" in output
     t = load(url, "intr").get_trials()[first.number]
-    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"]
+    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], (t.state, t.user_attrs, output)
     assert not _training_processes(first)
     out = run_sweep(path, "--resume")
     assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,49 @@
+"""Ctrl-C and SIGTERM that take effect between storage calls, never inside one.
+
+A KeyboardInterrupt raised inside an SQLite transaction left the transaction open, holding the
+database's write lock for as long as the exception's traceback lived. The driver, stopping its
+workers, held it while it waited for them; each worker then waited on the lock (up to its 120 s
+timeout) to mark its trial interrupted, and was killed first: the trial stayed RUNNING.
+
+While `deferred()` is active, SIGINT and SIGTERM only record the request; `sleep()` and
+`check()`, called where the driver and the workers wait or start something new, raise
+KeyboardInterrupt once one is recorded. Outside it, `sleep()` is `time.sleep` and Python's own
+KeyboardInterrupt applies.
+"""
+
+import signal
+import time
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_requested: list[int] = []   # signals received while deferred
+
+
+def _record(signum, frame) -> None:
+    _requested.append(signum)
+
+
+@contextmanager
+def deferred():
+    """Record SIGINT/SIGTERM instead of raising at once; the previous handlers come back on exit,
+    so a second Ctrl-C after the first was acted on is Python's usual one."""
+    previous = {s: signal.signal(s, _record) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        _requested.clear()
+
+
+def check() -> None:
+    """Raise KeyboardInterrupt if a stop was requested."""
+    if _requested:
+        raise KeyboardInterrupt
+
+
+def sleep(seconds: float) -> None:
+    """Sleep, then raise KeyboardInterrupt if a stop was requested before or during the sleep."""
+    check()
+    time.sleep(seconds)   # a signal's handler runs, then the sleep resumes (PEP 475)
+    check()
