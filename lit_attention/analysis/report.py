@@ -106,7 +106,9 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     field that still tells runs apart (a swept learning rate), with a notice. A key that varies
     but is hidden by the --rows/--cols asked for stops the report, naming it."""
     columns = load.config_columns(runs)
-    columns = sorted(columns, key=lambda c: c != "model.family")     # family first: it explains most
+    # Family first: it explains most. Attention next, before the fields that restate it (a scoring
+    # of "none"): it is the ablation the suite exists for, and the default baseline is attention=none.
+    columns = sorted(columns, key=lambda c: (c != "model.family", c != "model.attention"))
     hidden = agg_mod.hidden_differences(runs.assign(_all=0), ["_all"])   # config.* fields that vary
     candidates = columns + [c for c in hidden if c not in columns]
     cols = [load.resolve_key(runs, k) for k in cols or []]

@@ -190,3 +190,28 @@ def test_a_hidden_varying_parameter_is_a_row_key_by_default_and_refused_when_hid
     assert "configuration keys ['config.model.lr'] vary across the runs" in capsys.readouterr().err
     assert report.main([str(tmp_path / "lr"), "--out", str(out), "--rows", "model.attention",
                         "--where", "config.model.lr=0.003", "--baseline", "off", "--no-figures"]) == 0
+
+
+def test_the_default_baseline_is_found_when_scoring_restates_attention(tmp_path, capsys):
+    """A reference table's shape: no attention, one attention wiring with one scoring, and a
+    Transformer. `scoring` alone tells all three apart, yet the automatic rows must keep
+    `attention`, or the default baseline (attention=none) is silently not tested."""
+    from analysis_stores import references
+    refs = references(60, seed=3)
+    # The Transformer's run is read first, so `scoring` is a column before `attention` is.
+    models = {"t0-transformer": dict(family="transformer", scoring="scaled_dot"),
+              "t1-none": dict(family="rnn", cell="lstm", attention="none"),
+              "t2-luong": dict(family="rnn", cell="lstm", attention="luong", scoring="general")}
+    for name, fields in models.items():
+        for seed in (1, 2):
+            hyps = refs if name != "t1-none" else [r.split()[0] for r in refs]
+            write_run(tmp_path, "study", f"{name}-s{seed}", seed=seed, model=fields,
+                      val_bleu=30.0 + seed if name != "t1-none" else 10.0 + seed, hyps=hyps, refs=refs)
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "study"), "--out", str(out), "--no-figures"]) == 0
+    assert "significance against the configuration without attention" in capsys.readouterr().err
+    sig = pd.read_csv(out / "significance.csv")
+    tested = sorted(zip(sig["model.family"], sig["model.attention"].fillna("")))   # a Transformer: no field
+    assert tested == [("rnn", "luong"), ("transformer", "")]
+    header = (out / "table.md").read_text().splitlines()[0]
+    assert [c.strip() for c in header.split("|")[1:3]] == ["Family", "Attention"]
