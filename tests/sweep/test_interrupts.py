@@ -58,6 +58,7 @@ def _writable_at_once(path) -> bool:
 def test_a_stop_asked_for_inside_a_transaction_is_raised_after_it(tmp_path):
     path, storage, study = _study(tmp_path)
     sent = _sigint_inside_next_transaction(storage)
+    before = signal.getsignal(signal.SIGINT)
     with interrupts.deferred():
         assert len(study.get_trials()) == 1    # the read completes
         assert sent
@@ -65,7 +66,7 @@ def test_a_stop_asked_for_inside_a_transaction_is_raised_after_it(tmp_path):
             interrupts.sleep(0.01)
         assert _writable_at_once(path)
     interrupts.check()   # the request ended with the block
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before
 
 
 # A stand-in worker: on SIGINT it marks its trial in the study (as a real worker does) and exits 0,
