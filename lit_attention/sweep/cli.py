@@ -1,5 +1,5 @@
 """`lit-attention sweep FILE [--workers N] [--gpus LIST] [--devices-per-trial G] [--storage URL] [--resume]
-[--dry-run] [--test]`."""
+[--dry-run] [--test | --test-only]`."""
 
 from __future__ import annotations
 
@@ -50,6 +50,9 @@ def parser() -> argparse.ArgumentParser:
         "then evaluate every finished run's best checkpoint on its test split (`lit-attention "
         "test`, the run's own decoding settings; runs already tested are skipped) and report the "
         "objective's test metric (val_bleu -> test_bleu)"))
+    p.add_argument("--test-only", action="store_true", help=(
+        "start no trial: test the finished runs as --test does and print the test-metric table "
+        "(a sweep still under way, between two --resume sessions)"))
     p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
     p.add_argument("--tracking", choices=tuple(TRACKING), default=None,
                    help="override the file's tracking (one W&B run per trial)")
@@ -93,8 +96,7 @@ def report_study(study_dir: Path, metric: str) -> int:
     try:
         return report_main([str(study_dir), "--out", str(study_dir / "report"), "--metric", metric])
     except Exception as exc:  # the sweep's results are safe in the run store; say why there is no table
-        print(f"lit-attention sweep: the report failed ({type(exc).__name__}: {exc}); "
-              f"the study's own table follows", file=sys.stderr)
+        print(f"lit-attention sweep: the report failed ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 1
 
 
@@ -102,8 +104,43 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _usage_error(message: str) -> int:
+    print(f"lit-attention sweep: error: {message}", file=sys.stderr)
+    return 2
+
+
+def test_only(args) -> int:
+    """--test-only: test the finished runs in the study's run store and print the table of the
+    objective's test metric. Needs no study database; flags that only shape trials are refused."""
+    inert = [flag for flag, given in (
+        ("--resume", args.resume), ("--dry-run", args.dry_run), ("--test", args.test),
+        ("--workers", args.workers is not None), ("--gpus", args.gpus is not None),
+        ("--storage", args.storage is not None), ("--devices-per-trial", args.devices_per_trial != 1),
+        ("--nodes-per-trial", args.nodes_per_trial != 1)) if given]
+    if inert:
+        return _usage_error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
+    try:
+        sweep = load_sweep(args.file, args.max_cells)
+    except SweepError as e:
+        return _usage_error(str(e))
+    study_dir = (args.root or sweep.root).resolve() / sweep.study_name
+    if not study_dir.is_dir():
+        return _usage_error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
+    print(f"[{sweep.study_name}] testing the best checkpoint of every finished run", flush=True)
+    tested = testing.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
+    print(f"[{sweep.study_name}] {tested.line()}", flush=True)
+    reported = report_study(study_dir, testing.test_metric(sweep.objective))
+    if tested.failed:
+        print(f"[{sweep.study_name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
+        for run_id, why in tested.failed:
+            print(f"  {run_id}: {why}", file=sys.stderr)
+    return 1 if tested.failed or reported != 0 else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.test_only:
+        return test_only(args)
     if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1 or args.nodes_per_trial < 1:
         print("lit-attention sweep: --workers, --devices-per-trial and --nodes-per-trial must be >= 1",
               file=sys.stderr)
@@ -183,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] {tested.line()}", flush=True)
         metric = testing.test_metric(sweep.objective)
     if report_study(root / sweep.study_name, metric) != 0:
+        print(f"[{sweep.study_name}] the study's own table:", flush=True)
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
         print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
     if tested is not None and tested.failed:

@@ -1,5 +1,6 @@
-"""`lit-attention sweep FILE --test`: the best checkpoint of every finished run evaluated on the
-test split by real `lit-attention test` processes, and the end-of-sweep table on the test metric."""
+"""`lit-attention sweep FILE --test` (and `--test-only`, which starts no trial): the best checkpoint
+of every finished run evaluated on the test split by real `lit-attention test` processes, and the
+end-of-sweep table on the test metric."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import REPO, SUBPROCESS_TIMEOUT, family_neutral
-from lit_attention.sweep import testing
+from lit_attention.sweep import cli, testing
 
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
         "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
@@ -81,6 +82,30 @@ def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp
     table = pd.read_csv(study / "report" / "table.csv")
     assert table["n"].tolist() == [1, 1] and table["mean"].notna().all()
     assert "Loss ↓ (test_loss: test split" in (study / "report" / "table.md").read_text()
+    # --test-only between sessions: a run whose best checkpoint is newer than its test is tested
+    # again; no trial starts (the study is not even opened)
+    newer = next(study.glob("*/checkpoints/best.ckpt"))
+    os.utime(newer, ns=(time.time_ns() + 10 ** 9,) * 2)
+    db = (study / "study.db").stat().st_mtime_ns
+    only = subprocess.run([*cmd[:-1], "--test-only"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
+                          env=env, cwd=REPO)
+    assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-3000:]
+    assert "tested 1 run(s) on the test split, 1 already tested, 0 not finished" in only.stdout
+    assert (study / "study.db").stat().st_mtime_ns == db
+    assert "Loss ↓ (test_loss: test split" in (study / "report" / "table.md").read_text()
     # again: nothing new to test, nothing re-run
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env, cwd=REPO)
     assert again.returncode == 0 and "tested 0 run(s) on the test split, 2 already tested" in again.stdout
+
+
+def test_test_only_refuses_what_it_would_ignore_and_a_study_without_runs(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"study_name": "s", "base": str(REPO / "configs" / "copy.yaml"),
+                                    "root": str(tmp_path / "runs"), "space": {"model.lr": {"choices": [0.1]}},
+                                    "objective": {"metric": "val_loss", "direction": "minimize"}}))
+    assert cli.main([str(path), "--test-only", "--resume", "--workers", "2"]) == 2
+    assert capsys.readouterr().err == ("lit-attention sweep: error: --test-only starts no trial: --resume, "
+                                       "--workers would do nothing\n")
+    assert cli.main([str(path), "--test-only"]) == 2
+    assert f"no runs of study 's' in {tmp_path / 'runs' / 's'}: run the sweep first" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()   # nothing written
