@@ -440,9 +440,9 @@ class Objective:
             trial.set_user_attr("error", why)
             print(f"[{sweep.study_name}] trial {trial.number} failed ({why})", flush=True)
             raise tr.TrialFailed(why) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as stop:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
-            trial.set_user_attr("error", "interrupted (Ctrl-C); continue with --resume")
+            trial.set_user_attr("error", f"interrupted ({interrupts.cause(stop)}); continue with --resume")
             raise
         except Exception as exc:   # a bug in the driver: not a stale heartbeat, whatever Optuna does next
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
@@ -621,11 +621,11 @@ def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
             while any(p.poll() is None for p in procs):
                 progress(study)
                 interrupts.sleep(WAIT_SECONDS)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
-        for p in procs:
+        for p in procs:   # the signal the driver got: each trial records what stopped it
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+                p.send_signal(getattr(stop, "signum", signal.SIGINT))
         for p in procs:
             try:
                 p.wait(timeout=120)

@@ -36,14 +36,28 @@ def deferred():
         _requested.clear()
 
 
+class Stop(KeyboardInterrupt):
+    """The KeyboardInterrupt `check()` raises; `signum` is the signal that asked for it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def cause(stop: BaseException) -> str:
+    """What stopped the process, for a trial's error: `Ctrl-C` (SIGINT, also Python's own
+    KeyboardInterrupt) or `SIGTERM`."""
+    return "SIGTERM" if getattr(stop, "signum", None) == signal.SIGTERM else "Ctrl-C"
+
+
 def check() -> None:
-    """Raise KeyboardInterrupt if a stop was requested."""
+    """Raise Stop (a KeyboardInterrupt) if a stop was requested."""
     if _requested:
-        raise KeyboardInterrupt
+        raise Stop(_requested[0])
 
 
 def sleep(seconds: float) -> None:
-    """Sleep, then raise KeyboardInterrupt if a stop was requested before or during the sleep."""
+    """Sleep, then raise Stop if a stop was requested before or during the sleep."""
     check()
     time.sleep(seconds)   # a signal's handler runs, then the sleep resumes (PEP 475)
     check()

@@ -240,7 +240,7 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert code == 130, output
     assert "--resume" in output
     t = load(url, "intr").get_trials()[first.number]
-    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], (t.state, t.user_attrs, output)
+    assert t.state == TrialState.FAIL and "interrupted (Ctrl-C)" in t.user_attrs["error"], (t.state, t.user_attrs, output)
     assert not _training_processes(first)
     out = run_sweep(path, "--resume")
     assert out.returncode == 0, out.stdout + out.stderr
@@ -316,4 +316,4 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
     assert code == 130, output
     assert "Continue with: lit-attention sweep" in output and "--resume" in output
     [t] = load(sqlite_url(tmp_path, "term"), "term").get_trials()
-    assert t.state == TrialState.FAIL and "interrupted" in t.user_attrs["error"], t.user_attrs
+    assert t.state == TrialState.FAIL and "interrupted (SIGTERM)" in t.user_attrs["error"], t.user_attrs
