@@ -109,6 +109,21 @@ def _usage_error(message: str) -> int:
     return 2
 
 
+def _test_runs(name: str, study_dir: Path, args) -> testing.Tested:
+    """--test and --test-only: every finished run's best checkpoint on its test split."""
+    print(f"[{name}] testing the best checkpoint of every finished run", flush=True)
+    tested = testing.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
+    print(f"[{name}] {tested.line()}", flush=True)
+    return tested
+
+
+def _list_untested(name: str, tested: testing.Tested) -> None:
+    if tested.failed:
+        print(f"[{name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
+        for run_id, why in tested.failed:
+            print(f"  {run_id}: {why}", file=sys.stderr)
+
+
 def test_only(args) -> int:
     """--test-only: test the finished runs in the study's run store and print the table of the
     objective's test metric. Needs no study database; flags that only shape trials are refused."""
@@ -126,14 +141,9 @@ def test_only(args) -> int:
     study_dir = (args.root or sweep.root).resolve() / sweep.study_name
     if not study_dir.is_dir():
         return _usage_error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
-    print(f"[{sweep.study_name}] testing the best checkpoint of every finished run", flush=True)
-    tested = testing.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
-    print(f"[{sweep.study_name}] {tested.line()}", flush=True)
+    tested = _test_runs(sweep.study_name, study_dir, args)
     reported = report_study(study_dir, testing.test_metric(sweep.objective))
-    if tested.failed:
-        print(f"[{sweep.study_name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
-        for run_id, why in tested.failed:
-            print(f"  {run_id}: {why}", file=sys.stderr)
+    _list_untested(sweep.study_name, tested)
     return 1 if tested.failed or reported != 0 else 0
 
 
@@ -154,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator,
                                 args.nodes_per_trial)
     except (SweepError, PlacementError) as e:
-        print(f"lit-attention sweep: error: {e}", file=sys.stderr)
-        return 2
+        return _usage_error(str(e))
     if args.dry_run:
         commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.tracking,
                                          args.accelerator, args.nodes_per_trial)
@@ -185,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study = driver.open_study(sweep, url, resume=args.resume)
     except SweepError as e:
-        print(f"lit-attention sweep: error: {e}", file=sys.stderr)
-        return 2
+        return _usage_error(str(e))
     except Exception as e:  # a database that cannot be reached: never echo the URL unmasked
         print(f"lit-attention sweep: cannot open the study at {mask_url(url)}: "
               f"{type(e).__name__}: {redact(str(e), url)[:500]}", file=sys.stderr)
@@ -214,19 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     metric, tested = sweep.objective, None
     if args.test:
-        print(f"[{sweep.study_name}] testing the best checkpoint of every finished run", flush=True)
-        tested = testing.test_study(root / sweep.study_name, args.accelerator, args.tracking,
-                                    log=lambda line: print(line, flush=True))
-        print(f"[{sweep.study_name}] {tested.line()}", flush=True)
+        tested = _test_runs(sweep.study_name, root / sweep.study_name, args)
         metric = testing.test_metric(sweep.objective)
     if report_study(root / sweep.study_name, metric) != 0:
         print(f"[{sweep.study_name}] the study's own table:", flush=True)
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
         print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
-    if tested is not None and tested.failed:
-        print(f"[{sweep.study_name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
-        for run_id, why in tested.failed:
-            print(f"  {run_id}: {why}", file=sys.stderr)
+    if tested is not None:
+        _list_untested(sweep.study_name, tested)
     missing = driver.unfinished_cells(sweep, study)
     if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
         print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)

@@ -21,7 +21,6 @@ import json
 import os
 import random
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -625,7 +624,7 @@ def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
         for p in procs:   # the signal the driver got: each trial records what stopped it
             if p.poll() is None:
-                p.send_signal(getattr(stop, "signum", signal.SIGINT))
+                p.send_signal(interrupts.signum(stop))
         for p in procs:
             try:
                 p.wait(timeout=120)

@@ -44,10 +44,14 @@ class Stop(KeyboardInterrupt):
         self.signum = signum
 
 
+def signum(stop: BaseException) -> int:
+    """The signal behind a KeyboardInterrupt: a Stop's, else SIGINT (Python's own Ctrl-C)."""
+    return getattr(stop, "signum", signal.SIGINT)
+
+
 def cause(stop: BaseException) -> str:
-    """What stopped the process, for a trial's error: `Ctrl-C` (SIGINT, also Python's own
-    KeyboardInterrupt) or `SIGTERM`."""
-    return "SIGTERM" if getattr(stop, "signum", None) == signal.SIGTERM else "Ctrl-C"
+    """What stopped the process, for a trial's error: `Ctrl-C` or `SIGTERM`."""
+    return "SIGTERM" if signum(stop) == signal.SIGTERM else "Ctrl-C"
 
 
 def check() -> None:
