@@ -79,13 +79,13 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                 f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
                 "not training randomness")
     name = registry.METRICS.get(metric, (metric,))[0]
-    sentences = ("" if values else f"the {SPLITS.get(split, split)} sentences with replacement (one draw "
-                 f"for every run; corpus {name} recomputed from cached sentence statistics), and ")
+    sentences = ("" if values else f"draws the {SPLITS.get(split, split)} sentences with replacement (one "
+                 f"draw for every run; corpus {name} recomputed from cached sentence statistics), and ")
     of = f" (of the {values} values)" if values else ""
     family = "" if comparisons is None else (f" of {comparisons} comparison{'s' * (comparisons != 1)} "
                                              f"({hypotheses(test, comparisons)} hypotheses)")
     return (f"{'test over seeds' if values else TESTS[test]}: each of {n_samples:,} resamples "
-            f"(seed {seed}) draws {sentences}moves the difference of the seed means{of} by its "
+            f"(seed {seed}) {sentences}moves the difference of the seed means{of} by its "
             f"standard error times Student's t with Welch–Satterthwaite degrees of freedom (Welch's "
             f"test over seeds: 2 seeds count for as little as they say); p is one-sided in the "
             f"direction of Δ (the share of resamples where Δ has the other sign), Holm-corrected over "

@@ -93,6 +93,9 @@ def test_default_resamples_let_holm_go_below_one_percent():
     for words in ("seeds × sentences", "10,000 resamples", "validation sentences", "one-sided",
                   "Holm-corrected over both directions of 3 comparisons (6 hypotheses)"):
         assert words in text
+    text = significance.method(10_000, 12345, "seeds", comparisons=2, values="test_ppl")
+    assert "resamples (seed 12345) moves the difference of the seed means (of the test_ppl values)" in text
+    assert "sentences" not in text and "draws" not in text
 
 
 def test_p_values_print_as_bounds_at_the_resampling_floor_never_zero():
