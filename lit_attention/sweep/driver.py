@@ -619,7 +619,7 @@ def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
         with interrupts.deferred():   # not inside progress()'s storage read: see interrupts.py
             while any(p.poll() is None for p in procs):
                 progress(study)
-                interrupts.sleep(WAIT_SECONDS)
+                interrupts.sleep(WAIT_SECONDS, until_exit=procs)
     except KeyboardInterrupt as stop:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
         for p in procs:   # the signal the driver got: each trial records what stopped it

@@ -7,15 +7,18 @@ timeout) to mark its trial interrupted, and was killed first: the trial stayed R
 
 While `deferred()` is active, SIGINT and SIGTERM only record the request; `sleep()` and
 `check()`, called where the driver and the workers wait or start something new, raise
-KeyboardInterrupt once one is recorded. Outside it, `sleep()` is `time.sleep` and Python's own
-KeyboardInterrupt applies.
+KeyboardInterrupt once one is recorded (a `sleep()` ends as soon as one is). Outside it, Python's
+own KeyboardInterrupt applies.
 """
 
 import signal
+import subprocess
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+POLL_SECONDS = 0.05   # how soon a sleep notices a stop request or its processes' exit
 _requested: list[int] = []   # signals received while deferred
 
 
@@ -60,8 +63,13 @@ def check() -> None:
         raise Stop(_requested[0])
 
 
-def sleep(seconds: float) -> None:
-    """Sleep, then raise Stop if a stop was requested before or during the sleep."""
+def sleep(seconds: float, until_exit: Sequence[subprocess.Popen] = ()) -> None:
+    """Sleep for `seconds`, or less: until every process of `until_exit` (when given) has exited,
+    or until a stop is requested, which then raises Stop."""
     check()
-    time.sleep(seconds)   # a signal's handler runs, then the sleep resumes (PEP 475)
+    deadline = time.monotonic() + seconds
+    while not _requested and (left := deadline - time.monotonic()) > 0:
+        if until_exit and all(p.poll() is not None for p in until_exit):
+            break
+        time.sleep(min(POLL_SECONDS, left))   # a signal's handler runs, then the sleep resumes
     check()

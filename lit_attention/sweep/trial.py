@@ -235,7 +235,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
                     stop_sent = True
                 if done or (why_lost := lost()):
                     break
-                interrupts.sleep(POLL_SECONDS)
+                interrupts.sleep(POLL_SECONDS, until_exit=[proc])
         except KeyboardInterrupt:
             _stop_group(proc, signal.SIGINT, wait=60)
             raise

@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import warnings
 
@@ -124,3 +125,31 @@ def test_ctrl_c_while_a_worker_reports_stops_its_trial_after_the_write(tmp_path,
     assert time.monotonic() - started < 30     # not the stand-in's 60 s of training
     assert _writable_at_once(path)
     assert study.get_trials()[0].intermediate_values[0] == pytest.approx(1.0)
+
+
+def test_a_sleep_ends_once_its_processes_have_exited_not_before():
+    """The driver waits for its workers and a worker for its trial this way: a run that has ended
+    is noticed at once, not at the end of the poll interval."""
+    quick = [subprocess.Popen([sys.executable, "-c", "pass"]) for _ in range(2)]
+    slow = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started = time.monotonic()
+        interrupts.sleep(0.5, until_exit=[*quick, slow])
+        assert time.monotonic() - started >= 0.5 and slow.poll() is None
+        interrupts.sleep(60, until_exit=quick)
+        assert time.monotonic() - started < 30
+        assert [p.returncode for p in quick] == [0, 0]
+    finally:
+        slow.kill()
+        slow.wait()
+
+
+def test_a_stop_requested_during_a_sleep_ends_it_at_once():
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    with interrupts.deferred():
+        started = time.monotonic()
+        timer.start()
+        with pytest.raises(interrupts.Stop) as stop:
+            interrupts.sleep(60)
+    timer.join()
+    assert time.monotonic() - started < 30 and stop.value.signum == signal.SIGTERM
