@@ -97,15 +97,16 @@ def run_cli(*args, cwd=None, timeout=SUBPROCESS_TIMEOUT, env=None) -> subprocess
                           env=env or cli_env())
 
 
-def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     """``lit_attention.cli.main(ARGS)`` in this process: the same return code (what the process
     would exit with), stdout and stderr as `run_cli`, without paying ~3 s of imports again.
 
-    For commands that stop before training (argument, config and data errors): a test that checks
-    a signal, a real run or the exit of the process itself uses `run_cli`. The environment is
-    cli_env()'s for the call and restored after it; warnings are shown on the captured stderr under
-    Python's default filters, and the stderr handlers of named loggers (Lightning's "Seed set to
-    1", ...) write to it too, as in a fresh process.
+    For commands that stop before training (argument, config and data errors, refusals before a
+    run store or study is written, `sweep --dry-run`): a test that checks a signal, a real run or
+    the exit of the process itself uses `run_cli`. The environment is ``env`` (as for `run_cli`,
+    default cli_env()) for the call and restored after it; warnings are shown on the captured
+    stderr under Python's default filters, and the stderr handlers of named loggers (Lightning's
+    "Seed set to 1", ...) write to it too, as in a fresh process.
     """
     import contextlib
     import io
@@ -126,7 +127,7 @@ def cli_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
     streams = [h.setStream(err) for h in handlers]
     try:
         os.environ.clear()
-        os.environ.update(cli_env())
+        os.environ.update(env or cli_env())
         os.chdir(cwd or REPO)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.resetwarnings()

@@ -1,5 +1,6 @@
-"""Device placement and CPU threads of sweep workers (issue 21): real driver, real worker and
-trial subprocesses; the trial command is a stand-in (record_trial.py) that records what it sees."""
+"""Device placement and CPU threads of sweep workers (issue 21): dry runs and refused requests in
+this process; sweeps that run have a real driver, real worker and trial subprocesses, and the trial
+command is a stand-in (record_trial.py) that records what it sees."""
 
 import json
 import os
@@ -12,7 +13,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, cli_in_process
 from lit_attention.sweep.placement import PlacementError, parse_gpus, place
 
 COPY = REPO / "configs" / "copy.yaml"
@@ -42,6 +43,12 @@ def sweep_file(tmp_path: Path, lrs=(1e-3, 2e-3, 3e-3, 4e-3), **top) -> Path:
 def sweep(path: Path, *args, timeout=300, **extra) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)],
                           capture_output=True, text=True, timeout=timeout, env=env(**extra), cwd=REPO)
+
+
+def sweep_in_process(path: Path, *args, **extra) -> subprocess.CompletedProcess:
+    """`sweep` in this process, in the same environment: for runs that stop before any trial
+    (--dry-run, a placement refused)."""
+    return cli_in_process("sweep", path, *args, env=env(**extra))
 
 
 def test_workers_get_disjoint_slices_of_the_gpu_list():
@@ -74,7 +81,7 @@ def worker_lines(stdout: str) -> list[str]:
 @pytest.mark.slow
 def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothing(tmp_path):
     path = sweep_file(tmp_path)
-    out = sweep(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
+    out = sweep_in_process(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
     assert out.returncode == 0, out.stderr
     lines = worker_lines(out.stdout)
     assert len(lines) == 2, out.stdout
@@ -93,7 +100,8 @@ def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothin
 
 
 def test_more_gpus_than_listed_is_a_usage_error_that_says_how_many_fit(tmp_path):
-    out = sweep(sweep_file(tmp_path), "--gpus", "0,1,2", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
+    out = sweep_in_process(sweep_file(tmp_path), "--gpus", "0,1,2", "--workers", 2, "--devices-per-trial", 2,
+                           "--dry-run")
     assert out.returncode == 2
     assert "2 worker(s) x 2 device(s) per trial need 4 GPUs, but 3 are available" in out.stderr
     assert "at most 1 worker(s) of 2 GPU(s) fit" in out.stderr
@@ -102,7 +110,7 @@ def test_more_gpus_than_listed_is_a_usage_error_that_says_how_many_fit(tmp_path)
 
 @pytest.mark.slow
 def test_visible_devices_are_the_default_list(tmp_path):
-    out = sweep(sweep_file(tmp_path), "--workers", 2, "--dry-run", CUDA_VISIBLE_DEVICES="5,7")
+    out = sweep_in_process(sweep_file(tmp_path), "--workers", 2, "--dry-run", CUDA_VISIBLE_DEVICES="5,7")
     assert out.returncode == 0, out.stderr
     assert [line.split()[2] for line in worker_lines(out.stdout)] == ["CUDA_VISIBLE_DEVICES=5",
                                                                       "CUDA_VISIBLE_DEVICES=7"]
@@ -113,26 +121,26 @@ def test_visible_devices_are_the_default_list(tmp_path):
     (["--nodes-per-trial", 2], "a trial spanning nodes is an srun step"),
 ])
 def test_requests_that_cannot_be_met_exit_2(tmp_path, args, message):
-    out = sweep(sweep_file(tmp_path), *args, "--dry-run")
+    out = sweep_in_process(sweep_file(tmp_path), *args, "--dry-run")
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
 def test_an_accelerator_given_twice_is_refused(tmp_path):
     path = sweep_file(tmp_path, fixed={"trainer.accelerator": "cpu"})
-    out = sweep(path, "--accelerator", "auto", "--dry-run")
+    out = sweep_in_process(path, "--accelerator", "auto", "--dry-run")
     assert out.returncode == 2 and "fixed.trainer.accelerator both set the accelerator" in out.stderr
 
 
 @pytest.mark.slow
 def test_an_explicit_accelerator_reaches_every_trial(tmp_path):
-    out = sweep(sweep_file(tmp_path), "--accelerator", "cpu", "--dry-run")
+    out = sweep_in_process(sweep_file(tmp_path), "--accelerator", "cpu", "--dry-run")
     assert out.returncode == 0 and "--trainer.accelerator cpu" in out.stdout
 
 
 @pytest.mark.slow
 def test_a_trial_spanning_nodes_is_one_srun_step_with_num_nodes(tmp_path):
-    out = sweep(sweep_file(tmp_path), "--gpus", "0,1,2,3,4,5,6,7", "--devices-per-trial", 8,
-                "--nodes-per-trial", 4, "--dry-run", SLURM_JOB_ID="42")
+    out = sweep_in_process(sweep_file(tmp_path), "--gpus", "0,1,2,3,4,5,6,7", "--devices-per-trial", 8,
+                           "--nodes-per-trial", 4, "--dry-run", SLURM_JOB_ID="42")
     assert out.returncode == 0, out.stderr
     (line,) = worker_lines(out.stdout)
     assert line.startswith("worker 0: CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 threads=")
