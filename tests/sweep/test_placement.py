@@ -175,7 +175,8 @@ def test_a_trial_alone_uses_the_cores_it_is_allowed(tmp_path):
     path = sweep_file(tmp_path, lrs=(1e-3,))
     one_core = {min(os.sched_getaffinity(0))}
     cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env(), cwd=REPO,
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
+                         env=env(RECORD_TRIAL_SECONDS="0"),   # one worker: no other to leave trials to
                          preexec_fn=lambda: os.sched_setaffinity(0, one_core))
     assert out.returncode == 0, out.stdout + out.stderr
     (seen_file,) = (tmp_path / "runs" / "placed").glob("*/seen.json")
