@@ -3,11 +3,12 @@ its space may only vary numeric model.* keys.
 
 It trains nothing and imports no torch, but behaves like a run to everything that watches it: it
 records its process in summary.json ("running"), appends one validation row to metrics.csv every
-STANDIN_STEP_SECONDS for STANDIN_STEPS steps and saves checkpoints/last.ckpt (a zip, written in
-place as torch.save does) after each, then writes the final summary (val_loss = the seed). With
-`--ckpt_path last` it continues from the checkpoint's step as fit does: rows logged after it are
-dropped and logged again, never twice. Every start appends a line to starts.log (`PID` or
-`PID resume`), so a test sees a run directory that two processes used.
+STANDIN_STEP_SECONDS for STANDIN_STEPS steps (STANDIN_STEPS_t0000_s0: run t0000-s0's own number)
+and saves checkpoints/last.ckpt (a zip, written in place as torch.save does) after each, then
+writes the final summary (val_loss = the seed). With `--ckpt_path last` it continues from the
+checkpoint's step as fit does: rows logged after it are dropped and logged again, never twice.
+Every start appends a line to starts.log (`PID` or `PID resume`), so a test sees a run directory
+that two processes used.
 """
 
 import json
@@ -35,7 +36,8 @@ with open(run_dir / "starts.log", "a") as f:
 summary = {"run_id": opt["run.id"], "group": opt["run.group"], "status": "running", "seed": seed, "model": model,
            "process": process_identity()}
 atomic_write(run_dir / "summary.json", json.dumps(summary))
-steps, pause = int(os.environ.get("STANDIN_STEPS", "3")), float(os.environ.get("STANDIN_STEP_SECONDS", "0.1"))
+steps = int(os.environ.get("STANDIN_STEPS_" + opt["run.id"].replace("-", "_"), os.environ.get("STANDIN_STEPS", "3")))
+pause = float(os.environ.get("STANDIN_STEP_SECONDS", "0.1"))
 metrics = run_dir / "metrics.csv"
 first = 0
 if resume:

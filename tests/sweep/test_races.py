@@ -55,7 +55,8 @@ def test_a_stalled_worker_whose_trial_was_rerun_elsewhere_stops_it_and_it_does_n
     # failed as stale and re-run by the other worker; it then ran on, both runs finished (one cell,
     # two runs in the report) and the worker died on "Cannot tell a FAIL trial".
     path = sweep_file(tmp_path, "stall", lrs=[0.001], seeds=1, workers=2, interval=1, grace=2, storage=storage)
-    proc = start(path, STANDIN_STEPS=20, STANDIN_STEP_SECONDS=0.5)
+    # Only t0000 must outlive the stall (its worker's fence stops it after SIGCONT); the re-run is short.
+    proc = start(path, STANDIN_STEPS=4, STANDIN_STEPS_t0000_s0=60, STANDIN_STEP_SECONDS=0.5)
     runs = tmp_path / "runs" / "stall"
     try:
         worker = wait_for(lambda: worker_of(runs / "t0000-s0"))
