@@ -145,17 +145,6 @@ def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registr
 
 
 @pytest.mark.slow
-def test_non_finite_loss_fails_the_run_with_the_reason(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "nan",
-                     "--model.lr", "1e30", "--model.warmup", "1", "--trainer.gradient_clip_val", "0",
-                     "--trainer.max_epochs", "2", *TINY)
-    assert result.returncode != 0
-    summary = json.loads((tmp_path / "default" / "nan" / "summary.json").read_text())
-    assert summary["status"] == "failed"
-    assert "non-finite" in summary["error"]
-
-
-@pytest.mark.slow
 def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 
