@@ -171,6 +171,9 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     assert notice == [f"precision: {precision}: {why}; --trainer.precision overrides"]
     config = yaml.safe_load((tmp_path / "default" / "auto" / "config.yaml").read_text())
     assert config["trainer"]["precision"] == precision   # the run records what it trained in
+    run_dir = tmp_path / "default" / "auto"   # said at the start and at the end
+    assert f"run directory: {run_dir}\n" in result.stderr
+    assert f"run directory: {run_dir} (finished)" in result.stderr
 
 
 def test_fit_of_the_ngram_trains_in_fp32_without_a_precision_notice(tmp_path):
@@ -281,17 +284,6 @@ def test_an_unknown_key_in_a_config_file_names_it(tmp_path):
     assert result.returncode == 2
     assert "unknown option model.num_heads — did you mean model.heads?" in result.stderr
     assert len(result.stderr.strip().splitlines()) <= 5, result.stderr
-
-
-@pytest.mark.slow
-def test_fit_prints_its_run_directory_at_start_and_end(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "r",
-                     "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1",
-                     "--diagnostics.heatmaps", "0", *TINY)
-    assert result.returncode == 0, result.stderr[-2000:]
-    run_dir = tmp_path / "default" / "r"
-    assert f"run directory: {run_dir}\n" in result.stderr
-    assert f"run directory: {run_dir} (finished)" in result.stderr
 
 
 @pytest.mark.slow
