@@ -82,9 +82,9 @@ def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
         (data / f"{split}.de").write_text("ein Hund\nzwei Katzen\ndrei Mäuse\n")
         (data / f"{split}.en").write_text("a dog\ntwo cats\nthree mice\n")
     (data / "train.en").write_text("a dog\ntwo cats\n")
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path / "runs",
-                     "--data.task", "files", "--data.data_dir", data, "--data.src_lang", "de",
-                     "--data.tgt_lang", "en", *TINY)
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path / "runs",
+                            "--data.task", "files", "--data.data_dir", data, "--data.src_lang", "de",
+                            "--data.tgt_lang", "en", *TINY)
     assert result.returncode == 2   # a data error is a usage error, like a bad option
     message = (f"lit-attention fit: error: line counts differ: {data / 'train.de'} has 3 lines, "
                f"{data / 'train.en'} has 2 lines")
@@ -93,8 +93,8 @@ def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
 
 
 def test_unknown_choice_fails_at_parse_time_listing_valid_ones(tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path,
-                     "--model.positional", "wavelet")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path,
+                            "--model.positional", "wavelet")
     assert result.returncode == 2
     assert "wavelet" in result.stderr and "rotary" in result.stderr and "alibi" in result.stderr
     assert not tmp_path.joinpath("default").exists()
