@@ -225,27 +225,38 @@ def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path)
     assert summary["val_ppl"] > 1 and "multi30k" in summary["task"]
 
 
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory):
+    """Run "d": a TINY copy model trained for one epoch, alone in a run root; its beam settings
+    matter only to `test` (validation decodes greedily). The tests below evaluate its checkpoint
+    into runs of other ids, except `test`, which writes into "d"."""
+    root = tmp_path_factory.mktemp("one-epoch")
+    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "d",
+                  "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
+                  "--model.beam_size", "2", "--model.length_penalty", "0.5", *TINY)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    return root / "default" / "d"
+
+
 @pytest.mark.slow
-def test_ddp_validation_sums_exactly_over_two_gloo_ranks(tmp_path):
+def test_ddp_validation_sums_exactly_over_two_gloo_ranks(one_epoch_run):
     """Perplexity and BLEU over 2 CPU ranks equal one process's (an odd number of batches, so one
     rank also gets a marked padding batch that must not count)."""
-    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "m",
-                  *TINY, "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0")
-    assert fit.returncode == 0, fit.stderr[-3000:]
-    ckpt = tmp_path / "default" / "m" / "checkpoints" / "best.ckpt"
+    root = one_epoch_run.parents[1]
+    ckpt = one_epoch_run / "checkpoints" / "best.ckpt"
     results = {}
     for devices in (1, 2):
         run_id = f"v{devices}"
-        args = ["validate", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", run_id,
+        args = ["validate", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", run_id,
                 *TINY, "--data.n_val", "45", "--data.max_tokens", "150", "--ckpt_path", ckpt,
                 "--trainer.accelerator", "cpu", "--trainer.devices", devices]
         if devices > 1:
             args += ["--trainer.strategy", "ddp"]   # a subprocess script: Lightning relaunches rank 1
         result = run_cli(*args, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
-        summary = json.loads((tmp_path / "default" / run_id / "summary.json").read_text())
+        summary = json.loads((root / "default" / run_id / "summary.json").read_text())
         assert summary["world_size"] == devices
-        hyps = (tmp_path / "default" / run_id / "hyps" / "val.txt").read_text()
+        hyps = (root / "default" / run_id / "hyps" / "val.txt").read_text()
         results[devices] = (summary["val_ppl"], summary["val_bleu"], hyps)
     assert results[2][0] == pytest.approx(results[1][0], rel=1e-6)
     assert results[2][1] == pytest.approx(results[1][1], abs=1e-6)
@@ -315,18 +326,14 @@ def test_ctrl_c_stops_fit_cleanly_with_exit_130_and_a_resumable_checkpoint(tmp_p
 
 
 @pytest.mark.slow
-def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_path):
-    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "d",
-                  "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
-                  "--model.beam_size", "2", "--model.length_penalty", "0.5", *TINY)
-    assert fit.returncode == 0, fit.stderr[-2000:]
-    run_dir = tmp_path / "default" / "d"
+def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(one_epoch_run):
+    run_dir, root = one_epoch_run, one_epoch_run.parents[1]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["val_decoding"] == {"method": "greedy", "beam_size": 1, "length_penalty": None,
                                        "max_len_a": 1.5, "max_len_b": 10}
     assert summary["val_sacrebleu_signature"].startswith("nrefs:1|")
     ckpt = run_dir / "checkpoints" / "best.ckpt"
-    test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--ckpt_path", ckpt,
+    test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--ckpt_path", ckpt,
                    "--model.beam_size", "3", "--model.length_penalty", "1.0", "--model.max_len_a", "1.2",
                    "--model.max_len_b", "4", *TINY)
     assert test.returncode == 0, test.stderr[-2000:]
@@ -334,10 +341,10 @@ def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(tmp_p
     assert summary["test_decoding"] == {"method": "beam", "beam_size": 3, "length_penalty": 1.0,
                                         "max_len_a": 1.2, "max_len_b": 4}
     assert summary["test_sacrebleu_signature"].startswith("nrefs:1|") and "test_chrf_signature" in summary
-    validate = run_cli("validate", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "v",
+    validate = run_cli("validate", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "v",
                        "--ckpt_path", ckpt, "--model.max_len_b", "3", *TINY)
     assert validate.returncode == 0, validate.stderr[-2000:]
-    summary = json.loads((tmp_path / "default" / "v" / "summary.json").read_text())
+    summary = json.loads((root / "default" / "v" / "summary.json").read_text())
     assert summary["val_decoding"]["max_len_b"] == 3
 
 
