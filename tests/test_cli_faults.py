@@ -22,7 +22,7 @@ def _errors(stderr: str) -> list[str]:
 def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     fs = tmpfs("8m")
     fs.remount("ro")
-    out = run_cli("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")
+    out = cli_in_process("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")   # refused before training
     assert out.returncode == 1, out.stderr[-3000:]
     errors = _errors(out.stderr)
     assert errors == [f"lit-attention fit: error: cannot write {fs.path / 'runs'}: Read-only file system"], errors
@@ -62,7 +62,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
     crafted = tmp_path / "best.ckpt"
     torch.save({"hyper_parameters": _RunsCode(), "state_dict": {}}, crafted)
     for command in ("test", "fit"):
-        out = run_cli(command, *TINY, "--run.root", tmp_path / "runs", "--ckpt_path", crafted, cwd=tmp_path)
+        out = cli_in_process(command, *TINY, "--run.root", tmp_path / "runs", "--ckpt_path", crafted, cwd=tmp_path)
         assert out.returncode == 2, out.stderr[-3000:]
         errors = _errors(out.stderr)
         assert len(errors) == 1 and errors[0].startswith(
