@@ -14,7 +14,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, cli_in_process
 
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -88,7 +88,7 @@ def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp
     fs = tmpfs("64m")
     fs.remount("ro")
     path = sweep_file(tmp_path, "ro", fs.path / "runs")
-    out = sweep(path)
+    out = cli_in_process("sweep", path, env=env())   # refused before the study: no driver process needed
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stderr, out.stderr
     errors = [line for line in out.stderr.splitlines() if "error" in line]
@@ -96,7 +96,7 @@ def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp
 
     # A study database elsewhere: still refused before the study is created.
     elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
-    out = sweep(path, "--storage", elsewhere)
+    out = cli_in_process("sweep", path, "--storage", elsewhere, env=env())
     assert out.returncode == 1 and "Read-only file system" in out.stderr, out.stdout + out.stderr
     assert optuna.study.get_all_study_names(elsewhere) == []
 
