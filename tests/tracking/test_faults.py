@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 import signal
 
 import pytest
@@ -21,19 +22,30 @@ def _steps(run_dir, column):
         return [r["step"] for r in csv.DictReader(f) if r.get(column)]
 
 
-def _killed_before_first_checkpoint(tmp_path):
-    killed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k",
+@pytest.fixture(scope="module")
+def killed_run(tmp_path_factory):
+    """Run "k", killed with SIGKILL before its first checkpoint; tests take a copy (`_copy_of`)."""
+    root = tmp_path_factory.mktemp("killed")
+    killed = run_cli("fit", *TINY, "--run.root", root, "--run.id", "k",
                      "--trainer.callbacks+=interrupt.SigkillAtFirstValidation",
                      env=cli_env(PYTHONPATH=str(REPO / "tests")))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    run_dir = tmp_path / "default" / "k"
+    run_dir = root / "default" / "k"
     assert _steps(run_dir, "val_loss") and not (run_dir / "checkpoints" / "last.ckpt").exists()
     return run_dir
 
 
+def _copy_of(killed_run, tmp_path):
+    """The killed run copied to tmp_path/default/k: readers go by where a run is now, and its
+    process stays dead."""
+    run_dir = tmp_path / "default" / "k"
+    shutil.copytree(killed_run, run_dir)
+    return run_dir
+
+
 @pytest.mark.slow
-def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_nothing(tmp_path):
-    run_dir = _killed_before_first_checkpoint(tmp_path)
+def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_nothing(killed_run, tmp_path):
+    run_dir = _copy_of(killed_run, tmp_path)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
 
     resumed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k", "--ckpt_path", "last")
@@ -52,8 +64,8 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_n
 
 
 @pytest.mark.slow
-def test_a_killed_run_is_reported_killed_with_a_reason(tmp_path):
-    run_dir = _killed_before_first_checkpoint(tmp_path)
+def test_a_killed_run_is_reported_killed_with_a_reason(killed_run, tmp_path):
+    run_dir = _copy_of(killed_run, tmp_path)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "running"             # the process had no chance to write its end
     assert summary["process"]["pid"] > 0 and summary["heartbeat_at"]
