@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, run_cli, write_lines
+from conftest import CONFIGS, cli_in_process, run_cli, write_lines
 from lit_attention.tracking.run_store import git_commit
 
 pytestmark = pytest.mark.slow
@@ -42,7 +42,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
 
     good = (data / "test.de").read_bytes()
     (data / "test.de").write_bytes(b"\x00" * 64)            # the test file replaced by a binary one
-    failed = run_cli(*test)
+    failed = cli_in_process(*test)   # stops at the test data
     assert failed.returncode == 2, failed.stderr[-3000:]
     assert f"run directory: {run_dir} (test failed)" in failed.stderr
     after = summary(run_dir)
