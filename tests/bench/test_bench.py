@@ -18,7 +18,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
-SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side"]
+SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
+           "typo_exit"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -51,9 +52,12 @@ SUMMARIES = {
                 r"cached/uncached greedy = (?P<cached_ratio>N)x",
     "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
                             r"(?:; bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\))?",
+    "typo_exit": r"typo'd sweep exits 2 after (?P<cpu>N) s CPU = (?P<ratio>N)x importing Lightning "
+                 r"\((?P<baseline>N) s\); goal < (?P<goal>N) s CPU: (?P<met>met|NOT met)",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
 GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",)}   # min of these vs goal
+GOAL_BELOW = {"typo_exit": "cpu"}                                                     # this one under goal
 
 
 @pytest.mark.timeout(120)
@@ -77,6 +81,10 @@ def test_bench_script_quick_prints_summary(name, monkeypatch):
         rounding = max(0.5 * 10 ** -len(printed[k].partition(".")[2]) for k in GOAL_OF[name])
         if abs(measured - values["goal"]) > rounding:     # "met" must agree with the printed ratio
             assert (match["met"] == "met") == (measured >= values["goal"]), summary[0]
+    if name in GOAL_BELOW:
+        key = GOAL_BELOW[name]
+        if abs(values[key] - values["goal"]) > 0.005:
+            assert (match["met"] == "met") == (values[key] < values["goal"]), summary[0]
 
 
 @pytest.mark.slow
