@@ -7,7 +7,9 @@ references: what significance tests and BLEU by length need). Of gradflow.csv on
 last measured step are kept: all the analysis reads (aggregate.last_gradflow), where every step of
 a reference run is about 1 MB. Checkpoints, attention heatmaps and
 W&B files stay behind, so the store is a few hundred KB per run. A run already in the destination
-is replaced (re-exporting a finished run after `lit-attention test` adds its test hypotheses).
+is replaced (re-exporting a finished run after `lit-attention test` adds its test hypotheses), but
+only by the same run: one whose task, seed and model settings differ (a new study reusing the run
+ids t0000-s0, ... of a lost one) is refused, and nothing is exported.
 A run whose summary.json cannot be read (tracking/schema.py) is not exported: nothing is copied,
 and the message names the file and what is wrong.
 """
@@ -46,6 +48,29 @@ def export_run(run_dir: Path, destination: Path) -> Path:
     return target
 
 
+IDENTITY = ("task", "seed", "model")   # summary.json fields that say which cell a run is
+
+
+def replaced_by_another_run(run_dir: Path, destination: Path) -> str | None:
+    """Why exporting run_dir would replace a different run of the same id, or None."""
+    target = destination / run_dir.name
+    if not schema.summary_path(target).is_file():
+        return None
+    old, new = schema.read_summary(target), schema.read_summary(run_dir)
+    differ = [k for k in IDENTITY if old.get(k) != new.get(k)]
+    if not differ:
+        return None
+    if "model" in differ:
+        a, b = old.get("model") or {}, new.get("model") or {}
+        keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        differ[differ.index("model")] = ", ".join(f"model.{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys)
+    for k in ("task", "seed"):
+        if k in differ:
+            differ[differ.index(k)] = f"{k} {old.get(k)!r} -> {new.get(k)!r}"
+    return (f"{target} holds another run of the same id ({'; '.join(differ)}); export to another "
+            f"destination, or remove {target} if the committed run is to go")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", type=Path, help="a group of run stores (runs/<group>)")
@@ -76,6 +101,14 @@ def main(argv: list[str] | None = None) -> int:
         found = [p for p in found if schema.read_summary(p).status is schema.Status.FINISHED]
         if not found:
             print(f"error: no finished run in {args.runs}", file=sys.stderr)
+            return 2
+    for run_dir in found:
+        try:
+            clash = replaced_by_another_run(run_dir, args.destination)
+        except schema.SummaryError as exc:
+            clash = str(exc)
+        if clash:
+            print(f"error: {clash}; nothing exported", file=sys.stderr)
             return 2
     for run_dir in found:
         export_run(run_dir, args.destination)

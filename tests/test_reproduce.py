@@ -85,6 +85,25 @@ def test_export_refuses_a_summary_it_cannot_read_and_copies_nothing(tmp_path, ca
     assert not (tmp_path / "results").exists()
 
 
+def test_export_replaces_a_run_only_by_the_same_run(tmp_path, capsys):
+    """A new study reuses run ids (t0000-s0, ...): exporting it over a committed store must not
+    silently put another cell's run in place of the committed one."""
+    runs, results = tmp_path / "runs", tmp_path / "results"
+    write_run(runs, "study", "t0000-s0", seed=0, val_bleu=1.0, model={"family": "rnn", "scoring": "dot"})
+    assert export.main([str(runs / "study"), str(results)]) == 0
+    write_run(runs, "study", "t0000-s0", seed=0, val_bleu=2.0, model={"family": "rnn", "scoring": "dot"})
+    assert export.main([str(runs / "study"), str(results)]) == 0        # the same run again: replaced
+    assert '"val_bleu": 2.0' in (results / "t0000-s0" / "summary.json").read_text()
+    write_run(runs, "study", "t0000-s0", seed=0, val_bleu=3.0, model={"family": "rnn", "scoring": "low_rank"})
+    write_run(runs, "study", "t0001-s1", seed=1, val_bleu=3.0, model={"family": "rnn", "scoring": "low_rank"})
+    assert export.main([str(runs / "study"), str(results)]) == 2
+    err = capsys.readouterr().err
+    assert f"{results / 't0000-s0'} holds another run of the same id (model.scoring 'dot' -> 'low_rank')" in err
+    assert err.rstrip().endswith("nothing exported")
+    assert '"val_bleu": 2.0' in (results / "t0000-s0" / "summary.json").read_text()
+    assert not (results / "t0001-s1").exists()
+
+
 def test_values_and_tables_are_regenerated_and_checked(tmp_path, store):
     doc = _doc(tmp_path, store,
                "Attention gives <!-- value STORE val_bleu mean model.attention=bahdanau -->0<!-- end -->"
