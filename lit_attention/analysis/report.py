@@ -252,16 +252,12 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     """Every table file; returns the Markdown tables to print."""
     keys = rows + cols
 
-    # Only the baseline's row so far (a sweep under way): there is no test to describe.
-    tested = sig if sig is not None and sig.attrs["comparisons"] else None
-    alone = f"Only the baseline ({baseline}) so far: nothing tested." if sig is not None and tested is None else None
-
     def caption(shown=None) -> str:
         return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                   significance.method_of(tested) if tested is not None else None,
+                                   significance.method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
                                    unreadable=len(skipped),
-                                   notes=(alone, tables.test_notes(sig, keys), tables.scoring_note(runs)),
+                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs)),
                                    decoding=decoding(runs, args.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
                                                and not sig.attrs["values"] else None),

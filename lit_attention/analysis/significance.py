@@ -82,8 +82,8 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
     sentences = ("" if values else f"draws the {SPLITS.get(split, split)} sentences with replacement (one "
                  f"draw for every run; corpus {name} recomputed from cached sentence statistics), and ")
     of = f" (of the {values} values)" if values else ""
-    family = "" if comparisons is None else (f" of {comparisons} comparison{'s' * (comparisons != 1)} "
-                                             f"({hypotheses(test, comparisons)} hypotheses)")
+    family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
+              else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({hypotheses(test, comparisons)} hypotheses)")
     return (f"{'test over seeds' if values else TESTS[test]}: each of {n_samples:,} resamples "
             f"(seed {seed}) {sentences}moves the difference of the seed means{of} by its "
             f"standard error times Student's t with Welch–Satterthwaite degrees of freedom (Welch's "

@@ -217,15 +217,17 @@ def test_the_default_baseline_is_found_when_scoring_restates_attention(tmp_path,
     assert [c.strip() for c in header.split("|")[1:3]] == ["Family", "Attention"]
 
 
-def test_a_baseline_without_other_rows_is_said_so_not_described_as_a_test_of_0_comparisons(tmp_path):
-    """A sweep under way whose first runs are all of the baseline's configuration."""
+def test_a_table_with_nothing_tested_yet_says_so_not_a_test_of_0_comparisons(tmp_path):
+    """A sweep under way: the baseline and another row, each with one seed so far."""
     from analysis_stores import references
     refs = references(30, seed=4)
-    write_run(tmp_path, "study", "dot-s1", seed=1, model=dict(family="rnn", scoring="dot"), val_bleu=30.0,
-              hyps=refs, refs=refs)
+    for scoring in ("dot", "general"):
+        write_run(tmp_path, "study", f"{scoring}-s1", seed=1, model=dict(family="rnn", scoring=scoring),
+                  val_bleu=30.0, hyps=refs, refs=refs)
     out = tmp_path / "out"
     assert report.main([str(tmp_path / "study"), "--out", str(out), "--no-figures",
                         "--rows", "model.scoring", "--baseline", "scoring=dot"]) == 0
     caption = (out / "table.md").read_text()
-    assert "0 comparisons" not in caption and "Holm-corrected" not in caption
-    assert "Only the baseline (model.scoring=dot) so far: nothing tested." in caption
+    assert "0 comparisons" not in caption and "(0 hypotheses)" not in caption
+    assert "Holm-corrected over both directions of the comparisons tested (none here)." in caption
+    assert "n=1: one seed (here or in the baseline), so no test over seeds and no mark." in caption
