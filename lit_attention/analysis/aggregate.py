@@ -225,8 +225,9 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     clipped to the metric's range), n_failed, n_pruned, n_invalid, n_missing (finished without
     the metric), n_other, the finite means of COSTS and GRADIENT columns present, the
     `gradflow_columns` of the averaged runs' gradflow.csv pooled, budget (the budgets of the
-    averaged runs, ';'-separated), n_under_budget (averaged runs that stopped before their budget
-    was used up), run_ids (averaged runs) and excluded_ids (`run_id:status`), both ';'-separated.
+    averaged runs, ';'-separated; None in a row with no averaged run), n_under_budget (averaged
+    runs that stopped before their budget was used up), run_ids (averaged runs) and excluded_ids
+    (`run_id:status`), both ';'-separated.
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
@@ -252,7 +253,7 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
                 row[col] = finite_mean(good[col])
         if "run_dir" in good and len(good):
             row.update(gradflow_columns(last_gradflow(load_gradflow(good))))
-        row["budget"] = ";".join(sorted({budget_text(r) for _, r in good.iterrows()}))
+        row["budget"] = ";".join(sorted({budget_text(r) for _, r in good.iterrows()})) if len(good) else None
         row["n_under_budget"] = int(good["budget_reached"].eq(False).sum()) if "budget_reached" in good else 0
         row["seeds"] = ";".join(str(s) for s in good.get("seed", []))
         row["run_ids"] = ";".join(good["run_id"])

@@ -219,7 +219,7 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     if any(decays):
         columns[GRADFLOW_COLUMN] = decays
     if "budget" in agg and agg["budget"].nunique() > 1:
-        columns["budget"] = list(agg["budget"])
+        columns["budget"] = agg["budget"].fillna("").tolist()
     if "n_under_budget" in agg and agg["n_under_budget"].any():
         columns["under budget"] = agg["n_under_budget"].astype(int).astype(str).tolist()
     if sig is not None:
@@ -494,7 +494,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     if unreadable:
         parts.append(f"{unreadable} run{'s' * (unreadable != 1)} skipped as unreadable (malformed "
                      "summary.json or config.yaml; listed in excluded.csv).")
-    budgets = set(agg["budget"]) if "budget" in agg else set()
+    budgets = set(agg["budget"].dropna()) if "budget" in agg else set()   # rows without runs: none
     if len(budgets) == 1 and budgets != {""}:
         parts.append(f"Every run trained to the same budget, {budgets.pop()}; steps, train s (wall "
                      "time) and train FLOPs are what training used.")

@@ -60,3 +60,21 @@ def test_different_budgets_get_a_column_and_seeds_that_differ_are_a_hidden_diffe
         config = tmp_path / "g" / f"rnn-{seed}" / "config.yaml"
         config.write_text(config.read_text() + f"budget:\n  flops: {flops}\n")
     assert aggregate.hidden_differences(load.load_runs(tmp_path), ["model.family"]) == ["config.budget.flops"]
+
+
+def test_a_configuration_with_no_finished_run_yet_does_not_make_the_budgets_differ(tmp_path):
+    """A sweep's table while it runs: a row whose only run is still training has no budget to
+    compare, which is not the same as a run trained without one."""
+    runs = runs_under(tmp_path, {(f, s): (1.8e14, True) for f in ("rnn", "transformer") for s in (1, 2)})
+    write_run(tmp_path, "g", "lstm-1", seed=1, model={"family": "lstm"}, status="running", val_bleu=None)
+    agg = aggregate.aggregate(load.load_runs(tmp_path), ["model.family"], "val_bleu")
+    assert agg["n"].tolist() == [0, 2, 2]
+    cells, _ = tables.summary_table(agg, ["model.family"], "val_bleu")
+    assert "budget" not in cells
+    caption = tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, None)
+    assert "Every run trained to the same budget, 1.8e+14 FLOPs" in caption
+    assert "differ" not in caption
+    # ...while a finished run without a budget beside budgeted ones does make them differ
+    write_run(tmp_path, "g", "lstm-2", seed=2, model={"family": "lstm"}, val_bleu=20.0)
+    agg = aggregate.aggregate(load.load_runs(tmp_path), ["model.family"], "val_bleu")
+    assert "budgets differ between rows" in tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, None)
