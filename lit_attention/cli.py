@@ -103,6 +103,7 @@ def _build_cli_class():
     from lightning.pytorch.cli import LightningCLI
 
     from lit_attention.lightning.budget import TrainingBudget, step_limit
+    from lit_attention.lightning.stop_point import StopAtCleanPoint
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.lightning.trainer import Trainer
     from lit_attention.tracking.callback import RunStoreCallback
@@ -204,6 +205,7 @@ def _build_cli_class():
             callbacks = []
             if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
                 callbacks.append(TrainingBudget(**vars(cfg.budget)))
+                callbacks.append(StopAtCleanPoint())
             callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
                                               cfg.get("seed_everything"), self.subcommand,
                                               from_checkpoint=bool(cfg.get("ckpt_path"))))
@@ -491,6 +493,7 @@ def _train(argv: list[str]) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_attention.data.text import DataError
+    from lit_attention.lightning.stop_point import signal_name
     from lit_attention.threads import use_allowed_cores
     from lit_attention.tracking.schema import Status
     from lit_attention.tracking.wandb import finish
@@ -513,19 +516,17 @@ def _train(argv: list[str]) -> int:
         print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
               f"{_refusal(str(exc))}", file=sys.stderr)
         return 2
-    except SIGTERMException:
-        status = Status.INTERRUPTED
-        print("interrupted by SIGTERM: resume with --run.id <id> --ckpt_path last", file=sys.stderr)
-        return 143
     except (KeyboardInterrupt, SystemExit) as exc:
         trainer = session.get("trainer")
-        # Lightning turns Ctrl-C into sys.exit(1) after its clean stop (on_exception saved last.ckpt)
-        if isinstance(exc, SystemExit) and not (trainer is not None and trainer.interrupted):
+        # Lightning turns Ctrl-C into sys.exit(1) after its stop; SIGTERMException is a SystemExit
+        interrupted = trainer is not None and trainer.interrupted
+        if isinstance(exc, SystemExit) and not (interrupted or isinstance(exc, SIGTERMException)):
             raise
         status = Status.INTERRUPTED
         run_id = session["run_dir"].name if session.get("run_dir") else "<id>"
-        print(f"interrupted (Ctrl-C): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
-        return 130
+        name = signal_name(trainer, exc) if trainer is not None else "Ctrl-C"
+        print(f"interrupted ({name}): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
+        return 130 if name == "Ctrl-C" else 143
     except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
         fault = write_fault(exc, session.get("run_dir"))
         if fault:   # disk full, read-only file system: one line, what and where

@@ -33,7 +33,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     env = cli_env(PYTHONPATH=str(REPO / "tests"))
     # A real SIGTERM in the middle of the second epoch.
     cut = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut",
-                  "--trainer.callbacks+=interrupt.SigtermAfterSteps", "--trainer.callbacks.steps", "7",
+                  "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "7",
                   env=env)
     assert cut.returncode == 143, cut.stderr[-3000:]
     cut_dir = tmp_path / "default" / "cut"

@@ -10,6 +10,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
+from lit_attention.lightning.stop_point import inside_validation, signal_name
 from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
@@ -193,12 +194,15 @@ class RunStoreCallback(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         interrupted = isinstance(exception, (KeyboardInterrupt, SIGTERMException))
-        if interrupted and trainer.state.fn == "fit":
-            # Leave a resumable checkpoint: `fit ... --ckpt_path last` continues from here.
+        if (isinstance(exception, SIGTERMException) and trainer.state.fn == "fit"
+                and not inside_validation(trainer)):
+            # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
+            # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
         if trainer.is_global_zero:
             status = Status.INTERRUPTED if interrupted else Status.FAILED
-            error = f"{type(exception).__name__}: {exception}"
+            error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
+                     else f"{type(exception).__name__}: {exception}")
             try:
                 if trainer.state.fn != "fit" and self.run_dir.read_summary().status is not None:
                     # a failed evaluation of a trained run: the training's status and counts stay

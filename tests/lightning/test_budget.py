@@ -163,7 +163,7 @@ def test_budget_carries_across_an_interrupted_and_resumed_run(tmp_path):
     full = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "full")
     assert full.returncode == 0, full.stderr[-3000:]
     cut = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "cut",
-                  "--trainer.callbacks+=interrupt.SigtermAfterSteps", "--trainer.callbacks.steps", "30",
+                  "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "30",
                   env=cli_env(PYTHONPATH=str(REPO / "tests")))
     assert cut.returncode == 143, cut.stderr[-3000:]
     resumed = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "cut",

@@ -138,7 +138,7 @@ SCENARIOS = {   # run id -> (extra arguments, exit code, status, what its reason
     "pruned": ([], 0, Status.PRUNED, "STOP file: pruned"),      # its STOP file exists before it starts
     "failed": (["--model.lr", "1e30", "--model.warmup", "1", "--trainer.gradient_clip_val", "0"], 1,
                Status.FAILED, "non-finite"),
-    "interrupted": (["--trainer.callbacks+=interrupt.SigtermAfterSteps", "--trainer.callbacks.steps", "2"],
+    "interrupted": (["--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "2"],
                     143, Status.INTERRUPTED, "SIGTERM"),
     "running": (["--trainer.callbacks+=interrupt.SigkillAtFirstValidation"], -signal.SIGKILL,
                 Status.RUNNING, None),
