@@ -9,7 +9,7 @@ from conftest import REPO, cli_env, run_cli
 from test_training import RESUME_ARGS, _record
 
 # small batches, so that a validation has several and a signal can land in its middle
-ARGS = [*RESUME_ARGS, "--data.max_tokens", "64"]
+ARGS = [*RESUME_ARGS, "--data.max_tokens", "64", "--data.n_train", "300"]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_a_stopped_run_continues_as_if_it_had_not_stopped(tmp_path, uninterrupte
     validation, and a Ctrl-C inside a training batch one from which the run trained a step less."""
     stop = (["--trainer.callbacks+=interrupt.SignalDuringValidation", "--trainer.callbacks.epoch", "1"]
             if where == "validation" else
-            ["--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "100"])
+            ["--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "50"])
     cut = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", *stop,
                   "--trainer.callbacks.signal_name", signal_name, env=cli_env(PYTHONPATH=str(REPO / "tests")))
     run_dir = tmp_path / "default" / "cut"
@@ -64,7 +64,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_run_continues_from_its_last_check
     stopped = json.loads((run_dir / "summary.json").read_text())
     assert (stopped["status"], stopped["error"]) == ("interrupted", "interrupted (Ctrl-C)")
     at_epoch_end = run_dir / "checkpoints" / "last.ckpt"   # ModelCheckpoint's, after epoch 0
-    assert torch.load(at_epoch_end, weights_only=False)["epoch"] == 0
+    assert torch.load(at_epoch_end, weights_only=True)["epoch"] == 0
 
     resumed = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -83,7 +83,7 @@ def test_ddp_ranks_stopped_by_ctrl_c_continue_as_if_they_had_not_stopped(tmp_pat
     full = run_cli("fit", *ddp, "--run.root", tmp_path, "--run.id", "full", timeout=300)
     assert full.returncode == 0, full.stderr[-3000:]
     cut = run_cli("fit", *ddp, "--run.root", tmp_path, "--run.id", "cut",
-                  "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "40",
+                  "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "25",
                   "--trainer.callbacks.signal_name", "SIGINT", env=cli_env(PYTHONPATH=str(REPO / "tests")),
                   timeout=300)
     assert cut.returncode == 130, cut.stderr[-3000:]
