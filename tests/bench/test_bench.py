@@ -51,7 +51,8 @@ SUMMARIES = {
     "decoding": r"greedy (?P<greedy>N) and beam-(?P<beam>N) (?P<beam_rate>N) sentences/s \([^)]+\); "
                 r"cached/uncached greedy = (?P<cached_ratio>N)x",
     "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
-                            r"(?:; bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\))?",
+                            r"; (?:bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\)"
+                            r"|bf16-mixed not run)",   # not run: a CPU without native bf16
     "typo_exit": r"typo'd sweep exits 2 after (?P<cpu>N) s CPU = (?P<ratio>N)x importing Lightning "
                  r"\((?P<baseline>N) s\); goal < (?P<goal>N) s CPU: (?P<met>met|NOT met)",
 }
