@@ -9,7 +9,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import select
 from lit_attention.models.transformer import TransformerSeq2Seq
-from seq2seq_training import fingerprint, train_on_batch
+from seq2seq_training import fingerprint, fingerprints_differing, train_on_batch
 
 V = 16
 POSITIONAL = list(registry.POSITIONAL)
@@ -240,15 +240,12 @@ GOLDEN_VARIANTS = [(norm, positional, scoring) for norm in registry.NORM
 
 def golden_fingerprints() -> dict[str, list[float]]:
     src, tgt_in, _ = batch()
-    return {"-".join(v): fingerprint(tiny(norm=v[0], positional=v[1], scoring=v[2]).double(), src, tgt_in)
+    return {"-".join(v): fingerprint(tiny(norm=v[0], positional=v[1], scoring=v[2]), src, tgt_in)
             for v in GOLDEN_VARIANTS}
 
 
-# golden_fingerprints() measured in float64 on the code that still branched on the names
-# (commit 2ab0aa7): the tables build the same parameters in the same order and compute the same
-# outputs. float64, because float32 sums of the logits differ between CPUs' kernels (AVX2, AVX-512,
-# AMX reassociate differently) by up to ~1e-6 relative, as much as a real change of a constant does;
-# in float64 that noise is ~1e-14, so GOLDEN_RTOL can be tight (test_golden_tolerance_catches_...).
+# golden_fingerprints() (float64) measured on the code that still branched on the names
+# (commit 2ab0aa7): the tables build the same parameters in the same order and compute the same outputs.
 GOLDEN = {
     'pre-sinusoidal-scaled_dot': [347.368650931945, 15.048392636297592, 342.71517922676037],
     'pre-learned-dot': [381.79248431994347, 64.29812562283666, 293.1027028268805],
@@ -261,21 +258,8 @@ GOLDEN = {
     'post-t5_bias-additive': [328.99870333947183, 43.5650600781139, 401.6511510906408],
     'post-rotary-general': [314.9313070824428, -30.902661213180764, 297.2083711900668],
 }
-GOLDEN_RTOL, GOLDEN_ATOL = 1e-10, 1e-10
-
-
-def golden_differences() -> list[str]:
-    """The variants whose float64 fingerprint differs from GOLDEN beyond the tolerance."""
-    got = golden_fingerprints()
-    assert got.keys() == GOLDEN.keys()
-    return [name for name, expected in GOLDEN.items()
-            if not torch.allclose(torch.tensor(got[name], dtype=torch.float64),
-                                  torch.tensor(expected, dtype=torch.float64),
-                                  rtol=GOLDEN_RTOL, atol=GOLDEN_ATOL)]
-
-
 def test_models_compute_what_they_did_before_the_scoring_and_norm_tables():
-    assert golden_differences() == []
+    assert fingerprints_differing(golden_fingerprints(), GOLDEN) == []
 
 
 def test_golden_tolerance_catches_a_one_ulp_change_of_the_attention_scale(monkeypatch):
@@ -289,4 +273,4 @@ def test_golden_tolerance_catches_a_one_ulp_change_of_the_attention_scale(monkey
         return sdpa(q, k, v, *args, scale=scale, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", planted)
-    assert golden_differences() == [name for name in GOLDEN if name.endswith("-scaled_dot")]
+    assert fingerprints_differing(golden_fingerprints(), GOLDEN) == [name for name in GOLDEN if name.endswith("-scaled_dot")]
