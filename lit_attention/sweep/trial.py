@@ -37,7 +37,8 @@ _SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
 # What torch, the CUDA runtime, cuBLAS and cuDNN say when a GPU allocation fails.
 GPU_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
-                               r"|CUDA driver error: out of memory|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
+                               r"|CUDA driver error: out of memory"
+                               r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
 
 
 class TrialFailed(Exception):
