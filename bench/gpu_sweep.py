@@ -55,6 +55,22 @@ def gpu_name(gpu: str) -> str:
     return f"GPU {gpu}"
 
 
+def gpu_memory_of(pids: set[int]) -> dict[int, float]:
+    """MiB of GPU memory each of `pids` uses now, by nvidia-smi (empty where it lists no processes,
+    e.g. in a container with its own process ids)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    out = subprocess.run([smi, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True)
+    used = {}
+    for line in out.stdout.splitlines():
+        pid, _, mib = line.partition(",")
+        if pid.strip().isdigit() and int(pid) in pids and mib.strip().replace(".", "", 1).isdigit():
+            used[int(pid)] = float(mib)
+    return used
+
+
 def fit_command(root: Path, group: str, run_id: str, steps: int) -> list[str]:
     return [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(REFERENCE),
             "--run.root", str(root), "--run.group", group, "--run.id", run_id, "--tracking", "none",
@@ -71,11 +87,14 @@ def packed(n: int, steps: int, root: Path, gpu: str | None, timeout: float) -> d
     logs = [open(root / f"pack{n}-{i}.log", "wb") for i in range(n)]
     procs = [subprocess.Popen(fit_command(root, f"pack{n}", f"p{i}", steps), cwd=B.REPO, env=env,
                               stdout=log, stderr=subprocess.STDOUT) for i, log in enumerate(logs)]
-    deadline = time.monotonic() + timeout
+    deadline, peak = time.monotonic() + timeout, {}
+    while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        if gpu is not None:   # the trials' GPU memory, to check the driver's assumed TRIAL_GPU_GIB
+            for pid, mib in gpu_memory_of({p.pid for p in procs}).items():
+                peak[pid] = max(peak.get(pid, 0.0), mib)
+        time.sleep(2)
     for p in procs:
-        try:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        if p.poll() is None:
             p.kill()
             p.wait()
     for log in logs:
@@ -95,7 +114,7 @@ def packed(n: int, steps: int, root: Path, gpu: str | None, timeout: float) -> d
         return {"n": n, "failed": failed}
     span = max(e for _, e in windows) - min(s for s, _ in windows)
     return {"n": n, "tokens_per_s": tokens / span, "span_s": span,
-            "each_s": sorted(e - s for s, e in windows)}
+            "each_s": sorted(e - s for s, e in windows), "peak_mib": max(peak.values(), default=float("nan"))}
 
 
 def reference_sweep(root: Path, fraction: float, seeds: int, rows: int | None, gpu: str | None,
@@ -188,14 +207,15 @@ def main() -> None:
                                      else "FAILED: " + "; ".join(r["failed"])), flush=True)
         base = next((r["tokens_per_s"] for r in results if r["n"] == 1 and "failed" not in r), float("nan"))
         rows_out = [[r["n"], r.get("tokens_per_s", float("nan")), r.get("tokens_per_s", float("nan")) / base,
-                     r.get("span_s", float("nan"))] for r in results]
+                     r.get("span_s", float("nan")), r.get("peak_mib", float("nan"))] for r in results]
         sweep = None
         if not args.no_sweep:
             left = args.time_limit - (time.monotonic() - begin)
             sweep = reference_sweep(root, args.budget_fraction, args.seeds, args.rows, gpu,
                                     timeout=max(10.0, left - 20))
     print()
-    B.table(["trials on the GPU", "aggregate target tok/s", "x one trial", "span s"], rows_out)
+    B.table(["trials on the GPU", "aggregate target tok/s", "x one trial", "span s",
+             "GPU MiB of a trial (max seen)"], rows_out)
     most = rows_out[-1] if rows_out else [0, float("nan"), float("nan"), float("nan")]   # the goal: the most packed
     met = "met" if most[2] >= GOAL_RATIO else "NOT met"
     text = (f"gpu_sweep: {most[0]} packed trials {most[1]:,.0f} target tok/s = {most[2]:.2f}x one trial "

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from lit_attention.threads import allowed_cores, env_threads
 
 # GPU memory a reference-size trial is assumed to take (6M-parameter Transformer, 4,096-token
-# batches: CUDA context, weights, Adam state, activations and the allocator's cache), for the
-# default packing's advice only; a trial that runs out of memory fails and says so.
+# batches: CUDA context, weights, Adam state, activations and the allocator's cache; assumed, not
+# measured), for the default packing's advice only; a trial that runs out of memory fails and says so.
 TRIAL_GPU_GIB = 4.0
 
 
