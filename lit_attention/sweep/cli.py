@@ -1,5 +1,5 @@
-"""`lit-attention sweep FILE [--workers N] [--gpus LIST] [--devices-per-trial G] [--storage URL] [--resume]
-[--dry-run] [--test | --test-only]`."""
+"""`lit-attention sweep FILE [--workers N] [--gpus LIST] [--devices-per-trial G] [--trials-per-gpu K]
+[--storage URL] [--resume] [--dry-run] [--test | --test-only]`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import optuna
 from lit_attention.files import check_writable
 from lit_attention.registry import TRACKING
 from lit_attention.sweep import driver, progress, testing
-from lit_attention.sweep.placement import PlacementError, parse_gpus, place, visible_gpus
+from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, gpu_words,
+                                           parse_gpus, place, visible_gpus)
+from lit_attention.threads import allowed_cores
 from lit_attention.sweep.space import config_name
 from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
@@ -25,16 +27,21 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lit-attention sweep", description=(
         "Run an Optuna study declared in a sweep YAML file; every trial is a `lit-attention fit` subprocess."))
     p.add_argument("file", type=Path, help="sweep file, e.g. sweeps/demo.yaml")
-    p.add_argument("--workers", type=int, default=None,
-                   help="worker processes on this machine (default: the file's `workers`, else 1)")
+    p.add_argument("--workers", type=int, default=None, help=(
+        "trials in flight on this machine, one worker process each (default: the file's `workers`, "
+        "else 1)"))
     p.add_argument("--storage", default=None, help=(
         f"study database URL (default: the file's `storage`, then ${STORAGE_ENV}, "
         "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
     p.add_argument("--devices-per-trial", type=int, default=1,
                    help="G > 1: each trial trains with DDP on G devices (on CPU: G gloo processes)")
     p.add_argument("--gpus", default=None, help=(
-        "GPUs to share out, e.g. 0,1,2,3: worker i gets LIST[i*G:(i+1)*G] as CUDA_VISIBLE_DEVICES "
-        "(default: every visible GPU; none: hide them all, CPU trials)"))
+        "GPUs to share out, e.g. 0,1,2,3: cut into sets of G, worker i gets set i mod (sets) as "
+        "CUDA_VISIBLE_DEVICES (default: every visible GPU; none: hide them all, CPU trials)"))
+    p.add_argument("--trials-per-gpu", type=int, default=None, help=(
+        "K: at most K trials at once on each GPU (each set of G GPUs with --devices-per-trial G); "
+        "more workers than sets x K is refused (default: as many as the workers need, with what "
+        "the GPU memory and the cores hold printed beside it)"))
     p.add_argument("--nodes-per-trial", type=int, default=1, help=(
         "M > 1: each trial is one srun step of M nodes x G tasks (--trainer.num_nodes M); "
         "only inside a SLURM allocation"))
@@ -69,8 +76,9 @@ def _url(args, sweep) -> str:
         args.root or sweep.root, sweep.study_name)
 
 
-def _placements(args, sweep, workers: int) -> list:
-    """Each worker's GPUs and threads; raises PlacementError on a request that cannot be met."""
+def _placements(args, sweep, workers: int) -> tuple[list, str]:
+    """Each worker's GPUs and threads, and the line that says how the trials are placed and why;
+    raises PlacementError on a request that cannot be met."""
     if args.gpus is not None:
         gpus, source = parse_gpus(args.gpus), "--gpus"
     else:
@@ -87,7 +95,21 @@ def _placements(args, sweep, workers: int) -> list:
     if args.nodes_per_trial > 1 and not os.environ.get("SLURM_JOB_ID"):
         raise PlacementError(f"--nodes-per-trial {args.nodes_per_trial}: a trial spanning nodes is an srun "
                              "step; run the sweep inside a SLURM allocation (sweeps/slurm-workers.sbatch)")
-    return place(workers, args.devices_per_trial, gpus, source)
+    if args.trials_per_gpu is not None and not gpus:
+        raise PlacementError(f"--trials-per-gpu {args.trials_per_gpu}: no GPU to put trials on "
+                             f"({'--gpus none' if gpus == [] else 'none visible'}); the workers share the CPU cores")
+    placements = place(workers, args.devices_per_trial, gpus, source, args.trials_per_gpu)
+    if not gpus:
+        where = "every GPU hidden by --gpus none" if gpus == [] else "no GPU, CUDA_VISIBLE_DEVICES unchanged"
+        return placements, f"placement: {workers} trial(s) at once on the CPU ({where})"
+    if args.trials_per_gpu is not None:
+        k, why = args.trials_per_gpu, "--trials-per-gpu"
+    else:
+        memory, _ = gpu_memory_gib()
+        k, why = default_trials_per_gpu(len(gpus), memory, allowed_cores(), workers, args.devices_per_trial)
+    unit = "GPU" if args.devices_per_trial == 1 else f"set of {args.devices_per_trial} GPUs"
+    return placements, (f"placement: {workers} trial(s) at once on {gpu_words(gpus, source)}, "
+                        f"at most {k} per {unit} ({why})")
 
 
 def report_study(study_dir: Path, metric: str) -> int:
@@ -131,6 +153,7 @@ def test_only(args) -> int:
         ("--resume", args.resume), ("--dry-run", args.dry_run), ("--test", args.test),
         ("--workers", args.workers is not None), ("--gpus", args.gpus is not None),
         ("--storage", args.storage is not None), ("--devices-per-trial", args.devices_per_trial != 1),
+        ("--trials-per-gpu", args.trials_per_gpu is not None),
         ("--nodes-per-trial", args.nodes_per_trial != 1)) if given]
     if inert:
         return _usage_error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
@@ -151,21 +174,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.test_only:
         return test_only(args)
-    if (args.workers is not None and args.workers < 1) or args.devices_per_trial < 1 or args.nodes_per_trial < 1:
-        print("lit-attention sweep: --workers, --devices-per-trial and --nodes-per-trial must be >= 1",
-              file=sys.stderr)
+    if any(n is not None and n < 1 for n in (args.workers, args.devices_per_trial, args.nodes_per_trial,
+                                               args.trials_per_gpu)):
+        print("lit-attention sweep: --workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
+              "must be >= 1", file=sys.stderr)
         return 2
     try:
         sweep = load_sweep(args.file, args.max_cells)
         root = (args.root or sweep.root).resolve()
         if not args.worker:  # before anything is written: no study, no run directory
             workers = args.workers or sweep.workers
-            placements = _placements(args, sweep, workers)
+            placements, placed = _placements(args, sweep, workers)
             driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator,
                                 args.nodes_per_trial)
     except (SweepError, PlacementError) as e:
         return _usage_error(str(e))
     if args.dry_run:
+        print(placed)
         commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.tracking,
                                          args.accelerator, args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
@@ -184,13 +209,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.worker:
         return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator,
-                                 args.nodes_per_trial)
+                                 args.nodes_per_trial, args.trials_per_gpu)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
     print(f"[{sweep.study_name}] {sweep.sampler} sampler, {sweep.pruner} pruner, {total} trials "
           f"({len(sweep.seeds)} seed(s) each), storage {mask_url(url)}, runs in {root / sweep.study_name}",
           flush=True)
+    print(f"[{sweep.study_name}] {placed}", flush=True)
     try:
         study = driver.open_study(sweep, url, resume=args.resume)
     except SweepError as e:

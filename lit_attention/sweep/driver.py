@@ -326,8 +326,9 @@ class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
     def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
-                 accelerator: str | None = None, nodes: int = 1):
+                 accelerator: str | None = None, nodes: int = 1, sharing: int | None = None):
         self.sweep = sweep
+        self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
         self.accelerator = accelerator
         self.nodes = nodes
         self.root = Path(root).resolve()
@@ -432,7 +433,7 @@ class Objective:
               f"{run_dir}{resumed}", flush=True)
         fence.run_dir = run_dir
         try:
-            out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence)
+            out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence, self.sharing)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
             trial.set_user_attr("status", Status.FAILED.value)
@@ -524,7 +525,7 @@ def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
 
 
 def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
-               accelerator: str | None = None, nodes: int = 1) -> int:
+               accelerator: str | None = None, nodes: int = 1, sharing: int | None = None) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code.
 
     Ctrl-C and SIGTERM stop it where it waits (between storage calls, see interrupts.py): the
@@ -536,7 +537,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    objective = Objective(sweep, url, root, devices, tracking, accelerator, nodes)
+    objective = Objective(sweep, url, root, devices, tracking, accelerator, nodes, sharing)
     try:
         with interrupts.deferred():
             return _pull_trials(study, sweep, url, objective)
@@ -595,7 +596,8 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking:
 def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devices: int, tracking: str | None,
                   accelerator: str | None = None, max_cells: int | None = None, nodes: int = 1) -> list:
     """One worker process per placement, with that placement's GPUs and threads in its environment
-    (its trials inherit them)."""
+    (its trials inherit them); a worker on a GPU is told how many trials share it (`--trials-per-gpu`,
+    for the reason of a trial that runs out of GPU memory)."""
     procs = []
     for placement in placements:
         env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}, **placement.env())
@@ -604,6 +606,8 @@ def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devi
                "--root", str(root), "--devices-per-trial", str(devices), "--nodes-per-trial", str(nodes)]
         if accelerator:
             cmd += ["--accelerator", accelerator]
+        if placement.gpus:
+            cmd += ["--trials-per-gpu", str(placement.sharing)]
         if max_cells:
             cmd += ["--max-cells", str(max_cells)]
         if tracking:

@@ -1,16 +1,28 @@
-"""Where the workers of one machine train: disjoint GPU sets and a fair share of the CPU cores.
+"""Where the workers of one machine train: GPU sets shared by up to K trials each, and a fair share
+of the CPU cores.
 
-Worker i of N, with G devices per trial, gets GPUs LIST[i*G:(i+1)*G] through CUDA_VISIBLE_DEVICES
-(inherited by its trials); every trial gets floor(cores / (N*G)) intra-op threads (at least 1),
-through OMP_NUM_THREADS / MKL_NUM_THREADS, which `lit-attention fit` hands to torch.set_num_threads.
+A sweep's `workers` is the number of trials in flight. With G devices per trial the GPU list is cut
+into sets of G; worker i gets set i mod S (S sets) through CUDA_VISIBLE_DEVICES (inherited by its
+trials), so the workers spread over the GPUs first and then pack onto them, at most K per set
+(`--trials-per-gpu`; by default as many as the workers need, see `default_trials_per_gpu`). Every
+trial gets floor(cores / (N*G)) intra-op threads (at least 1), through OMP_NUM_THREADS /
+MKL_NUM_THREADS, which `lit-attention fit` hands to torch.set_num_threads.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import shutil
+import subprocess
 from dataclasses import dataclass
 
 from lit_attention.threads import allowed_cores, env_threads
+
+# GPU memory a reference-size trial is assumed to take (6M-parameter Transformer, 4,096-token
+# batches: CUDA context, weights, Adam state, activations and the allocator's cache; assumed, not
+# measured), for the default packing's advice only; a trial that runs out of memory fails and says so.
+TRIAL_GPU_GIB = 4.0
 
 
 class PlacementError(ValueError):
@@ -48,11 +60,64 @@ def visible_gpus() -> tuple[list[str], str]:
     return [str(i) for i in range(torch.cuda.device_count())], "torch.cuda.device_count()"
 
 
+def gpu_memory_gib() -> tuple[float | None, str]:
+    """The smallest GPU's memory in GiB and where it came from, or None and why not.
+
+    Asked of `nvidia-smi` in a subprocess: torch has no public call for it that leaves CUDA
+    uninitialised in this process (torch.cuda.mem_get_info and get_device_properties initialise it).
+    """
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None, "GPU memory unknown: no nvidia-smi on PATH"
+    try:
+        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"GPU memory unknown: nvidia-smi failed ({exc})"
+    try:
+        mib = [float(line) for line in out.stdout.split()]
+    except ValueError:
+        mib = []
+    if out.returncode != 0 or not mib:
+        return None, f"GPU memory unknown: nvidia-smi said {(out.stdout + out.stderr).strip()[:100]!r}"
+    return min(mib) / 1024, "nvidia-smi"
+
+
+def default_trials_per_gpu(gpus: int, memory_gib: float | None, cores: int, workers: int,
+                           devices: int = 1) -> tuple[int, str]:
+    """Trials on each set of `devices` GPUs when --trials-per-gpu is not given, and why.
+
+    `workers` is the number of trials in flight the user asked for: they all run, spread evenly
+    over the gpus // devices sets, so K = ceil(workers / sets). What the machine holds is said
+    beside it: memory // TRIAL_GPU_GIB trials per GPU, and a core for each trial process's Python
+    loop (cores // (sets * devices) per set). K above that is allowed with a warning in the reason
+    (a trial that runs out of GPU memory fails and says so; too few cores only slow trials down).
+    """
+    sets = gpus // devices
+    k = math.ceil(workers / sets)
+    limits = []
+    if memory_gib is not None:
+        limits.append((int(memory_gib // TRIAL_GPU_GIB),
+                       f"{memory_gib:.0f} GiB / ~{TRIAL_GPU_GIB:.0f} GiB a trial"))
+    per_set = sets * devices
+    limits.append((cores // per_set, f"{cores} core(s) / {per_set} GPU(s)"))
+    fit = min(n for n, _ in limits)
+    why = ", ".join(f"{text} = {n}" for n, text in limits)
+    asked = f"{workers} worker(s) over {sets} GPU{' set' if devices > 1 else ''}(s)"
+    if memory_gib is None:
+        why += "; GPU memory unknown"
+    if k > fit:
+        return k, (f"default: {asked}; more than the {fit} that fit ({why}): lower --workers if "
+                   f"trials run out of GPU memory or crowd the cores")
+    return k, f"default: {asked}; up to {fit} fit ({why})"
+
+
 @dataclass(frozen=True)
 class WorkerPlacement:
     gpus: list[str] | None  # None: no GPU on this machine, CUDA_VISIBLE_DEVICES is left as it is
     threads: int
     threads_from: str      # why that many threads
+    sharing: int = 1       # trials running at once on this worker's GPUs (its own included)
 
     def env(self) -> dict[str, str]:
         """The variables this worker (and so each of its trials) runs with."""
@@ -64,23 +129,39 @@ class WorkerPlacement:
     def describe(self) -> str:
         gpus = ("CUDA_VISIBLE_DEVICES=" + ",".join(self.gpus) if self.gpus is not None
                 else "no GPU (CUDA_VISIBLE_DEVICES unchanged)")
-        return f"{gpus} threads={self.threads} ({self.threads_from})"
+        shared = f" (shared by {self.sharing} trials)" if self.gpus and self.sharing > 1 else ""
+        return f"{gpus}{shared} threads={self.threads} ({self.threads_from})"
 
 
-def place(workers: int, devices: int, gpus: list[str] | None, source: str) -> list[WorkerPlacement]:
-    """One placement per worker. `gpus`: the list to partition; [] hides every GPU from the trials
-    (`--gpus none`); None: no GPU here, CUDA_VISIBLE_DEVICES is left alone.
+def gpu_words(gpus: list[str], source: str) -> str:
+    """`1 GPU (CUDA_VISIBLE_DEVICES=0)`: the count, then the list and where it came from."""
+    if source in ("CUDA_VISIBLE_DEVICES", "--gpus"):
+        return f"{len(gpus)} GPU(s) ({source}={','.join(gpus)})"
+    return f"{len(gpus)} GPU(s) (numbered {','.join(gpus)}, from {source})"
 
-    Raises PlacementError when workers x devices GPUs do not fit in the list.
+
+def place(workers: int, devices: int, gpus: list[str] | None, source: str,
+          per_gpu: int | None = None) -> list[WorkerPlacement]:
+    """One placement per worker. `gpus`: the list to share out; [] hides every GPU from the trials
+    (`--gpus none`); None: no GPU here, CUDA_VISIBLE_DEVICES is left alone. `per_gpu`: at most
+    that many trials on each set of `devices` GPUs (None: as many as the workers need).
+
+    Raises PlacementError when a trial needs more GPUs than listed, or `workers` trials do not fit
+    in per_gpu trials per set.
     """
+    sets = 0
     if gpus:
-        need = workers * devices
-        if need > len(gpus):
-            fit = len(gpus) // devices
+        sets = len(gpus) // devices
+        if sets == 0:
+            raise PlacementError(f"--devices-per-trial {devices}: a trial needs {devices} GPUs, but "
+                                 f"{gpu_words(gpus, source)} are available; lower --devices-per-trial "
+                                 f"to {len(gpus)} or less")
+        if per_gpu is not None and workers > sets * per_gpu:
             raise PlacementError(
-                f"{workers} worker(s) x {devices} device(s) per trial need {need} GPUs, but {len(gpus)} "
-                f"are available ({source}: {','.join(gpus)}): at most {fit} worker(s) of {devices} GPU(s) fit"
-                + ("" if fit else f"; lower --devices-per-trial to {len(gpus)} or less"))
+                f"{workers} worker(s) x {devices} device(s) per trial at {per_gpu} trial(s) per GPU need "
+                f"{math.ceil(workers / per_gpu) * devices} GPUs, but "
+                f"{gpu_words(gpus, source)} are available: at most {sets * per_gpu} worker(s) fit; "
+                f"lower --workers to {sets * per_gpu} or raise --trials-per-gpu to {math.ceil(workers / sets)}")
     processes = workers * devices
     user = env_threads()
     if user is not None:
@@ -88,5 +169,12 @@ def place(workers: int, devices: int, gpus: list[str] | None, source: str) -> li
     else:
         cores = allowed_cores()
         threads, why = max(1, cores // processes), f"{cores} core(s) / {processes} process(es)"
-    return [WorkerPlacement(gpus[i * devices:(i + 1) * devices] if gpus is not None else None, threads, why)
-            for i in range(workers)]
+    placements = []
+    for i in range(workers):
+        if gpus is None or not gpus:
+            placements.append(WorkerPlacement(gpus, threads, why))
+            continue
+        s = i % sets
+        sharing = len(range(s, workers, sets))
+        placements.append(WorkerPlacement(gpus[s * devices:(s + 1) * devices], threads, why, sharing))
+    return placements

@@ -12,6 +12,7 @@ import csv
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,10 @@ POLL_SECONDS = 0.5
 _SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
               "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
+# What torch, the CUDA runtime, cuBLAS and cuDNN say when a GPU allocation fails.
+GPU_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+                               r"|CUDA driver error: out of memory"
+                               r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED")
 
 
 class TrialFailed(Exception):
@@ -167,6 +172,21 @@ def exit_reason(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+def out_of_gpu_memory(error: str, sharing: int | None) -> str:
+    """`error` (the fit's own, or its exit and last lines) led by what it means when the GPU ran
+    out of memory: how many trials shared the GPU and how to pack fewer."""
+    if not GPU_OUT_OF_MEMORY.search(error):
+        return error
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "?")
+    if sharing and sharing > 1:
+        advice = (f"{sharing} trials shared GPU {gpus}; pack fewer (--trials-per-gpu {sharing - 1}, or "
+                  f"fewer --workers) and run the cell again with --resume")
+    else:
+        advice = (f"the trial ran alone on GPU {gpus}: it needs a smaller batch (data.max_tokens) or model, "
+                  f"or a GPU with more memory")
+    return f"out of GPU memory: {advice} | {error}"
+
+
 def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
     none); returns the summary. A run store that cannot be written is left as it is."""
@@ -202,13 +222,15 @@ def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
         proc.wait()
 
 
-def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=lambda: None) -> Outcome:
+def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=lambda: None,
+        sharing: int | None = None) -> Outcome:
     """Run one training subprocess to its end.
 
     `report(value, step)` is called for every new validation value, then `should_prune()`; when it
     says yes the STOP file is written. Ctrl-C (KeyboardInterrupt) interrupts the child and re-raises.
     `lost()` returns a reason once the trial is no longer this worker's (another worker failed it
-    as stale): the child is killed and the run recorded as failed with that reason.
+    as stale): the child is killed and the run recorded as failed with that reason. `sharing`:
+    the trials running at once on this trial's GPUs, said in the reason if it runs out of GPU memory.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
@@ -258,7 +280,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
     status = summary.status
     if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
-        error = summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}"
+        error = out_of_gpu_memory(summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}", sharing)
         if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
             status = Status.KILLED if proc.returncode < 0 else Status.FAILED
             summary = record_end(run_dir, summary, status, error)

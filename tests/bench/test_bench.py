@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
-           "typo_exit"]
+           "typo_exit", "gpu_sweep"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -53,6 +53,10 @@ SUMMARIES = {
     "joeynmt_side_by_side": r"Joey NMT skipped \(--quick\); ours fp32 (?P<ours>N) target tokens/s"
                             r"; (?:bf16-mixed/fp32 = (?P<bf16_ratio>N)x \(goal >= (?P<bf16_goal>N)\)"
                             r"|bf16-mixed not run)",   # not run: a CPU without native bf16
+    "gpu_sweep": r"(?:no GPU, nothing measured|(?P<packed>N) packed trials (?P<tokens_per_s>N) target tok/s = "
+                 r"(?P<ratio>N)x one trial \(goal >= (?P<goal>N): (?P<met>met|NOT met)\)"
+                 r"(?:; reference sweep (?P<trials>N) trials at (?P<fraction>N) budget (?P<seconds>N) s wall "
+                 r"\([^)]+\))?)",
     "typo_exit": r"typo'd sweep exits 2 after (?P<cpu>N) s CPU = (?P<ratio>N)x importing Lightning "
                  r"\((?P<baseline>N) s\); goal < (?P<goal>N) s CPU: (?P<met>met|NOT met)",
 }

@@ -1,6 +1,7 @@
-"""Device placement and CPU threads of sweep workers (issue 21): dry runs and refused requests in
-this process; sweeps that run have a real driver, real worker and trial subprocesses, and the trial
-command is a stand-in (record_trial.py) that records what it sees."""
+"""Device placement and CPU threads of sweep workers (issues 21 and 37): dry runs and refused
+requests in this process; sweeps that run have a real driver, real worker and trial subprocesses,
+and the trial command is a stand-in (record_trial.py) that records what it sees. GPUs are stand-in
+CUDA_VISIBLE_DEVICES lists (and a stand-in nvidia-smi for their memory): nothing here needs one."""
 
 import json
 import os
@@ -14,7 +15,9 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, cli_in_process
-from lit_attention.sweep.placement import PlacementError, parse_gpus, place
+from lit_attention.sweep import trial as tr
+from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, parse_gpus,
+                                           place)
 
 COPY = REPO / "configs" / "copy.yaml"
 RECORD = Path(__file__).with_name("record_trial.py")
@@ -57,8 +60,10 @@ def test_workers_get_disjoint_slices_of_the_gpu_list():
     assert parts[1].env()["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert place(2, 1, None, "none")[0].gpus is None  # no GPU: CUDA_VISIBLE_DEVICES left alone
     assert place(1, 1, parse_gpus("none"), "--gpus")[0].env()["CUDA_VISIBLE_DEVICES"] == ""
-    with pytest.raises(PlacementError, match="need 6 GPUs, but 4 are available.*at most 2 worker"):
-        place(3, 2, parse_gpus("0,1,2,3"), "--gpus")
+    with pytest.raises(PlacementError, match=r"need 6 GPUs, but 4 GPU\(s\) \(--gpus=0,1,2,3\) are available: "
+                                             r"at most 2 worker\(s\) fit; lower --workers to 2 or raise "
+                                             r"--trials-per-gpu to 2"):
+        place(3, 2, parse_gpus("0,1,2,3"), "--gpus", per_gpu=1)
     with pytest.raises(PlacementError, match="listed twice"):
         parse_gpus("0,1,1")
 
@@ -85,8 +90,11 @@ def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothin
     assert out.returncode == 0, out.stderr
     lines = worker_lines(out.stdout)
     assert len(lines) == 2, out.stdout
-    # then every trial's command, in queue order
-    trials = out.stdout.splitlines()[2:]
+    # first how the trials are placed and why, then every trial's command, in queue order
+    assert out.stdout.splitlines()[0].startswith("placement: 2 trial(s) at once on 4 GPU(s) (--gpus=0,1,2,3), "
+                                                 "at most 1 per set of 2 GPUs (default: 2 worker(s) over 2 GPU "
+                                                 "set(s); ")
+    trials = out.stdout.splitlines()[3:]
     assert trials[0] == "trials: 4, in queue order:" and len(trials) == 5, out.stdout
     assert trials[4].startswith("trial 3: lr=0.004 seed=0: ") and "--run.id t0003-s0" in trials[4]
     threads = max(1, CORES // 4)
@@ -99,13 +107,23 @@ def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothin
     assert not (tmp_path / "runs").exists()
 
 
-def test_more_gpus_than_listed_is_a_usage_error_that_says_how_many_fit(tmp_path):
+def test_more_trials_than_an_explicit_packing_holds_is_a_usage_error_that_says_what_fits(tmp_path):
     out = sweep_in_process(sweep_file(tmp_path), "--gpus", "0,1,2", "--workers", 2, "--devices-per-trial", 2,
-                           "--dry-run")
+                           "--trials-per-gpu", 1, "--dry-run")
     assert out.returncode == 2
-    assert "2 worker(s) x 2 device(s) per trial need 4 GPUs, but 3 are available" in out.stderr
-    assert "at most 1 worker(s) of 2 GPU(s) fit" in out.stderr
+    assert ("2 worker(s) x 2 device(s) per trial at 1 trial(s) per GPU need 4 GPUs, but 3 GPU(s) "
+            "(--gpus=0,1,2) are available: at most 1 worker(s) fit; lower --workers to 1 or raise "
+            "--trials-per-gpu to 2") in out.stderr
     assert not (tmp_path / "runs").exists()
+    # the count and the list agree, whichever source the list came from (issue 37: "1 are
+    # available (torch.cuda.device_count(): 0)")
+    out = sweep_in_process(sweep_file(tmp_path), "--workers", 2, "--trials-per-gpu", 1, "--dry-run",
+                           CUDA_VISIBLE_DEVICES="3")
+    assert out.returncode == 2
+    assert "but 1 GPU(s) (CUDA_VISIBLE_DEVICES=3) are available: at most 1 worker(s) fit" in out.stderr
+    out = sweep_in_process(sweep_file(tmp_path), "--gpus", "0", "--devices-per-trial", 2, "--dry-run")
+    assert out.returncode == 2
+    assert "a trial needs 2 GPUs, but 1 GPU(s) (--gpus=0) are available; lower --devices-per-trial to 1" in out.stderr
 
 
 @pytest.mark.slow
@@ -119,6 +137,9 @@ def test_visible_devices_are_the_default_list(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--accelerator", "gpu"], "--accelerator gpu: no GPU to give the trials"),
     (["--nodes-per-trial", 2], "a trial spanning nodes is an srun step"),
+    (["--trials-per-gpu", 2], "--trials-per-gpu 2: no GPU to put trials on (none visible)"),
+    (["--trials-per-gpu", 2, "--gpus", "none"], "--trials-per-gpu 2: no GPU to put trials on (--gpus none)"),
+    (["--trials-per-gpu", 0], "--trials-per-gpu must be >= 1"),
 ])
 def test_requests_that_cannot_be_met_exit_2(tmp_path, args, message):
     out = sweep_in_process(sweep_file(tmp_path), *args, "--dry-run")
@@ -182,3 +203,149 @@ def test_a_trial_alone_uses_the_cores_it_is_allowed(tmp_path):
     (seen_file,) = (tmp_path / "runs" / "placed").glob("*/seen.json")
     seen = json.loads(seen_file.read_text())
     assert seen["OMP_NUM_THREADS"] == "1" and seen["torch_threads"] == 1
+
+
+def gpus_of(parts) -> list:
+    return [",".join(p.gpus) if p.gpus is not None else None for p in parts]
+
+
+@pytest.mark.parametrize("workers, devices, gpus, per_gpu, expected, sharing", [
+    (2, 1, None, None, [None, None], [1, 1]),                          # no GPU: left alone
+    (2, 1, "0", None, ["0", "0"], [2, 2]),                             # 1 GPU: both trials on it
+    (3, 1, "0,1", None, ["0", "1", "0"], [2, 1, 2]),                   # 2 GPUs: spread, then packed
+    (4, 1, "0,1", 2, ["0", "1", "0", "1"], [2, 2, 2, 2]),
+    (2, 1, "0,1,2,3,4,5,6,7", None, ["0", "1"], [1, 1]),               # 8 GPUs: one trial each
+    (16, 1, "0,1,2,3,4,5,6,7", 2, [str(i % 8) for i in range(16)], [2] * 16),
+    (8, 2, "0,1,2,3,4,5,6,7", 2, ["0,1", "2,3", "4,5", "6,7"] * 2, [2] * 8),   # DDP trials, 2 per set
+])
+def test_workers_spread_over_the_gpus_then_pack_onto_them(workers, devices, gpus, per_gpu, expected, sharing):
+    parts = place(workers, devices, parse_gpus(gpus) if gpus else None, "--gpus", per_gpu)
+    assert gpus_of(parts) == expected
+    assert [p.sharing for p in parts] == sharing
+
+
+def test_the_default_packing_runs_every_worker_and_says_what_the_machine_holds():
+    # one H200 (140 GiB), 16 cores: the demo's 2 workers on it; 16 would have a core each
+    k, why = default_trials_per_gpu(1, 140.4, 16, 2)
+    assert k == 2 and why == ("default: 2 worker(s) over 1 GPU(s); up to 16 fit (140 GiB / ~4 GiB a trial = 35, "
+                              "16 core(s) / 1 GPU(s) = 16)")
+    # 8 GPUs of 80 GiB, 16 cores: 2 workers on two GPUs; 2 trials per GPU give each a core
+    assert default_trials_per_gpu(8, 80, 16, 2) == (1, "default: 2 worker(s) over 8 GPU(s); up to 2 fit "
+                                                       "(80 GiB / ~4 GiB a trial = 20, 16 core(s) / 8 GPU(s) = 2)")
+    # more workers than memory holds: they all run, and the reason warns
+    k, why = default_trials_per_gpu(1, 8, 16, 4)
+    assert k == 4 and "more than the 2 that fit (8 GiB / ~4 GiB a trial = 2, 16 core(s) / 1 GPU(s) = 16)" in why
+    assert "lower --workers if trials run out of GPU memory or crowd the cores" in why
+    # fewer cores than trials
+    assert "more than the 1 that fit" in default_trials_per_gpu(2, 80, 2, 4)[1]
+    # memory unknown (no nvidia-smi): the cores alone, said so
+    assert default_trials_per_gpu(1, None, 2, 2) == (
+        2, "default: 2 worker(s) over 1 GPU(s); up to 2 fit (2 core(s) / 1 GPU(s) = 2; GPU memory unknown)")
+    # DDP trials of 2 GPUs on 8 GPUs: 4 sets; 8 workers = 2 per set; 32 cores / 8 GPUs = 4
+    k, why = default_trials_per_gpu(8, 80, 32, 8, devices=2)
+    assert k == 2 and why.startswith("default: 8 worker(s) over 4 GPU set(s); up to 4 fit")
+
+
+def stand_in_nvidia_smi(tmp_path: Path, script: str) -> str:
+    """A PATH whose nvidia-smi runs `script` (bash), ahead of the real PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/bash\n{script}\n")
+    smi.chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+def test_gpu_memory_is_asked_of_nvidia_smi_and_unknown_without_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", stand_in_nvidia_smi(
+        tmp_path, '[ "$*" = "--query-gpu=memory.total --format=csv,noheader,nounits" ] && printf "143771\\n81559\\n"'))
+    memory, source = gpu_memory_gib()
+    assert memory == pytest.approx(81559 / 1024) and source == "nvidia-smi"   # the smallest GPU
+    monkeypatch.setenv("PATH", stand_in_nvidia_smi(tmp_path, "echo 'NVIDIA-SMI has failed'; exit 9"))
+    assert gpu_memory_gib() == (None, "GPU memory unknown: nvidia-smi said 'NVIDIA-SMI has failed'")
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
+    assert gpu_memory_gib() == (None, "GPU memory unknown: no nvidia-smi on PATH")
+
+
+@pytest.mark.slow
+def test_the_demo_runs_on_one_gpu_with_both_workers_on_it():
+    """Issue 37: `CUDA_VISIBLE_DEVICES=0 lit-attention sweep sweeps/demo.yaml --dry-run` exited 2
+    (2 workers, 1 GPU); a sweep's workers are trials in flight, packed onto the GPUs."""
+    out = sweep_in_process(REPO / "sweeps" / "demo.yaml", "--dry-run", CUDA_VISIBLE_DEVICES="0")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("placement: 2 trial(s) at once on 1 GPU(s) (CUDA_VISIBLE_DEVICES=0), at most 2 per "
+                               "GPU (default: 2 worker(s) over 1 GPU(s); "), lines[0]
+    assert [line.split()[2:6] for line in worker_lines(out.stdout)] == [
+        ["CUDA_VISIBLE_DEVICES=0", "(shared", "by", "2"]] * 2
+
+
+@pytest.mark.slow
+def test_dry_run_lines_for_8_gpus_with_their_memory(tmp_path):
+    path = stand_in_nvidia_smi(tmp_path, "for i in 0 1 2 3 4 5 6 7; do echo 81559; done")
+    out = sweep_in_process(sweep_file(tmp_path), "--workers", 4, "--dry-run", CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7",
+                           PATH=path)
+    assert out.returncode == 0, out.stderr
+    cores = CORES
+    head = out.stdout.splitlines()[0]
+    assert head.startswith("placement: 4 trial(s) at once on 8 GPU(s) (CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7), "
+                           "at most 1 per GPU (default: 4 worker(s) over 8 GPU(s); ")
+    assert f"80 GiB / ~4 GiB a trial = 19, {cores} core(s) / 8 GPU(s) = {cores // 8})" in head
+    assert [line.split()[2] for line in worker_lines(out.stdout)] == [f"CUDA_VISIBLE_DEVICES={i}" for i in range(4)]
+    threads = max(1, cores // 4)
+    assert all(f" threads={threads} ({cores} core(s) / 4 process(es))" in line for line in worker_lines(out.stdout))
+    # an explicit packing is said as such, and DDP trials pack per set of GPUs
+    out = sweep_in_process(sweep_file(tmp_path), "--workers", 8, "--devices-per-trial", 2, "--trials-per-gpu", 2,
+                           "--dry-run", CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7", PATH=path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == ("placement: 8 trial(s) at once on 8 GPU(s) (CUDA_VISIBLE_DEVICES=0,1,2,3,"
+                                          "4,5,6,7), at most 2 per set of 2 GPUs (--trials-per-gpu)")
+    assert [line.split()[2] for line in worker_lines(out.stdout)] == [
+        f"CUDA_VISIBLE_DEVICES={g}" for g in ("0,1", "2,3", "4,5", "6,7") * 2]
+
+
+def test_a_trial_out_of_gpu_memory_says_so_and_how_to_pack_fewer(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    torch_says = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total ..."
+    assert tr.out_of_gpu_memory(f"exit code 1: {torch_says}", 4) == (
+        f"out of GPU memory: 4 trials shared GPU 3; pack fewer (--trials-per-gpu 3, or fewer --workers) and run the "
+        f"cell again with --resume | exit code 1: {torch_says}")
+    assert tr.out_of_gpu_memory("OutOfMemoryError: CUDA out of memory. Tried", 1).startswith(
+        "out of GPU memory: the trial ran alone on GPU 3: it needs a smaller batch (data.max_tokens) or model")
+    assert tr.out_of_gpu_memory("RuntimeError: cuDNN error: CUDNN_STATUS_ALLOC_FAILED", 2).startswith(
+        "out of GPU memory: 2 trials shared GPU 3")
+    other = "ValueError: something else | DefaultCPUAllocator: can't allocate memory"
+    assert tr.out_of_gpu_memory(other, 2) == other   # not a GPU's memory: the error as it was
+
+
+@pytest.mark.slow
+def test_packed_workers_share_gpus_and_a_trial_out_of_memory_fails_with_the_reason_while_the_sweep_goes_on(tmp_path):
+    """4 workers on 2 stand-in GPUs (the default packing: 2 per GPU); the trial of the first cell
+    fails as fit does when its GPU is full, the other cells finish."""
+    path = sweep_file(tmp_path, lrs=(1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3))
+    out = sweep(path, "--workers", 4, CUDA_VISIBLE_DEVICES="0,1", RECORD_TRIAL_OOM="t0000-s0",
+                RECORD_TRIAL_SECONDS="2")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "placement: 4 trial(s) at once on 2 GPU(s) (CUDA_VISIBLE_DEVICES=0,1), at most 2 per GPU" in out.stdout
+    study = optuna.load_study(study_name="placed", storage=f"sqlite:///{tmp_path / 'runs/placed/study.db'}")
+    trials = study.get_trials()
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and sum(t.state == TrialState.COMPLETE for t in trials) == 5
+    (oom,) = failed
+    gpu = json.loads((Path(oom.user_attrs["run_dir"]) / "seen.json").read_text())["CUDA_VISIBLE_DEVICES"]
+    why = oom.user_attrs["error"]
+    assert why.startswith(f"out of GPU memory: 2 trials shared GPU {gpu}; pack fewer (--trials-per-gpu 1, or "
+                          f"fewer --workers) and run the cell again with --resume | exit code 1: "), why
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB." in why
+    assert "lr=0.001 seed=0: failed (1 attempt(s)): out of GPU memory: 2 trials shared GPU" in out.stderr
+    summary = json.loads((Path(oom.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == why   # the run store says it too
+    by_worker: dict[str, set] = {}
+    threads = max(1, CORES // 4)
+    for t in trials:
+        seen = json.loads((Path(t.user_attrs["run_dir"]) / "seen.json").read_text())
+        by_worker.setdefault(t.user_attrs["worker"], set()).add(seen["CUDA_VISIBLE_DEVICES"])
+        assert seen["OMP_NUM_THREADS"] == str(threads) and seen["torch_threads"] == threads
+    assert all(len(gpus) == 1 for gpus in by_worker.values()), by_worker     # a worker keeps its GPU
+    per_gpu = [g for gpus in by_worker.values() for g in gpus]
+    assert per_gpu.count("0") <= 2 and per_gpu.count("1") <= 2 and set(per_gpu) <= {"0", "1"}

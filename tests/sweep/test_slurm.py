@@ -67,6 +67,16 @@ def test_one_worker_per_task_with_that_tasks_gpus(slurm):
 
 
 @pytest.mark.slow
+def test_trials_per_gpu_packs_that_many_workers_on_each_tasks_gpu(slurm):
+    lines = slurm(FAKE_TASK_GPUS="0;1", TRIALS_PER_GPU="2")   # 2 tasks of 1 GPU, 2 trials on each
+    assert [line.split()[:3] for line in lines] == [["worker", "0:", "CUDA_VISIBLE_DEVICES=0"],
+                                                    ["worker", "1:", "CUDA_VISIBLE_DEVICES=0"],
+                                                    ["worker", "0:", "CUDA_VISIBLE_DEVICES=1"],
+                                                    ["worker", "1:", "CUDA_VISIBLE_DEVICES=1"]]
+    assert not any("--trainer.devices" in line for line in lines)
+
+
+@pytest.mark.slow
 def test_a_trial_across_nodes_is_an_srun_step_of_every_node(slurm):
     (line,) = slurm(NODES_PER_TRIAL="4", SLURM_NTASKS_PER_NODE="8", CUDA_VISIBLE_DEVICES="0,1,2,3,4,5,6,7")
     assert line.startswith("worker 0: CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7 ")

@@ -106,6 +106,8 @@ def test_test_only_refuses_what_it_would_ignore_and_a_study_without_runs(tmp_pat
     assert cli.main([str(path), "--test-only", "--resume", "--workers", "2"]) == 2
     assert capsys.readouterr().err == ("lit-attention sweep: error: --test-only starts no trial: --resume, "
                                        "--workers would do nothing\n")
+    assert cli.main([str(path), "--test-only", "--trials-per-gpu", "2"]) == 2
+    assert "--test-only starts no trial: --trials-per-gpu would do nothing" in capsys.readouterr().err
     assert cli.main([str(path), "--test-only"]) == 2
     assert f"no runs of study 's' in {tmp_path / 'runs' / 's'}: run the sweep first" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()   # nothing written
