@@ -162,6 +162,8 @@ def _build_cli_class():
             sub = self.config.get("subcommand")
             if sub and self.config[sub].get("ckpt_path"):
                 check_checkpoint_file(self.config[sub].ckpt_path)
+            if sub and given[sub].get("trainer.logger") is not None:
+                refuse_logger_switch(given[sub].get("trainer.logger"))
             if sub == "fit":   # (validate and test ignore every training setting, of any family)
                 # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
                 refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
@@ -230,7 +232,8 @@ def _build_cli_class():
             warn_emulated_bf16(trainer_config)
             if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
                 print(self.precision_notice, file=sys.stderr, flush=True)
-            trainer_config["logger"] = loggers
+            given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
+            trainer_config["logger"] = [*loggers, *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
             trainer_config["default_root_dir"] = str(self.run_dir.path)
             given = trainer_config.get("callbacks") or []
             trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks]
@@ -303,6 +306,15 @@ def refuse_inert_settings(config, given, defaults) -> None:
             allowed = " or ".join(dict.fromkeys(map(str, harmless)))
             raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
+
+
+def refuse_logger_switch(value) -> None:
+    """`--trainer.logger true|false` asks for Lightning's default logger or for none; the run store
+    is always written and W&B is `--tracking`: stop (ConfigError). A logger class is added."""
+    if isinstance(value, bool):
+        raise ConfigError(f"--trainer.logger {str(value).lower()}: the run store is always written "
+                          f"(and W&B is --tracking wandb); --trainer.logger takes a logger class to add "
+                          f"besides it, e.g. lightning.pytorch.loggers.CSVLogger")
 
 
 # --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
@@ -584,6 +596,12 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(argv[1:])
     if command in TRAINING_COMMANDS:
         return _train(argv)
+    if command == "predict":
+        print("lit-attention predict: error: there is no predict command: to decode a file, put it as "
+              "DATA_DIR/NAME.SRC beside its references NAME.TGT and run `lit-attention test --config CONFIG "
+              f"--ckpt_path CKPT --data.task {registry.FILES_TASK} --data.data_dir DATA_DIR --data.test_split NAME`; the "
+              "hypotheses are written to the run directory", file=sys.stderr)
+        return 2
     if command and command not in ("-h", "--help"):
         commands = (*TRAINING_COMMANDS, "choices", "sweep", "report")
         print(f"lit-attention: error: {unknown_option(command, commands, 'command')}", file=sys.stderr)

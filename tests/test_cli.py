@@ -24,7 +24,8 @@ def copy_run(tmp_path_factory):
     """The acceptance run: the shipped copy config, trained from the CLI, then tested."""
     root = tmp_path_factory.mktemp("runs")
     fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
-                  "--trainer.enable_progress_bar", "false")
+                  "--trainer.enable_progress_bar", "false",   # a logger of the user's, besides ours:
+                  "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", root / "csv")
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = root / "default" / "copy"
     test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root,
@@ -346,6 +347,31 @@ def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(one_e
     assert validate.returncode == 0, validate.stderr[-2000:]
     summary = json.loads((root / "default" / "v" / "summary.json").read_text())
     assert summary["val_decoding"]["max_len_b"] == 3
+
+
+@pytest.mark.slow
+def test_a_logger_given_with_trainer_logger_logs_besides_the_run_store(copy_run):
+    metrics = list((copy_run.parent.parent / "csv").rglob("metrics.csv"))
+    assert len(metrics) == 1
+    header, *rows = metrics[0].read_text().splitlines()
+    assert "train_loss" in header and "val_loss" in header and len(rows) > 1
+    assert (copy_run / "metrics.csv").is_file()
+
+
+@pytest.mark.parametrize("value", ["true", "false"])
+def test_trainer_logger_true_or_false_is_refused_naming_what_to_use(tmp_path, value):
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path,
+                            "--trainer.logger", value)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"--trainer.logger {value}: the run store is always written" in result.stderr
+    assert "CSVLogger" in result.stderr and not any(tmp_path.iterdir())
+
+
+def test_predict_is_refused_with_the_command_that_decodes_a_file():
+    result = cli_in_process("predict", "--config", CONFIGS / "copy.yaml")
+    assert result.returncode == 2
+    assert "there is no predict command" in result.stderr and "lit-attention test" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_an_unknown_command_names_the_nearest_one():
