@@ -221,7 +221,8 @@ def _build_cli_class():
                 tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
                 loggers.append(make_logger(
                     self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
-                    run.job_type, [t for t in run.tags.split(",") if t], tracker_id))
+                    run.job_type, [t for t in run.tags.split(",") if t], tracker_id,
+                    config=yaml.safe_load(self.config_yaml)))
             trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
             if cfg.budget.steps is not None:
                 try:

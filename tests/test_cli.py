@@ -4,6 +4,9 @@ import json
 import math
 import re
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -209,6 +212,15 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert summary["wandb_run_id"]
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
+    assert "W&B: offline (no API key for api.wandb.ai (WANDB_API_KEY unset, no ~/.netrc entry)); " \
+           f"upload it later with `wandb sync {run_dir / 'wandb'}/offline-run-*`" in result.stderr
+    # the whole resolved config reaches the W&B run, not only the model's hyperparameters
+    inspect = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--summary", "--json",
+                              offline[0]], capture_output=True, text=True, env=env, timeout=60)
+    config = json.loads(inspect.stdout)["config"]["run_config"]
+    assert config["trainer"]["max_epochs"] == 1 and config["seed_everything"] == 1
+    assert config["budget"] == {"steps": None, "tokens": None, "flops": None}
+    assert config["data"]["init_args"]["task"] == "copy" and config["tracking"] == "wandb"
 
 
 @pytest.mark.slow

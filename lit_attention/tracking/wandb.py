@@ -1,23 +1,45 @@
-"""Weights & Biases: online when a key and the network are there, offline otherwise, never a hang."""
+"""Weights & Biases: online when a key and the server are there, offline otherwise, never a hang.
+
+The server is WANDB_BASE_URL's (default https://api.wandb.ai); WANDB_MODE, when set, decides.
+An offline run is uploaded later with `wandb sync RUN_DIR/wandb/offline-run-*` (docs/SWEEPS.md).
+"""
 
 from __future__ import annotations
 
 import netrc
 import os
 import socket
+import sys
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from lit_attention.config_check import ConfigError
+
+DEFAULT_BASE_URL = "https://api.wandb.ai"
+# WANDB_MODE values W&B accepts -> the mode they mean
+MODES = {"online": "online", "run": "online", "offline": "offline", "dryrun": "offline",
+         "disabled": "disabled"}
 
 
-def _has_api_key() -> bool:
+def server() -> tuple[str, int]:
+    """(host, port) of the W&B server: WANDB_BASE_URL's, else api.wandb.ai:443."""
+    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
+    if not url.hostname:
+        raise ConfigError(f"WANDB_BASE_URL={os.environ['WANDB_BASE_URL']!r} names no host "
+                          f"(write e.g. http://wandb.example.org:8080)")
+    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
+
+
+def _has_api_key(host: str) -> bool:
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
-        return netrc.netrc().authenticators("api.wandb.ai") is not None
+        return netrc.netrc().authenticators(host) is not None
     except (OSError, netrc.NetrcParseError):
         return False
 
 
-def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 2.0) -> bool:
+def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
             return True
@@ -25,26 +47,41 @@ def _reachable(host: str = "api.wandb.ai", port: int = 443, timeout: float = 2.0
         return False
 
 
-def wandb_mode() -> str:
-    """The mode to run in: an explicit WANDB_MODE wins, else online only with a key and a route."""
-    mode = os.environ.get("WANDB_MODE")
-    if mode in ("online", "offline", "disabled"):
-        return mode
-    return "online" if _has_api_key() and _reachable() else "offline"
+def wandb_mode() -> tuple[str, str]:
+    """(mode, why): an explicit WANDB_MODE wins, else online only with a key for the server and a
+    route to it. A WANDB_MODE W&B does not know stops (ConfigError)."""
+    given = os.environ.get("WANDB_MODE")
+    if given:
+        if given not in MODES:
+            raise ConfigError(f"WANDB_MODE={given!r} is not one of: {', '.join(MODES)}")
+        return MODES[given], f"WANDB_MODE={given}"
+    host, port = server()
+    if not _has_api_key(host):
+        return "offline", f"no API key for {host} (WANDB_API_KEY unset, no ~/.netrc entry)"
+    if not _reachable(host, port):
+        return "offline", f"{host}:{port} does not answer"
+    return "online", f"an API key and {host}:{port} answers"
 
 
 def make_wandb_logger(run_dir: Path, project: str, group: str, name: str, job_type: str,
-                      tags: list[str], run_id: str):
+                      tags: list[str], run_id: str, config: dict):
+    """A WandbLogger whose run's config holds ``config`` (the run's whole resolved config.yaml:
+    model, data, trainer, budget, seed, ...) under the key ``run_config``."""
     from lightning.pytorch.loggers import WandbLogger
 
-    offline = wandb_mode() != "online"
-    return WandbLogger(project=project, group=group, name=name, job_type=job_type, tags=tags,
-                       save_dir=str(run_dir), offline=offline, id=run_id, log_model=False)
+    mode, why = wandb_mode()
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        upload = f"; upload it later with `wandb sync {run_dir / 'wandb'}/offline-run-*`" if mode == "offline" else ""
+        print(f"W&B: {mode} ({why}){upload}", file=sys.stderr, flush=True)
+    logger = WandbLogger(project=project, group=group, name=name, job_type=job_type, tags=tags,
+                         save_dir=str(run_dir), offline=mode != "online", id=run_id, log_model=False,
+                         mode=mode)
+    logger.log_hyperparams({"run_config": config})   # rank zero only; Lightning adds the model's
+    return logger
 
 
 def finish() -> None:
     """End the process's W&B run if there is one (also after a failure)."""
-    import sys
     wandb = sys.modules.get("wandb")
     if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()
