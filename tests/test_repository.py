@@ -2,6 +2,7 @@
 
 import re
 import subprocess
+from pathlib import Path
 
 from conftest import REPO
 
@@ -182,3 +183,52 @@ def test_the_architecture_layout_names_every_module():
         elif len(parts) == 1 and entry not in entries and parts[0] != "__init__.py":
             missing.append(parts[0])
     assert not missing, f"docs/ARCHITECTURE.md's layout does not name: {', '.join(missing)}"
+
+
+# Distributions the code needs without importing them by name: pandas' DataFrame.to_markdown
+# imports tabulate (the report's table.md).
+NEEDED_BY_CALL = {"tabulate": ".to_markdown("}
+# Peer toolkits a benchmark drives in a venv of its own (../shared/STACK-NOTES.md), never ours.
+PEER_TOOLKITS = {"joeynmt"}
+
+
+def _imported_distributions(folders: list[str]) -> set[str]:
+    """The distributions (normalised names) whose modules the tracked files under ``folders``
+    import, at the top or inside a function, plus those NEEDED_BY_CALL by a call they make."""
+    import ast
+    import importlib.metadata
+    import sys
+
+    owner = importlib.metadata.packages_distributions()
+    local = {Path(name).stem for name in _tracked_python_sources()     # tests' and bench's helpers
+             if name.startswith(("tests/", "bench/"))}
+    found = set()
+    for name, text in _tracked_python_sources().items():
+        if not name.startswith(tuple(f"{f}/" for f in folders)):
+            continue
+        for node in ast.walk(ast.parse(text)):
+            modules = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                       [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names | local | PEER_TOOLKITS and top != "lit_attention":
+                    assert top in owner, f"{name} imports {top}, which no installed distribution provides"
+                    found.update(owner[top])
+        found.update(dist for dist, call in NEEDED_BY_CALL.items() if call in text)
+    return {_normalised(d) for d in found}
+
+
+def _normalised(requirement: str) -> str:
+    return re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_the_declared_dependencies_are_exactly_what_the_code_imports():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_normalised(r) for r in project["dependencies"]}
+    assert declared == _imported_distributions(["lit_attention", "analysis"])
+    extras = {_normalised(r) for group in project["optional-dependencies"].values() for r in group}
+    # the tests and benchmarks need nothing beyond the dependencies and the extras
+    missing = _imported_distributions(["tests", "bench"]) - declared - extras
+    assert missing == set()
