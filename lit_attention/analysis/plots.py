@@ -30,6 +30,7 @@ from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
 COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
+GRAD_NORM = r"$\Vert\partial L / \partial h_t\Vert$"   # mathtext: h with subscript t
 # Okabe & Ito (2008), "Color universal design"; yellow last, it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
@@ -98,16 +99,25 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     names = data["bucket"] if "bucket" in data else [f"{lo}-{hi}" for lo, hi in zip(data["lo"], data["hi"])]
     data = data.assign(bucket_name=[str(n) for n in names])
     order = data.drop_duplicates("bucket_name").sort_values("lo")["bucket_name"].tolist()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     x = np.arange(len(order))
-    for config, group in data.groupby("config"):
-        stats = group.groupby("bucket_name")[score].agg(["mean", "std"]).reindex(order)
-        ax.errorbar(x, stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=3, label=config)
+    groups = list(data.groupby("config"))
+    seeds = set()
+    for i, (config, group) in enumerate(groups):
+        stats = group.groupby("bucket_name")[score].agg(["mean", "std", "count"]).reindex(order)
+        seeds.update(stats["count"].dropna().astype(int))
+        # buckets are categories (merged until each holds enough sentences): points, no lines,
+        # side by side within a bucket
+        shift = (i - (len(groups) - 1) / 2) * min(0.8 / len(groups), 0.15)
+        ax.errorbar(x + shift, stats["mean"], yerr=stats["std"].fillna(0), marker="o", linestyle="none",
+                    capsize=3, label=config)
     ax.set_xticks(x, [f"{name}\n{_sentence_count(data, name)}" for name in order])
     ax.set_xlabel(f"source length ({units[0]}); n = sentences per bucket")
-    ax.set_ylabel(score.upper() if score == "bleu" else score)
-    ax.legend(fontsize="small")
-    ax.grid(alpha=0.3)
+    n = "–".join(map(str, sorted({min(seeds), max(seeds)}))) if seeds else "0"
+    ax.set_ylabel(f"{score.upper() if score == 'bleu' else score} (mean over {n} seed{'s' * (n != '1')}"
+                  + ("; bars: ±1 std over seeds)" if max(seeds, default=1) > 1 else ")"))
+    legend_below(ax, "")
+    ax.grid(alpha=0.3, axis="y")
     return save(fig, stem)
 
 
@@ -129,7 +139,7 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
     data = last_gradflow(_with_config(gradflow, runs, keys, metric))
     if data.empty:
         return []
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     styles = {"forward": "-", "backward": "--"}
     for (config, direction), group in data.groupby(["config", "direction"]):
         logs = np.log(group["norm"].where(group["norm"] > 0)).groupby(group["distance"])
@@ -138,10 +148,10 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
         ax.fill_between(logs.mean().index, np.exp(logs.quantile(0.25)), np.exp(logs.quantile(0.75)),
                         color=line.get_color(), alpha=0.15)
     ax.set_yscale("log")
-    ax.set_title("‖∂L/∂h_t‖ by distance to the loss")
-    ax.set_xlabel("distance to the loss (steps: forward m-1-t, backward t)")
-    ax.set_ylabel("‖∂L/∂h_t‖ (geometric mean over sentences;\nband: interquartile range)")
-    ax.legend(fontsize="small")
+    ax.set_title(rf"{GRAD_NORM} by distance to the loss")
+    ax.set_xlabel(r"distance to the loss (steps: forward $m-1-t$, backward $t$)")
+    ax.set_ylabel(rf"{GRAD_NORM} (geometric mean over sentences;" "\nband: interquartile range)")
+    legend_below(ax, "")
     ax.grid(alpha=0.3, which="both")
     return save(fig, stem)
 
@@ -227,7 +237,7 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
 
 def legend_below(ax, title: str) -> None:
     """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
-    ax.figure.legend(title=title, loc="outside lower center", ncol=2, frameon=False)
+    ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
 
 
 def log_axis(y: str) -> bool:
@@ -236,9 +246,11 @@ def log_axis(y: str) -> bool:
 
 
 @paper_style
-def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem) -> list[Path]:
+def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, runs: pd.DataFrame | None = None,
+                       marks: list[str] | None = None) -> list[Path]:
     """One bar per configuration: mean of `metric`, whiskers = its 95% CI (none when n < 2), both
-    clipped to the metric's range (registry.METRICS), and the axis within it."""
+    clipped to the metric's range (registry.METRICS), and the axis within it; a dot per seed (the
+    averaged runs of ``runs``) and the table's ▲/▼ (``marks``, one per row of ``agg``) above it."""
     if agg.empty:
         return []
     low_end, high_end = metric_range(metric)
@@ -249,17 +261,41 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem) ->
     high = (ci_hi - mean).fillna(0).clip(lower=0)
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
-    ax.bar(x, mean.fillna(0), yerr=[low, high], capsize=3, color=OKABE_ITO[0], width=0.6,
+    ax.bar(x, mean.fillna(0), yerr=[low, high], capsize=3, color=OKABE_ITO[5], width=0.6,
            error_kw={"linewidth": 0.9})
-    top = np.nanmax(np.concatenate([mean.to_numpy(float), ci_hi.to_numpy(float)]))
+    seeds = _seed_values(agg, keys, metric, runs)
+    for i, values in enumerate(seeds):
+        spread = np.linspace(-0.15, 0.15, len(values)) if len(values) > 1 else np.zeros(len(values))
+        ax.plot(x[i] + spread, np.clip(values, low_end, high_end), "o", color="black", markersize=2.5,
+                label="seeds" if i == 0 else None)
+    top = np.nanmax(np.concatenate([mean.to_numpy(float), ci_hi.to_numpy(float), *seeds]))
     bottom = low_end if low_end is not None else min(0.0, np.nanmin(ci_lo.fillna(mean).to_numpy(float)))
     ceiling = top + 0.05 * (top - bottom) if np.isfinite(top) else 1.0
     ax.set_ylim(bottom, ceiling if high_end is None else min(high_end, ceiling))
+    for i, mark in enumerate(marks or []):
+        if mark:   # above the whisker and the dots
+            above = np.nanmax([mean.iloc[i], ci_hi.iloc[i], *seeds[i]])
+            ax.annotate(mark, (x[i], above), xytext=(0, 2), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=7)
     ax.set_xticks(x, names)                 # one line per key, read against the axis label
     ax.set_xlabel(legend_title(keys).replace(" / ", ", "))
-    ax.set_ylabel(f"{axis_label(metric)} (mean, 95% CI)")
+    dots = "; dots: seeds" if any(len(v) for v in seeds) else ""
+    signs = "\n▲/▼: better/worse than the baseline (the table's test)" if any(marks or []) else ""
+    ax.set_ylabel(axis_label(metric))
+    ax.set_title(f"bars: mean, whiskers: 95% CI{dots}{signs}", loc="right", fontsize=7, pad=8)
     ax.grid(alpha=0.3, axis="y")
     return save(fig, stem)
+
+
+def _seed_values(agg: pd.DataFrame, keys: list[str], metric: str, runs: pd.DataFrame | None) -> list[np.ndarray]:
+    """Per row of ``agg``, the ``metric`` of the runs averaged in it (empty without ``runs``)."""
+    if runs is None or metric not in runs:
+        return [np.array([]) for _ in range(len(agg))]
+    good = runs[usable(runs, metric)]
+    names = [tuple(label(v) for v in row) for row in good[keys].itertuples(index=False)]
+    values = pd.to_numeric(good[metric], errors="coerce").to_numpy(float)
+    return [np.array([v for name, v in zip(names, values) if name == tuple(label(x) for x in row)])
+            for row in agg[keys].itertuples(index=False)]
 
 
 def _attention_maps(run_dir: Path) -> list[dict]:

@@ -323,9 +323,9 @@ def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> Non
               f"{'' if args.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
 
 
-def write_figures(args, out: Path, runs, metrics, agg, keys) -> list[Path]:
+def write_figures(args, out: Path, runs, metrics, agg, keys, sig) -> list[Path]:
     m = args.metric
-    figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars")
+    figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
     # against the step, and against the target tokens seen when the summaries record them
     for x in ("step", "tokens"):
         for y in ("val_ppl", "val_bleu"):
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols)
+    figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols, sig)
     if found is not None:
         effect_tables, effect_figures = effects_output.write_effects(
             found, out, pairs, tables.higher_is_better(args.metric), args.digits, not args.no_figures)

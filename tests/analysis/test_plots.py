@@ -92,7 +92,8 @@ def test_bars_and_their_whiskers_stay_inside_the_metric_range(tmp_path, figures)
     assert low == 0.0 and high == 100.0
     whiskers = [seg for coll in ax.collections for seg in coll.get_segments()]
     assert whiskers and all(0.0 <= y <= 100.0 for seg in whiskers for _, y in seg)
-    assert ax.get_ylabel() == "Validation BLEU (mean, 95% CI)" and ax.get_xlabel() == "Attention"
+    assert ax.get_ylabel() == "Validation BLEU" and ax.get_xlabel() == "Attention"
+    assert ax.get_title(loc="right") == "bars: mean, whiskers: 95% CI"
     # an unbounded metric: from 0 to just above the highest interval
     plots.plot_ablation_bars(agg.assign(ci_hi=[60.0, 95.0]), ["model.attention"], "val_ppl", tmp_path / "p")
     low, high = figures[1].axes[0].get_ylim()
@@ -134,3 +135,42 @@ def test_figures_share_the_paper_style(demo, tmp_path, figures):
 def test_seed_band_pairs_single_validations_that_share_no_range():
     band = plots.seed_band([pd.Series([30.0], index=[47]), pd.Series([34.0], index=[48])])
     assert list(band.index) == [47.5] and band.iloc[0].tolist() == [32.0, 30.0, 34.0]
+
+
+def test_bars_show_every_seed_and_the_tables_marks(demo, tmp_path, figures):
+    runs = load.load_runs(demo)
+    agg = aggregate.aggregate(runs, KEYS, "val_bleu")
+    marks = ["▲" if i == 1 else "" for i in range(len(agg))]
+    plots.plot_ablation_bars(agg, KEYS, "val_bleu", tmp_path / "bars", runs, marks)
+    ax = figures[0].axes[0]
+    dots = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    # one dot per averaged run, at its value, over its own bar
+    seen = sorted(y for line in dots for y in line.get_ydata())
+    assert seen == sorted(runs.loc[aggregate.usable(runs, "val_bleu"), "val_bleu"])
+    assert all(abs(x - round(float(np.mean(line.get_xdata())))) <= 0.15 + 1e-9 for line in dots for x in line.get_xdata())
+    assert [t.get_text() for t in ax.texts] == ["▲"]
+    assert ax.texts[0].xy[0] == 1 and ax.texts[0].xy[1] >= agg["ci_hi"].iloc[1]
+    assert "dots: seeds" in ax.get_title(loc="right") and "▲/▼" in ax.get_title(loc="right")
+
+
+def test_gradflow_legend_sits_below_the_axes_and_h_t_is_typeset(demo, tmp_path, figures):
+    runs = load.load_runs(demo)
+    assert plots.plot_gradflow(load.load_gradflow(runs), runs, KEYS, tmp_path / "g")
+    fig = figures[0]
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    fig.canvas.draw()
+    legend, axes = fig.legends[0].get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= axes.y0            # below the plotting area: it covers no line
+    assert ax.get_title() == r"$\Vert\partial L / \partial h_t\Vert$ by distance to the loss"
+    assert "h_t" not in ax.get_ylabel().split("$")[0]   # subscripts only inside mathtext
+
+
+def test_bleu_by_length_points_are_not_joined_and_the_bars_say_what_they_are(demo, tmp_path, figures):
+    runs = load.load_runs(demo)
+    assert plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, KEYS, tmp_path / "len")
+    ax = figures[0].axes[0]
+    data_lines = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert data_lines and all(line.get_linestyle() == "None" for line in data_lines)
+    assert ax.get_ylabel() == "BLEU (mean over 2 seeds; bars: ±1 std over seeds)"
+    assert ax.get_legend() is None and len(figures[0].legends) == 1
