@@ -549,7 +549,7 @@ def _train(argv: list[str]) -> int:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     finally:
-        finish()
+        finish(session.get("run_dir"))
         if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
             # of validate/test, the invocation's outcome: the run's own status is its training's
             outcome = status if argv[0] == "fit" else f"{argv[0]} {status}"

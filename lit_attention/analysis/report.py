@@ -24,6 +24,9 @@ from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking.schema import hyps_file
 
 
+WANDB_STORES = "wandb-runs"   # under --out: the run stores fetched from W&B
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
@@ -67,8 +70,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="write the tables only, from summary.json, config.yaml and hypotheses (fast: "
                         "metrics.csv and gradflow.csv are not read, so gradient columns show only "
                         "what summaries record)")
-    p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT",
-                   help="read runs from W&B instead of RUNS_DIR (needs network and an API key)")
+    p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT|DIR",
+                   help="read runs from W&B instead of RUNS_DIR: a project (needs network and an "
+                        "API key) or a directory of offline W&B runs; each run's run-store artifact "
+                        "is written under OUT/wandb-runs and read like a local store")
     p.add_argument("--group", default=None, help="the W&B group (study) to read")
     p.add_argument("--effects", action="store_true",
                    help="factor effects of a sweep: importance (type-II ANOVA; PED-ANOVA when the "
@@ -80,6 +85,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--interactions needs --effects")
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
+    if args.runs_dir and args.wandb:
+        p.error("give RUNS_DIR or --wandb, not both")
     if args.samples is not None and args.samples < 1:
         p.error(f"--samples must be at least 1, got {args.samples}")
     if args.out is None:
@@ -190,10 +197,19 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """(runs, metrics, skipped): skipped lists (run dir, what is wrong) of unreadable runs."""
     skipped = []
     if args.wandb:
-        from lit_attention.analysis.wandb_export import load_wandb
-        runs, metrics = load_wandb(args.wandb, args.group, args.metric)
+        from lit_attention.analysis import wandb_export
+        stores = Path(args.out) / WANDB_STORES
+        if wandb_export.fetch_run_stores(args.wandb, args.group, stores):
+            args.runs_dir = str(stores)   # from here on a local run store like any other
+        else:
+            print("note: some W&B runs carry no run-store artifact (logged before it existed): "
+                  "their summaries and curves only, no test, no hypothesis-based figures", file=sys.stderr)
+    if args.wandb and args.runs_dir is None:
+        runs, metrics = wandb_export.load_wandb(args.wandb, args.group, args.metric)
     else:
         runs, skipped = load.scan_runs(args.runs_dir)
+        if args.wandb and args.group:
+            runs = runs[runs["group"] == args.group]
         for _, problem in skipped:
             load.warn(f"skipped run: {problem}")
         metrics = pd.DataFrame() if args.no_figures else load.load_metrics(runs)
@@ -331,7 +347,7 @@ def write_figures(args, out: Path, runs, metrics, agg, keys, sig) -> list[Path]:
         for y in ("val_ppl", "val_bleu"):
             stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_tokens"))
             figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
-    if not args.wandb:  # these read files that only run stores hold
+    if args.runs_dir is not None:  # these read files that only run stores hold
         figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,
                                              out / "bleu_by_length", metric=m)
         figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow", metric=m)

@@ -1,20 +1,30 @@
-"""Runs of a W&B project/group -> the same DataFrames `load` builds from run stores.
+"""Runs of a W&B project/group (or of offline W&B run files) -> what `report` reads.
 
-`run_row` and `history_frame` are pure conversions (tested on `wandb.apis.public.Run` objects
-built from attributes); `load_wandb` adds the network calls (`wandb.Api().runs` and
-`run.scan_history(keys=...)`, never the sampled `run.history()`), which cannot run without
-network and an API key, so it is not exercised by the test suite. Hypotheses, gradient-flow
-tables and attention maps live only in run stores: significance and those figures need them.
+Every run logs its run store as a `run-store` artifact (tracking/wandb.py) when `fit` or `test`
+ends. `fetch_run_stores` writes the newest version of each run's artifact as a local run store:
+downloaded through the public API (`wandb.Api().runs`, `run.logged_artifacts()`,
+`artifact.download`), or, for offline runs, copied from the files their .wandb logs name
+(`wandb leet inspect --json`). The report then reads them as it reads any run store: the same
+tables, tests and figures. Runs logged before the artifact existed have only their summaries and
+histories: `run_row` and `history_frame` convert those (pure functions, tested on
+`wandb.apis.public.Run` objects built from attributes); significance and the figures that need
+hypotheses, gradient flow or attention maps are then left out.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from lit_attention.analysis.load import NESTED, _scalar, flatten
+from lit_attention.analysis.load import NESTED, AnalysisError, _scalar, flatten
 from lit_attention.tracking.schema import Status
+from lit_attention.tracking.wandb import RUN_STORE_ARTIFACT
 
 # W&B run states -> run-store statuses (used when the summary carries no `status`).
 STATES = {"finished": Status.FINISHED, "failed": Status.FAILED, "crashed": Status.FAILED,
@@ -88,3 +98,66 @@ def load_wandb(path: str, group: str | None, metric: str = "val_bleu") -> tuple[
     if curves:
         metrics = pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
     return pd.DataFrame(rows), metrics
+
+
+def fetch_run_stores(source: str, group: str | None, into: Path) -> bool:
+    """Write the newest run-store artifact of every run of ``source`` (ENTITY/PROJECT, or a local
+    directory holding offline runs: a `wandb/` directory or a runs/ tree) under ``into``, one run
+    store per run. False when some run carries no run store (an older run): nothing is written."""
+    stores = _offline_stores(Path(source)) if Path(source).is_dir() else _online_stores(source, group)
+    if stores is None:
+        return False
+    if into.exists():
+        shutil.rmtree(into)
+    for name, write in stores.items():
+        write(into / name)
+    return True
+
+
+def _offline_stores(directory: Path) -> dict | None:
+    """name -> writer of the newest run-store artifact per offline run under ``directory``."""
+    runs = sorted(directory.rglob("offline-run-*"), key=lambda p: p.name)   # names begin with the time
+    if not runs:
+        raise FileNotFoundError(f"no offline W&B runs (offline-run-*) under {directory}")
+    newest = {}
+    for run in runs:
+        for record in _records(run):
+            artifact = record.get("artifact") or {}
+            if record.get("type") == "artifact" and artifact.get("type") == RUN_STORE_ARTIFACT:
+                newest[artifact["name"]] = artifact["manifest"]["contents"]
+    return {name: _copier(contents) for name, contents in newest.items()} if newest else None
+
+
+def _records(run: Path) -> list[dict]:
+    """The records of an offline run's .wandb log, as `wandb leet inspect --json` prints them."""
+    done = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise AnalysisError(f"cannot read the W&B log of {run}: {done.stderr.strip()[-300:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _copier(contents: list[dict]):
+    def write(target: Path) -> None:
+        for entry in contents:
+            path = target / entry["path"]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(entry["local_path"], path)
+    return write
+
+
+def _online_stores(path: str, group: str | None) -> dict | None:
+    """name -> writer (a download) of the newest run-store artifact of every run of ``path``."""
+    import wandb
+
+    runs = list(wandb.Api().runs(path, filters={"group": group} if group else None))
+    if not runs:
+        raise SystemExit(f"error: no W&B runs in {path}" + (f" group {group}" if group else ""))
+    stores = {}
+    for run in runs:
+        versions = [a for a in run.logged_artifacts() if a.type == RUN_STORE_ARTIFACT]
+        if not versions:
+            return None
+        newest = max(versions, key=lambda a: int(a.version.lstrip("v")))
+        stores[newest.name.partition(":")[0]] = lambda target, a=newest: a.download(root=str(target))
+    return stores

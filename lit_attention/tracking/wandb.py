@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from lit_attention.config_check import ConfigError
+from lit_attention.tracking import schema
 
 DEFAULT_BASE_URL = "https://api.wandb.ai"
 # WANDB_MODE values W&B accepts -> the mode they mean
@@ -80,8 +81,34 @@ def make_wandb_logger(run_dir: Path, project: str, group: str, name: str, job_ty
     return logger
 
 
-def finish() -> None:
-    """End the process's W&B run if there is one (also after a failure)."""
+# The run store a W&B run carries as an artifact of this type (a new version after every `fit`
+# and `test`): what `report --wandb` needs for the same tests and figures as on the local store.
+RUN_STORE_ARTIFACT = "run-store"
+ARTIFACT_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW)
+ARTIFACT_DIRS = {schema.HYPS: "*", schema.ATTENTION: "*.json"}   # hypotheses, references, their
+                                                                  # sentence statistics; maps as data
+
+
+def run_store_artifact(wandb, run_dir: Path):
+    """The artifact of ``run_dir``'s run store (``wandb``: the imported module)."""
+    artifact = wandb.Artifact(f"{RUN_STORE_ARTIFACT}-{wandb.run.id}", type=RUN_STORE_ARTIFACT,
+                              description=f"lit-attention run store {run_dir.name}")
+    for name in ARTIFACT_FILES:
+        if (run_dir / name).is_file():
+            artifact.add_file(str(run_dir / name), name=name)
+    for folder, pattern in ARTIFACT_DIRS.items():
+        for path in sorted((run_dir / folder).glob(pattern)):
+            if path.is_file():
+                artifact.add_file(str(path), name=f"{folder}/{path.name}")
+    return artifact
+
+
+def finish(run_dir: Path | None = None) -> None:
+    """End the process's W&B run if there is one (also after a failure), after logging the run
+    store under ``run_dir`` as its artifact."""
     wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish()
+    if wandb is None or getattr(wandb, "run", None) is None:
+        return
+    if run_dir is not None and schema.summary_path(Path(run_dir)).is_file():
+        wandb.run.log_artifact(run_store_artifact(wandb, Path(run_dir)))
+    wandb.finish()
