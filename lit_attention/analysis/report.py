@@ -49,8 +49,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         f"{significance.MAX_DEFAULT_SAMPLES})")
     p.add_argument("--test", choices=list(significance.TESTS), default=None,
                    help="test against the baseline: seeds (default; bootstrap over seeds x "
-                        "sentences, one-sided, with the difference's CI), or sacreBLEU's "
+                        "sentences, one-sided, with the difference's CI and MDE), or sacreBLEU's "
                         "sentence-level bootstrap / permutation of one run against one run")
+    p.add_argument("--pool-seeds", action="store_true", default=None,
+                   help="the test over seeds uses one seed standard deviation pooled over the arms "
+                        "tested (when their spreads agree; stated in the caption) instead of each "
+                        "arm's own (Welch)")
+    p.add_argument("--equivalence", type=float, default=None, metavar="MARGIN",
+                   help="also test whether each row is within ±MARGIN of the baseline (two one-sided "
+                        "tests, Holm-corrected) and mark equivalent rows ≈")
     p.add_argument("--resample-seed", type=int, default=None,
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
@@ -82,6 +89,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     if args.samples is not None and args.samples < 1:
         p.error(f"--samples must be at least 1, got {args.samples}")
+    if args.equivalence is not None and not args.equivalence > 0:
+        p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
     if args.out is None:
         if args.wandb:
             p.error("give --out DIR with --wandb")
@@ -218,7 +227,9 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
     if not pairs or pairs == ["off"]:
         given = [f for f, v in (("--samples", args.samples), ("--test", args.test),
-                                ("--resample-seed", args.resample_seed)) if v is not None]
+                                ("--resample-seed", args.resample_seed),
+                                ("--pool-seeds", args.pool_seeds),
+                                ("--equivalence", args.equivalence)) if v is not None]
         if given:
             raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
                                 "choose a baseline with --baseline KEY=VALUE")
@@ -242,7 +253,8 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
         metric=sentence_metric if column is None else "bleu", n_samples=args.samples,
         seed=significance.SEED if args.resample_seed is None else args.resample_seed,
         test=args.test or significance.DEFAULT_TEST, column=column,
-        higher_is_better=tables.higher_is_better(args.metric))
+        higher_is_better=tables.higher_is_better(args.metric), pool_seeds=bool(args.pool_seeds),
+        equivalence=args.equivalence)
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 

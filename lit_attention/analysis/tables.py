@@ -24,6 +24,8 @@ BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseli
 MARKS = {"better": BETTER, "worse": WORSE}
 DELTA_COLUMN = "Δ [95% CI]"
 P_COLUMN = "p (Holm)"
+MDE_COLUMN = "MDE"              # the difference the test detects with 80 % power
+EQUIVALENT = "≈"
 GRADFLOW_COLUMN = "‖∂L/∂h_t‖ decay/step [95% CI]"
 LOWER_IS_BETTER = ("loss", "ppl", "ter")
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -141,7 +143,8 @@ def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.
         elif row["note"]:
             cells.append("n=1" if row["note"] == "n=1" else "–")
         else:
-            cells.append(p_text(row["p_holm"], row["p"], sig.attrs.get("n_samples", 0)))
+            resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
+            cells.append(p_text(row["p_holm"], row["p"], resamples))   # seed test: p from t, no floor
     return cells
 
 
@@ -158,6 +161,28 @@ def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: i
             text += f" [{number(row['delta_lo'], digits)}, {number(row['delta_hi'], digits)}]"
         cells.append(text)
     return cells
+
+
+def mde_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: int) -> list[str]:
+    """The smallest difference the row's test detects with 80 % power ('' where untested)."""
+    return ["" if row is None or pd.isna(row.get("mde", math.nan)) else number(row["mde"], digits)
+            for row in _by_config(agg, keys, sig)]
+
+
+def equivalence_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame) -> list[str]:
+    """'≈ 0.012' where TOST finds the row equivalent to the baseline (Holm-adjusted p), else p."""
+    cells = []
+    for row in _by_config(agg, keys, sig):
+        if row is None or pd.isna(row["p_equivalent_holm"]):
+            cells.append("")
+        else:
+            p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf)
+            cells.append(f"{EQUIVALENT} {p}" if row["equivalent"] else p)
+    return cells
+
+
+def equivalence_column(margin: float) -> str:
+    return f"{EQUIVALENT} ±{margin:g} (TOST, Holm)"
 
 
 def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
@@ -225,6 +250,10 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     if sig is not None:
         columns[P_COLUMN] = p_cells(agg, keys, sig, baseline)
         columns[DELTA_COLUMN] = delta_cells(agg, keys, sig, digits)
+        if "mde" in sig and sig["mde"].notna().any():
+            columns[MDE_COLUMN] = mde_cells(agg, keys, sig, digits)
+        if sig.attrs.get("equivalence") is not None:
+            columns[equivalence_column(sig.attrs["equivalence"])] = equivalence_cells(agg, keys, sig)
     cells = pd.DataFrame(columns, index=_index(agg, keys))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[metric] = _best(agg["mean"], metric, digits).to_numpy()
@@ -277,10 +306,10 @@ def labelled(cells: pd.DataFrame, best: pd.DataFrame, metric: str) -> tuple:
 # header in lower case with "_" for every run of other characters ("grad norm" -> grad_norm).
 COLUMN_NAMES = {"ci": "95% CI", "n": "n", "excluded": "failed/pruned", "params": "params",
                 "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": P_COLUMN,
-                "delta": DELTA_COLUMN,
+                "delta": DELTA_COLUMN, "mde": MDE_COLUMN,
                 "gradflow": GRADFLOW_COLUMN}
 # The columns shown, in this order, as long as the table fits (after the keys and the metric).
-PRIORITY = ("ci", "n", "budget", "under_budget", "p", "delta", "excluded", "params")
+PRIORITY = ("ci", "n", "budget", "under_budget", "p", "delta", "mde", "excluded", "params")
 
 
 def _slug(header) -> str:
@@ -509,7 +538,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
         legend = (f"{BETTER}/{WORSE}: better/worse than the baseline ({baseline}){on}, Holm-adjusted "
                   f"p < 0.05" if marked else f"Against the baseline ({baseline}){on}")
         parts.append(f"{legend}; {P_COLUMN}: {significance}. {DELTA_COLUMN}: difference of the seed "
-                     f"means from the baseline's" + (", with its 95% interval over the resamples. n=1: one seed "
+                     f"means from the baseline's" + (", with its 95% t-interval. n=1: one seed "
                      "(here or in the baseline), so no test over seeds and no mark." if marked else
                      "; no marks: one run per configuration says nothing about training randomness."))
     parts += [note for note in notes if note]
