@@ -18,6 +18,12 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         the report's PNG figures, copied to
                                                         docs/figures/demo (not compared by --check:
     <!-- end -->                                        image bytes vary with matplotlib versions)
+    <!-- sig results/demo --metric val_bleu :: model.scoring=dot delta_hi digits=1 -->45.4<!-- end -->
+                                                        one statistic of the report's test against
+                                                        its baseline (significance.csv): delta,
+                                                        delta_lo, delta_hi, mde, se, df, p, p_holm,
+                                                        p_equivalent_holm, for the row matching
+                                                        every KEY=VALUE after `::`
     <!-- calibration pooled_arms=6 -->                  the seed test's false-positive rate, power
     ...                                                 and MDE on simulated experiments, as a
     <!-- end -->                                        Markdown table (analysis/calibration.py;
@@ -45,8 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS_MD = REPO / "docs" / "RESULTS.md"
 DOCS = (RESULTS_MD, REPO / "docs" / "ANALYSIS.md")
 
-BLOCK = re.compile(r"<!-- (report|value|figures|calibration)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
+BLOCK = re.compile(r"<!-- (report|value|figures|calibration|sig)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
 STATS = ("mean", "std", "min", "max", "median", "n")
+TEST_STATS = ("delta", "delta_lo", "delta_hi", "mde", "se", "df", "p", "p_holm", "p_equivalent_holm")
 
 
 class ReproduceError(ValueError):
@@ -130,6 +137,42 @@ def value(spec: str) -> str:
     return f"{number:,.{digits}f}"
 
 
+def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
+    """`STORE REPORT-OPTIONS :: KEY=VALUE ... STAT [digits=N]` -> one number of the report's
+    significance.csv (the report runs once per STORE and options: `tests` caches it)."""
+    import pandas as pd
+
+    from lit_attention.analysis import tables
+    report_part, sep, row_part = spec.partition(" :: ")
+    if not sep:
+        raise ReproduceError(f"sig marker needs ':: KEY=VALUE ... STAT': {spec!r}")
+    if report_part not in tests:
+        store, *options = shlex.split(report_part)
+        out = _report([_store(store), *options, "--no-figures"], scratch / f"sig{len(tests)}")
+        if not (out / "significance.csv").is_file():
+            raise ReproduceError(f"report {report_part} tests nothing (no baseline)")
+        tests[report_part] = pd.read_csv(out / "significance.csv", dtype=str)
+    found = tests[report_part]
+    *pairs, stat = [w for w in shlex.split(row_part) if not w.startswith("digits=")]
+    digits = int(next((w[7:] for w in shlex.split(row_part) if w.startswith("digits=")), 1))
+    if stat not in TEST_STATS:
+        raise ReproduceError(f"unknown test statistic {stat!r} in {spec!r}; use one of {', '.join(TEST_STATS)}")
+    chosen = pd.Series(True, index=found.index)
+    for pair in pairs:
+        key, _, wanted = pair.partition("=")
+        if key not in found:
+            raise ReproduceError(f"{key!r} is not a row key of the report {report_part!r}")
+        chosen &= found[key] == wanted
+    if chosen.sum() != 1:
+        raise ReproduceError(f"{chosen.sum()} rows of the report {report_part!r} match {pairs}")
+    number = float(found.loc[chosen, stat].iloc[0])
+    if math.isnan(number):
+        raise ReproduceError(f"{stat} of {pairs} in {report_part!r} is not a number (untested?)")
+    if stat.startswith("p"):
+        return tables.p_text(number, number, math.inf)
+    return f"{number:+,.{digits}f}" if stat == "delta" else f"{number:,.{digits}f}"
+
+
 def calibration_table(spec: str) -> str:
     """`[seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the table."""
     from lit_attention.analysis import calibration
@@ -152,6 +195,8 @@ def calibration_table(spec: str) -> str:
 def regenerate(text: str, docs: Path | None = None) -> str:
     """The document with every generated block rebuilt (figures copied under ``docs`` if given)."""
     with tempfile.TemporaryDirectory() as tmp:
+        tests = {}
+
         def rebuild(match: re.Match) -> str:
             kind, spec = match.group(1), (match.group(2) or "").strip()
             with tempfile.TemporaryDirectory(dir=tmp) as scratch:
@@ -161,6 +206,8 @@ def regenerate(text: str, docs: Path | None = None) -> str:
                     body = figures(spec, Path(scratch), docs)
                 elif kind == "calibration":
                     body = calibration_table(spec)
+                elif kind == "sig":
+                    body = test_statistic(spec, Path(tmp), tests)
                 else:
                     body = value(spec)
             return f"<!-- {kind}{' ' * bool(spec)}{spec} -->{body}<!-- end -->"

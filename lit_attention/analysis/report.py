@@ -63,7 +63,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
                    help="the columns of table.tex/table.md beside the configuration keys, in this "
-                        "order: mean (the metric), ci, n, p, excluded, params, time, speed, gflops, "
+                        "order: mean (the metric), ci, n, p, delta, mde, equivalent, excluded, params, time, speed, gflops, "
                         "grad_norm, clip, ... or all; default: the metric, then ci, n, p, ... as "
                         "long as table.tex fits one column of a two-column paper (table.md: all)")
     p.add_argument("--wide", action="store_true",

@@ -100,13 +100,14 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                     f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
                     f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
                     f"one draw for every run: paired; recomputed from cached sentence statistics)")
+    mde = ("; MDE: the difference this test finds with 80 % power at α = 0.05 (before Holm)"
+           if comparisons != 0 else "")
     tost = ("" if equivalence is None else f"; equivalence (≈): two one-sided tests that |Δ| < "
             f"{equivalence:g}, Holm-corrected over the comparisons")
     return (f"{'test over seeds' if values else TESTS[test]}: the difference of the seed means "
             f"over its standard error, the variance {variance}, against Student's t with "
             f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
-            f"in the direction of Δ, Holm-corrected over both directions{family}; MDE: the "
-            f"difference this test finds with 80 % power at α = 0.05 (before Holm){tost}")
+            f"in the direction of Δ, Holm-corrected over both directions{family}{mde}{tost}")
 
 
 def method_of(result: pd.DataFrame) -> str:

@@ -36,7 +36,7 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
 LATEX_UNICODE = {"±": r"$\pm$", "†": r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
                  BETTER: r"$^{\bigtriangleup}$", WORSE: r"$^{\bigtriangledown}$", "Δ": r"$\Delta$",
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
-                 "∂": r"$\partial$"}
+                 "∂": r"$\partial$", "α": r"$\alpha$", EQUIVALENT: r"$\approx$"}
 ARROWS = {"↑": r"$\uparrow$", "↓": r"$\downarrow$"}
 
 
@@ -319,6 +319,7 @@ def _slug(header) -> str:
 def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
     """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
     aliases = {header: name for name, header in COLUMN_NAMES.items()}
+    aliases.update({c: "equivalent" for c in cells.columns if str(c).startswith(EQUIVALENT)})
     return {("mean" if c == metric_header else aliases.get(c, _slug(c))): c for c in cells.columns}
 
 
