@@ -16,7 +16,7 @@ import re
 import pandas as pd
 
 from lit_attention import registry
-from lit_attention.analysis import latex_width
+from lit_attention.analysis import latex_width, load
 from lit_attention.analysis.aggregate import SPLITS, GRADFLOW_METHOD, metric_range, usable  # noqa: F401
 from lit_attention.analysis.load import AnalysisError
 
@@ -477,16 +477,28 @@ def test_notes(sig: pd.DataFrame | None, keys: list[str]) -> str | None:
 
 
 def scoring_note(runs: pd.DataFrame) -> str | None:
-    """What the recurrent scoring arms of a table share (the encoder output they attend over)."""
+    """What the recurrent scoring arms of a table share (the encoder output they attend over) and
+    in what else they differ: the configuration keys that vary between them, from the runs."""
     if "model.scoring" not in runs or "model.enc_output" not in runs:
         return None
-    recurrent = runs[runs["model.enc_output"].notna()]
-    if recurrent["model.scoring"].nunique() < 2:
+    arms = runs[runs["model.enc_output"].notna() & runs["model.scoring"].notna()]
+    if "model.attention" in arms:
+        arms = arms[arms["model.attention"] != registry.NO_ATTENTION]
+    if arms["model.scoring"].nunique() < 2:
         return None
-    outputs = sorted(recurrent["model.enc_output"].unique())
+    outputs = sorted(arms["model.enc_output"].unique())
+    varying = [c for c in load.varying(arms, load.config_columns(arms))
+               if c not in ("model.scoring", "model.enc_output")]
+    # a key set only for some scorings and fixed by the scoring (low_rank's rank) belongs to it
+    splits = load.distinguishing(arms, varying, given=["model.scoring"])
+    others = [c for c in varying if arms[c].notna().all() or c in splits]
+    differ = ("differ in the scoring function only" if not others else
+              f"differ in the scoring function and also in {', '.join(others)}")
+    free = sorted({"dot", "scaled_dot"} & set(arms["model.scoring"]))
+    owns = f"; {' and '.join(free)} own{'s' * (len(free) == 1)} no parameters" if free else ""
     return ("Recurrent scoring arms attend over the same encoder output (model.enc_output = "
             f"{' / '.join(outputs)}; {'one value' if len(outputs) == 1 else 'several values: compare within one'}) "
-            "and differ in the scoring function only; dot and scaled_dot own no parameters.")
+            f"and {differ}{owns}.")
 
 
 def range_text(metric: str) -> str:
