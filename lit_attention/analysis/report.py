@@ -44,9 +44,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="hypotheses a BLEU/chrF test resamples (default: the metric's split if its "
                         "hypotheses are stored, else test, else val)")
     p.add_argument("--samples", type=int, default=None,
-                   help=f"resamples per test (default: enough for Holm-corrected p-values below "
-                        f"0.01, at least {significance.N_SAMPLES}, at most "
-                        f"{significance.MAX_DEFAULT_SAMPLES})")
+                   help=f"bootstrap draws of the sentences (default {significance.N_SAMPLES} for the "
+                        f"test over seeds, which estimates the sentence variance from them; for "
+                        f"--test bootstrap/permutation enough for Holm-corrected p-values below 0.01, "
+                        f"at most {significance.MAX_DEFAULT_SAMPLES})")
     p.add_argument("--test", choices=list(significance.TESTS), default=None,
                    help="test against the baseline: seeds (default; bootstrap over seeds x "
                         "sentences, one-sided, with the difference's CI and MDE), or sacreBLEU's "
