@@ -298,7 +298,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         layouts.append(("pivot", args.label and f"{args.label}-grid", grid))
     printed = []
     for name, tex_label, (cells, best) in layouts:
-        shown = None if name == "table" else []                 # a pivot shows the metric only
+        shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
         markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
         if name == "table":
             cells, best = fitted

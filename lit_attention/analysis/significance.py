@@ -77,7 +77,7 @@ def hypotheses(test: str, n_comparisons: int) -> int:
 
 def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TEST,
            comparisons: int | None = None, values: str | None = None, metric: str = "bleu",
-           split: str = "test", pooled: dict | None = None, equivalence: float | None = None) -> str:
+           split: str = "test", pooled: dict | None = None) -> str:
     """How the p-values were obtained, for the table caption: test, resamples, correction."""
     tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
     if test != DEFAULT_TEST:
@@ -100,21 +100,16 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                     f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
                     f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
                     f"one draw for every run: paired; recomputed from cached sentence statistics)")
-    mde = ("; MDE: the difference this test finds with 80 % power at α = 0.05 (before Holm)"
-           if comparisons != 0 else "")
-    tost = ("" if equivalence is None else f"; equivalence (≈): two one-sided tests that |Δ| < "
-            f"{equivalence:g}, Holm-corrected over the comparisons")
     return (f"{'test over seeds' if values else TESTS[test]}: the difference of the seed means "
             f"over its standard error, the variance {variance}, against Student's t with "
             f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
-            f"in the direction of Δ, Holm-corrected over both directions{family}{mde}{tost}")
+            f"in the direction of Δ, Holm-corrected over both directions{family}")
 
 
 def method_of(result: pd.DataFrame) -> str:
     """method() of a compare_to_baseline result."""
     return method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
-                                                    "values", "metric", "split", "pooled",
-                                                    "equivalence")})
+                                                    "values", "metric", "split", "pooled")})
 
 
 # ---- p-values from resampled scores -----------------------------------------------------------

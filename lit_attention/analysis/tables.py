@@ -519,12 +519,15 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     whose result the ▲/▼ marks show), signature, the
     language-model evaluation protocol(s) of the runs, and any ``notes``. ``shown``: the columns
     of the table when not all of summary_table's (an explanation leaves with its column)."""
+    def has(column: str) -> bool:
+        return shown is None or column in shown
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     split = SPLITS.get(split_of(metric))
     what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
-             f"configuration; {ci_method}{range_text(metric)}. Best value per column in bold."]
+             f"configuration{'; ' + ci_method + range_text(metric) if has('95% CI') else ''}. Best value per "
+             "column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
     missing = int(agg["n_missing"].sum()) if "n_missing" in agg else 0
@@ -550,10 +553,20 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
         on = f" on the {SPLITS.get(test_split, test_split)} hypotheses" if test_split else ""
         legend = (f"{BETTER}/{WORSE}: better/worse than the baseline ({baseline}){on}, Holm-adjusted "
                   f"p < 0.05" if marked else f"Against the baseline ({baseline}){on}")
-        parts.append(f"{legend}; {P_COLUMN}: {significance}. {DELTA_COLUMN}: difference of the seed "
-                     f"means from the baseline's" + (", with its 95% t-interval. n=1: one seed "
-                     "(here or in the baseline), so no test over seeds and no mark." if marked else
-                     "; no marks: one run per configuration says nothing about training randomness."))
+        parts.append(f"{legend}; {P_COLUMN if has(P_COLUMN) else 'test'}: {significance}.")
+        if has(DELTA_COLUMN):
+            parts.append(f"{DELTA_COLUMN}: difference of the seed means from the baseline's"
+                         + (", with its 95% t-interval." if marked else "."))
+        if shown is not None and MDE_COLUMN in shown:
+            parts.append(f"{MDE_COLUMN}: the difference the test finds with 80 % power at α = 0.05 "
+                         "(before Holm).")
+        for column in [c for c in shown or () if str(c).startswith(EQUIVALENT)]:
+            parts.append(f"{column}: two one-sided tests that |Δ| is below the margin, Holm-corrected "
+                         f"over the comparisons; {EQUIVALENT} marks a row shown equivalent to the baseline.")
+        if has(P_COLUMN):
+            parts.append("n=1: one seed (here or in the baseline), so no test over seeds and no mark."
+                         if marked else "No marks: one run per configuration says nothing about "
+                         "training randomness.")
     parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")

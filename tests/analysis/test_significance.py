@@ -270,7 +270,7 @@ def test_sentence_level_tests_compare_single_runs_only(tmp_path, capsys):
                         "--resample-seed", "4", "--no-figures"]) == 0
     md = (out / "table.md").read_text()
     assert "approximate randomization" in md and "300 resamples, seed 4" in md
-    assert "▲" not in md.split("\n\n")[0] and "no marks: one run per configuration" in md
+    assert "▲" not in md.split("\n\n")[0] and "No marks: one run per configuration" in md
     sig = pd.read_csv(out / "significance.csv")
     assert sig.loc[0, "significant"] and sig.loc[0, "p"] < 0.01
     # the default seed test cannot test one seed: n=1, no mark
@@ -343,9 +343,28 @@ def test_pooled_seeds_equivalence_and_the_detectable_difference(tmp_path):
     assert (sig["mde"] > 0).all() and (sig["df"] > 0).all()
     rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
     assert "≈ " in rows["bahdanau"] and "≈ " not in rows["luong"]
-    assert "| MDE " in md and "≈ ±3 (TOST, Holm)" in md and "|Δ| < 3" in md
+    assert "| MDE " in md and "≈ ±3 (TOST, Holm): two one-sided tests that |Δ| is below the margin" in md
+    assert "MDE: the difference the test finds with 80 % power" in md
     two = store(tmp_path / "two", refs, {"none": [(0.5, 0)] * 2, "luong": [(0.9, 20)] * 2})
     with pytest.raises(AnalysisError, match="at least 3 degrees of freedom"):
         significance.compare_to_baseline(load.load_runs(two), ["model.attention"],
                                          {"model.attention": "none"}, pool_seeds=True)
     assert report.main([str(study), "--out", str(out), "--baseline", "off", "--equivalence", "1"]) == 2
+
+
+def test_a_caption_describes_only_the_columns_its_table_shows(tmp_path):
+    """table.tex used to keep the description of the CI, p and Δ columns it had dropped."""
+    refs = references(100, seed=5)
+    study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.2, 10)] * 2})
+    described = ("95% CI: Student-t", "p (Holm): test over seeds", "Δ [95% CI]: difference",
+                 "MDE: the difference", "n=1: one seed")
+    assert report.main([str(study), "--out", str(tmp_path / "all"), "--no-figures"]) == 0
+    full = (tmp_path / "all" / "table.md").read_text()
+    assert all(words in full for words in described)
+    assert report.main([str(study), "--out", str(tmp_path / "few"), "--no-figures", "--columns",
+                        "mean", "n"]) == 0
+    for name in ("table.md", "table.tex"):
+        caption = (tmp_path / "few" / name).read_text()
+        assert not [words for words in described if words in caption], name
+    caption = (tmp_path / "few" / "table.md").read_text()
+    assert "▲/▼: better/worse than the baseline" in caption and "; test: test over seeds" in caption
