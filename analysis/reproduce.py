@@ -1,9 +1,10 @@
-"""Regenerate every table, number and figure of docs/RESULTS.md from the committed results/ store.
+"""Regenerate every table, number and figure of docs/RESULTS.md (from the committed results/
+store) and docs/ANALYSIS.md (the calibration of the test, by simulation).
 
-    python analysis/reproduce.py            # rewrite docs/RESULTS.md (and its figures)
-    python analysis/reproduce.py --check    # exit 1, with a diff, if docs/RESULTS.md differs
+    python analysis/reproduce.py            # rewrite both documents (and RESULTS.md's figures)
+    python analysis/reproduce.py --check    # exit 1, with a diff, if either differs
 
-docs/RESULTS.md marks what is generated with HTML comments (invisible on GitHub); everything
+The documents mark what is generated with HTML comments (invisible on GitHub); everything
 between a marker and the next `<!-- end -->` is replaced:
 
     <!-- report results/demo --metric val_bleu -->      a table: `lit-attention report` on the
@@ -17,8 +18,19 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         the report's PNG figures, copied to
                                                         docs/figures/demo (not compared by --check:
     <!-- end -->                                        image bytes vary with matplotlib versions)
+    <!-- sig results/demo --metric val_bleu :: model.scoring=dot delta_hi digits=1 -->45.4<!-- end -->
+                                                        one statistic of the report's test against
+                                                        its baseline (significance.csv): delta,
+                                                        delta_lo, delta_hi, mde, se, df, p, p_holm,
+                                                        p_equivalent_holm, for the row matching
+                                                        every KEY=VALUE after `::`
+    <!-- calibration pooled_arms=6 -->                  the seed test's false-positive rate, power
+    ...                                                 and MDE on simulated experiments, as a
+    <!-- end -->                                        Markdown table (analysis/calibration.py;
+                                                        KEY=VALUE: seeds, ratios, experiments,
+                                                        pooled_arms)
 
-A number in docs/RESULTS.md outside such a block is one nobody can regenerate: don't write it.
+A number in these documents outside such a block is one nobody can regenerate: don't write it.
 """
 
 from __future__ import annotations
@@ -37,9 +49,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS_MD = REPO / "docs" / "RESULTS.md"
+DOCS = (RESULTS_MD, REPO / "docs" / "ANALYSIS.md")
 
-BLOCK = re.compile(r"<!-- (report|value|figures) (.*?) -->(.*?)<!-- end -->", re.S)
+BLOCK = re.compile(r"<!-- (report|value|figures|calibration|sig)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
 STATS = ("mean", "std", "min", "max", "median", "n")
+TEST_STATS = ("delta", "delta_lo", "delta_hi", "mde", "se", "df", "p", "p_holm", "p_equivalent_holm")
 
 
 class ReproduceError(ValueError):
@@ -123,43 +137,110 @@ def value(spec: str) -> str:
     return f"{number:,.{digits}f}"
 
 
+def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
+    """`STORE REPORT-OPTIONS :: KEY=VALUE ... STAT [digits=N]` -> one number of the report's
+    significance.csv (the report runs once per STORE and options: `tests` caches it)."""
+    import pandas as pd
+
+    from lit_attention.analysis import tables
+    report_part, sep, row_part = spec.partition(" :: ")
+    if not sep:
+        raise ReproduceError(f"sig marker needs ':: KEY=VALUE ... STAT': {spec!r}")
+    if report_part not in tests:
+        store, *options = shlex.split(report_part)
+        out = _report([_store(store), *options, "--no-figures"], scratch / f"sig{len(tests)}")
+        if not (out / "significance.csv").is_file():
+            raise ReproduceError(f"report {report_part} tests nothing (no baseline)")
+        tests[report_part] = pd.read_csv(out / "significance.csv", dtype=str)
+    found = tests[report_part]
+    *pairs, stat = [w for w in shlex.split(row_part) if not w.startswith("digits=")]
+    digits = int(next((w[7:] for w in shlex.split(row_part) if w.startswith("digits=")), 1))
+    if stat not in TEST_STATS:
+        raise ReproduceError(f"unknown test statistic {stat!r} in {spec!r}; use one of {', '.join(TEST_STATS)}")
+    chosen = pd.Series(True, index=found.index)
+    for pair in pairs:
+        key, _, wanted = pair.partition("=")
+        if key not in found:
+            raise ReproduceError(f"{key!r} is not a row key of the report {report_part!r}")
+        chosen &= found[key] == wanted
+    if chosen.sum() != 1:
+        raise ReproduceError(f"{chosen.sum()} rows of the report {report_part!r} match {pairs}")
+    number = float(found.loc[chosen, stat].iloc[0])
+    if math.isnan(number):
+        raise ReproduceError(f"{stat} of {pairs} in {report_part!r} is not a number (untested?)")
+    if stat.startswith("p"):
+        return tables.p_text(number, number, math.inf)
+    return f"{number:+,.{digits}f}" if stat == "delta" else f"{number:,.{digits}f}"
+
+
+def calibration_table(spec: str) -> str:
+    """`[seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the table."""
+    from lit_attention.analysis import calibration
+    options = {}
+    for pair in shlex.split(spec):
+        key, _, wanted = pair.partition("=")
+        if key not in ("seeds", "ratios", "experiments", "pooled_arms"):
+            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use seeds, "
+                                 "ratios, experiments or pooled_arms")
+        try:
+            if key in ("seeds", "ratios"):
+                options[key] = tuple((int if key == "seeds" else float)(v) for v in wanted.split(","))
+            else:
+                options[key] = int(wanted)
+        except ValueError as exc:
+            raise ReproduceError(f"calibration option {pair!r}: {exc}") from exc
+    return "\n" + calibration.table(**options) + "\n"
+
+
 def regenerate(text: str, docs: Path | None = None) -> str:
     """The document with every generated block rebuilt (figures copied under ``docs`` if given)."""
     with tempfile.TemporaryDirectory() as tmp:
+        tests = {}
+
         def rebuild(match: re.Match) -> str:
-            kind, spec = match.group(1), match.group(2).strip()
+            kind, spec = match.group(1), (match.group(2) or "").strip()
             with tempfile.TemporaryDirectory(dir=tmp) as scratch:
                 if kind == "report":
                     body = table(spec, Path(scratch))
                 elif kind == "figures":
                     body = figures(spec, Path(scratch), docs)
+                elif kind == "calibration":
+                    body = calibration_table(spec)
+                elif kind == "sig":
+                    body = test_statistic(spec, Path(tmp), tests)
                 else:
                     body = value(spec)
-            return f"<!-- {kind} {spec} -->{body}<!-- end -->"
+            return f"<!-- {kind}{' ' * bool(spec)}{spec} -->{body}<!-- end -->"
         return BLOCK.sub(rebuild, text)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
-                        help="compare instead of writing; exit 1 when docs/RESULTS.md differs")
-    parser.add_argument("--file", type=Path, default=RESULTS_MD, help=argparse.SUPPRESS)
+                        help="compare instead of writing; exit 1 when a document differs")
+    parser.add_argument("--file", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    path = args.file
+    status = 0
+    for path in [args.file] if args.file else DOCS:
+        status = max(status, _one(path, args.check))
+    return status
+
+
+def _one(path: Path, check: bool) -> int:
     current = path.read_text()
     try:
-        fresh = regenerate(current, docs=None if args.check else path.parent)
+        fresh = regenerate(current, docs=None if check else path.parent)
     except ReproduceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if args.check:
+    if check:
         if fresh == current:
-            print(f"{path.name}: every generated block matches results/")
+            print(f"{path.name}: every generated block matches")
             return 0
         sys.stdout.writelines(difflib.unified_diff(
             current.splitlines(keepends=True), fresh.splitlines(keepends=True),
-            f"{path.name} (committed)", f"{path.name} (from results/)"))
-        print(f"\n{path.name} differs from what results/ regenerates: "
+            f"{path.name} (committed)", f"{path.name} (regenerated)"))
+        print(f"\n{path.name} differs from what results/ and the simulations regenerate: "
               "run python analysis/reproduce.py", file=sys.stderr)
         return 1
     if fresh != current:

@@ -9,8 +9,8 @@ measures, each in a fresh process:
                 every config.yaml) and again (reading the parses cached beside them)
     tables      report --no-figures --baseline off
     sig cold    report --no-figures with its default test of every configuration vs the
-                baseline (seeds x sentences: a bootstrap of the sentences, Welch's t over the
-                seeds; analysis/seed_test.py), sentence statistics computed (on all CPUs) and
+                baseline (seeds x sentences: the seeds' variance plus the bootstrap covariance of
+                the sentences, Student's t; analysis/seed_test.py), sentence statistics computed (on all CPUs) and
                 cached in the stores
     sig warm    the same again, statistics read from the caches (the report a researcher re-runs)
 
@@ -320,7 +320,7 @@ def main() -> int:
             if args.root is None:
                 shutil.rmtree(root, ignore_errors=True)
     print("load: summary.json + config.yaml of every run; tables: report --no-figures --baseline off; "
-          "sig: + the seed-aware test (sentence bootstrap x Welch over seeds) vs attention=none, "
+          "sig: + the seed-aware test (seed variance + sentence bootstrap covariance, Student's t) vs attention=none, "
           "Holm; cold: computing and caching "
           "sentence statistics, warm: reading them; MB: peak resident memory of the report process "
           "(cold: and of its statistics workers). PairedTest: sacreBLEU's own test on the same "

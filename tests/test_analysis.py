@@ -246,7 +246,7 @@ def test_latex_compiles_with_pdflatex(study, tmp_path):
     _, cells, best, caption = _labelled_table()
     report.main([str(study), "--out", str(tmp_path / "r"), "--baseline", "attention=none",
                  "scoring=dot", "--samples", "50", "--rows", "model.scoring", "--cols", "model.attention",
-                 "--no-figures"])
+                 "--no-figures", "--equivalence", "1"])
     demo = demo_study(tmp_path / "runs")
     assert report.main([str(demo), "--out", str(tmp_path / "demo"), "--samples", "50", "--no-figures"]) == 0
     assert report.main([str(demo), "--out", str(tmp_path / "wide"), "--samples", "50", "--no-figures",

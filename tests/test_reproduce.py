@@ -138,3 +138,29 @@ def test_committed_results_md_matches_the_committed_results_store():
     done = subprocess.run([sys.executable, "analysis/reproduce.py", "--check"], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+
+
+def test_the_calibration_table_is_regenerated_and_checked(tmp_path, capsys):
+    doc = tmp_path / "ANALYSIS.md"
+    doc.write_text("<!-- calibration seeds=2,3 ratios=1 experiments=300 -->\nold\n<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 1
+    assert reproduce.main(["--file", str(doc)]) == 0
+    text = doc.read_text()
+    assert "old" not in text and "| 2 seeds | 3 seeds |" in text and text.count("\n| 1 |") == 1
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+    doc.write_text("<!-- calibration seed=2 -->\n<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert "unknown calibration option 'seed'" in capsys.readouterr().err
+
+
+def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tmp_path, store, capsys):
+    spec = "STORE --metric val_ppl --baseline attention=none ::"
+    doc = _doc(tmp_path, store, f"Δ <!-- sig {spec} model.attention=bahdanau delta digits=2 -->9<!-- end -->, "
+                                f"p <!-- sig {spec} model.attention=bahdanau p_holm -->0<!-- end -->.\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 1
+    assert reproduce.main(["--file", str(doc)]) == 0
+    assert "-->+0.00<!-- end -->, p <!-- sig" in doc.read_text() and "-->1.000<!-- end -->." in doc.read_text()
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+    doc.write_text(doc.read_text().replace("p_holm", "p_value"))
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert "unknown test statistic 'p_value'" in capsys.readouterr().err

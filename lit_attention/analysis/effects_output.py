@@ -94,7 +94,11 @@ def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
 
 
 def _term(effects: Effects, name: str) -> pd.Series | None:
-    rows = effects.importance[effects.importance["term"] == name]
+    """The ANOVA row of a term; an interaction A × B is found under either order of its factors
+    (the model names it in factor order, a pair from --interactions or the ranking may be B × A)."""
+    first, sep, second = name.partition(" × ")
+    names = {name, pair_name(second, first)} if sep else {name}
+    rows = effects.importance[effects.importance["term"].isin(names)]
     return rows.iloc[0] if len(rows) else None
 
 

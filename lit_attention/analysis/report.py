@@ -47,19 +47,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="hypotheses a BLEU/chrF test resamples (default: the metric's split if its "
                         "hypotheses are stored, else test, else val)")
     p.add_argument("--samples", type=int, default=None,
-                   help=f"resamples per test (default: enough for Holm-corrected p-values below "
-                        f"0.01, at least {significance.N_SAMPLES}, at most "
-                        f"{significance.MAX_DEFAULT_SAMPLES})")
+                   help=f"bootstrap draws of the sentences (default {significance.N_SAMPLES} for the "
+                        f"test over seeds, which estimates the sentence variance from them; for "
+                        f"--test bootstrap/permutation enough for Holm-corrected p-values below 0.01, "
+                        f"at most {significance.MAX_DEFAULT_SAMPLES})")
     p.add_argument("--test", choices=list(significance.TESTS), default=None,
                    help="test against the baseline: seeds (default; bootstrap over seeds x "
-                        "sentences, one-sided, with the difference's CI), or sacreBLEU's "
+                        "sentences, one-sided, with the difference's CI and MDE), or sacreBLEU's "
                         "sentence-level bootstrap / permutation of one run against one run")
+    p.add_argument("--pool-seeds", action="store_true", default=None,
+                   help="the test over seeds uses one seed standard deviation pooled over the arms "
+                        "tested (when their spreads agree; stated in the caption) instead of each "
+                        "arm's own (Welch)")
+    p.add_argument("--equivalence", type=float, default=None, metavar="MARGIN",
+                   help="also test whether each row is within ±MARGIN of the baseline (two one-sided "
+                        "tests, Holm-corrected) and mark equivalent rows ≈")
     p.add_argument("--resample-seed", type=int, default=None,
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
                    help="the columns of table.tex/table.md beside the configuration keys, in this "
-                        "order: mean (the metric), ci, n, p, excluded, params, time, speed, gflops, "
+                        "order: mean (the metric), ci, n, p, delta, mde, equivalent, excluded, params, time, speed, gflops, "
                         "grad_norm, clip, ... or all; default: the metric, then ci, n, p, ... as "
                         "long as table.tex fits one column of a two-column paper (table.md: all)")
     p.add_argument("--wide", action="store_true",
@@ -89,6 +97,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("give RUNS_DIR or --wandb, not both")
     if args.samples is not None and args.samples < 1:
         p.error(f"--samples must be at least 1, got {args.samples}")
+    if args.equivalence is not None and not args.equivalence > 0:
+        p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
     if args.out is None:
         if args.wandb:
             p.error("give --out DIR with --wandb")
@@ -234,7 +244,9 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
     if not pairs or pairs == ["off"]:
         given = [f for f, v in (("--samples", args.samples), ("--test", args.test),
-                                ("--resample-seed", args.resample_seed)) if v is not None]
+                                ("--resample-seed", args.resample_seed),
+                                ("--pool-seeds", args.pool_seeds),
+                                ("--equivalence", args.equivalence)) if v is not None]
         if given:
             raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
                                 "choose a baseline with --baseline KEY=VALUE")
@@ -258,7 +270,8 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
         metric=sentence_metric if column is None else "bleu", n_samples=args.samples,
         seed=significance.SEED if args.resample_seed is None else args.resample_seed,
         test=args.test or significance.DEFAULT_TEST, column=column,
-        higher_is_better=tables.higher_is_better(args.metric))
+        higher_is_better=tables.higher_is_better(args.metric), pool_seeds=bool(args.pool_seeds),
+        equivalence=args.equivalence)
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
@@ -301,7 +314,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         layouts.append(("pivot", args.label and f"{args.label}-grid", grid))
     printed = []
     for name, tex_label, (cells, best) in layouts:
-        shown = None if name == "table" else []                 # a pivot shows the metric only
+        shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
         markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
         if name == "table":
             cells, best = fitted

@@ -8,9 +8,9 @@ corpus statistics [B, R, K] by one matrix product, and metric scores [B, R] elem
 sees the same draw, so any two runs are compared on the same resampled test sets (paired), and
 a family of comparisons costs a few matrix products instead of B Python-level scorings per pair.
 
-Tests built on it (significance.py, seed_test.py: seed means of columns of resampled_scores on
-every resample) keep the matrices of resampled scores, so one-sided p-values and intervals of
-score differences come from the same resamples.
+Tests built on it: the sentence-level tests of significance.py keep the matrices of resampled
+scores, so p-values come from the same resamples for every pair; the seed test (seed_test.py)
+takes the covariance of the runs' resampled scores, its sentence part of the variance.
 
 The draws are sacreBLEU's (PairedTest: `rng.choice(N, (B, N))` for the bootstrap,
 `rng.integers(2, (B, N))` for approximate randomization), so for the same seed the resampled

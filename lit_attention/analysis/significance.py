@@ -1,10 +1,14 @@
 """Tests of every configuration of a table against a baseline, with Holm's correction.
 
-The default test treats seeds as the random factor (seed_test.py): over seeds x sentences (a
-bootstrap of the sentences, Welch's t over the seeds) the difference of seed means, one-sided in
-the direction of the observed difference, with its 95 % interval. Both directions of every comparison are hypotheses of one
-Holm family, so choosing the direction after seeing the data costs what it should. A
-configuration (or baseline) with one seed is not tested: its row says n=1.
+The default test treats seeds as the random factor (seed_test.py): the difference of seed
+means, its variance from the seeds (the spread of the runs' corpus scores, per arm or pooled over
+the arms of the table) plus the test sentences (the bootstrap covariance of distinct runs'
+scores, paired), referred to Student's t with Satterthwaite's degrees of freedom; one-sided in
+the direction of the observed difference, with its 95 % interval and the minimum difference it
+detects with 80 % power; with an equivalence margin, two one-sided tests (TOST) as well. Both
+directions of every comparison are hypotheses of one Holm family, so choosing the direction after
+seeing the data costs what it should. A configuration (or baseline) with one seed is not tested:
+its row says n=1.
 
 For comparisons of single runs, sacreBLEU PairedTest's sentence-level tests stay available
 (`bootstrap`: paired bootstrap `bs`, `permutation`: approximate randomization `ar`; two-sided, as
@@ -34,7 +38,7 @@ from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.tracking.schema import Status, hyps_file, refs_file
 
-N_SAMPLES = 10_000          # at least; more when many comparisons (default_samples)
+N_SAMPLES = 10_000          # the seed test's; sentence tests: at least, more for many comparisons
 MAX_DEFAULT_SAMPLES = 50_000   # the draw alone is 4 bytes x resamples x sentences
 SEED = 12345                # sacreBLEU's default seed
 ALPHA = 0.05
@@ -45,6 +49,8 @@ SENTENCE_TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTes
 TESTS = {DEFAULT_TEST: "test over seeds × sentences", **SENTENCE_TESTS}
 ONE_SEED = "n=1"            # the note of a comparison a seed-aware test cannot make
 NO_DATA = "untested"        # ... of one without hypotheses (or values) to test
+MIN_POOLED_DF = 3           # fewer: the Satterthwaite mix rejects too often (calibration.py: 7.9 %
+                            # of true nulls with 2 arms of 2 seeds pooled)
 
 
 def default_samples(n_hypotheses: int) -> int:
@@ -71,7 +77,7 @@ def hypotheses(test: str, n_comparisons: int) -> int:
 
 def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TEST,
            comparisons: int | None = None, values: str | None = None, metric: str = "bleu",
-           split: str = "test") -> str:
+           split: str = "test", pooled: dict | None = None) -> str:
     """How the p-values were obtained, for the table caption: test, resamples, correction."""
     tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
     if test != DEFAULT_TEST:
@@ -79,23 +85,31 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                 f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
                 "not training randomness")
     name = registry.METRICS.get(metric, (metric,))[0]
-    sentences = ("" if values else f"draws the {SPLITS.get(split, split)} sentences with replacement (one "
-                 f"draw for every run; corpus {name} recomputed from cached sentence statistics), and ")
-    of = f" (of the {values} values)" if values else ""
     family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
               else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({hypotheses(test, comparisons)} hypotheses)")
-    return (f"{'test over seeds' if values else TESTS[test]}: each of {n_samples:,} resamples "
-            f"(seed {seed}) {sentences}moves the difference of the seed means{of} by its "
-            f"standard error times Student's t with Welch–Satterthwaite degrees of freedom (Welch's "
-            f"test over seeds: 2 seeds count for as little as they say); p is one-sided in the "
-            f"direction of Δ (the share of resamples where Δ has the other sign), Holm-corrected over "
-            f"both directions{family}")
+    if pooled:
+        seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
+                 f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
+                 f"{pooled['high']:.2f})")
+    else:
+        seeds = "each arm's own seed variance, as in Welch's test"
+    if values:
+        variance = f"from the seeds only: the spread of the {values} values, {seeds}"
+    else:
+        variance = (f"from the seeds ({seeds}, from the runs' corpus {name}) plus the "
+                    f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
+                    f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
+                    f"one draw for every run: paired; recomputed from cached sentence statistics)")
+    return (f"{'test over seeds' if values else TESTS[test]}: the difference of the seed means "
+            f"over its standard error, the variance {variance}, against Student's t with "
+            f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
+            f"in the direction of Δ, Holm-corrected over both directions{family}")
 
 
 def method_of(result: pd.DataFrame) -> str:
     """method() of a compare_to_baseline result."""
     return method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
-                                                    "values", "metric", "split")})
+                                                    "values", "metric", "split", "pooled")})
 
 
 # ---- p-values from resampled scores -----------------------------------------------------------
@@ -210,13 +224,15 @@ class RunStats:
 
 
 COLUMNS = ["n_tested", "n_untested", "n_baseline", "n_unmatched", "delta", "delta_lo", "delta_hi", "direction",
-           "p", "p_holm", "significant", "note"]
+           "p", "p_holm", "significant", "se", "df", "mde", "p_equivalent", "p_equivalent_holm",
+           "equivalent", "note"]
 
 
 def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str, str],
                         split: str = "test", metric: str = "bleu", n_samples: int | None = None,
                         seed: int = SEED, test: str = DEFAULT_TEST, column: str | None = None,
-                        higher_is_better: bool = True) -> pd.DataFrame:
+                        higher_is_better: bool = True, pool_seeds: bool = False,
+                        equivalence: float | None = None) -> pd.DataFrame:
     """One row per non-baseline configuration of the finished `runs` (grouped by `keys`).
 
     Columns: keys, then n_tested and n_baseline (runs of the configuration and of the baseline
@@ -226,17 +242,27 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     means of the corpus score, configuration - baseline), delta_lo/delta_hi (its 95% interval;
     seed test only), direction (better | worse | "", by `higher_is_better`), p (seed test:
     one-sided in that direction; sentence tests: two-sided), p_holm, significant (p_holm <
-    ALPHA) and note (n=1: one seed on either side, no seed-aware test; untested: nothing to test
-    with). Seeds are never paired by number: every tested run of a configuration counts.
+    ALPHA), se, df and mde (the test's standard error, Satterthwaite df and the difference it
+    detects with 80 % power; seed test only), p_equivalent / p_equivalent_holm / equivalent (TOST
+    of |delta| < `equivalence`, Holm over the comparisons) and note (n=1: one seed on either side,
+    no seed-aware test; untested: nothing to test with). Seeds are never paired by number: every
+    tested run of a configuration counts. `pool_seeds`: one seed variance pooled over the tested
+    arms (it needs MIN_POOLED_DF degrees of freedom).
 
     `metric` (bleu | chrf) is resampled over the sentences of `split`; with `column` (a summary
     metric such as val_ppl) the test resamples the runs' values over seeds only. The sentence
     tests (`bootstrap`, `permutation`) compare one run with one run and refuse a configuration
-    with more. `n_samples` defaults to default_samples(number of Holm hypotheses). The frame's
-    attrs hold what method() needs for the caption.
+    with more. `n_samples` defaults to N_SAMPLES for the seed test (its resamples estimate a
+    variance; p comes from the t distribution) and to default_samples(number of Holm hypotheses)
+    for the sentence tests. The frame's attrs hold what method() needs for the caption.
     """
     if test not in TESTS:
         raise AnalysisError(f"unknown test {test!r}; one of {', '.join(TESTS)}")
+    if test != DEFAULT_TEST and (pool_seeds or equivalence is not None):
+        raise AnalysisError(f"pooling seeds and --equivalence belong to the test over seeds; --test "
+                            f"{test} compares single runs")
+    if equivalence is not None and not equivalence > 0:
+        raise AnalysisError(f"the equivalence margin must be a positive difference, got {equivalence}")
     if column is not None and test != DEFAULT_TEST:
         raise AnalysisError(f"--test {test} resamples test sentences, and {column} has no sentence "
                             f"statistics: use --test {DEFAULT_TEST}")
@@ -261,12 +287,12 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         _single_runs(keys, base, configs, test)
         testable = [c for c in configs if c[1]] if base else []
     n_hypotheses = hypotheses(test, len(testable))
-    n_samples = n_samples or default_samples(n_hypotheses)
+    n_samples = n_samples or (N_SAMPLES if test == DEFAULT_TEST else default_samples(n_hypotheses))
     source.prepare([*base, *(d for _, dirs, _ in configs for d in dirs)], n_samples, seed)
     if test == DEFAULT_TEST:
         low, high = metric_range(column or metric)
         width = high - low if low is not None and high is not None else None
-        rows = _seed_test(source, base, configs, n_samples, seed, higher_is_better, width)
+        rows, pooled = _seed_test(source, base, configs, higher_is_better, width, pool_seeds, equivalence)
     else:
         rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
@@ -276,10 +302,12 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
     result["significant"] = result["p_holm"] < ALPHA
+    result["equivalent"] = result["p_equivalent_holm"] < ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
                         values=column, metric=metric, split=split,
-                        baseline_untested=int(is_base.sum()) - len(base))
-    if testable and holm_floor(n_hypotheses, n_samples) >= RESOLVE:
+                        baseline_untested=int(is_base.sum()) - len(base),
+                        pooled=pooled if test == DEFAULT_TEST else None, equivalence=equivalence)
+    if testable and test != DEFAULT_TEST and holm_floor(n_hypotheses, n_samples) >= RESOLVE:
         print(f"warning: with {n_hypotheses} Holm hypotheses and {n_samples} resamples no adjusted "
               f"p-value can be below {holm_floor(n_hypotheses, n_samples):.3g}; --samples "
               f"{resolving_samples(n_hypotheses)} resolves p < {RESOLVE}", file=sys.stderr)
@@ -305,39 +333,64 @@ def _direction(delta: float, higher_is_better: bool) -> str:
     return "better" if (delta > 0) == higher_is_better else "worse"
 
 
-def _seed_test(source: "_Source", base: list[str], configs: list, n_samples: int, seed: int,
-               higher_is_better: bool, width: float | None) -> list[dict]:
-    """The seeds x sentences test of every configuration against the baseline; Holm over both
-    one-sided directions of every comparison made. Intervals are clipped to ±`width` (the
-    largest difference the metric allows)."""
+def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
+               width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
+    """The seeds x sentences test (seed_test.py) of every configuration against the baseline;
+    Holm over both one-sided directions of every comparison made (and over the equivalence tests).
+    Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
+    and what was pooled (None: each arm its own seed variance)."""
     base_scores, base_observed = None, np.array([])
     if len(base) >= 2:
         base_scores, base_observed = source.scores(base)
     elif base:
         base_observed = source.observed(base)
-    rows, family = [], []      # family: (row index, p up, p down)
+    rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
     for i, (scores, observed, (_, dirs, untested)) in enumerate(_batched(source, configs, base_scores)):
         row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=math.nan,
                    delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
-                   p_holm=math.nan, note=NO_DATA if not dirs or not base else "")
+                   p_holm=math.nan, se=math.nan, df=math.nan, mde=math.nan, p_equivalent=math.nan,
+                   p_equivalent_holm=math.nan, note=NO_DATA if not dirs or not base else "")
         if not row["note"]:
             if scores is None:
                 row["note"] = ONE_SEED
             else:
-                deltas = sb.resampled_differences(scores, base_scores, sb.seed_rng(seed, i + 1))
-                bounds = (-width, width) if width is not None else (None, None)
-                row["delta_lo"], row["delta_hi"] = (clip(v, bounds) for v in sb.interval(deltas))
-                family.append((i, *sb.one_sided_pvalues(deltas)))
+                tested.append((i, observed, source.sentence_part(scores, base_scores)))
             row["delta"] = float(observed.mean() - base_observed.mean())
             row["direction"] = _direction(row["delta"], higher_is_better)
         rows.append(row)
+    pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
+    bounds = (-width, width) if width is not None else (None, None)
+    family = []                # (row index, p up, p down)
+    for i, observed, part in tested:
+        result = sb.compare(observed, base_observed, part, source.n_sentences,
+                            pooled=pooled and (pooled["variance"], pooled["df"]))
+        low, high = result.interval()
+        rows[i].update(delta_lo=clip(float(low), bounds), delta_hi=clip(float(high), bounds),
+                       se=float(result.se), df=float(result.df), mde=float(result.detectable()))
+        if margin is not None:
+            rows[i]["p_equivalent"] = float(result.equivalence_p(margin))
+        family.append((i, float(result.p_up()), float(result.p_down())))
     adjusted = holm([up for _, up, _ in family] + [down for _, _, down in family])
     for k, (i, up, down) in enumerate(family):
         delta = rows[i]["delta"]
         pick = (k,) if delta > 0 else (k + len(family),) if delta < 0 else (k, k + len(family))
         rows[i]["p"] = max((up, down)[j // len(family)] for j in pick)
         rows[i]["p_holm"] = max(adjusted[j] for j in pick)
-    return rows
+    if margin is not None:
+        for (i, *_), p in zip(family, holm([rows[i]["p_equivalent"] for i, *_ in family])):
+            rows[i]["p_equivalent_holm"] = p
+    return rows, pooled
+
+
+def _pooled(groups: list[np.ndarray]) -> dict:
+    """The seed variance pooled over the arms with two or more runs, for compare() and the caption."""
+    variance, df = sb.pooled_variance(groups)
+    if df < MIN_POOLED_DF:
+        raise AnalysisError(f"pooling the seed variance needs at least {MIN_POOLED_DF} degrees of "
+                            f"freedom (runs minus arms); these arms give {df}: test without pooling")
+    sds = [float(np.std(g, ddof=1)) for g in groups if len(g) >= 2]
+    return dict(variance=variance, df=df, sd=math.sqrt(variance), arms=len(sds), low=min(sds),
+                high=max(sds))
 
 
 def _batched(source: "_Source", configs: list, base_scores: np.ndarray | None):
@@ -435,6 +488,19 @@ class _Source:
         if self.column:
             return self.values[run_dirs].to_numpy(float)
         return np.array([ss.corpus_score(self.store.metric, s) for s in self._stats(run_dirs)])
+
+    @property
+    def n_sentences(self) -> float:
+        """The sentences the variance's sentence part was estimated from (inf: values, none)."""
+        return math.inf if self.column or self.draw is None else self.draw.n_sentences
+
+    def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
+        """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
+        resampled covariance of distinct runs (seed_test.sentence_variance); 0 for values."""
+        if self.column:
+            return 0.0
+        covariance = sb.resampled_covariance(np.hstack([scores, base_scores]))
+        return float(sb.sentence_variance(covariance, scores.shape[1]))
 
     def scores(self, run_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """([B, n] each run's score on each resample (a value: the same on every resample),

@@ -16,7 +16,7 @@ import re
 import pandas as pd
 
 from lit_attention import registry
-from lit_attention.analysis import latex_width
+from lit_attention.analysis import latex_width, load
 from lit_attention.analysis.aggregate import SPLITS, GRADFLOW_METHOD, metric_range, usable  # noqa: F401
 from lit_attention.analysis.load import AnalysisError
 
@@ -24,6 +24,8 @@ BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseli
 MARKS = {"better": BETTER, "worse": WORSE}
 DELTA_COLUMN = "Δ [95% CI]"
 P_COLUMN = "p (Holm)"
+MDE_COLUMN = "MDE"              # the difference the test detects with 80 % power
+EQUIVALENT = "≈"
 GRADFLOW_COLUMN = "‖∂L/∂h_t‖ decay/step [95% CI]"
 LOWER_IS_BETTER = ("loss", "ppl", "ter")
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
@@ -34,7 +36,7 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
 LATEX_UNICODE = {"±": r"$\pm$", "†": r"$^{\dagger}$", "–": "--", "√": r"$\surd$",
                  BETTER: r"$^{\bigtriangleup}$", WORSE: r"$^{\bigtriangledown}$", "Δ": r"$\Delta$",
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
-                 "∂": r"$\partial$"}
+                 "∂": r"$\partial$", "α": r"$\alpha$", EQUIVALENT: r"$\approx$"}
 ARROWS = {"↑": r"$\uparrow$", "↓": r"$\downarrow$"}
 
 
@@ -141,7 +143,8 @@ def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.
         elif row["note"]:
             cells.append("n=1" if row["note"] == "n=1" else "–")
         else:
-            cells.append(p_text(row["p_holm"], row["p"], sig.attrs.get("n_samples", 0)))
+            resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
+            cells.append(p_text(row["p_holm"], row["p"], resamples))   # seed test: p from t, no floor
     return cells
 
 
@@ -158,6 +161,28 @@ def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: i
             text += f" [{number(row['delta_lo'], digits)}, {number(row['delta_hi'], digits)}]"
         cells.append(text)
     return cells
+
+
+def mde_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: int) -> list[str]:
+    """The smallest difference the row's test detects with 80 % power ('' where untested)."""
+    return ["" if row is None or pd.isna(row.get("mde", math.nan)) else number(row["mde"], digits)
+            for row in _by_config(agg, keys, sig)]
+
+
+def equivalence_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame) -> list[str]:
+    """'≈ 0.012' where TOST finds the row equivalent to the baseline (Holm-adjusted p), else p."""
+    cells = []
+    for row in _by_config(agg, keys, sig):
+        if row is None or pd.isna(row["p_equivalent_holm"]):
+            cells.append("")
+        else:
+            p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf)
+            cells.append(f"{EQUIVALENT} {p}" if row["equivalent"] else p)
+    return cells
+
+
+def equivalence_column(margin: float) -> str:
+    return f"{EQUIVALENT} ±{margin:g} (TOST, Holm)"
 
 
 def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
@@ -225,6 +250,10 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     if sig is not None:
         columns[P_COLUMN] = p_cells(agg, keys, sig, baseline)
         columns[DELTA_COLUMN] = delta_cells(agg, keys, sig, digits)
+        if "mde" in sig and sig["mde"].notna().any():
+            columns[MDE_COLUMN] = mde_cells(agg, keys, sig, digits)
+        if sig.attrs.get("equivalence") is not None:
+            columns[equivalence_column(sig.attrs["equivalence"])] = equivalence_cells(agg, keys, sig)
     cells = pd.DataFrame(columns, index=_index(agg, keys))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[metric] = _best(agg["mean"], metric, digits).to_numpy()
@@ -277,10 +306,10 @@ def labelled(cells: pd.DataFrame, best: pd.DataFrame, metric: str) -> tuple:
 # header in lower case with "_" for every run of other characters ("grad norm" -> grad_norm).
 COLUMN_NAMES = {"ci": "95% CI", "n": "n", "excluded": "failed/pruned", "params": "params",
                 "time": "train s", "speed": "tok/s", "gflops": "machine GFLOP/s", "p": P_COLUMN,
-                "delta": DELTA_COLUMN,
+                "delta": DELTA_COLUMN, "mde": MDE_COLUMN,
                 "gradflow": GRADFLOW_COLUMN}
 # The columns shown, in this order, as long as the table fits (after the keys and the metric).
-PRIORITY = ("ci", "n", "budget", "under_budget", "p", "delta", "excluded", "params")
+PRIORITY = ("ci", "n", "budget", "under_budget", "p", "delta", "mde", "excluded", "params")
 
 
 def _slug(header) -> str:
@@ -290,6 +319,7 @@ def _slug(header) -> str:
 def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
     """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
     aliases = {header: name for name, header in COLUMN_NAMES.items()}
+    aliases.update({c: "equivalent" for c in cells.columns if str(c).startswith(EQUIVALENT)})
     return {("mean" if c == metric_header else aliases.get(c, _slug(c))): c for c in cells.columns}
 
 
@@ -447,16 +477,28 @@ def test_notes(sig: pd.DataFrame | None, keys: list[str]) -> str | None:
 
 
 def scoring_note(runs: pd.DataFrame) -> str | None:
-    """What the recurrent scoring arms of a table share (the encoder output they attend over)."""
+    """What the recurrent scoring arms of a table share (the encoder output they attend over) and
+    in what else they differ: the configuration keys that vary between them, from the runs."""
     if "model.scoring" not in runs or "model.enc_output" not in runs:
         return None
-    recurrent = runs[runs["model.enc_output"].notna()]
-    if recurrent["model.scoring"].nunique() < 2:
+    arms = runs[runs["model.enc_output"].notna() & runs["model.scoring"].notna()]
+    if "model.attention" in arms:
+        arms = arms[arms["model.attention"] != registry.NO_ATTENTION]
+    if arms["model.scoring"].nunique() < 2:
         return None
-    outputs = sorted(recurrent["model.enc_output"].unique())
+    outputs = sorted(arms["model.enc_output"].unique())
+    varying = [c for c in load.varying(arms, load.config_columns(arms))
+               if c not in ("model.scoring", "model.enc_output")]
+    # a key set only for some scorings and fixed by the scoring (low_rank's rank) belongs to it
+    splits = load.distinguishing(arms, varying, given=["model.scoring"])
+    others = [c for c in varying if arms[c].notna().all() or c in splits]
+    differ = ("differ in the scoring function only" if not others else
+              f"differ in the scoring function and also in {', '.join(others)}")
+    free = sorted({"dot", "scaled_dot"} & set(arms["model.scoring"]))
+    owns = f"; {' and '.join(free)} own{'s' * (len(free) == 1)} no parameters" if free else ""
     return ("Recurrent scoring arms attend over the same encoder output (model.enc_output = "
             f"{' / '.join(outputs)}; {'one value' if len(outputs) == 1 else 'several values: compare within one'}) "
-            "and differ in the scoring function only; dot and scaled_dot own no parameters.")
+            f"and {differ}{owns}.")
 
 
 def range_text(metric: str) -> str:
@@ -477,12 +519,15 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     whose result the ▲/▼ marks show), signature, the
     language-model evaluation protocol(s) of the runs, and any ``notes``. ``shown``: the columns
     of the table when not all of summary_table's (an explanation leaves with its column)."""
+    def has(column: str) -> bool:
+        return shown is None or column in shown
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     split = SPLITS.get(split_of(metric))
     what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
-             f"configuration; {ci_method}{range_text(metric)}. Best value per column in bold."]
+             f"configuration{'; ' + ci_method + range_text(metric) if has('95% CI') else ''}. Best value per "
+             "column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
     missing = int(agg["n_missing"].sum()) if "n_missing" in agg else 0
@@ -508,10 +553,20 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
         on = f" on the {SPLITS.get(test_split, test_split)} hypotheses" if test_split else ""
         legend = (f"{BETTER}/{WORSE}: better/worse than the baseline ({baseline}){on}, Holm-adjusted "
                   f"p < 0.05" if marked else f"Against the baseline ({baseline}){on}")
-        parts.append(f"{legend}; {P_COLUMN}: {significance}. {DELTA_COLUMN}: difference of the seed "
-                     f"means from the baseline's" + (", with its 95% interval over the resamples. n=1: one seed "
-                     "(here or in the baseline), so no test over seeds and no mark." if marked else
-                     "; no marks: one run per configuration says nothing about training randomness."))
+        parts.append(f"{legend}; {P_COLUMN if has(P_COLUMN) else 'test'}: {significance}.")
+        if has(DELTA_COLUMN):
+            parts.append(f"{DELTA_COLUMN}: difference of the seed means from the baseline's"
+                         + (", with its 95% t-interval." if marked else "."))
+        if shown is not None and MDE_COLUMN in shown:
+            parts.append(f"{MDE_COLUMN}: the difference the test finds with 80 % power at α = 0.05 "
+                         "(before Holm).")
+        for column in [c for c in shown or () if str(c).startswith(EQUIVALENT)]:
+            parts.append(f"{column}: two one-sided tests that |Δ| is below the margin, Holm-corrected "
+                         f"over the comparisons; {EQUIVALENT} marks a row shown equivalent to the baseline.")
+        if has(P_COLUMN):
+            parts.append("n=1: one seed (here or in the baseline), so no test over seeds and no mark."
+                         if marked else "No marks: one run per configuration says nothing about "
+                         "training randomness.")
     parts += [note for note in notes if note]
     if signature:
         parts.append(f"sacreBLEU signature: {signature}.")

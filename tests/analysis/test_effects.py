@@ -233,6 +233,10 @@ def test_tables_and_captions_say_which_method_each_number_comes_from(sweep, tmp_
     assert "Student-t over those configuration means" in marginal and "clipped" in marginal
     assert "| model.heads × model.enc_layers | 4 × 2 " in interactions
     assert "model.heads × model.enc_layers: η² = 0.0" in interactions and "p (Holm) < 0.001" in interactions
+    # the same pair asked for in the other order (as the ranking or --interactions may give it)
+    # names the same ANOVA term, not "no interaction term"
+    swapped = effects_output.captions(found, [("model.enc_layers", "model.heads")])["interactions"]
+    assert "model.enc_layers × model.heads: η² = 0.0" in swapped and "no interaction term" not in swapped
     csv = pd.read_csv(tmp_path / "effects_importance.csv")
     assert {"term", "kind", "where", "df", "ss", "eta_sq", "f", "p", "p_holm"} <= set(csv.columns)
     assert r"$\eta^2$" in (tmp_path / "effects_importance.tex").read_text()

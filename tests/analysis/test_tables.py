@@ -20,9 +20,26 @@ def _runs(outputs):
 def test_caption_names_the_encoder_output_every_scoring_arm_attends_over():
     note = scoring_note(_runs(["project", "project", None]))
     assert "model.enc_output = project; one value" in note
-    assert "dot and scaled_dot own no parameters" in note
+    assert "differ in the scoring function only; dot owns no parameters" in note
     agg = pd.DataFrame({"n": [2], "n_failed": [0], "n_pruned": [0], "n_other": [0]})
     assert note in caption_text("val_bleu", agg, "CI", None, notes=(note,))
+
+
+def test_caption_says_what_else_the_scoring_arms_differ_in():
+    """The reference rows' arms differ in wiring, cell and input feeding too: the old caption
+    said 'in the scoring function only'."""
+    runs = pd.DataFrame({"model.family": ["rnn"] * 5 + ["transformer"],
+                         "model.cell": ["gru", "lstm", "gru", "lstm", "lstm", None],
+                         "model.attention": ["bahdanau", "bahdanau", "luong", "luong", "none", None],
+                         "model.scoring": ["additive", "additive", "general", "general", None, "scaled_dot"],
+                         "model.input_feeding": [False, False, True, True, False, None],
+                         "model.enc_output": ["concat"] * 5 + [None]})
+    note = scoring_note(runs)
+    assert "only" not in note and "own no parameters" not in note
+    assert "differ in the scoring function and also in model.cell, model.attention, model.input_feeding" in note
+    sweep = pd.DataFrame({"model.family": "rnn", "model.scoring": ["additive", "dot", "low_rank"],
+                          "model.rank": [None, None, 16], "model.enc_output": "project"})
+    assert "in the scoring function only; dot owns no parameters" in scoring_note(sweep)  # rank: low_rank's
 
 
 def test_caption_warns_when_scoring_arms_attend_over_different_outputs():

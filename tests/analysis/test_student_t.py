@@ -1,0 +1,36 @@
+"""Student's t for fractional degrees of freedom agrees with printed t tables and with the
+closed forms of integer df (aggregate.t_coverage) and the F tail (anova.f_sf)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lit_attention.analysis import aggregate, anova, student_t
+
+
+def test_quantiles_are_the_t_table():
+    table = {1: 12.706, 2: 4.303, 4: 2.776, 10: 2.228, 30: 2.042, np.inf: 1.960}
+    found = student_t.quantile(0.975, list(table))
+    assert found == pytest.approx(list(table.values()), abs=1e-3)
+    assert student_t.quantile(0.8, 1) == pytest.approx(1.376, abs=1e-3)
+    assert student_t.quantile(0.025, 4) == pytest.approx(-2.776, abs=1e-3)
+
+
+def test_tails_agree_with_the_integer_closed_form_and_the_f_tail():
+    rng = np.random.default_rng(0)
+    t = rng.uniform(-8, 8, 200)
+    df = rng.integers(1, 60, 200)
+    closed = [(1 - aggregate.t_coverage(abs(x), int(d))) / 2 for x, d in zip(t, df)]
+    closed = np.where(t > 0, closed, 1 - np.array(closed))
+    assert student_t.sf(t, df) == pytest.approx(closed, abs=1e-12)
+    nu = rng.uniform(0.8, 40, 50)          # fractional: P(|T| > t) = P(F(1, ν) > t²)
+    x = rng.uniform(0.1, 6, 50)
+    tails = [anova.betainc(v / 2, 0.5, v / (v + s * s)) for v, s in zip(nu, x)]
+    assert 2 * student_t.sf(x, nu) == pytest.approx(tails, rel=1e-9)
+
+
+def test_edges():
+    assert student_t.sf([0.0, np.inf, -np.inf], 3).tolist() == [0.5, 0.0, 1.0]
+    assert student_t.sf(1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
+    assert student_t.cdf(-1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
