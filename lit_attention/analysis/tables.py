@@ -494,7 +494,7 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
     others = [c for c in varying if arms[c].notna().all() or c in splits]
     differ = ("differ in the scoring function only" if not others else
               f"differ in the scoring function and also in {', '.join(others)}")
-    free = sorted({"dot", "scaled_dot"} & set(arms["model.scoring"]))
+    free = sorted(set(registry.PARAMETER_FREE_SCORING) & set(arms["model.scoring"]))
     owns = f"; {' and '.join(free)} own{'s' * (len(free) == 1)} no parameters" if free else ""
     return ("Recurrent scoring arms attend over the same encoder output (model.enc_output = "
             f"{' / '.join(outputs)}; {'one value' if len(outputs) == 1 else 'several values: compare within one'}) "
