@@ -265,3 +265,19 @@ def test_models_compute_what_they_did_before_the_scoring_and_norm_tables():
     assert got.keys() == GOLDEN.keys()
     for name, expected in GOLDEN.items():
         torch.testing.assert_close(got[name], expected, rtol=1e-6, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("positional", sorted(registry.POSITIONAL))
+def test_a_training_step_reads_no_value_back_from_an_accelerator(positional):
+    """Off a CPU a read of a device value waits for every queued kernel (issue 38): the model must
+    not branch on one there. The meta device stands in for a GPU: reading a value from it raises."""
+    from lit_attention.models import build_seq2seq
+    from lit_attention.models.loss import decoder_loss
+
+    net = build_seq2seq("transformer", 50, 60, d_model=32, heads=4, enc_layers=1, dec_layers=1, ffn=64,
+                        positional=positional).to("meta")
+    src = torch.randint(4, 50, (3, 7)).to("meta")
+    tgt = torch.randint(4, 60, (3, 5)).to("meta")
+    loss = decoder_loss(net(src, tgt), tgt, 0.1, ignore_index=PAD)
+    loss.backward()
+    assert loss.device.type == "meta"
