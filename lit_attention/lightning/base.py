@@ -113,7 +113,8 @@ class SequenceModule(LightningModule):
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         trainer = attached_trainer(self)
-        if self.target_key and trainer is not None and trainer.training and isinstance(batch, dict):
+        if (self.target_key and trainer is not None and trainer.training and isinstance(batch, dict)
+                and self.target_key in batch):
             self._host_tokens = int((batch[self.target_key] != PAD).sum())
         return batch
 
