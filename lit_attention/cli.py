@@ -103,6 +103,7 @@ def _build_cli_class():
     from lightning.pytorch.cli import LightningCLI
 
     from lit_attention.lightning.budget import TrainingBudget, step_limit
+    from lit_attention.lightning.steps import progress_bar
     from lit_attention.lightning.stop_point import StopAtCleanPoint
     from lit_attention.lightning.diagnostics import DiagnosticsCallback
     from lit_attention.lightning.trainer import Trainer
@@ -236,8 +237,10 @@ def _build_cli_class():
             given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
             trainer_config["logger"] = [*loggers, *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
             trainer_config["default_root_dir"] = str(self.run_dir.path)
+            bar = progress_bar(trainer_config)   # redrawn at the logging interval (steps.py)
             given = trainer_config.get("callbacks") or []
-            trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks]
+            trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks,
+                                           *([bar] if bar else [])]
             trainer = self.trainer_class(**trainer_config)
             try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
                 check_writable(self.run_dir.path)   # read-only or full file system, before training

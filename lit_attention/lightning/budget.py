@@ -12,6 +12,10 @@ Tokens are the module's ``train_tokens`` (target tokens, padding excluded); FLOP
 whether or not a budget is set, so every run records them (``train_tokens``, ``train_flops`` in
 summary.json, with ``stopped_by`` and, under a budget, ``budget_reached``).
 
+Both counts are host integers (tokens counted on the CPU batch, see base.py; FLOPs cached by batch
+shape): on one device no step reads anything back from it. Under DDP the per-step sum over ranks
+is one collective of two integers.
+
 The FLOP count of a step spans on_train_batch_start .. on_before_optimizer_step: this callback
 must come before the diagnostics callback, whose gradient-flow probe is not training.
 """
@@ -103,8 +107,11 @@ class TrainingBudget(Callback):
         if trainer.global_step == self._step:
             return   # no optimizer step yet (gradient accumulation)
         self._step = trainer.global_step
-        step = torch.tensor(self._pending, dtype=torch.int64, device=pl_module.device)
-        tokens, flops = trainer.strategy.reduce(step, reduce_op="sum").tolist()
+        if trainer.world_size > 1:   # a collective every step: every rank must stop at the same one
+            step = torch.tensor(self._pending, dtype=torch.int64, device=pl_module.device)
+            tokens, flops = trainer.strategy.reduce(step, reduce_op="sum").tolist()
+        else:                        # host counts: nothing goes to the device and back
+            tokens, flops = self._pending
         self.used["tokens"] += tokens
         self.used["flops"] += flops
         self._pending = [0, 0]

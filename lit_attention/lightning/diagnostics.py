@@ -1,6 +1,8 @@
 """Gradient and attention diagnostics during training, written to the run store (and any logger).
 
-- global gradient norm every step (before clipping) and the fraction of steps that were clipped;
+- global gradient norm every step (before clipping) and the fraction of steps that were clipped
+  (each step's norm stays on the device until the next logged step, when they are read together:
+  no step waits for the accelerator);
 - per-module gradient norms every ``module_norm_every`` steps (`grad_norm/encoder.layers.0`);
 - gradient flow through time every ``gradflow_every`` steps: ‖∂L/∂h_t‖ of every encoder state by
   distance to the loss and direction, on a fixed-seed sample of ``gradflow_sentences`` validation
@@ -8,10 +10,13 @@
   (`gradflow.csv`: step, direction, sentence, position, distance, norm; see diagnostics/gradflow.py);
 - at the end of fit: attention entropy per layer/head and heatmaps for a few validation sentences
   (`attention/*.png`, also W&B images).
+
+summary.json's ``measured_every`` says how many steps lie between two measurements of each.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import statistics
@@ -21,7 +26,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 
 from lit_attention.data.vocab import PAD
-from lit_attention.diagnostics import (entropy_by_name, global_grad_norm, gradient_flow, last_layer,
+from lit_attention.diagnostics import (entropy_by_name, global_grad_norm_tensor, gradient_flow, last_layer,
                                        long_sentence_sample, per_module_grad_norms, save_heatmap)
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
@@ -43,12 +48,15 @@ class DiagnosticsCallback(Callback):
         self.gradflow_sentences, self.gradflow_distance = gradflow_sentences, gradflow_distance
         self.norms: list[float] = []
         self.clipped = 0
+        self._unread: list[torch.Tensor] = []     # norms of the steps since the last read, on the device
+        self._clip: float | None = None
         self.gradflow_rows: list[dict] = []
         self._fixed_batch = None
         self._gradflow_sample: tuple[dict, int] | None = None
 
     # A run resumed from a checkpoint keeps the norms and gradient-flow rows measured before it.
     def state_dict(self) -> dict:
+        self._read_norms()
         return {"norms": self.norms, "clipped": self.clipped, "gradflow_rows": self.gradflow_rows}
 
     def load_state_dict(self, state: dict) -> None:
@@ -78,16 +86,24 @@ class DiagnosticsCallback(Callback):
             self._fixed_batch = {k: v.to(pl_module.device) for k, v in next(iter(loader)).items()}
         return self._fixed_batch
 
+    def _read_norms(self) -> None:
+        """Move the norms measured since the last read to ``norms`` (one read for all of them)."""
+        if not self._unread:
+            return
+        read = torch.stack(self._unread).tolist()
+        self._unread = []
+        self.norms.extend(read)
+        self.clipped += sum(bool(self._clip) and norm > self._clip for norm in read)
+
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
         net = self._net(pl_module)
         if net is None:
             return
-        total = global_grad_norm(net.parameters())
-        self.norms.append(total)
-        clip = trainer.gradient_clip_val
-        self.clipped += bool(clip) and total > clip
+        self._clip = trainer.gradient_clip_val
+        self._unread.append(global_grad_norm_tensor(net.parameters()))
         if logs_this_step(pl_module):
-            pl_module.log("grad_norm/total", total, batch_size=1)
+            self._read_norms()
+            pl_module.log("grad_norm/total", self.norms[-1], batch_size=1)
             pl_module.log("clip_fraction", self.clipped / len(self.norms), batch_size=1)
         step = trainer.global_step
         if self.module_norm_every and step % self.module_norm_every == 0 and trainer.is_global_zero:
@@ -107,9 +123,26 @@ class DiagnosticsCallback(Callback):
             return
         batch, max_distance = self._gradflow_sample
         batch = {k: v.to(pl_module.device) for k, v in batch.items()}
-        for row in gradient_flow(net, batch, max_distance):
+        with self._attention_backends(pl_module):
+            rows = gradient_flow(net, batch, max_distance)
+        for row in rows:
             self.gradflow_rows.append({**row, "step": step, "norm": float(f"{row['norm']:.6g}")})
         self._write_gradflow()
+
+    @staticmethod
+    def _attention_backends(pl_module: LightningModule):
+        """The module's choice of attention kernels (models/sdpa_backends.py), if it makes one."""
+        choose = getattr(pl_module, "attention_backends", None)
+        return choose() if choose is not None else contextlib.nullcontext()
+
+    def measured_every(self, trainer: Trainer, pl_module: LightningModule) -> dict:
+        """Steps between two measurements of each diagnostic (None: not measured)."""
+        check = getattr(pl_module, "finite_check_every", None)
+        return {"grad_norm_total": 1, "clip_fraction": 1,
+                "grad_norm_modules": self.module_norm_every or None,
+                "gradflow": self.gradflow_every or None,
+                "train_loss_logged": trainer.log_every_n_steps or None,
+                "finite_loss_check": check() if check is not None else None}
 
     def _write_gradflow(self) -> None:
         buf = io.StringIO()
@@ -120,6 +153,9 @@ class DiagnosticsCallback(Callback):
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         net = self._net(pl_module)
+        self._read_norms()
+        if trainer.is_global_zero:
+            self.run_dir.update_summary(measured_every=self.measured_every(trainer, pl_module))
         if not trainer.is_global_zero or net is None or not hasattr(net, "encode"):
             return
         fields = {}
@@ -135,7 +171,8 @@ class DiagnosticsCallback(Callback):
         batch = self._batch(trainer, pl_module)
         was_training = net.training
         net.eval()
-        out = net(batch["src"], batch["tgt_in"], need_weights=True)
+        with self._attention_backends(pl_module):
+            out = net(batch["src"], batch["tgt_in"], need_weights=True)
         net.train(was_training)
         if not out.attention:
             return {}

@@ -50,6 +50,8 @@ class LanguageModelModule(SequenceModule):
     hparams hold the resolved values, so a checkpoint rebuilds the same model.
     """
 
+    target_key = "targets"
+
     def __init__(
         self,
         family: Family = "transformer",

@@ -46,6 +46,8 @@ class TranslationModule(SequenceModule):
     resolved values, so a checkpoint rebuilds the same model.
     """
 
+    target_key = "tgt_out"
+
     def __init__(
         self,
         family: Family = "transformer",

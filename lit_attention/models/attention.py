@@ -52,6 +52,13 @@ class AttentionMask(NamedTuple):
         return torch.full((t, s), float("-inf"), device=device).triu(s - t + 1)
 
 
+def reads_are_free(t: torch.Tensor) -> bool:
+    """Whether looking at a value of ``t`` costs nothing: on a CPU. On an accelerator a read waits
+    for every kernel queued so far, and a launch-bound training step then idles (issue 38), so the
+    model never branches on a device value there (it takes the branch that is right either way)."""
+    return t.device.type == "cpu"
+
+
 def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None,
                  dtype: torch.dtype) -> AttentionMask:
     """One additive float mask from a bool ``blocked`` pattern (True = may not attend) and a bias."""
@@ -62,7 +69,8 @@ def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None,
     mask = mask.masked_fill(blocked & ~dead, float("-inf"))
     if bias is not None:
         mask = mask + bias.to(dtype)
-    return AttentionMask(mask, dead if dead.any() else None)
+    # zeroing the dead rows' output is right whether or not there are any: off a CPU, always done
+    return AttentionMask(mask, dead if not reads_are_free(dead) or dead.any() else None)
 
 
 class MultiHeadAttention(nn.Module):

@@ -26,7 +26,7 @@ from torch import nn
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
-from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask
+from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask, reads_are_free
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.dropout import Dropout
 from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
@@ -147,7 +147,7 @@ class Stack(nn.Module):
         q_pos = torch.arange(offset, offset + T, device=x.device)
         k_pos = torch.arange(offset + T, device=x.device)
         bias = self.bias(q_pos, k_pos) if self.bias is not None else None  # [H, T, S]
-        if self.causal and offset == 0 and bias is None and not key_pad.any():
+        if self.causal and offset == 0 and bias is None and reads_are_free(key_pad) and not key_pad.any():
             mask = AttentionMask(causal=True)                              # the fused kernel's fast path
         else:
             blocked = key_pad[:, None, None, :]                            # [B, 1, 1, S]

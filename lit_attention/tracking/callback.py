@@ -11,6 +11,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.lightning.stop_point import inside_validation, signal_name
+from lit_attention.models import sdpa_backends
 from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
@@ -128,7 +129,9 @@ class RunStoreCallback(Callback):
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
-            self.run_dir.update_summary(**pl_module.describe())
+            backends = (sdpa_backends.describe(pl_module.device.type, str(trainer.precision))
+                        if hasattr(pl_module, "attention_backends") else None)
+            self.run_dir.update_summary(**pl_module.describe(), attention_backends=backends)
 
     def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
         fields = _metrics(trainer, f"{split}_")

@@ -62,12 +62,22 @@ def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
     return any(flag in (cpu_flags() if flags is None else flags) for flag in NATIVE_BF16_FLAGS)
 
 
+# What was measured fastest on a GPU (issue 38: the reference Transformer, an H200, torch 2.11):
+# bf16-mixed ran at 0.85x fp32 even with cuDNN attention off (a 6M-parameter step is launch-bound:
+# autocast adds casts, the matmuls were not the bottleneck). Change it when a measurement says so.
+GPU_PRECISION = ("32-true", "measured fastest on a GPU for the reference Transformer (bf16-mixed ran "
+                 "0.85x fp32 on an H200: the step is launch-bound, bf16 adds casts; docs/BENCHMARKS.md)")
+
+
 def default_precision(flags: set[str], cuda_bf16: bool | None = None) -> tuple[str, str]:
-    """(precision, why) that `fit` trains in when none is given: bf16-mixed where the hardware does
-    bf16 natively, 32-true elsewhere. ``flags``: the CPU's flags; ``cuda_bf16``: None when training
-    on the CPU, else ``torch.cuda.is_bf16_supported()``."""
+    """(precision, why) that `fit` trains in when none is given: on a GPU the precision measured
+    fastest there (GPU_PRECISION; 32-true on a GPU without bf16 in any case); on a CPU bf16-mixed
+    where it does bf16 natively, 32-true elsewhere. ``flags``: the CPU's flags; ``cuda_bf16``: None
+    when training on the CPU, else ``torch.cuda.is_bf16_supported()``."""
     if cuda_bf16 is not None:
-        return ("bf16-mixed", "this GPU supports bf16") if cuda_bf16 else ("32-true", "this GPU has no bf16")
+        if not cuda_bf16 and GPU_PRECISION[0].startswith("bf16"):
+            return "32-true", "this GPU has no bf16"
+        return GPU_PRECISION
     native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
     if native:
         return "bf16-mixed", f"this CPU has native bf16 ({', '.join(native)})"

@@ -164,7 +164,8 @@ FIELDS: dict[str, type | tuple] = {
     "budget_steps": NUMBER, "budget_tokens": NUMBER, "budget_flops": NUMBER, "budget_reached": bool,
     "stopped_by": str, "steps": int, "epochs": int, "best_val_loss": NUMBER,
     "machine_gflops": NUMBER, "machine_gflops_probes": list, "grad_norm_median": NUMBER,
-    "clip_fraction": NUMBER, "attention_entropy": dict, "sacrebleu_signature": str,
+    "clip_fraction": NUMBER, "measured_every": dict, "attention_backends": dict,
+    "attention_entropy": dict, "sacrebleu_signature": str,
     "chrf_signature": str,
     **{f"{split}_{name}": kind for split in ("val", "test")
        for name, kind in (("loss", NUMBER), ("ppl", NUMBER), ("bleu", NUMBER), ("chrf", NUMBER),

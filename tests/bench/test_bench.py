@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
-           "typo_exit", "gpu_sweep"]
+           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -59,9 +59,16 @@ SUMMARIES = {
                  r"\([^)]+\))?)",
     "typo_exit": r"typo'd sweep exits 2 after (?P<cpu>N) s CPU = (?P<ratio>N)x importing Lightning "
                  r"\((?P<baseline>N) s\); goal < (?P<goal>N) s CPU: (?P<met>met|NOT met)",
+    "fit_overhead": r"fit/plain steps/s = (?P<ratio>N) \(steps of a known batch shape: (?P<known>N)\); "
+                    r"goal >= (?P<goal>N): (?P<met>met|NOT met)",
+    # without a CUDA GPU (every machine the suite runs on so far): it says so and exits 0
+    "gpu_throughput": r"(?:not measured: no CUDA GPU on this machine"
+                      r"|(?P<card>[^:]+): fit/plain fp32 (?P<fit_fp32>N), bf16 (?P<fit_bf16>N); "
+                      r"bf16/fp32 under fit (?P<bf16_ratio>N)(?:; compiled/eager plain (?P<compiled>N))?)",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
-GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",)}   # min of these vs goal
+GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",),   # min of these vs goal
+           "fit_overhead": ("ratio",)}
 GOAL_BELOW = {"typo_exit": "cpu"}                                                     # this one under goal
 
 
@@ -74,7 +81,7 @@ def test_bench_script_quick_prints_summary(name, monkeypatch):
     pattern = f"SUMMARY {name}: " + SUMMARIES[name].replace(">N)", f">{NUMBER})")
     match = re.fullmatch(pattern, summary[0])
     assert match, f"{summary[0]!r} does not read {pattern!r}"
-    printed = {k: v for k, v in match.groupdict().items() if v is not None and k not in ("met", "row")}
+    printed = {k: v for k, v in match.groupdict().items() if v is not None and k not in ("met", "row", "card")}
     values = {k: float(v.replace(",", "")) for k, v in printed.items()}
     for label, value in values.items():
         # an MFU of a few tokens/s on a loaded machine may print as 0.0 %
@@ -194,3 +201,14 @@ def test_decoding_bench_refuses_a_checkpoint_that_would_run_code(tmp_path, monke
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         decoding["load_checkpoint"](str(crafted))
     assert not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_gpu_throughput_runs_every_row_where_it_can_on_the_cpu(monkeypatch):
+    """The GPU script's rows, checked on the CPU (--device cpu) so that a GPU call cannot fail on
+    a typo; the compiled rows are left to the GPU (torch.compile takes minutes on this CPU)."""
+    text = run_script("gpu_throughput", monkeypatch, "--quick", "--device", "cpu", "--no-compile", "--threads", "1")
+    for row in ("plain 32-true", "fit 32-true", "plain bf16-mixed", "fit bf16-mixed"):
+        assert re.search(rf"^{row} +[\d,.]+ +[\d,.]+ +[\d.]+$", text, re.M), (row, text[-2000:])
+    assert re.search(r"^SUMMARY gpu_throughput: CPU \(not a GPU figure\): fit/plain fp32 [\d.]+", text, re.M)

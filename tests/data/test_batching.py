@@ -145,3 +145,13 @@ def test_evaluation_padding_for_ranks_is_marked_and_never_counted():
         assert len(batches) == 1, "every rank gets a batch, even with one batch in all"
         seen += [i for b in batches for i, k in zip(b["idx"].tolist(), b["keep"].tolist()) if k]
     assert sorted(seen) == [0, 1, 2]
+
+
+def test_loaders_pin_their_batches_only_for_a_cuda_device():
+    from types import SimpleNamespace
+
+    import torch
+
+    from lit_attention.data.batching import pin_memory
+    on = lambda device: SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))  # noqa: E731
+    assert pin_memory(on("cuda:0")) and not pin_memory(on("cpu")) and not pin_memory(None)

@@ -135,3 +135,22 @@ def test_a_tied_weight_gets_the_sum_of_both_uses_gradients():
         fn(torch.tanh(embed(tokens)), embed.weight, None, target, 0.1).backward()
         grads.append(embed.weight.grad.clone())
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-6)
+
+
+def test_the_fused_loss_runs_on_a_cpu_only_and_counts_the_flops_of_the_unfused_pair():
+    """Off a CPU, linear_cross_entropy is F.linear then F.cross_entropy (fused_pays): few large
+    kernels, where the fused blocks were launch-bound on a GPU (issue 38). Budgets count the same
+    FLOPs for both, so a GPU run's train_flops compare with a CPU run's."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from lit_attention.models.loss import fused_pays
+    assert fused_pays("cpu") and not fused_pays("cuda") and not fused_pays("mps")
+    torch.manual_seed(0)
+    x, weight, b = torch.randn(300, 24), torch.randn(500, 24), torch.randn(500)
+    target = torch.randint(0, 500, (300,))
+    counts = []
+    for loss in (fused, unfused):
+        with FlopCounterMode(display=False) as mode:
+            projected_loss_and_grads(loss, x, weight, b, target, 0.1)
+        counts.append(mode.get_total_flops())
+    assert counts[0] == counts[1] == 3 * 2 * 300 * 24 * 500

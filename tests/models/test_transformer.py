@@ -258,6 +258,8 @@ GOLDEN = {
     'post-t5_bias-additive': [328.99870333947183, 43.5650600781139, 401.6511510906408],
     'post-rotary-general': [314.9313070824428, -30.902661213180764, 297.2083711900668],
 }
+
+
 def test_models_compute_what_they_did_before_the_scoring_and_norm_tables():
     assert fingerprints_differing(golden_fingerprints(), GOLDEN) == []
 
@@ -274,3 +276,19 @@ def test_golden_tolerance_catches_a_one_ulp_change_of_the_attention_scale(monkey
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", planted)
     assert fingerprints_differing(golden_fingerprints(), GOLDEN) == [name for name in GOLDEN if name.endswith("-scaled_dot")]
+
+
+@pytest.mark.parametrize("positional", sorted(registry.POSITIONAL))
+def test_a_training_step_reads_no_value_back_from_an_accelerator(positional):
+    """Off a CPU a read of a device value waits for every queued kernel (issue 38): the model must
+    not branch on one there. The meta device stands in for a GPU: reading a value from it raises."""
+    from lit_attention.models import build_seq2seq
+    from lit_attention.models.loss import decoder_loss
+
+    net = build_seq2seq("transformer", 50, 60, d_model=32, heads=4, enc_layers=1, dec_layers=1, ffn=64,
+                        positional=positional).to("meta")
+    src = torch.randint(4, 50, (3, 7)).to("meta")
+    tgt = torch.randint(4, 60, (3, 5)).to("meta")
+    loss = decoder_loss(net(src, tgt), tgt, 0.1, ignore_index=PAD)
+    loss.backward()
+    assert loss.device.type == "meta"

@@ -1,0 +1,152 @@
+"""GPU training throughput: a plain PyTorch loop vs `lit-attention fit`, fp32 and bf16, eager and compiled.
+
+The reference Transformer (configs/reference/multi30k-transformer.yaml's size) on Multi30k
+4,096-token batches (synthetic toy-mt when ../shared/data is missing). Rows:
+
+- plain loop: the model, fused loss, fused Adam, schedule and clipping, batches collated before
+  timing and pinned, moved with non_blocking copies; attention under models/sdpa_backends.py's
+  choice; ``torch.compile(net, dynamic=True)`` for the compiled rows (one graph for all shapes);
+- fit: ``lit_attention.cli.main(["fit", ...])`` in this process, every callback it adds.
+
+Printed: target tokens/s, ms/step, and the ratios issue 38 sets goals for: fit/plain (>= 0.9),
+bf16-mixed/fp32 under fit (>= 1.3), compiled/eager plain (>= 1.5). On a machine without a CUDA
+GPU it says so and exits 0. One call, under 8 minutes on an H100/H200:
+
+    .venv/bin/python bench/gpu_throughput.py [--quick] [--steps 150] [--no-compile]
+
+``--device cpu`` runs the same rows on the CPU (a check of the script, not a GPU figure).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import benchlib as B
+
+GOALS = {"fit/plain fp32": 0.9, "fit/plain bf16": 0.9, "bf16/fp32 fit": 1.3, "compiled/eager plain fp32": 1.5}
+
+
+def card(device: str) -> str:
+    if device == "cpu":
+        return B.machine()
+    props = torch.cuda.get_device_properties(0)
+    return (f"{props.name} ({props.total_memory / 2 ** 30:.0f} GiB, sm{props.major}{props.minor}), "
+            f"torch {torch.__version__}, CUDA {torch.version.cuda}")
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def plain_loop(template, batches: list[dict], precision: str, compiled: bool, warmup: int,
+               device: str) -> float:
+    """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed)."""
+    import copy
+
+    from lit_attention.models.sdpa_backends import attention_backends
+    net = copy.deepcopy(template).to(device).train()
+    model = torch.compile(net, dynamic=True) if compiled else net
+    opt, sched = B.adam_with_warmup(net.parameters(), 1e-3, 400)
+    bf16 = precision == "bf16-mixed"
+    start = None
+    with attention_backends(device, precision):
+        for i, batch in enumerate(batches):
+            if i == warmup:
+                sync(device)
+                start = time.perf_counter()
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+                loss = B.seq2seq_loss(model, batch)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+    sync(device)
+    return (len(batches) - warmup) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    p = B.parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=150, help="steps per row")
+    p.add_argument("--warmup", type=int, default=20, help="untimed first steps per row")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the compiled rows")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"no CUDA GPU on this machine (torch {torch.__version__}): nothing measured")
+        B.summary("gpu_throughput: not measured: no CUDA GPU on this machine")
+        return
+    if args.quick:
+        args.steps, args.warmup = 12, 4
+    args.threads = args.threads or min(os.cpu_count() or 1, 8)
+    B.setup(args)
+    import fit_overhead as F
+    from step_clock import StepClock
+    StepClock.wall, StepClock.wall_sync_at = True, args.warmup   # the span the plain loop times too
+    from lit_attention.lightning.translation import TranslationModule
+
+    from lit_attention.data.translation import TranslationDataModule
+    real = B.have_multi30k() and not args.quick
+    data = multi30k_args() if real else F.data_args(args.quick, 4096)
+    data_desc = "Multi30k de->en (8k joint unigram SentencePiece)" if real else "synthetic toy-mt"
+    dm = TranslationDataModule(**data)
+    dm.setup("fit")
+    batches = B.train_batches(dm, args.steps)
+    if args.device == "cuda":
+        batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
+    tokens = sum(B.target_tokens(b) for b in batches[args.warmup:]) / (args.steps - args.warmup)
+    size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
+    model = F.model_args(size, lr=1e-3, warmup=400)
+    torch.manual_seed(args.seed)
+    template = TranslationModule(**model, src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size)
+    template.configure_model()
+    print(f"{card(args.device)}\ndata: {data_desc}, 4,096-token batches, {tokens:,.0f} target tokens a step; "
+          f"model: transformer {size}; {args.steps} steps a row ({args.warmup} untimed)", flush=True)
+
+    rates = {}
+    for precision in ("32-true", "bf16-mixed"):
+        for compiled in (False, True) if args.compile else (False,):
+            name = f"plain {precision}{' compiled' if compiled else ''}"
+            rates[name] = plain_loop(template.net, batches, precision, compiled, args.warmup, args.device)
+            print(f"{name}: {rates[name]:.1f} steps/s", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            rates[f"fit {precision}"] = F.fit_steps_per_second(
+                data, model, args.steps, args.warmup, args.seed, Path(tmp), accelerator="gpu" if args.device == "cuda" else "cpu",
+                precision=precision)
+        print(f"fit {precision}: {rates[f'fit {precision}']:.1f} steps/s", flush=True)
+
+    base = rates["plain 32-true"]
+    B.table(["row", "target tok/s", "ms/step", "vs plain fp32"],
+            [[name, rate * tokens, 1000 / rate, rate / base] for name, rate in rates.items()])
+    ratios = {"fit/plain fp32": rates["fit 32-true"] / rates["plain 32-true"],
+              "fit/plain bf16": rates["fit bf16-mixed"] / rates["plain bf16-mixed"],
+              "bf16/fp32 fit": rates["fit bf16-mixed"] / rates["fit 32-true"]}
+    if args.compile:
+        ratios["compiled/eager plain fp32"] = rates["plain 32-true compiled"] / rates["plain 32-true"]
+        ratios["compiled/eager plain bf16"] = rates["plain bf16-mixed compiled"] / rates["plain 32-true"]
+    for name, value in ratios.items():
+        goal = GOALS.get(name)
+        print(f"{name}: {value:.3f}" + (f" (goal >= {goal}: {'met' if value >= goal else 'NOT met'})" if goal else ""))
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
+    B.summary(f"gpu_throughput: {name}: fit/plain fp32 {ratios['fit/plain fp32']:.3f}, "
+              f"bf16 {ratios['fit/plain bf16']:.3f}; bf16/fp32 under fit {ratios['bf16/fp32 fit']:.3f}"
+              + (f"; compiled/eager plain {ratios['compiled/eager plain fp32']:.3f}" if args.compile else ""))
+
+
+def multi30k_args() -> dict:
+    """TranslationDataModule arguments of the reference config (configs/reference/multi30k-transformer.yaml)."""
+    return dict(task="files", data_dir=str(B.MULTI30K), src_lang="de", tgt_lang="en", train_split="train",
+                val_split="val", test_split="test_2016_flickr", tokenizer="sentencepiece", spm_model="unigram",
+                vocab_size=8000, joint_vocab=True, max_tokens=4096, max_len=128,
+                cache_dir=str(B.REPO / ".cache" / "lit_attention"))
+
+
+if __name__ == "__main__":
+    main()
