@@ -115,8 +115,8 @@ def improvement_table(runs: pd.DataFrame, keys: list[str], baseline: dict, metri
     return pd.DataFrame(rows).reindex(columns=columns)
 
 
-def markdown(table: pd.DataFrame, metric: str, baseline_text: str, n_draws: int = N_BOOTSTRAP,
-             digits: int = 1) -> str:
+def markdown(table: pd.DataFrame, metric: str, baseline_text: str, higher_is_better: bool = True,
+             n_draws: int = N_BOOTSTRAP, digits: int = 1) -> str:
     """`improvement_table` with 'P [CI]' and 'IQM [CI]' cells, and its caption."""
     keys = list(table.columns[:table.columns.get_loc("baseline")])
 
@@ -132,9 +132,10 @@ def markdown(table: pd.DataFrame, metric: str, baseline_text: str, n_draws: int 
                                        in table[["iqm", "iqm_ci_lo", "iqm_ci_hi"]].itertuples(index=False)]})
     tasks = int(table["n_tasks"].max()) if len(table) else 0
     text = shown.to_markdown(index=False, disable_numparse=True)
+    direction = "" if higher_is_better else " (lower is better)"
     return (f"{text}\n\nP(X > baseline): probability that a run of the row beats a run of the "
-            f"baseline ({baseline_text}) on {metric}, ties counting half, over every pair of their "
-            f"runs, averaged over {tasks} task{'s' * (tasks != 1)}; IQM: mean of the middle 50 % of "
+            f"baseline ({baseline_text}) on {metric}{direction}, ties counting half, over every pair "
+            f"of their runs, averaged over {tasks} task{'s' * (tasks != 1)}; IQM: mean of the middle 50 % of "
             f"the row's scores pooled over its runs and tasks (Agarwal et al. 2021). 95 % CIs: "
             f"percentile bootstrap, {n_draws} draws resampling runs within each "
             f"(configuration, task).{few_runs_note(table)}\n")
@@ -147,4 +148,4 @@ def few_runs_note(table: pd.DataFrame) -> str:
     if fewest >= 5:
         return ""
     return (f" With {fewest} run{'s' * (fewest != 1)} in the smallest stratum the bootstrap sees only "
-            "those runs: its CIs are too narrow, [1.00, 1.00] when every pair of runs agrees.")
+            "those runs: its CIs are too narrow, a single point when every pair of runs agrees.")

@@ -424,7 +424,7 @@ def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> t
             figures += plots.plot_expected_max(trials, trial_keys, args.metric, out / "expected_max")
     if improved is not None:
         improved.to_csv(out / "improvement.csv", index=False)
-        printed.append(improvement.markdown(improved, args.metric, baseline, digits=args.digits))
+        printed.append(improvement.markdown(improved, args.metric, baseline, better, digits=args.digits))
     return printed, figures
 
 
