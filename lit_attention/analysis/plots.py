@@ -384,3 +384,27 @@ def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
                 ax.imshow(mpimg.imread(maps[c]))
                 ax.set_title(f"{config}\n{maps[c].stem}" if c == 0 else maps[c].stem, fontsize="small")
     return save(fig, stem)
+
+
+@paper_style
+def plot_expected_max(table: pd.DataFrame, keys: list[str], metric: str, stem) -> list[Path]:
+    """Expected best `metric` against the number of trials, one line per family (expected_max.py's
+    table: keys, trials, expected_max, sd), band: ± one standard deviation."""
+    if table.empty:
+        return []
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8), layout="constrained")
+    groups = table.groupby(keys, sort=True, dropna=False) if keys else [("all runs", table)]
+    for family, curve in groups:
+        name = " / ".join(label(v) for v in (family if isinstance(family, tuple) else (family,)))
+        line, = ax.plot(curve["trials"], curve["expected_max"], marker="o" if len(curve) < 12 else None,
+                        label=f"{name} (N={len(curve)})")
+        ax.fill_between(curve["trials"], curve["expected_max"] - curve["sd"],
+                        curve["expected_max"] + curve["sd"], color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+    ax.set_xlabel("trials (runs drawn with replacement)")
+    name = axis_label(metric)
+    ax.set_ylabel(f"expected best {name[:1].lower()}{name[1:]}")       # 'validation BLEU'; BLEU stays
+    ax.set_title("band: ± 1 sd", loc="right", fontsize=7)
+    legend_below(ax, legend_title(keys))
+    ax.grid(alpha=0.3)
+    return save(fig, stem)

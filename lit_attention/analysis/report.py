@@ -3,7 +3,8 @@
 Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
 unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
-with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures.
+with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
+with --trials expected_max.csv and its figure; with --improvement improvement.csv.
 Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
@@ -17,7 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
-from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
+from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
+from lit_attention.analysis import significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.registry import NO_ATTENTION
@@ -88,6 +90,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "study's study.db is beside the runs), marginal means, interactions")
     p.add_argument("--interactions", nargs="+", default=None, metavar="A:B",
                    help="with --effects: factor pairs to plot (default: the two most important)")
+    p.add_argument("--trials", nargs="*", default=None, metavar="KEY",
+                   help="expected best metric against the number of trials per family (Dodge et "
+                        "al. 2019): a family is a value of KEY ... (default: model.family), a trial "
+                        "one finished run; expected_max.csv, .png/.pdf")
+    p.add_argument("--improvement", action="store_true",
+                   help="probability that each row beats the baseline over pairs of runs, and the "
+                        "interquartile mean over runs and tasks, with stratified-bootstrap 95 %% CIs "
+                        "(Agarwal et al. 2021); improvement.csv")
     args = p.parse_args(argv)
     if args.interactions and not args.effects:
         p.error("--interactions needs --effects")
@@ -376,6 +386,48 @@ def factor_effects(args, runs: pd.DataFrame) -> tuple:
     return found, effects.resolve_pairs(found, runs, args.interactions)
 
 
+def trial_curves(args, runs: pd.DataFrame) -> tuple:
+    """--trials: (expected_max.py's table, its family keys), or (None, [])."""
+    if args.trials is None:
+        return None, []
+    keys = [load.resolve_key(runs, k) for k in args.trials] or [k for k in ("model.family",) if k in runs]
+    better = tables.higher_is_better(args.metric)
+    return expected_max.expected_max_table(runs, keys, args.metric, better), keys
+
+
+def improvement_vs_baseline(args, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
+                            is_base) -> pd.DataFrame | None:
+    """--improvement: improvement.py's table of every row against the significance test's baseline."""
+    if not args.improvement:
+        return None
+    if is_base is None:
+        raise AnalysisError("--improvement compares every row with a baseline: choose one with "
+                            "--baseline KEY=VALUE")
+    config = [k for k in keys if k != "task"]
+    chosen = agg.loc[is_base, config].drop_duplicates()
+    if len(chosen) != 1:
+        raise AnalysisError(f"--improvement needs one baseline configuration; the baseline matches "
+                            f"{len(chosen)}")
+    seed = significance.SEED if args.resample_seed is None else args.resample_seed
+    return improvement.improvement_table(runs, config, chosen.iloc[0].to_dict(), args.metric,
+                                         tables.higher_is_better(args.metric), seed=seed)
+
+
+def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> tuple[list, list]:
+    """expected_max.csv (+ figure) and improvement.csv; returns (Markdown tables, figure files)."""
+    printed, figures = [], []
+    better = tables.higher_is_better(args.metric)
+    if trials is not None:
+        trials.to_csv(out / "expected_max.csv", index=False)
+        printed.append(expected_max.markdown(trials, trial_keys, args.metric, better, args.digits))
+        if not args.no_figures:
+            figures += plots.plot_expected_max(trials, trial_keys, args.metric, out / "expected_max")
+    if improved is not None:
+        improved.to_csv(out / "improvement.csv", index=False)
+        printed.append(improvement.markdown(improved, args.metric, baseline, better, digits=args.digits))
+    return printed, figures
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
@@ -385,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         agg = agg_mod.aggregate(runs, rows + cols, args.metric)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         found, pairs = factor_effects(args, runs)
+        trials, trial_keys = trial_curves(args, runs)
+        improved = improvement_vs_baseline(args, runs, agg, rows + cols, is_base)
         out.mkdir(parents=True, exist_ok=True)
         printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
     except (AnalysisError, FileNotFoundError) as exc:
@@ -395,6 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         effect_tables, effect_figures = effects_output.write_effects(
             found, out, pairs, tables.higher_is_better(args.metric), args.digits, not args.no_figures)
         printed, figures = printed + effect_tables, figures + effect_figures
+    analysis_tables, analysis_figures = write_analyses(args, out, trials, trial_keys, improved, baseline)
+    printed, figures = printed + analysis_tables, figures + analysis_figures
     print("\n".join(printed))
     excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())
     unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
