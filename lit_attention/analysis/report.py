@@ -101,6 +101,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.interactions and not args.effects:
         p.error("--interactions needs --effects")
+    swallowed = [k for k in args.trials or [] if Path(k).exists()]
+    if swallowed and not args.runs_dir and not args.wandb:   # `report --trials runs/x`
+        p.error(f"--trials took {swallowed[0]} as a KEY: put RUNS_DIR before --trials (or write --trials=KEY)")
     if not args.runs_dir and not args.wandb:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     if args.runs_dir and args.wandb:

@@ -45,3 +45,9 @@ def test_improvement_without_a_baseline_is_a_usage_error(tmp_path):
     assert result.returncode == 2
     assert "--improvement compares every row with a baseline" in result.stderr
     assert not (tmp_path / "r" / "improvement.csv").exists()
+
+
+def test_a_runs_dir_after_trials_is_named_not_taken_for_a_key(tmp_path):
+    result = cli_in_process("report", "--trials", tmp_path)
+    assert result.returncode == 2
+    assert f"--trials took {tmp_path} as a KEY: put RUNS_DIR before --trials" in result.stderr
