@@ -140,11 +140,13 @@ def _build_cli_class():
                         raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
                                               f"exist (the run stopped before its first checkpoint); "
                                               f"start it afresh without --ckpt_path")
+                    check_resumable(last)
             elif ckpt_path == "last":
                 latest = find_latest_run(run.root, run.group)
                 if latest is None:
                     raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
                                      f"in {Path(run.root) / run.group}")
+                check_resumable(latest / CHECKPOINTS / LAST_CHECKPOINT)
                 run_id = latest.name
             elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
                 return Path(ckpt_path).resolve().parent.parent
@@ -268,6 +270,17 @@ def write_fault(exc: BaseException, directory: Path | None = None) -> str | None
 
 class NothingToResume(Exception):
     """`fit --run.id X --ckpt_path last` for a run without checkpoints/last.ckpt."""
+
+
+def check_resumable(last: Path) -> None:
+    """NothingToResume unless ``last`` (a run's checkpoints/last.ckpt) can be a checkpoint: a file
+    cut short is refused before the run's record is touched."""
+    try:
+        check_checkpoint_file(last)
+    except ConfigError as exc:
+        raise NothingToResume(f"--ckpt_path last: {last}: {str(exc).partition(': ')[2]}; resume from another "
+                              f"checkpoint of the run (--ckpt_path {last.parent}/best.ckpt) or start it "
+                              f"afresh without --ckpt_path") from None
 
 
 class _Parsed(Exception):

@@ -60,6 +60,16 @@ class RunStoreCallback(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not trainer.is_global_zero:
             return
+        if stage == "fit" and self.from_checkpoint:
+            # A resume takes the run over only once its checkpoint has loaded (on_fit_start): a
+            # checkpoint that fails to load leaves a finished run's record as it was.
+            self._takeover = (trainer, stage)
+            return
+        self._take_over(trainer, stage)
+
+    _takeover: tuple | None = None   # a resume's deferred setup (trainer, stage)
+
+    def _take_over(self, trainer: Trainer, stage: str) -> None:
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
@@ -128,6 +138,9 @@ class RunStoreCallback(Callback):
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
+            if self._takeover is not None:   # the resumed checkpoint has loaded
+                self._take_over(*self._takeover)
+                self._takeover = None
             self.run_dir.update_summary(**pl_module.describe())
 
     def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
@@ -199,7 +212,7 @@ class RunStoreCallback(Callback):
             # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
             # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
-        if trainer.is_global_zero:
+        if trainer.is_global_zero and self._takeover is None:   # (a resume that never started: no record)
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")

@@ -1,0 +1,78 @@
+"""Issue 35: nothing silently wrong, nothing lost — the training CLI's cases (a failed resume, a
+run that would train nothing, values a model or data class refuses). docs/RELIABILITY.md lists them."""
+
+import json
+import shutil
+
+import pytest
+
+from conftest import CONFIGS, cli_in_process
+
+TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "100", "--data.n_val", "20",
+        "--data.n_test", "20", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
+        "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false", "--diagnostics.heatmaps", "0",
+        "--diagnostics.gradflow_every", "0"]
+
+
+def error_lines(stderr: str) -> list[str]:
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished 4-step run "R" (its whole run root), copied by each test that changes it."""
+    root = tmp_path_factory.mktemp("finished")
+    fit = cli_in_process("fit", *TINY, "--run.root", root, "--run.id", "R", "--trainer.max_steps", "4")
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    return root
+
+
+def copy_of(finished_run, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(finished_run, root)
+    return root, root / "default" / "R"
+
+
+def record(run_dir) -> dict:
+    """The files that say what a run is: a failed attempt on it must leave them byte for byte."""
+    return {name: (run_dir / name).read_bytes() for name in ("summary.json", "config.yaml", "metrics.csv")}
+
+
+# -- case 8: a failed resume never rewrites a finished run -------------------------------------
+
+def test_a_resume_from_a_truncated_last_ckpt_is_refused_and_leaves_the_run_untouched(finished_run, tmp_path):
+    root, run_dir = copy_of(finished_run, tmp_path)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:100_000])
+    before = record(run_dir)
+    out = cli_in_process("fit", *TINY, "--run.root", root, "--run.id", "R", "--trainer.max_steps", "8",
+                         "--ckpt_path", "last")
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 1 and errors[0].startswith(f"error: --ckpt_path last: {last}: not a checkpoint"), errors
+    assert "best.ckpt" in errors[0]   # the way out
+    assert record(run_dir) == before
+    assert json.loads(before["summary.json"])["status"] == "finished"
+
+
+def test_a_resume_whose_checkpoint_does_not_load_leaves_the_run_untouched(finished_run, tmp_path):
+    """A checkpoint that is a whole zip but does not fit the model fails inside Lightning's fit,
+    after setup: the run's record is only taken over once the checkpoint has loaded."""
+    root, run_dir = copy_of(finished_run, tmp_path)
+    before = record(run_dir)
+    out = cli_in_process("fit", *TINY, "--run.root", root, "--run.id", "R", "--trainer.max_steps", "8",
+                         "--ckpt_path", "last", "--model.ffn", "48")
+    assert out.returncode == 1 and "size mismatch" in out.stderr, out.stderr[-3000:]
+    assert record(run_dir) == before
+
+
+def test_a_resume_that_loads_takes_the_run_over(finished_run, tmp_path):
+    root, run_dir = copy_of(finished_run, tmp_path)
+    before = json.loads((run_dir / "summary.json").read_text())
+    out = cli_in_process("fit", *TINY, "--run.root", root, "--run.id", "R", "--trainer.max_steps", "6",
+                         "--ckpt_path", "last")
+    assert out.returncode == 0, out.stderr[-3000:]
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["status"] == "finished" and after["steps"] == 6 and before["steps"] == 4
+    assert after["started_at"] >= before["started_at"]
