@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import sys
 import traceback
 import warnings
@@ -167,6 +168,7 @@ def _build_cli_class():
             if sub == "fit":   # (validate and test ignore every training setting, of any family)
                 # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
                 refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
+                refuse_training_nothing(self.config[sub].trainer)
             # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
             self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
             if self.parse_only:
@@ -237,6 +239,10 @@ def _build_cli_class():
             given = trainer_config.get("callbacks") or []
             trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks]
             trainer = self.trainer_class(**trainer_config)
+            # the highest directory this run creates: removed again if the run is refused before
+            # its first file (bad data found in setup)
+            new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
+            self.session["created"] = new_dirs[-1] if new_dirs else None
             try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
                 check_writable(self.run_dir.path)   # read-only or full file system, before training
             except OSError as exc:
@@ -333,6 +339,15 @@ def check_checkpoint_file(path) -> None:
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
                           f"this file is none (cut short, or another kind of file)")
+
+
+def refuse_training_nothing(trainer) -> None:
+    """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
+    `fit` would stop before its first step and call the untrained run finished."""
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
+        if trainer.get(key) == 0:
+            raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
+                              f"once it has trained); give a positive number")
 
 
 def inert_settings(model) -> dict:
@@ -524,6 +539,10 @@ def _train(argv: list[str]) -> int:
         status = Status.FINISHED
     except (ConfigError, DataError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
+        created = session.get("created")   # refused before a record was written: no trace
+        if created is not None and created.is_dir() and not any(p.is_file() for p in created.rglob("*")):
+            shutil.rmtree(created)
+            session.pop("run_dir", None)
         return 2
     except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
         print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "

@@ -76,3 +76,29 @@ def test_a_resume_that_loads_takes_the_run_over(finished_run, tmp_path):
     after = json.loads((run_dir / "summary.json").read_text())
     assert after["status"] == "finished" and after["steps"] == 6 and before["steps"] == 4
     assert after["started_at"] >= before["started_at"]
+
+
+# -- cases 7 and 12: a run that would train nothing, values no model trains with ----------------
+
+REFUSED = [
+    (["--trainer.max_epochs", "0"], "invalid value for trainer.max_epochs: 0 trains nothing"),
+    (["--trainer.max_steps", "0"], "invalid value for trainer.max_steps: 0 trains nothing"),
+    (["--trainer.limit_train_batches", "0"], "invalid value for trainer.limit_train_batches: 0 trains nothing"),
+    (["--model.lr", "0"], "invalid configuration: model.lr must be a finite number > 0 (at 0 nothing trains), got 0.0"),
+    (["--model.lr", "-1"], "invalid configuration: model.lr must be a finite number > 0 (at 0 nothing trains), got -1.0"),
+    (["--model.heads", "3"], "invalid configuration: model.heads 3 does not divide model.d_model 32"),
+    (["--model.dropout", "1.5"], "invalid configuration: model.dropout must be in [0, 1), got 1.5"),
+    (["--model.warmup", "-5"], "invalid configuration: model.warmup must be >= 0, got -5"),
+    (["--data.tokenizer", "sentencepiece", "--data.vocab_size", "10"],
+     "data.vocab_size 10 is too small for SentencePiece: the training text needs 17 pieces"),
+]
+
+
+@pytest.mark.parametrize("args,message", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_value_no_run_can_train_with_is_one_line_exit_2_and_nothing_written(tmp_path, args, message):
+    out = cli_in_process("fit", *TINY, "--run.root", tmp_path / "runs", "--data.cache_dir", tmp_path / "cache",
+                         *args)
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 1 and message in errors[0], errors
+    assert not (tmp_path / "runs").exists()

@@ -15,7 +15,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
-from lit_attention.lightning.base import Inert, SequenceModule
+from lit_attention.lightning.base import Inert, SequenceModule, check_values
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
@@ -92,6 +92,7 @@ class TranslationModule(SequenceModule):
         h = self.hparams
         h.update(registry.resolve(SEQ2SEQ, family, {k: h[k] for k in registry.family_options(SEQ2SEQ)},
                                   {k: h[k] for k in registry.SEQ2SEQ_COMMON}))
+        check_values(h)
         self.net = None
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}

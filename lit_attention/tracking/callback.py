@@ -68,8 +68,10 @@ class RunStoreCallback(Callback):
         self._take_over(trainer, stage)
 
     _takeover: tuple | None = None   # a resume's deferred setup (trainer, stage)
+    _set_up = False                  # the run's record is this invocation's to write
 
     def _take_over(self, trainer: Trainer, stage: str) -> None:
+        self._set_up = True
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
@@ -212,7 +214,7 @@ class RunStoreCallback(Callback):
             # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
             # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
-        if trainer.is_global_zero and self._takeover is None:   # (a resume that never started: no record)
+        if trainer.is_global_zero and self._set_up:   # (no record yet: bad data, a resume that never loaded)
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")

@@ -156,4 +156,5 @@ class RunStoreLogger(Logger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        self.save()
+        if self.rows or (self.run_dir.path / schema.METRICS).exists():   # (a run refused in setup logged nothing)
+            self.save()
