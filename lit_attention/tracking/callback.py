@@ -214,7 +214,9 @@ class RunStoreCallback(Callback):
             # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
             # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
-        if trainer.is_global_zero and self._set_up:   # (no record yet: bad data, a resume that never loaded)
+        # A fit that failed before its setup (bad data, a resumed checkpoint that did not load)
+        # writes no record: a new run leaves nothing, an existing one stays as it was.
+        if trainer.is_global_zero and (self._set_up or trainer.state.fn != "fit"):
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
@@ -223,7 +225,8 @@ class RunStoreCallback(Callback):
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
                     return
-                self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
-                                            steps=trainer.global_step)
+                if self._set_up:
+                    self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
+                                                steps=trainer.global_step)
             except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
                 pass

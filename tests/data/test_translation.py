@@ -230,9 +230,7 @@ def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_s
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"error: no usable training pair: train split 'train' ({data}/train.{{de,en}}): 0 of 12 "
             "pairs used; dropped 0 with an empty side, 12 longer than max_len=2 tokens") in result.stderr
-    summary = json.loads((tmp_path / "runs" / "default" / "r" / "summary.json").read_text())
-    assert summary["status"] == "failed" and "no usable training pair" in summary["error"]
-    assert not list((tmp_path / "runs").rglob("*.ckpt"))
+    assert not (tmp_path / "runs").exists()   # a usage error (exit 2) writes nothing (issue 35)
 
 
 @pytest.mark.parametrize("command,option,split", [("validate", "n_val", "val"), ("test", "n_test", "test")])
