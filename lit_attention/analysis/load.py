@@ -234,7 +234,7 @@ def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
 
 def read_hyps(run_dir: Path | str, split: str = "test") -> tuple[list[str], list[str] | None]:
     """Hypotheses of a split and, if stored beside them (hyps/<split>.ref.txt), the references."""
-    hyps = (Path(run_dir) / schema.hyps_file(split)).read_text(encoding="utf-8").splitlines()
+    hyps = schema.split_lines((Path(run_dir) / schema.hyps_file(split)).read_text(encoding="utf-8"))
     ref_path = Path(run_dir) / schema.refs_file(split)
-    refs = ref_path.read_text(encoding="utf-8").splitlines() if ref_path.is_file() else None
+    refs = schema.split_lines(ref_path.read_text(encoding="utf-8")) if ref_path.is_file() else None
     return hyps, refs

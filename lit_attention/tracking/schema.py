@@ -64,6 +64,23 @@ def refs_file(split: str) -> str:
     return f"{HYPS}/{split}.ref.txt"
 
 
+# Every character str.splitlines() ends a line at (\r\n counts as one, like \n alone).
+LINE_BREAKS = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def as_line(sentence: str) -> str:
+    """A sentence as one line of a hyps file: each line break in it (\n, but also U+2028,
+    U+0085, \x0c, ...) becomes a space, so that the file has exactly one line per sentence."""
+    return LINE_BREAKS.sub(" ", sentence)
+
+
+def split_lines(text: str) -> list[str]:
+    """The sentences of a hyps file's text: split at \n only (not str.splitlines(), which also
+    splits at U+2028, U+0085, ... that a file written before ``as_line`` may hold)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def stats_cache_file(split: str, metric: str) -> str:
     """hyps/<split>.<metric>.stats.npz: the analysis' cache of per-sentence metric statistics
     (derived data: analysis/export.py leaves it out of results/)."""
