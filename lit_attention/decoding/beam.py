@@ -44,7 +44,7 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
     set it.
     """
     k, device = beam_size, src.device
-    budget = max_output_lengths(src, max_len_a, max_len_b).tolist()
+    budget = max_output_lengths(src, max_len_a, max_len_b, model.max_positions).tolist()
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in budget]
 
     memory = model.encode(src)

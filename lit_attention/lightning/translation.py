@@ -130,6 +130,8 @@ class TranslationModule(SequenceModule):
             h.update(options)
             h.match_params = None  # the checkpoint records the chosen width, not the search
         self.net = build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **options)
+        if dm is not None and self.net.max_positions is not None and hasattr(dm, "check_lengths"):
+            dm.check_lengths(self.net.max_positions, f"the {h.family}'s {h.positional} position table")
 
     def describe(self) -> dict:
         h = self.hparams
