@@ -564,6 +564,9 @@ def _train(argv: list[str]) -> int:
         if fault:   # disk full, read-only file system: one line, what and where
             print(f"lit-attention {argv[0]}: error: {fault}", file=sys.stderr)
             return 1
+        if isinstance(exc, FloatingPointError):   # a diverged model: the numbers, not the code, failed
+            print(f"lit-attention {argv[0]}: error: FloatingPointError: {exc}", file=sys.stderr)
+            return 1
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -102,3 +102,27 @@ def test_a_value_no_run_can_train_with_is_one_line_exit_2_and_nothing_written(tm
     errors = error_lines(out.stderr)
     assert len(errors) == 1 and message in errors[0], errors
     assert not (tmp_path / "runs").exists()
+
+
+# -- case 11: a model whose scores are not finite ---------------------------------------------
+
+def test_test_of_a_model_with_overflowing_weights_fails_in_one_line(finished_run, tmp_path):
+    import torch
+    root, run_dir = copy_of(finished_run, tmp_path)
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", weights_only=True)
+    ckpt["state_dict"] = {k: torch.full_like(v, 1e30) if v.is_floating_point() else v
+                          for k, v in ckpt["state_dict"].items()}
+    save_checkpoint(ckpt, tmp_path / "huge.ckpt")
+    out = cli_in_process("test", *TINY, "--run.root", root, "--run.id", "T", "--ckpt_path", tmp_path / "huge.ckpt")
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert errors == ["lit-attention test: error: FloatingPointError: beam search: the model's scores are not "
+                      "finite (nan) at output position 1: its weights or activations overflowed"], errors
+    summary = json.loads((root / "default" / "T" / "summary.json").read_text())
+    assert summary["error"].startswith("FloatingPointError: beam search")   # the record says why
+
+
+def save_checkpoint(ckpt: dict, path) -> None:
+    """A checkpoint dict changed by a test, saved as Lightning would save it."""
+    import torch
+    torch.save(ckpt, path)
