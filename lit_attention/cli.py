@@ -521,6 +521,7 @@ def _train(argv: list[str]) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_attention.data.text import DataError
+    from lit_attention.lightning.checksum import ChecksumError
     from lit_attention.lightning.stop_point import signal_name
     from lit_attention.threads import use_allowed_cores
     from lit_attention.tracking.schema import Status
@@ -537,7 +538,7 @@ def _train(argv: list[str]) -> int:
                   parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
                   trainer_defaults=TRAINER_DEFAULTS)
         status = Status.FINISHED
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, ChecksumError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
         created = session.get("created")   # refused before a record was written: no trace
         if created is not None and created.is_dir() and not any(p.is_file() for p in created.rglob("*")):

@@ -123,6 +123,56 @@ def test_test_of_a_model_with_overflowing_weights_fails_in_one_line(finished_run
 
 
 def save_checkpoint(ckpt: dict, path) -> None:
-    """A checkpoint dict changed by a test, saved as Lightning would save it."""
+    """A checkpoint dict changed by a test, saved as the Trainer would save it (checksum.py)."""
     import torch
-    torch.save(ckpt, path)
+
+    from lit_attention.lightning.checksum import CHECKSUM_KEY, content_checksum
+    torch.save({**ckpt, CHECKSUM_KEY: content_checksum(ckpt)}, path)
+
+
+# -- case 5: a checkpoint's contents are checked on load --------------------------------------
+
+def overwrite_tensor_bytes(path, n: int = 4000) -> None:
+    """Overwrite n bytes in the middle of the largest tensor stored in a torch.save zip, in place:
+    the archive stays whole (zipfile and torch.load still open it)."""
+    import struct
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+    with open(path, "r+b") as f:
+        f.seek(info.header_offset)
+        header = f.read(30)
+        name_len, extra_len = struct.unpack("<HH", header[26:30])
+        start = info.header_offset + 30 + name_len + extra_len + info.file_size // 2 - n // 2
+        f.seek(start)
+        old = f.read(n)
+        f.seek(start)
+        f.write(bytes(b ^ 0x55 for b in old))
+
+
+def test_a_checkpoint_whose_tensor_bytes_changed_is_refused_in_one_line(finished_run, tmp_path):
+    """Issue 35, case 5: 4,000 bytes of one tensor overwritten gave `test` exit 0 and another loss."""
+    import zipfile
+
+    import torch
+    root, run_dir = copy_of(finished_run, tmp_path)
+    best = run_dir / "checkpoints" / "best.ckpt"
+    overwrite_tensor_bytes(best)
+    assert zipfile.is_zipfile(best) and torch.load(best, weights_only=True)   # it still loads
+    before = record(run_dir)
+    out = cli_in_process("test", *TINY, "--run.root", root, "--ckpt_path", best)
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert errors == [f"lit-attention test: error: --ckpt_path {best}: its contents differ from the checksum "
+                      f"saved with it (changed or damaged since it was written): refused to load it"], errors
+    assert record(run_dir)["config.yaml"] == before["config.yaml"]
+    assert json.loads(record(run_dir)["summary.json"])["status"] == "finished"
+
+
+def test_every_checkpoint_the_trainer_writes_carries_its_checksum(finished_run):
+    import torch
+
+    from lit_attention.lightning.checksum import CHECKSUM_KEY, content_checksum
+    for name in ("best.ckpt", "last.ckpt"):
+        ckpt = torch.load(finished_run / "default" / "R" / "checkpoints" / name, weights_only=True)
+        assert ckpt[CHECKSUM_KEY] == content_checksum(ckpt)
