@@ -86,8 +86,10 @@ def load_run(run_dir: Path | str) -> dict:
     row["status"] = status.value if status else "unknown"
     if error:
         row["error"] = error
+    # every value that is none of its field (schema.invalid_number: "50", true, a BLEU of 150) or
+    # no finite number: the aggregation counts it invalid, never a value
     row["nonfinite"] = ";".join(k for k, v in summary.items()
-                                if isinstance(v, float) and not math.isfinite(v))
+                                if (isinstance(v, float) and not math.isfinite(v)) or schema.invalid_number(k, v))
     config = run_dir / schema.CONFIG
     if config.is_file():
         row.update(flatten(read_config(config), "config"))

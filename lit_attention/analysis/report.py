@@ -21,6 +21,7 @@ from lit_attention.analysis import effects, effects_output, load, plots, signifi
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.registry import NO_ATTENTION
+from lit_attention.tracking import schema
 from lit_attention.tracking.schema import hyps_file
 
 
@@ -207,7 +208,8 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         raise AnalysisError(f"metric {args.metric!r} is in no run summary")
     runs = runs if args.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
-        load.warn(f"{run_dir}: {column} is {value!r}, not a finite number; the run is not averaged")
+        why = schema.invalid_number(column, value) or "not a finite number"
+        load.warn(f"{run_dir}: {column} is {value!r}, {why}; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
         load.warn(f"{run_dir}: {column} is {value!r}; left out of the {column} mean")
     return runs, metrics, skipped

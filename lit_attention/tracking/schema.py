@@ -197,6 +197,27 @@ BUCKETS = ("val_bleu_by_length", "test_bleu_by_length")   # arrays of objects
 # held to every type in FIELDS.
 READ_CHECKED = tuple(k for k, kind in FIELDS.items() if kind in (dict, list)) + (
     "version", "run_id", "group", "task", "status")
+# The values a number field can hold (both ends included): a reader takes one outside its range,
+# like one that is no number at all (text, true) or not finite, for no value of the run.
+RANGES = {**{f"{split}_{name}": (0, 100) for split in ("val", "test") for name in ("bleu", "chrf")},
+          **{f"{split}_ppl": (1, math.inf) for split in ("val", "test")},
+          **{f"{split}_loss": (0, math.inf) for split in ("val", "test")},
+          "best_val_loss": (0, math.inf), "clip_fraction": (0, 1), "params": (0, math.inf),
+          "steps": (0, math.inf), "epochs": (0, math.inf), "train_seconds": (0, math.inf),
+          "train_tokens": (0, math.inf), "train_flops": (0, math.inf), "tokens_per_second": (0, math.inf)}
+
+
+def invalid_number(key: str, value: Any) -> str | None:
+    """Why ``value`` is no valid value of the number field ``key`` ("not a finite number",
+    "outside its range [0, 100]"); None if it is one, is null, or ``key`` is no number field."""
+    if value is None or FIELDS.get(key) not in (NUMBER, int):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "not a finite number"
+    low, high = RANGES.get(key, (-math.inf, math.inf))
+    return None if low <= value <= high else f"outside its range [{low:g}, {high:g}]"
+
+
 JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
              int: "a number", float: "a number", type(None): "null"}
 

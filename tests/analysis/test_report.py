@@ -75,6 +75,21 @@ def test_a_non_finite_metric_is_never_averaged_but_counted(study, tmp_path, caps
     assert excluded["reason"].tolist() == [f"val_bleu is {value}"]
 
 
+@pytest.mark.parametrize("value,why", [("50", "not a finite number"), (True, "not a finite number"),
+                                       (150.0, "outside its range [0, 100]"), (-3.0, "outside its range [0, 100]")])
+def test_a_metric_of_the_wrong_type_or_out_of_range_is_invalid_not_a_value(study, tmp_path, capsys, value, why):
+    """Issue 35, case 4: `"val_bleu": "50"` was shown as 50.0 and marked best, `true` as 1.0."""
+    set_summary(study / "luong-s1", val_bleu=value)
+    out = tmp_path / "report"
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {study / 'luong-s1'}: val_bleu is {value!r}, {why}; the run is not averaged" \
+        in captured.err.splitlines(), captured.err
+    table = pd.read_csv(out / "table.csv").set_index("model.attention")
+    assert table.loc["luong", "mean"] == 21.5 and table.loc["luong", "n"] == 2
+    assert table.loc["luong", "n_invalid"] == 1
+
+
 def test_non_finite_costs_are_left_out_of_their_means(study, tmp_path, capsys):
     set_summary(study / "none-s2", train_seconds=math.inf)
     assert report.main([str(study), "--out", str(tmp_path), "--no-figures", "--baseline", "off"]) == 0
