@@ -11,7 +11,9 @@ inf/NaN, gets one warning line on stderr and is counted, never averaged.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -20,6 +22,7 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, load, plots, significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking import schema
 from lit_attention.tracking.schema import hyps_file
@@ -268,17 +271,17 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
     fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
-    runs.to_csv(out / "runs.csv", index=False)
+    atomic_write(out / "runs.csv", runs.to_csv(index=False))
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
-    pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
-              ignore_index=True).to_csv(out / "excluded.csv", index=False)
-    tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
+    atomic_write(out / "excluded.csv", pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
+                                                 ignore_index=True).to_csv(index=False))
+    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, args.metric).to_csv(index=False))
     numeric = agg
     if sig is not None:
-        sig.to_csv(out / "significance.csv", index=False)
+        atomic_write(out / "significance.csv", sig.to_csv(index=False))
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
-    numeric.to_csv(out / "table.csv", index=False)
+    atomic_write(out / "table.csv", numeric.to_csv(index=False))
 
     layouts = [("table", args.label, summary)]
     if cols:
@@ -296,9 +299,9 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                 markdown = tables.to_markdown(cells, best, caption(shown))
         else:
             check_width(args, name, cells, best)
-        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption(shown), label=tex_label,
-                                                         wide=args.wide))
-        (out / f"{name}.md").write_text(markdown)
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown), label=tex_label,
+                                                          wide=args.wide))
+        atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
     return printed
 
@@ -349,9 +352,33 @@ def factor_effects(args, runs: pd.DataFrame) -> tuple:
     return found, effects.resolve_pairs(found, runs, args.interactions)
 
 
+class Terminated(Exception):
+    """SIGTERM while the report runs (raised by its handler, so that no file is left half written)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
+    # Every output is written whole or not at all (files.atomic_write); SIGTERM ends the report
+    # between two files, with its exit status and one line.
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if handles else None
+    try:
+        return report(args, out)
+    except Terminated:
+        print(f"lit-attention report: interrupted (SIGTERM): {out} holds whole files only, some of them "
+              f"from an earlier report; run the report again", file=sys.stderr)
+        return 143
+    finally:
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def report(args, out: Path) -> int:
     try:
         runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)

@@ -246,3 +246,45 @@ def test_a_table_with_nothing_tested_yet_says_so_not_a_test_of_0_comparisons(tmp
     assert "0 comparisons" not in caption and "(0 hypotheses)" not in caption
     assert "Holm-corrected over both directions of the comparisons tested (none here)." in caption
     assert "n=1: one seed (here or in the baseline), so no test over seeds and no mark." in caption
+
+
+def whole(path) -> bool:
+    """A figure or table file that was written to its end."""
+    data = path.read_bytes()
+    if path.suffix == ".png":
+        return data.endswith(b"IEND\xaeB`\x82")
+    if path.suffix == ".pdf":
+        return data.startswith(b"%PDF") and data.rstrip().endswith(b"%%EOF")
+    return len(data) > 0
+
+
+@pytest.mark.slow
+def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_path):
+    """Issue 35, case 9: SIGTERM left runs.csv at 0 bytes beside the previous table.csv and a
+    0-byte ablation_bars.pdf."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, cli_env
+    out = tmp_path / "report"
+    first = run_cli("report", study, "--out", out, "--baseline", "off", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p.name: p.stat().st_ino for p in out.iterdir()}
+    assert "ablation_bars.pdf" in before
+    proc = subprocess.Popen([sys.executable, "-m", "lit_attention.cli", "report", str(study), "--out", str(out),
+                             "--baseline", "off"], cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (out / "runs.csv").stat().st_ino == before["runs.csv"]:
+        time.sleep(0.005)   # until the second report has replaced its first file
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == (f"lit-attention report: interrupted (SIGTERM): {out} holds whole "
+                                               f"files only, some of them from an earlier report; run the report again")
+    files = sorted(out.iterdir())
+    assert not [p.name for p in files if p.name.startswith(".")], files    # no temporary file left
+    assert [p.name for p in files if not whole(p)] == []
+    assert set(before) <= {p.name for p in files}
