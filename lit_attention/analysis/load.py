@@ -182,8 +182,14 @@ def resolve_key(runs: pd.DataFrame, key: str) -> str:
     for name in (key, f"model.{key}", f"config.{key}"):
         if name in runs.columns:
             return name
-    known = ", ".join(config_columns(runs))
-    raise AnalysisError(f"unknown key {key!r}; configuration keys: {known}")
+    from lit_attention.config_check import suggest
+    swept = [c.removeprefix("config.") for c in varying(runs, [c for c in runs.columns if c.startswith("config.")
+                                                               and c != "config.seed_everything"])]
+    known = ", ".join(dict.fromkeys([*config_columns(runs), *swept]))
+    near = suggest(key, [c.removeprefix("config.") for c in runs.columns
+                         if c.startswith(("model.", "config.")) or c == "task"])
+    hint = f" — did you mean {near}?" if near else ""
+    raise AnalysisError(f"unknown key {key!r}{hint}; configuration keys: {known}")
 
 
 def read_csv(path: Path) -> pd.DataFrame | None:

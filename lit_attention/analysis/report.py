@@ -100,8 +100,23 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
         if "=" not in pair:
             raise AnalysisError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        found[load.resolve_key(runs, key)] = value
+        column = load.resolve_key(runs, key)
+        found[column] = _as_written(runs[column], value)
     return found
+
+
+def _as_written(values: pd.Series, value: str) -> str:
+    """A number given on the command line as the column's own values spell it: 1e-3 as 0.001
+    (runs are matched on text); anything else as given."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    numbers = [v for v in values.dropna() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    same = next((v for v in numbers if v == number), None)
+    if same is None:
+        return value
+    return str(int(same)) if float(same).is_integer() else str(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -208,7 +223,12 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         if not metrics.empty:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
-        raise AnalysisError(f"metric {args.metric!r} is in no run summary")
+        statuses = runs["status"].value_counts() if "status" in runs else pd.Series(dtype=int)
+        counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        later = ("; a run records it at its first validation: report again then"
+                 if "running" in statuses else "")
+        raise AnalysisError(f"metric {args.metric!r} is in no run summary yet ({len(runs)} run"
+                            f"{'s' * (len(runs) != 1)}: {counts}){later}")
     runs = runs if args.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
         why = schema.invalid_number(column, value) or "not a finite number"
@@ -386,6 +406,7 @@ def report(args, out: Path) -> int:
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         found, pairs = factor_effects(args, runs)
         out.mkdir(parents=True, exist_ok=True)
+        earlier = outputs(out)
         printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
@@ -400,7 +421,24 @@ def report(args, out: Path) -> int:
     unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
     print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded{unreadable} "
           f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
+    stale = sorted(p.name for p, identity in earlier.items() if outputs(out).get(p) == identity)
+    if stale:   # every file is replaced whole (a new inode): one still the same is an earlier report's
+        print(f"note: {len(stale)} file{'s' * (len(stale) != 1)} in {out} are from an earlier report, not this "
+              f"one: {', '.join(stale[:8])}{' ...' if len(stale) > 8 else ''}", file=sys.stderr)
     return 0
+
+
+OUTPUT_SUFFIXES = (".csv", ".md", ".tex", ".png", ".pdf")
+
+
+def outputs(out: Path) -> dict[Path, tuple[int, int]]:
+    """The report files in ``out``, each with its (inode, mtime in ns)."""
+    found = {}
+    for path in out.iterdir():
+        if path.suffix in OUTPUT_SUFFIXES and path.is_file():
+            stat = path.stat()
+            found[path] = (stat.st_ino, stat.st_mtime_ns)
+    return found
 
 
 if __name__ == "__main__":

@@ -288,3 +288,44 @@ def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_p
     assert not [p.name for p in files if p.name.startswith(".")], files    # no temporary file left
     assert [p.name for p in files if not whole(p)] == []
     assert set(before) <= {p.name for p in files}
+
+
+# -- issue 35, case 14 --------------------------------------------------------------------------
+
+def test_a_metric_no_run_has_yet_says_the_runs_are_still_running(tmp_path, capsys):
+    run = write_run(tmp_path, "first", "t0", seed=1, model=model("none"), status="running")
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["val_bleu"]                    # a first trial before its first validation
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert report.main([str(tmp_path / "first"), "--out", str(tmp_path / "out"), "--no-figures"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: metric 'val_bleu' is in no run summary yet (1 run: 1 running); a run records it at its "
+        "first validation: report again then")
+
+
+def test_files_of_an_earlier_report_that_this_one_did_not_write_are_named(study, tmp_path, capsys):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "ablation_bars.png").write_bytes(b"an earlier report's figure")
+    (out / "table.csv").write_text("old")
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"note: 1 file in {out} are from an earlier report, not this one: ablation_bars.png" in err, err
+    assert (out / "table.csv").read_text() != "old"
+
+
+def test_a_baseline_value_matches_however_the_number_is_written(tmp_path, capsys):
+    for lr, bleu in ((0.001, [10.0, 11.0]), (0.003, [20.0, 22.0])):
+        for seed, value in enumerate(bleu, start=1):
+            write_run(tmp_path, "lr", f"{lr}-s{seed}", seed=seed, model={**model("luong"), "lr": lr}, val_bleu=value)
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "lr"), "--out", str(out), "--no-figures", "--baseline", "model.lr=1e-3",
+                        "--test", "seeds"]) == 0, capsys.readouterr().err
+    table = pd.read_csv(out / "table.csv")
+    assert table.loc[table["baseline"], "model.lr"].tolist() == [0.001]
+
+
+def test_a_misspelt_rows_key_gets_a_did_you_mean(study, tmp_path, capsys):
+    assert report.main([str(study), "--out", str(tmp_path / "out"), "--rows", "model.atention"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: unknown key 'model.atention' — did you mean model.attention?; configuration keys: ")
