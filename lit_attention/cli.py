@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import sys
 import traceback
 import warnings
@@ -141,11 +142,13 @@ def _build_cli_class():
                         raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
                                               f"exist (the run stopped before its first checkpoint); "
                                               f"start it afresh without --ckpt_path")
+                    check_resumable(last)
             elif ckpt_path == "last":
                 latest = find_latest_run(run.root, run.group)
                 if latest is None:
                     raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
                                      f"in {Path(run.root) / run.group}")
+                check_resumable(latest / CHECKPOINTS / LAST_CHECKPOINT)
                 run_id = latest.name
             elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
                 return Path(ckpt_path).resolve().parent.parent
@@ -168,6 +171,7 @@ def _build_cli_class():
             if sub == "fit":   # (validate and test ignore every training setting, of any family)
                 # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
                 refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
+                refuse_training_nothing(self.config[sub].trainer)
             # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
             self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
             if self.parse_only:
@@ -242,6 +246,10 @@ def _build_cli_class():
             trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks,
                                            *([bar] if bar else [])]
             trainer = self.trainer_class(**trainer_config)
+            # the highest directory this run creates: removed again if the run is refused before
+            # its first file (bad data found in setup)
+            new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
+            self.session["created"] = new_dirs[-1] if new_dirs else None
             try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
                 check_writable(self.run_dir.path)   # read-only or full file system, before training
             except OSError as exc:
@@ -275,6 +283,17 @@ def write_fault(exc: BaseException, directory: Path | None = None) -> str | None
 
 class NothingToResume(Exception):
     """`fit --run.id X --ckpt_path last` for a run without checkpoints/last.ckpt."""
+
+
+def check_resumable(last: Path) -> None:
+    """NothingToResume unless ``last`` (a run's checkpoints/last.ckpt) can be a checkpoint: a file
+    cut short is refused before the run's record is touched."""
+    try:
+        check_checkpoint_file(last)
+    except ConfigError as exc:
+        raise NothingToResume(f"--ckpt_path last: {last}: {str(exc).partition(': ')[2]}; resume from another "
+                              f"checkpoint of the run (--ckpt_path {last.parent}/best.ckpt) or start it "
+                              f"afresh without --ckpt_path") from None
 
 
 class _Parsed(Exception):
@@ -336,6 +355,15 @@ def check_checkpoint_file(path) -> None:
     if not zipfile.is_zipfile(path):
         raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
                           f"this file is none (cut short, or another kind of file)")
+
+
+def refuse_training_nothing(trainer) -> None:
+    """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
+    `fit` would stop before its first step and call the untrained run finished."""
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
+        if trainer.get(key) == 0:
+            raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
+                              f"once it has trained); give a positive number")
 
 
 def inert_settings(model) -> dict:
@@ -509,6 +537,7 @@ def _train(argv: list[str]) -> int:
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
     from lit_attention.data.text import DataError
+    from lit_attention.lightning.checksum import ChecksumError
     from lit_attention.lightning.stop_point import signal_name
     from lit_attention.threads import use_allowed_cores
     from lit_attention.tracking.schema import Status
@@ -525,8 +554,12 @@ def _train(argv: list[str]) -> int:
                   parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
                   trainer_defaults=TRAINER_DEFAULTS)
         status = Status.FINISHED
-    except (ConfigError, DataError) as exc:
+    except (ConfigError, DataError, ChecksumError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
+        created = session.get("created")   # refused before a record was written: no trace
+        if created is not None and created.is_dir() and not any(p.is_file() for p in created.rglob("*")):
+            shutil.rmtree(created)
+            session.pop("run_dir", None)
         return 2
     except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
         print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
@@ -547,6 +580,9 @@ def _train(argv: list[str]) -> int:
         fault = write_fault(exc, session.get("run_dir"))
         if fault:   # disk full, read-only file system: one line, what and where
             print(f"lit-attention {argv[0]}: error: {fault}", file=sys.stderr)
+            return 1
+        if isinstance(exc, FloatingPointError):   # a diverged model: the numbers, not the code, failed
+            print(f"lit-attention {argv[0]}: error: FloatingPointError: {exc}", file=sys.stderr)
             return 1
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

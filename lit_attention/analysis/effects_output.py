@@ -20,6 +20,7 @@ from lit_attention.analysis import tables  # noqa: E402
 from lit_attention.analysis.effects import (MARGINAL_METHOD, Effects, bounds, interaction_means,  # noqa: E402
                                             pair_name)
 from lit_attention.analysis.plots import paper_style, save  # noqa: E402
+from lit_attention.files import atomic_write  # noqa: E402
 
 ETA = "η²"
 ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
@@ -203,22 +204,23 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
                   digits: int = 1, figures: bool = True) -> tuple[list[str], list[Path]]:
     """Every effects table and figure; returns (Markdown tables to print, figure files)."""
     text = captions(effects, pairs)
-    effects.importance.to_csv(out / "effects_importance.csv", index=False)
-    effects.marginal.to_csv(out / "effects_marginal.csv", index=False)
+    atomic_write(out / "effects_importance.csv", effects.importance.to_csv(index=False))
+    atomic_write(out / "effects_marginal.csv", effects.marginal.to_csv(index=False))
     means = {(a, b): interaction_means(effects, a, b) for a, b in pairs}
     layouts = [("effects_importance", "tab:importance", importance_table(effects, digits)),
                ("effects_marginal", "tab:marginal", marginal_table(effects, higher_is_better, digits))]
     if means:
-        pd.concat([m.rename(columns={a: "first", b: "second"}).assign(interaction=pair_name(a, b))
-                   for (a, b), m in means.items()]).to_csv(out / "effects_interactions.csv", index=False)
+        atomic_write(out / "effects_interactions.csv",
+                     pd.concat([m.rename(columns={a: "first", b: "second"}).assign(interaction=pair_name(a, b))
+                                for (a, b), m in means.items()]).to_csv(index=False))
         layouts.append(("effects_interactions", "tab:interactions",
                         interaction_table(means, effects.metric, digits)))
     printed = []
     for name, tex_label, (cells, best) in layouts:
         caption = text[name.removeprefix("effects_")]
-        (out / f"{name}.tex").write_text(latex(cells, best, caption, tex_label))
+        atomic_write(out / f"{name}.tex", latex(cells, best, caption, tex_label))
         markdown = tables.to_markdown(cells, best, caption)
-        (out / f"{name}.md").write_text(markdown)
+        atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
     if not means:
         printed.append("No interaction table or plot: no two factors are crossed (every pair is nested, "

@@ -86,8 +86,10 @@ def load_run(run_dir: Path | str) -> dict:
     row["status"] = status.value if status else "unknown"
     if error:
         row["error"] = error
+    # every value that is none of its field (schema.invalid_number: "50", true, a BLEU of 150) or
+    # no finite number: the aggregation counts it invalid, never a value
     row["nonfinite"] = ";".join(k for k, v in summary.items()
-                                if isinstance(v, float) and not math.isfinite(v))
+                                if (isinstance(v, float) and not math.isfinite(v)) or schema.invalid_number(k, v))
     config = run_dir / schema.CONFIG
     if config.is_file():
         row.update(flatten(read_config(config), "config"))
@@ -180,8 +182,14 @@ def resolve_key(runs: pd.DataFrame, key: str) -> str:
     for name in (key, f"model.{key}", f"config.{key}"):
         if name in runs.columns:
             return name
-    known = ", ".join(config_columns(runs))
-    raise AnalysisError(f"unknown key {key!r}; configuration keys: {known}")
+    from lit_attention.config_check import suggest
+    swept = [c.removeprefix("config.") for c in varying(runs, [c for c in runs.columns if c.startswith("config.")
+                                                               and c != "config.seed_everything"])]
+    known = ", ".join(dict.fromkeys([*config_columns(runs), *swept]))
+    near = suggest(key, [c.removeprefix("config.") for c in runs.columns
+                         if c.startswith(("model.", "config.")) or c == "task"])
+    hint = f" — did you mean {near}?" if near else ""
+    raise AnalysisError(f"unknown key {key!r}{hint}; configuration keys: {known}")
 
 
 def read_csv(path: Path) -> pd.DataFrame | None:
@@ -234,7 +242,7 @@ def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
 
 def read_hyps(run_dir: Path | str, split: str = "test") -> tuple[list[str], list[str] | None]:
     """Hypotheses of a split and, if stored beside them (hyps/<split>.ref.txt), the references."""
-    hyps = (Path(run_dir) / schema.hyps_file(split)).read_text(encoding="utf-8").splitlines()
+    hyps = schema.split_lines((Path(run_dir) / schema.hyps_file(split)).read_text(encoding="utf-8"))
     ref_path = Path(run_dir) / schema.refs_file(split)
-    refs = ref_path.read_text(encoding="utf-8").splitlines() if ref_path.is_file() else None
+    refs = schema.split_lines(ref_path.read_text(encoding="utf-8")) if ref_path.is_file() else None
     return hyps, refs

@@ -10,6 +10,7 @@ written, or [] when the run stores hold no data for that figure. Every figure is
 from __future__ import annotations
 
 import functools
+import io
 import json
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from cycler import cycler  # noqa: E402
 from lit_attention.analysis.aggregate import last_gradflow, usable  # noqa: E402
 from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
                                            metric_range, split_of)
+from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
 COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
@@ -62,8 +64,10 @@ def save(fig, stem: Path | str) -> list[Path]:
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    for path in paths:
-        fig.savefig(path, dpi=200)
+    for path in paths:   # whole files only: a report stopped midway never leaves a figure cut short
+        data = io.BytesIO()
+        fig.savefig(data, format=path.suffix[1:], dpi=200)
+        atomic_write(path, data.getvalue())
     plt.close(fig)
     return paths
 

@@ -12,7 +12,9 @@ inf/NaN, gets one warning line on stderr and is counted, never averaged.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +24,9 @@ from lit_attention.analysis import effects, effects_output, expected_max, improv
 from lit_attention.analysis import significance, tables
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
+from lit_attention.tracking import schema
 from lit_attention.tracking.schema import hyps_file
 
 
@@ -126,8 +130,23 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
         if "=" not in pair:
             raise AnalysisError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
-        found[load.resolve_key(runs, key)] = value
+        column = load.resolve_key(runs, key)
+        found[column] = _as_written(runs[column], value)
     return found
+
+
+def _as_written(values: pd.Series, value: str) -> str:
+    """A number given on the command line as the column's own values spell it: 1e-3 as 0.001
+    (runs are matched on text); anything else as given."""
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    numbers = [v for v in values.dropna() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    same = next((v for v in numbers if v == number), None)
+    if same is None:
+        return value
+    return str(int(same)) if float(same).is_integer() else str(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -243,10 +262,16 @@ def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         if not metrics.empty:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if args.metric not in runs:
-        raise AnalysisError(f"metric {args.metric!r} is in no run summary")
+        statuses = runs["status"].value_counts() if "status" in runs else pd.Series(dtype=int)
+        counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        later = ("; a run records it at its first validation: report again then"
+                 if "running" in statuses else "")
+        raise AnalysisError(f"metric {args.metric!r} is in no run summary yet ({len(runs)} run"
+                            f"{'s' * (len(runs) != 1)}: {counts}){later}")
     runs = runs if args.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
-        load.warn(f"{run_dir}: {column} is {value!r}, not a finite number; the run is not averaged")
+        why = schema.invalid_number(column, value) or "not a finite number"
+        load.warn(f"{run_dir}: {column} is {value!r}, {why}; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
         load.warn(f"{run_dir}: {column} is {value!r}; left out of the {column} mean")
     return runs, metrics, skipped
@@ -308,17 +333,17 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
     fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
-    runs.to_csv(out / "runs.csv", index=False)
+    atomic_write(out / "runs.csv", runs.to_csv(index=False))
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
-    pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
-              ignore_index=True).to_csv(out / "excluded.csv", index=False)
-    tables.trace_table(runs, keys, args.metric).to_csv(out / "table_trace.csv", index=False)
+    atomic_write(out / "excluded.csv", pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
+                                                 ignore_index=True).to_csv(index=False))
+    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, args.metric).to_csv(index=False))
     numeric = agg
     if sig is not None:
-        sig.to_csv(out / "significance.csv", index=False)
+        atomic_write(out / "significance.csv", sig.to_csv(index=False))
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
-    numeric.to_csv(out / "table.csv", index=False)
+    atomic_write(out / "table.csv", numeric.to_csv(index=False))
 
     layouts = [("table", args.label, summary)]
     if cols:
@@ -336,9 +361,9 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                 markdown = tables.to_markdown(cells, best, caption(shown))
         else:
             check_width(args, name, cells, best)
-        (out / f"{name}.tex").write_text(tables.to_latex(cells, best, caption(shown), label=tex_label,
-                                                         wide=args.wide))
-        (out / f"{name}.md").write_text(markdown)
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown), label=tex_label,
+                                                          wide=args.wide))
+        atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
     return printed
 
@@ -421,19 +446,43 @@ def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> t
     printed, figures = [], []
     better = tables.higher_is_better(args.metric)
     if trials is not None:
-        trials.to_csv(out / "expected_max.csv", index=False)
+        atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
         printed.append(expected_max.markdown(trials, trial_keys, args.metric, better, args.digits))
         if not args.no_figures:
             figures += plots.plot_expected_max(trials, trial_keys, args.metric, out / "expected_max")
     if improved is not None:
-        improved.to_csv(out / "improvement.csv", index=False)
+        atomic_write(out / "improvement.csv", improved.to_csv(index=False))
         printed.append(improvement.markdown(improved, args.metric, baseline, better, digits=args.digits))
     return printed, figures
+
+
+class Terminated(Exception):
+    """SIGTERM while the report runs (raised by its handler, so that no file is left half written)."""
+
+
+def _terminated(signum, frame):
+    raise Terminated()
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     out = Path(args.out)
+    # Every output is written whole or not at all (files.atomic_write); SIGTERM ends the report
+    # between two files, with its exit status and one line.
+    handles = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if handles else None
+    try:
+        return report(args, out)
+    except Terminated:
+        print(f"lit-attention report: interrupted (SIGTERM): {out} holds whole files only, some of them "
+              f"from an earlier report; run the report again", file=sys.stderr)
+        return 143
+    finally:
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def report(args, out: Path) -> int:
     try:
         runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)
@@ -443,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         trials, trial_keys = trial_curves(args, runs)
         improved = improvement_vs_baseline(args, runs, agg, rows + cols, is_base)
         out.mkdir(parents=True, exist_ok=True)
+        earlier = outputs(out)
         printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
@@ -459,7 +509,24 @@ def main(argv: list[str] | None = None) -> int:
     unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
     print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded{unreadable} "
           f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
+    stale = sorted(p.name for p, identity in earlier.items() if outputs(out).get(p) == identity)
+    if stale:   # every file is replaced whole (a new inode): one still the same is an earlier report's
+        print(f"note: {len(stale)} file{'s' * (len(stale) != 1)} in {out} are from an earlier report, not this "
+              f"one: {', '.join(stale[:8])}{' ...' if len(stale) > 8 else ''}", file=sys.stderr)
     return 0
+
+
+OUTPUT_SUFFIXES = (".csv", ".md", ".tex", ".png", ".pdf")
+
+
+def outputs(out: Path) -> dict[Path, tuple[int, int]]:
+    """The report files in ``out``, each with its (inode, mtime in ns)."""
+    found = {}
+    for path in out.iterdir():
+        if path.suffix in OUTPUT_SUFFIXES and path.is_file():
+            stat = path.stat()
+            found[path] = (stat.st_ino, stat.st_mtime_ns)
+    return found
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from sacrebleu.metrics.helpers import extract_all_char_ngrams
 
 from lit_attention.files import atomic_write
 from lit_attention.threads import allowed_cores
-from lit_attention.tracking.schema import hyps_file, refs_file, stats_cache_file
+from lit_attention.tracking.schema import hyps_file, refs_file, split_lines, stats_cache_file
 
 MAX_NGRAM = 4        # BLEU
 CHAR_ORDER = 6       # chrF
@@ -263,7 +263,7 @@ def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
 
 
 def _lines(data: bytes) -> list[str]:
-    return data.decode("utf-8").splitlines()   # as load.read_hyps reads them
+    return split_lines(data.decode("utf-8"))   # as load.read_hyps reads them
 
 
 def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,

@@ -3,17 +3,22 @@
 Policy for bad lines (docs/ERRORS.md): a training split drops a pair whose line is empty or not
 valid UTF-8 and counts it by reason; an evaluation split keeps every line, so hypotheses stay
 aligned with the file line by line, and refuses a line that is not valid UTF-8. A file holding a
-NUL byte is binary, never text, and is refused whatever the split.
+NUL byte is binary, never text, and is refused whatever the split. A UTF-8 byte-order mark
+(U+FEFF) at the start of a line (of the file, or of each file cat joined) is no text: it is
+removed, and the number removed is said once per file.
 """
 
 from __future__ import annotations
 
 import gzip
+import logging
 import os
 
 GZIP_MAGIC = b"\x1f\x8b"
 # Why a training pair is dropped: the keys of every per-split count.
 DROP_REASONS = ("empty", "too_long", "invalid_utf8")
+BOM = "\ufeff"
+log = logging.getLogger(__name__)
 
 
 class DataError(ValueError):
@@ -51,6 +56,7 @@ def read_lines(path: str, invalid: str = "raise") -> list[str | None]:
             if f.read(2) == GZIP_MAGIC:
                 raise DataError(f"{path} is gzip-compressed: name it {path}.gz")
     lines: list[str | None] = []
+    boms: list[int] = []   # numbers of the lines a byte-order mark was removed from
     try:
         with (gzip.open if gzipped else open)(path, "rb") as f:
             for number, raw in enumerate(f, start=1):
@@ -58,14 +64,23 @@ def read_lines(path: str, invalid: str = "raise") -> list[str | None]:
                     raise DataError(f"{path}, line {number}: NUL byte: a binary file, not text "
                                     "(or UTF-16 text: convert it to UTF-8)")
                 try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                    line = raw.decode("utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as err:
                     if invalid == "raise":
                         raise DataError(f"{path}, line {number}: not valid UTF-8 ({err.reason} at "
                                         f"byte {err.start})") from None
                     lines.append(None)
+                    continue
+                if line.startswith(BOM):
+                    line = line.lstrip(BOM)
+                    boms.append(number)
+                lines.append(line)
     except (gzip.BadGzipFile, EOFError) as err:
         raise DataError(f"{path}: corrupt gzip file ({err})") from None
+    if boms:
+        where = f"line {boms[0]}" if len(boms) == 1 else f"{len(boms)} lines, the first line {boms[0]}"
+        log.warning("%s: removed the UTF-8 byte-order mark (U+FEFF) at the start of %s: a mark of the "
+                    "file's encoding, not text", path, where)
     return lines
 
 

@@ -15,11 +15,13 @@ import io
 import json
 import logging
 import os
+import re
 from collections import Counter
 from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import sentencepiece as spm
 
+from lit_attention.data.text import DataError
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from lit_attention.files import atomic_write
 from lit_attention.registry import SPM_MODELS, TOKENIZER_CLASSES, TOKENIZERS, check, implementation
@@ -166,6 +168,19 @@ class SentencePieceTokenizer:
     def train(cls, lines: Iterable[str], vocab_size: int = 8000, model_type: str = "unigram"):
         check("SentencePiece model type", model_type, SPM_MODELS)
         model = io.BytesIO()
+        try:
+            cls._train_into(model, lines, vocab_size, model_type)
+        except RuntimeError as exc:   # too small a vocabulary for the text's characters
+            m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(exc))
+            if m is None:
+                raise
+            raise DataError(f"data.vocab_size {vocab_size} is too small for SentencePiece: the training "
+                            f"text needs {m.group(2)} pieces for its characters and special tokens; "
+                            f"give at least {m.group(2)}") from None
+        return cls(model.getvalue())
+
+    @staticmethod
+    def _train_into(model, lines: Iterable[str], vocab_size: int, model_type: str) -> None:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
             model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
@@ -174,7 +189,6 @@ class SentencePieceTokenizer:
             eos_piece=SPECIALS[EOS],
             num_threads=1,     # reproducible models; the corpora here train in seconds
             minloglevel=2)
-        return cls(model.getvalue())
 
     @classmethod
     def settings(cls, vocab_size: int, model_type: str) -> dict:

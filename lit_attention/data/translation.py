@@ -187,6 +187,25 @@ class TranslationDataModule(L.LightningDataModule):
                 f"used{limit}; dropped {dropped['empty']} with an empty side, {dropped['too_long']} "
                 f"longer than max_len={self.max_len} tokens, {dropped['invalid_utf8']} not valid UTF-8")
 
+    def check_lengths(self, most: int, why: str) -> None:
+        """DataError naming the first sentence of a loaded split that takes more than ``most``
+        positions (``x EOS`` or ``BOS y``): a model's limit, ``why`` says whose."""
+        for role, examples in self.datasets.items():
+            for ex in examples:
+                side = "src" if len(ex["src"]) >= len(ex["tgt"]) else "tgt"
+                n = len(ex[side]) + 1
+                if n <= most:
+                    continue
+                split = self.split_names[role]
+                lang = self.src_lang if side == "src" else self.tgt_lang
+                if role == "train":   # a kept pair's index is no line number: the filter that let it in
+                    raise DataError(f"training split {split!r}: a pair of {n} tokens, more than the {most} "
+                                    f"positions of {why}: give --data.max_len {most - 1} or less")
+                where = (f"{resolve(self.data_dir, split, lang)}, line {ex['idx'] + 1}" if self.task == FILES_TASK
+                         else f"task {self.task}, split {split!r}, sentence {ex['idx'] + 1}")
+                raise DataError(f"{where}: {n} tokens (with EOS), more than the {most} positions of {why}: "
+                                f"shorten or split that line")
+
     # ---- loaders --------------------------------------------------------------------------
 
     def _replicas(self) -> tuple[int, int]:

@@ -44,7 +44,7 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
     set it.
     """
     k, device = beam_size, src.device
-    budget = max_output_lengths(src, max_len_a, max_len_b).tolist()
+    budget = max_output_lengths(src, max_len_a, max_len_b, model.max_positions).tolist()
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in budget]
 
     memory = model.encode(src)
@@ -68,6 +68,9 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
         width = min(2 * k, logits.size(-1))
         row_logits, row_token = logits.topk(width, dim=-1)                  # [n*k, width]
         logp = row_logits.double() - logits.logsumexp(dim=-1, keepdim=True).double()
+        if bool(torch.isnan(logp).any()):   # inf or nan logits: no hypothesis can be ranked
+            raise FloatingPointError(f"beam search: the model's scores are not finite (nan) at output "
+                                     f"position {length}: its weights or activations overflowed")
         candidates = (scores[:, :, None] + logp.view(n, k, width)).view(n, k * width)
         top_scores, top_index = candidates.topk(min(2 * k, k * width), dim=1)
         top_beam = top_index // width
@@ -104,6 +107,9 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
             history, last, scores = history[rows], last[rows], scores[groups]
             active = [active[i] for i in going]
 
+    if not all(finished):   # every candidate of a sentence scored -inf
+        raise FloatingPointError("beam search: no hypothesis of finite score for a sentence (every "
+                                 "token scored -inf)")
     best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
     width = max(len(tokens) for _, tokens in best)
     out = torch.full((len(best), width), PAD, dtype=torch.long, device=device)

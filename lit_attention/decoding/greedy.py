@@ -8,10 +8,12 @@ from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import Seq2SeqModel
 
 
-def max_output_lengths(src: torch.Tensor, max_len_a: float, max_len_b: int) -> torch.Tensor:
-    """Per-sentence output budget: floor(a * non-pad source length + b), at least 1. [B] long."""
+def max_output_lengths(src: torch.Tensor, max_len_a: float, max_len_b: int,
+                       most: int | None = None) -> torch.Tensor:
+    """Per-sentence output budget: floor(a * non-pad source length + b), at least 1 and at most
+    ``most`` (the model's max_positions: its decoder takes no longer input). [B] long."""
     src_len = (src != PAD).sum(dim=1).double()
-    return torch.floor(max_len_a * src_len + max_len_b).long().clamp(min=1)
+    return torch.floor(max_len_a * src_len + max_len_b).long().clamp(min=1, max=most)
 
 
 @torch.no_grad()
@@ -23,7 +25,7 @@ def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len_a: float = 1.5
     it; a row that hit its budget (`max_output_lengths`) has no EOS. L is the longest row.
     The model's train/eval mode is left as the caller set it.
     """
-    budget = max_output_lengths(src, max_len_a, max_len_b)
+    budget = max_output_lengths(src, max_len_a, max_len_b, model.max_positions)
     memory = model.encode(src)
     state = model.init_state(memory)
     last = torch.full_like(budget, BOS)

@@ -47,6 +47,34 @@ class Inert(NamedTuple):
     harmless: tuple[Any, ...] = ()
 
 
+def check_values(h) -> None:
+    """ValueError naming the first model option (of the resolved hyperparameters ``h``) whose value
+    no model can train with: raised from ``__init__``, so that `fit` stops with one line (exit 2)
+    before a run directory is written, instead of failing inside the optimizer or the network."""
+    import math
+
+    def refuse(key, rule):
+        raise ValueError(f"model.{key} must be {rule}, got {h[key]!r}")
+
+    if not (isinstance(h["lr"], (int, float)) and math.isfinite(h["lr"]) and h["lr"] > 0):
+        refuse("lr", "a finite number > 0 (at 0 nothing trains)")
+    if h["warmup"] < 0:
+        refuse("warmup", ">= 0")
+    if not (math.isfinite(h["weight_decay"]) and h["weight_decay"] >= 0):
+        refuse("weight_decay", "a finite number >= 0")
+    if not all(0 <= b < 1 for b in h["betas"]):
+        refuse("betas", "two numbers in [0, 1)")
+    for key in ("dropout", "label_smoothing"):
+        if h.get(key) is not None and not 0 <= h[key] < 1:
+            refuse(key, "in [0, 1)")
+    for key in ("d_model", "heads", "emb_size", "ffn", "layers", "enc_layers", "dec_layers"):
+        if h.get(key) is not None and h[key] < 1:
+            refuse(key, ">= 1")
+    if h.get("heads") and h.get("d_model") and not h.get("match_params") and h["d_model"] % h["heads"]:
+        raise ValueError(f"model.heads {h['heads']} does not divide model.d_model {h['d_model']}: "
+                         f"each head gets d_model / heads dimensions")
+
+
 class SequenceModule(LightningModule):
     """LightningModule skeleton: a subclass defines ``training_loss`` and ``evaluate``."""
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from lit_attention import registry
-from lit_attention.lightning.base import Inert, SequenceModule
+from lit_attention.lightning.base import Inert, SequenceModule, check_values
 from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
@@ -87,6 +87,7 @@ class LanguageModelModule(SequenceModule):
         if match_params and h.d_model is None:
             raise ValueError(f"option model.match_params searches model.d_model, which language-model "
                              f"family {family!r} does not have: leave it unset")
+        check_values(h)
         self.net = None
         # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
         self._state = {}           # training state carried across batches ("train")

@@ -9,6 +9,9 @@ batch) arrived as ``1.0`` (the whole epoch). Here int comes first: ``1`` stays o
 from __future__ import annotations
 
 import lightning.pytorch as L
+from lightning.pytorch.plugins.io import CheckpointIO
+
+from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 
 
 class Trainer(L.Trainer):
@@ -16,6 +19,11 @@ class Trainer(L.Trainer):
                  limit_val_batches: int | float | None = None,
                  limit_test_batches: int | float | None = None,
                  limit_predict_batches: int | float | None = None, **kwargs):
+        plugins = kwargs.pop("plugins", None) or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):   # checksummed checkpoints (checksum.py)
+            plugins.append(ChecksummedCheckpointIO())
+        kwargs["plugins"] = plugins
         super().__init__(limit_train_batches=limit_train_batches, limit_val_batches=limit_val_batches,
                          limit_test_batches=limit_test_batches,
                          limit_predict_batches=limit_predict_batches, **kwargs)

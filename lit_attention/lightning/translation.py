@@ -15,7 +15,7 @@ from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
-from lit_attention.lightning.base import Inert, SequenceModule
+from lit_attention.lightning.base import Inert, SequenceModule, check_values
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
@@ -94,6 +94,7 @@ class TranslationModule(SequenceModule):
         h = self.hparams
         h.update(registry.resolve(SEQ2SEQ, family, {k: h[k] for k in registry.family_options(SEQ2SEQ)},
                                   {k: h[k] for k in registry.SEQ2SEQ_COMMON}))
+        check_values(h)
         self.net = None
         self.hyps: dict[str, list[str]] = {}
         self.refs: dict[str, list[str]] = {}
@@ -131,6 +132,8 @@ class TranslationModule(SequenceModule):
             h.update(options)
             h.match_params = None  # the checkpoint records the chosen width, not the search
         self.net = build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **options)
+        if dm is not None and self.net.max_positions is not None and hasattr(dm, "check_lengths"):
+            dm.check_lengths(self.net.max_positions, f"the {h.family}'s {h.positional} position table")
 
     def describe(self) -> dict:
         h = self.hparams

@@ -31,6 +31,9 @@ class Seq2SeqModel(nn.Module):
     # Module whose output is the encoder's per-position input (the first encoder layer's input):
     # gradient-flow diagnostics measure an encoder without recurrence there.
     source_embedding: str = "encoder.embed"
+    # The most positions a source or target sequence may take (absolute position tables); None:
+    # no limit. Decoding caps its output budget here.
+    max_positions: int | None = None
 
     def encode(self, src: torch.Tensor) -> dict[str, Any]:
         raise NotImplementedError

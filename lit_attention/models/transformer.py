@@ -217,6 +217,7 @@ class TransformerSeq2Seq(Seq2SeqModel):
         self.apply(lambda m: init_weights(m, d_model))
         if tie_embeddings:
             self.generator.weight = self.tgt_embed.token.weight
+        self.max_positions = max_len if self.tgt_embed.position is not None else None
 
     def encode(self, src: torch.Tensor, need_weights: bool = False) -> dict[str, Any]:
         src_pad = src == PAD

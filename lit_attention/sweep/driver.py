@@ -37,7 +37,7 @@ from lit_attention.sweep import interrupts
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.progress import SKIPPED, short_params
-from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError
+from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_changes
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import gone, process_identity, run_state
@@ -232,6 +232,14 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
             raise StudyMismatch(sweep.path, "study_name",
                                 f"study {sweep.study_name!r} already exists with a different space, objective, "
                                 "sampler or seeds; choose another study_name (or delete the study)")
+        design = sweep.design()   # the base: a study created before designs were recorded has none
+        if attrs.get("design", design) != design:
+            raise StudyMismatch(sweep.path, "base",
+                                f"study {sweep.study_name!r} was created from another base "
+                                f"({design_changes(attrs['design'], design)}): its trials would mix two designs; "
+                                "restore the base, or give the sweep another study_name (or delete the study)")
+        if "design" not in attrs:
+            study.set_user_attr("design", design)
         if study.direction.name.lower() != sweep.direction:
             raise StudyMismatch(sweep.path, "objective.direction",
                                 f"the existing study {sweep.direction}s the other way")

@@ -122,6 +122,38 @@ class Sweep:
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
 
+    def design(self) -> dict:
+        """What every trial starts from, beside ``spec()``: the inline base mapping, or the SHA-256
+        of each base config file's text (stored in the study apart from the spec, so that studies
+        created before it was recorded keep their spec hash)."""
+        def digest(path: Path) -> str:
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        if isinstance(self.base, dict):
+            base = json.loads(json.dumps(self.base, sort_keys=True, default=str))
+        else:
+            base = {"file_sha256": digest(self.base)} if self.base is not None else None
+        return {"base": base, "bases": {stem: digest(p) for stem, p in sorted(self.bases.items())}}
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    return {k: v for key, item in value.items() for k, v in _flat(item, f"{prefix}{key}.").items()} or {prefix: {}}
+
+
+def design_changes(old: dict, new: dict) -> str:
+    """What differs between two ``Sweep.design()``s, in words (at most five differences)."""
+    if old.get("base") != new.get("base"):
+        before, after = old.get("base") or {}, new.get("base") or {}
+        if "file_sha256" in before or "file_sha256" in after:
+            return "the base config's text changed"
+        flat_old, flat_new = _flat(before), _flat(after)
+        keys = [k for k in {**flat_old, **flat_new} if flat_old.get(k, "unset") != flat_new.get(k, "unset")]
+        words = [f"{k.rstrip('.')} {flat_old.get(k, 'unset')!r} -> {flat_new.get(k, 'unset')!r}" for k in keys]
+        return "base " + ", ".join(words[:5]) + (f" and {len(words) - 5} more" if len(words) > 5 else "")
+    changed = sorted(set(old.get("bases", {}).items()) ^ set(new.get("bases", {}).items()))
+    return "the text of base choice(s) " + ", ".join(sorted({stem for stem, _ in changed})) + " changed"
+
 
 def _is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
@@ -286,7 +318,9 @@ def _check_cells(ck: _Checker, sweep: Sweep, base_families: dict[str, str | None
     small = probe_space(sweep.space)
     if count(small, MAX_CELLS) > MAX_CELLS:
         return
+    sampled: set[str] = set()   # the parameters active in some configuration
     for cell in grid(small):
+        sampled.update(cell)
         keys: dict[str, str] = {}
         for name in cell:
             if config_name(name) in keys:
@@ -307,6 +341,11 @@ def _check_cells(ck: _Checker, sweep: Sweep, base_families: dict[str, str | None
                 key = f"space.{keys[name]}" if name in keys else f"fixed.{name}"
                 ck.fail(key, f"{value!r} is not a {name} of model.family {family!r}{whose} (valid: "
                              f"{', '.join(valid)}); add a `when: {{model.family: ...}}` condition")
+    for p in sweep.space:   # (the probe grid holds every value a condition tests: it is exact here)
+        if p.name not in sampled:
+            holds = " and ".join(f"{c.name} {'not ' if c.negate else ''}in {list(c.values)}" for c in p.when)
+            ck.fail(f"space.{p.name}.when", f"these conditions never hold together ({holds}): the "
+                                            f"parameter would never be sampled; change or remove them")
 
 
 def _find_config(ck: _Checker, key: str, value: str, path: Path) -> Path:

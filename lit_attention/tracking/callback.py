@@ -61,6 +61,18 @@ class RunStoreCallback(Callback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if not trainer.is_global_zero:
             return
+        if stage == "fit" and self.from_checkpoint:
+            # A resume takes the run over only once its checkpoint has loaded (on_fit_start): a
+            # checkpoint that fails to load leaves a finished run's record as it was.
+            self._takeover = (trainer, stage)
+            return
+        self._take_over(trainer, stage)
+
+    _takeover: tuple | None = None   # a resume's deferred setup (trainer, stage)
+    _set_up = False                  # the run's record is this invocation's to write
+
+    def _take_over(self, trainer: Trainer, stage: str) -> None:
+        self._set_up = True
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
         if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
@@ -129,6 +141,9 @@ class RunStoreCallback(Callback):
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
+            if self._takeover is not None:   # the resumed checkpoint has loaded
+                self._take_over(*self._takeover)
+                self._takeover = None
             backends = (sdpa_backends.describe(pl_module.device.type, str(trainer.precision))
                         if hasattr(pl_module, "attention_backends") else None)
             self.run_dir.update_summary(**pl_module.describe(), attention_backends=backends)
@@ -202,7 +217,9 @@ class RunStoreCallback(Callback):
             # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
             # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
-        if trainer.is_global_zero:
+        # A fit that failed before its setup (bad data, a resumed checkpoint that did not load)
+        # writes no record: a new run leaves nothing, an existing one stays as it was.
+        if trainer.is_global_zero and (self._set_up or trainer.state.fn != "fit"):
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
@@ -211,7 +228,8 @@ class RunStoreCallback(Callback):
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
                     return
-                self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
-                                            steps=trainer.global_step)
+                if self._set_up:
+                    self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
+                                                steps=trainer.global_step)
             except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
                 pass

@@ -64,7 +64,7 @@ class RunDir:
         return schema.update_summary(self.path, **fields)
 
     def write_lines(self, relpath: str, lines: list[str]) -> None:
-        atomic_write(self.path / relpath, "".join(line.replace("\n", " ") + "\n" for line in lines))
+        atomic_write(self.path / relpath, "".join(schema.as_line(line) + "\n" for line in lines))
 
     def stop_requested(self) -> tuple[schema.Status, str] | None:
         """(status to end as, reason) once the run's STOP file exists."""
@@ -156,4 +156,5 @@ class RunStoreLogger(Logger):
 
     @rank_zero_only
     def finalize(self, status: str) -> None:
-        self.save()
+        if self.rows or (self.run_dir.path / schema.METRICS).exists():   # (a run refused in setup logged nothing)
+            self.save()

@@ -64,6 +64,23 @@ def refs_file(split: str) -> str:
     return f"{HYPS}/{split}.ref.txt"
 
 
+# Every character str.splitlines() ends a line at (\r\n counts as one, like \n alone).
+LINE_BREAKS = re.compile("\r\n|[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def as_line(sentence: str) -> str:
+    """A sentence as one line of a hyps file: each line break in it (\n, but also U+2028,
+    U+0085, \x0c, ...) becomes a space, so that the file has exactly one line per sentence."""
+    return LINE_BREAKS.sub(" ", sentence)
+
+
+def split_lines(text: str) -> list[str]:
+    """The sentences of a hyps file's text: split at \n only (not str.splitlines(), which also
+    splits at U+2028, U+0085, ... that a file written before ``as_line`` may hold)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 def stats_cache_file(split: str, metric: str) -> str:
     """hyps/<split>.<metric>.stats.npz: the analysis' cache of per-sentence metric statistics
     (derived data: analysis/export.py leaves it out of results/)."""
@@ -181,6 +198,27 @@ BUCKETS = ("val_bleu_by_length", "test_bleu_by_length")   # arrays of objects
 # held to every type in FIELDS.
 READ_CHECKED = tuple(k for k, kind in FIELDS.items() if kind in (dict, list)) + (
     "version", "run_id", "group", "task", "status")
+# The values a number field can hold (both ends included): a reader takes one outside its range,
+# like one that is no number at all (text, true) or not finite, for no value of the run.
+RANGES = {**{f"{split}_{name}": (0, 100) for split in ("val", "test") for name in ("bleu", "chrf")},
+          **{f"{split}_ppl": (1, math.inf) for split in ("val", "test")},
+          **{f"{split}_loss": (0, math.inf) for split in ("val", "test")},
+          "best_val_loss": (0, math.inf), "clip_fraction": (0, 1), "params": (0, math.inf),
+          "steps": (0, math.inf), "epochs": (0, math.inf), "train_seconds": (0, math.inf),
+          "train_tokens": (0, math.inf), "train_flops": (0, math.inf), "tokens_per_second": (0, math.inf)}
+
+
+def invalid_number(key: str, value: Any) -> str | None:
+    """Why ``value`` is no valid value of the number field ``key`` ("not a finite number",
+    "outside its range [0, 100]"); None if it is one, is null, or ``key`` is no number field."""
+    if value is None or FIELDS.get(key) not in (NUMBER, int):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "not a finite number"
+    low, high = RANGES.get(key, (-math.inf, math.inf))
+    return None if low <= value <= high else f"outside its range [{low:g}, {high:g}]"
+
+
 JSON_TYPE = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
              int: "a number", float: "a number", type(None): "null"}
 

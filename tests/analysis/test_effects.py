@@ -128,8 +128,8 @@ def test_marginal_ci_is_a_t_interval_over_configuration_means(sweep):
 
 def test_missing_cells_are_matched_and_said(tmp_path):
     """A and B additive; the cell (A=b, B=z) failed in every seed. Averaging what is left would
-    rank a above b (15 vs 12.5); matched on B = x, y the difference is the planted 10."""
-    values = {"x": 0.0, "y": 5.0, "z": 40.0}
+    rank a above b (16 vs 13.5); matched on B = x, y the difference is the planted 10."""
+    values = {"x": 1.0, "y": 6.0, "z": 41.0}   # (every BLEU in [0, 100]: one outside is invalid)
     for a, b, seed in itertools.product("ab", values, (1, 2)):
         status = "failed" if (a, b) == ("b", "z") else "finished"
         write_run(tmp_path, "g", f"{a}{b}{seed}", seed=seed, status=status,
@@ -138,8 +138,8 @@ def test_missing_cells_are_matched_and_said(tmp_path):
     runs = load.load_runs(tmp_path / "g")
     found = effects.analyse(runs, "val_bleu")
     m = found.marginal.set_index(["factor", "level"])
-    assert m.loc[("model.attention", "a"), "mean"] == pytest.approx(2.5)
-    assert m.loc[("model.attention", "b"), "mean"] == pytest.approx(12.5)
+    assert m.loc[("model.attention", "a"), "mean"] == pytest.approx(3.5)
+    assert m.loc[("model.attention", "b"), "mean"] == pytest.approx(13.5)
     assert set(m.loc["model.attention", "matched"]) == {"2 of 3"}
     assert m.loc[("model.cell", "z"), "configs"] == 1 and m.loc[("model.cell", "z"), "ci_over"] == "2 seeds"
     notes = " ".join(found.notes)

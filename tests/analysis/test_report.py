@@ -75,6 +75,21 @@ def test_a_non_finite_metric_is_never_averaged_but_counted(study, tmp_path, caps
     assert excluded["reason"].tolist() == [f"val_bleu is {value}"]
 
 
+@pytest.mark.parametrize("value,why", [("50", "not a finite number"), (True, "not a finite number"),
+                                       (150.0, "outside its range [0, 100]"), (-3.0, "outside its range [0, 100]")])
+def test_a_metric_of_the_wrong_type_or_out_of_range_is_invalid_not_a_value(study, tmp_path, capsys, value, why):
+    """Issue 35, case 4: `"val_bleu": "50"` was shown as 50.0 and marked best, `true` as 1.0."""
+    set_summary(study / "luong-s1", val_bleu=value)
+    out = tmp_path / "report"
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {study / 'luong-s1'}: val_bleu is {value!r}, {why}; the run is not averaged" \
+        in captured.err.splitlines(), captured.err
+    table = pd.read_csv(out / "table.csv").set_index("model.attention")
+    assert table.loc["luong", "mean"] == 21.5 and table.loc["luong", "n"] == 2
+    assert table.loc["luong", "n_invalid"] == 1
+
+
 def test_non_finite_costs_are_left_out_of_their_means(study, tmp_path, capsys):
     set_summary(study / "none-s2", train_seconds=math.inf)
     assert report.main([str(study), "--out", str(tmp_path), "--no-figures", "--baseline", "off"]) == 0
@@ -231,3 +246,86 @@ def test_a_table_with_nothing_tested_yet_says_so_not_a_test_of_0_comparisons(tmp
     assert "0 comparisons" not in caption and "(0 hypotheses)" not in caption
     assert "Holm-corrected over both directions of the comparisons tested (none here)." in caption
     assert "n=1: one seed (here or in the baseline), so no test over seeds and no mark." in caption
+
+
+def whole(path) -> bool:
+    """A figure or table file that was written to its end."""
+    data = path.read_bytes()
+    if path.suffix == ".png":
+        return data.endswith(b"IEND\xaeB`\x82")
+    if path.suffix == ".pdf":
+        return data.startswith(b"%PDF") and data.rstrip().endswith(b"%%EOF")
+    return len(data) > 0
+
+
+@pytest.mark.slow
+def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_path):
+    """Issue 35, case 9: SIGTERM left runs.csv at 0 bytes beside the previous table.csv and a
+    0-byte ablation_bars.pdf."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, cli_env
+    out = tmp_path / "report"
+    first = run_cli("report", study, "--out", out, "--baseline", "off", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    before = {p.name: p.stat().st_ino for p in out.iterdir()}
+    assert "ablation_bars.pdf" in before
+    proc = subprocess.Popen([sys.executable, "-m", "lit_attention.cli", "report", str(study), "--out", str(out),
+                             "--baseline", "off"], cwd=REPO, env=cli_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (out / "runs.csv").stat().st_ino == before["runs.csv"]:
+        time.sleep(0.005)   # until the second report has replaced its first file
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143, stderr[-2000:]
+    assert stderr.strip().splitlines()[-1] == (f"lit-attention report: interrupted (SIGTERM): {out} holds whole "
+                                               f"files only, some of them from an earlier report; run the report again")
+    files = sorted(out.iterdir())
+    assert not [p.name for p in files if p.name.startswith(".")], files    # no temporary file left
+    assert [p.name for p in files if not whole(p)] == []
+    assert set(before) <= {p.name for p in files}
+
+
+# -- issue 35, case 14 --------------------------------------------------------------------------
+
+def test_a_metric_no_run_has_yet_says_the_runs_are_still_running(tmp_path, capsys):
+    run = write_run(tmp_path, "first", "t0", seed=1, model=model("none"), status="running")
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["val_bleu"]                    # a first trial before its first validation
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert report.main([str(tmp_path / "first"), "--out", str(tmp_path / "out"), "--no-figures"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: metric 'val_bleu' is in no run summary yet (1 run: 1 running); a run records it at its "
+        "first validation: report again then")
+
+
+def test_files_of_an_earlier_report_that_this_one_did_not_write_are_named(study, tmp_path, capsys):
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "ablation_bars.png").write_bytes(b"an earlier report's figure")
+    (out / "table.csv").write_text("old")
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"note: 1 file in {out} are from an earlier report, not this one: ablation_bars.png" in err, err
+    assert (out / "table.csv").read_text() != "old"
+
+
+def test_a_baseline_value_matches_however_the_number_is_written(tmp_path, capsys):
+    for lr, bleu in ((0.001, [10.0, 11.0]), (0.003, [20.0, 22.0])):
+        for seed, value in enumerate(bleu, start=1):
+            write_run(tmp_path, "lr", f"{lr}-s{seed}", seed=seed, model={**model("luong"), "lr": lr}, val_bleu=value)
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "lr"), "--out", str(out), "--no-figures", "--baseline", "model.lr=1e-3",
+                        "--test", "seeds"]) == 0, capsys.readouterr().err
+    table = pd.read_csv(out / "table.csv")
+    assert table.loc[table["baseline"], "model.lr"].tolist() == [0.001]
+
+
+def test_a_misspelt_rows_key_gets_a_did_you_mean(study, tmp_path, capsys):
+    assert report.main([str(study), "--out", str(tmp_path / "out"), "--rows", "model.atention"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: unknown key 'model.atention' — did you mean model.attention?; configuration keys: ")

@@ -121,3 +121,35 @@ def test_mark_returns_none_for_each_invalid_line(tmp_path):
     path = tmp_path / "x.en"
     path.write_bytes(b"ok\n\xff\nfine\n")
     assert read_lines(str(path), invalid="mark") == ["ok", None, "fine"]
+
+
+def test_a_byte_order_mark_is_removed_and_said_once_per_file(tmp_path, caplog):
+    """Issue 35, case 6: a BOM left in the first token made perfect hypotheses score 99.78 BLEU."""
+    bom = "\ufeff"
+    path = write_lines(tmp_path / "train.en", [bom + "Two dogs", "a cat", bom + "the man"])
+    gz = write_lines(tmp_path / "val.en.gz", [bom + "Two dogs"], gz=True)
+    with caplog.at_level("WARNING", logger="lit_attention.data.text"):
+        assert read_lines(path) == ["Two dogs", "a cat", "the man"]
+        assert read_lines(gz) == ["Two dogs"]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{path}: removed the UTF-8 byte-order mark (U+FEFF) at the start of 2 lines, the "
+                    f"first line 1: a mark of the file's encoding, not text",
+                    f"{gz}: removed the UTF-8 byte-order mark (U+FEFF) at the start of line 1: a mark "
+                    f"of the file's encoding, not text"]
+    inside = write_lines(tmp_path / "test.en", ["a\ufeffb"])   # not at a line's start: text, kept
+    assert read_lines(inside) == ["a\ufeffb"]
+
+
+def test_a_byte_order_mark_reaches_neither_the_vocabulary_nor_the_references(tmp_path):
+    from lit_attention.data.translation import TranslationDataModule
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        write_lines(data / f"{split}.de", ["\ufeffZwei Hunde", "eine Katze"])
+        write_lines(data / f"{split}.en", ["\ufeffTwo dogs", "a cat"])
+    dm = TranslationDataModule(task="files", data_dir=str(data), src_lang="de", tgt_lang="en",
+                               tokenizer="word", cache_dir=str(tmp_path / "cache"))
+    dm.setup("fit")
+    assert dm.references("val") == ["Two dogs", "a cat"]
+    assert dm.tgt_tokenizer.decode(dm.tgt_tokenizer.encode("Two dogs")) == "Two dogs"
+    assert not any("\ufeff" in s for s in dm.sources("train") + dm.references("train"))

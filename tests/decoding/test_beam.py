@@ -105,3 +105,17 @@ def test_beam_of_one_is_greedy_on_toy_models(alpha):
     beam = beam_search(TableModel(table, default), src, beam_size=1, length_penalty=alpha,
                        max_len_b=6)
     assert beam.tolist() == greedy.tolist()
+
+
+def test_a_model_with_non_finite_scores_stops_beam_search_with_the_reason():
+    """Issue 35, case 11: weights of 1e30 gave `max() arg is an empty sequence` in beam.py."""
+    from lit_attention.models.transformer import TransformerSeq2Seq
+    torch.manual_seed(0)
+    net = TransformerSeq2Seq(12, 12, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=16, dropout=0.0).eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.fill_(1e30)
+    src = torch.randint(4, 12, (2, 5))
+    with pytest.raises(FloatingPointError, match=r"beam search: the model's scores are not finite \(nan\) "
+                                                 r"at output position 1"):
+        beam_search(net, src, beam_size=3)

@@ -157,3 +157,50 @@ def test_an_abandoned_run_is_closed_so_that_it_is_continued_or_never_counted(tmp
         assert read[name].status == "failed" and read[name].error.startswith("abandoned: "), name
         assert tr.resumable(tmp_path / name) is None
     assert read["signal"].status == "killed" and read["signal"].error == "killed by SIGKILL"
+
+
+# -- issue 35, case 2: a resumed study is the same design, its base included -----------------
+
+def inline_base_sweep(tmp_path, d_model: int, n_train: int):
+    base = yaml.safe_load(COPY.read_text())
+    base["model"]["init_args"]["d_model"], base["data"]["init_args"]["n_train"] = d_model, n_train
+    path = tmp_path / "inline.yaml"
+    path.write_text(yaml.safe_dump({"study_name": "s", "base": base, "root": str(tmp_path / "runs"),
+                                    "objective": {"metric": "val_loss", "direction": "minimize"},
+                                    "space": {"model.lr": [0.001, 0.003]}}))
+    data, lines = read_yaml(path.read_text(), path)
+    return parse_sweep(data, path, lines)
+
+
+def test_resuming_a_study_whose_inline_base_changed_is_refused_naming_the_changes(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    driver.open_study(inline_base_sweep(tmp_path, 32, 200), url)
+    driver.open_study(inline_base_sweep(tmp_path, 32, 200), url, resume=True)   # the same design: joins
+    with pytest.raises(driver.StudyMismatch) as refused:
+        driver.open_study(inline_base_sweep(tmp_path, 48, 400), url, resume=True)
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'inline.yaml'}")
+    assert ("base: study 's' was created from another base (base data.init_args.n_train 200 -> 400, "
+            "model.init_args.d_model 32 -> 48): its trials would mix two designs; restore the base, or give "
+            "the sweep another study_name (or delete the study)") in message, message
+
+
+def test_resuming_a_study_whose_base_file_changed_is_refused(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    config = tmp_path / "base.yaml"
+    config.write_text(COPY.read_text())
+    text = "seeds: 1\nspace:\n  model.lr: [0.1]\n"
+    driver.open_study(sweep_from(tmp_path, text, base=config), url)
+    config.write_text(COPY.read_text().replace("d_model: 64", "d_model: 48"))
+    with pytest.raises(driver.StudyMismatch, match=r"created from another base \(the base config's text changed\)"):
+        driver.open_study(sweep_from(tmp_path, text, base=config), url, resume=True)
+
+
+def test_a_study_created_before_designs_were_recorded_is_joined_and_gets_its_design(tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    sweep = sweep_from(tmp_path, "seeds: 1\nspace:\n  model.lr: [0.1]\n")
+    old = optuna.create_study(study_name="s", storage=url, direction="minimize")   # as the code before made it
+    for key, value in (("spec", sweep.spec()), ("spec_hash", sweep.spec_hash()), (driver.READY, True)):
+        old.set_user_attr(key, value)
+    study = driver.open_study(sweep, url, resume=True)
+    assert study.user_attrs["design"] == sweep.design()

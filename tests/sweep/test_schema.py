@@ -452,3 +452,20 @@ def test_the_report_gives_every_multi30k_reference_row_its_own_row(tmp_path, mon
                         "--rows", "run.tags"]) == 0
     labelled = (tmp_path / "b" / "table.md").read_text()
     assert all(f"base:{stem}" in labelled for stem in sweep.bases), labelled
+
+
+def test_a_parameter_whose_conditions_never_hold_together_is_refused(tmp_path):
+    """Issue 35, case 3: label_smoothing when lr 1e-3 and dropout 0.2, where dropout exists only
+    at lr 3e-3: `--dry-run` exit 0 and the key never sampled."""
+    data = {**GOOD, "space": {
+        "model.lr": {"choices": [1.0e-3, 3.0e-3]},
+        "model.dropout": {"choices": [0.1, 0.2], "when": {"model.lr": 3.0e-3}},
+        "model.label_smoothing": {"choices": [0.0, 0.1], "when": {"model.lr": 1.0e-3, "model.dropout": 0.2}},
+    }}
+    with pytest.raises(SweepError) as refused:
+        load_sweep(write(tmp_path, data))
+    assert str(refused.value).endswith(
+        "space.model.label_smoothing.when: these conditions never hold together (model.lr in [0.001] and "
+        "model.dropout in [0.2]): the parameter would never be sampled; change or remove them"), refused.value
+    data["space"]["model.label_smoothing"]["when"] = {"model.lr": 3.0e-3, "model.dropout": 0.2}
+    assert load_sweep(write(tmp_path, data)).space[2].name == "model.label_smoothing"   # satisfiable: fine

@@ -58,3 +58,34 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     with pytest.raises(TypeError):
         atomic_write(path, 12345)               # neither text nor bytes: nothing written
     assert path.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
+
+
+BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+def test_a_hyps_file_has_one_line_per_sentence_whatever_line_separator_a_sentence_holds(tmp_path):
+    """Issue 35, case 13: a test line holding U+2028 or U+0085 gave 42 lines to a reader
+    splitting with str.splitlines() where 40 sentences were written."""
+    from lit_attention.analysis import sentence_stats as ss
+    from lit_attention.analysis.load import read_hyps
+    from lit_attention.tracking.run_store import RunDir
+    sentences = [f"a{br}b c" for br in BREAKS] + ["plain"]
+    run = RunDir(tmp_path / "r")
+    run.write_lines("hyps/test.txt", sentences)
+    run.write_lines("hyps/test.ref.txt", sentences)
+    hyps, refs = read_hyps(run.path, "test")
+    assert hyps == refs == ["a b c"] * len(BREAKS) + ["plain"], hyps
+    assert len(ss.load_or_compute(run.path, "test")) == len(sentences)
+
+
+def test_a_hyps_file_written_before_is_split_at_newlines_only(tmp_path):
+    """A run store written by the old writer (only \\n replaced) still reads one sentence a line."""
+    from lit_attention.analysis import sentence_stats as ss
+    from lit_attention.analysis.load import read_hyps
+    text = "".join(f"a{br}b\n" for br in BREAKS if br not in ("\n", "\r\n", "\r")) + "last\n"
+    (tmp_path / "hyps").mkdir()
+    for name in ("test.txt", "test.ref.txt"):
+        (tmp_path / "hyps" / name).write_text(text, encoding="utf-8", newline="")
+    hyps, refs = read_hyps(tmp_path, "test")
+    assert len(hyps) == len(refs) == len(BREAKS) - 2 and hyps[-1] == "last"
+    assert len(ss.load_or_compute(tmp_path, "test")) == len(BREAKS) - 2
