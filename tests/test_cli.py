@@ -149,14 +149,15 @@ def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registr
 def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "bf16",
-                     "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "2",
-                     "--trainer.limit_val_batches", "1", *TINY)
+    # In this process (what fit prints is the subject, not the process): no second ~4 s of imports.
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "bf16",
+                            "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "2",
+                            "--trainer.limit_val_batches", "1", *TINY)
     assert result.returncode == 0, result.stderr[-2000:]
     warned = "bf16 is emulated on this CPU" in result.stderr
     assert warned != cpu_has_native_bf16()
-    fp32 = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
-                   "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
+    fp32 = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
+                          "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
     assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
     assert "precision: " not in result.stderr   # given: no automatic choice, no notice
 
@@ -164,8 +165,8 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
 def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_flags, default_precision
 
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
-                     "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
+                            "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
     assert result.returncode == 0, result.stderr[-2000:]
     precision, why = default_precision(cpu_flags())
     notice = [line for line in result.stderr.splitlines() if line.startswith("precision: ")]

@@ -18,6 +18,8 @@ from optuna.trial import TrialState
 
 from conftest import REPO, family_neutral, sweep_cmd, write_sweep
 from lit_attention.sweep.driver import failure_reason
+from standin_sweeps import STANDIN
+from standin_sweeps import sweep_file as standin_sweep_file
 
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
@@ -30,6 +32,8 @@ TINY = {
 TWO_FAMILIES = {"model.family": {"choices": ["transformer", "rnn"]},
                 "model.ffn": {"choices": [64], "when": {"model.family": "transformer"}},
                 "model.cell": {"choices": ["gru"], "when": {"model.family": "rnn"}}}
+
+STANDIN_FIT = json.dumps([sys.executable, str(STANDIN)])
 
 pytestmark = pytest.mark.slow
 
@@ -84,18 +88,20 @@ def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
 
 
 def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(tmp_path):
-    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
+    # One seed: two cells for two workers (exactly-once under many more cells and workers is
+    # tests/sweep/test_races.py's, on stand-in trials).
+    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=1, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2)
     assert out.returncode == 0, out.stdout + out.stderr
     study = load(sqlite_url(tmp_path, "duo"), "duo")
-    complete = assert_complete_without_duplicates(study, 4)
+    complete = assert_complete_without_duplicates(study, 2)
     assert len({t.user_attrs["worker"] for t in complete}) == 2  # both workers took trials
     table = [line for line in out.stdout.splitlines() if line.startswith("| ")]  # the report's table
     assert len(table) == 1 + 2 and "rnn" in table[1] + table[2] and "transformer" in table[1] + table[2]
     assert (tmp_path / "runs" / "duo" / "report" / "table.tex").exists()
     again = run_sweep(path, "--resume")
     assert again.returncode == 0, again.stderr
-    assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 4
+    assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 2
 
 
 def test_a_sweep_over_a_typo_exits_2_without_writing_anything(tmp_path):
@@ -116,10 +122,10 @@ def test_a_sweep_over_a_typo_exits_2_without_writing_anything(tmp_path):
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
     url = postgres(secret)
-    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
+    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=1, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2, "--storage", url)
     assert out.returncode == 0, out.stdout + out.stderr
-    complete = assert_complete_without_duplicates(load(url, "pg"), 4)
+    complete = assert_complete_without_duplicates(load(url, "pg"), 2)
     assert len({t.user_attrs["worker"] for t in complete}) == 2
     assert "***" in out.stdout and secret not in out.stdout + out.stderr
     for f in (tmp_path / "runs").rglob("*"):
@@ -190,13 +196,15 @@ def _training_processes(trial: optuna.trial.FrozenTrial) -> list[int]:
 
 
 def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_path):
-    path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
-                      fixed={"trainer.max_epochs": 8, "data.n_train": 1000})  # a trial outlives the kill
+    """The heartbeats, the re-queue and the guard that takes a trial down with its worker are the
+    driver's: the trials are the stand-in fit (tests/sweep/standin_fit.py), 3 s each, long enough
+    to outlive the kill; a real fit adds nothing here but ~10 CPU seconds a trial."""
+    path = standin_sweep_file(tmp_path, "kill", lrs=[0.001], seeds=3, workers=2, grace=4)
     url = sqlite_url(tmp_path, "kill")
     code, output, victim = interrupt_sweep(
         path, lambda proc: _wait_running(url, "kill", proc),
         lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
-        "--workers", 2, timeout=400)
+        timeout=400, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
     assert code == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
@@ -226,8 +234,11 @@ def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
 
 
 def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
-    path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
-                      fixed={"trainer.max_epochs": 12, "data.n_train": 1000})  # outlives the wait below
+    # One cell: what resume must not do (run a cell twice, or one that is not the interrupted
+    # one) shows as a third trial. 6 epochs of ~1 s: the trial outlives the wait below, and its
+    # continuation trains the 5 left.
+    path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=1,
+                      fixed={"trainer.max_epochs": 6, "data.n_train": 1000})
     url = sqlite_url(tmp_path, "intr")
     code, output, first = interrupt_sweep(path, lambda proc: _wait_running(url, "intr", proc),
                                           lambda proc, _: proc.send_signal(signal.SIGINT), timeout=180)
@@ -240,8 +251,9 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert out.returncode == 0, out.stdout + out.stderr
     trials = load(url, "intr").get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.params["seed"] for t in complete) == [0, 1]
-    assert len(trials) == 3  # the interrupted cell ran once more, nothing else
+    assert [t.params["seed"] for t in complete] == [0]
+    assert complete[0].user_attrs["resumed_from"] == first.number   # from the checkpoint the fit left
+    assert len(trials) == 2  # the interrupted cell ran once more, nothing else
 
 
 def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path):
