@@ -102,8 +102,9 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     would exit with), stdout and stderr as `run_cli`, without paying ~3 s of imports again.
 
     For commands that stop before training (argument, config and data errors, refusals before a
-    run store or study is written, `sweep --dry-run`): a test that checks a signal, a real run or
-    the exit of the process itself uses `run_cli`. The environment is ``env`` (as for `run_cli`,
+    run store or study is written, `sweep --dry-run`) and short fits whose subject is what fit
+    prints or writes: a test that checks a signal, a process's exit or what only a fresh process
+    has (its threads, its environment at import) uses `run_cli`. The environment is ``env`` (as for `run_cli`,
     default cli_env()) for the call and restored after it; warnings are shown on the captured
     stderr under Python's default filters, and the stderr handlers of named loggers (Lightning's
     "Seed set to 1", ...) write to it too, as in a fresh process.

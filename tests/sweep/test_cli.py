@@ -1,7 +1,9 @@
-"""Sweeps with real processes and real databases: every trial is a real `lit-attention fit`.
+"""Sweeps with real processes and real databases: a trial is a real `lit-attention fit`, except in
+tests of the driver's own bookkeeping (a killed worker, pruning, SIGTERM), whose trials are the
+stand-in fit (tests/sweep/standin_fit.py).
 
-Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-4 epochs) keep a trial at a
-few seconds of CPU; most of it is importing torch and Lightning.
+Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-6 epochs) keep a trial at a
+few seconds of CPU; most of it is importing torch and Lightning (~4.5 CPU seconds a process).
 """
 
 import json
@@ -14,6 +16,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, family_neutral, sweep_cmd, write_sweep
@@ -257,21 +260,29 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
 
 
 def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path):
-    path = sweep_file(tmp_path, "prune", {"model.lr": {"choices": [1.0e-2, 5.0e-3, 1.0e-9]}},
-                      pruner={"name": "median", "n_startup_trials": 2},
-                      # epochs of ~1 s: the driver polls metrics.csv, so a trial that trains in half
-                      # a second can finish before the driver has seen its first validation
-                      fixed={"trainer.max_epochs": 5, "data.n_train": 2000})
-    out = run_sweep(path)
+    """The driver's side of pruning: validation values read from metrics.csv reach Optuna's median
+    pruner, which stops the worse configuration through its STOP file. The trials are the stand-in
+    fit, the third one (lr=1e-9, grid order) 1.0 worse at every step; a real fit that obeys STOP
+    and records "pruned" is tests/sweep/test_trial.py's."""
+    steps = 10
+    path = standin_sweep_file(tmp_path, "prune", lrs=[1.0e-2, 5.0e-3, 1.0e-9], seeds=1)
+    data = yaml.safe_load(path.read_text())
+    data["pruner"] = {"name": "median", "n_startup_trials": 2}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # steps of 0.3 s: the driver polls metrics.csv every 0.5 s, so it sees the bad trial early
+    out = subprocess.run(sweep_cmd(path), capture_output=True, text=True, timeout=400, cwd=REPO,
+                         env=env(LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS=str(steps),
+                                 STANDIN_STEP_SECONDS="0.3", STANDIN_WORSE_t0002_s0="1.0"))
     assert out.returncode == 0, out.stdout + out.stderr
     trials = {t.params["model.lr"]: t for t in load(sqlite_url(tmp_path, "prune"), "prune").get_trials()}
     assert trials[1.0e-2].state == trials[5.0e-3].state == TrialState.COMPLETE
+    assert len(trials[1.0e-2].intermediate_values) == steps
     bad = trials[1.0e-9]
     assert bad.state == TrialState.PRUNED
     summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
-    assert summary["status"] == "pruned"
-    # the driver stops it between polls, so how far it got depends on speed: only "not all 5 epochs"
-    assert summary["epochs"] < 5 and len(bad.intermediate_values) < 5
+    assert summary["status"] == "pruned"   # what the driver's STOP file asked for
+    # the driver stops it between polls, so how far it got depends on speed: only "not every step"
+    assert summary["epochs"] < steps and len(bad.intermediate_values) < steps
 
 
 def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tmp_path):
