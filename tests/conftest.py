@@ -118,6 +118,7 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    call_env = env or cli_env()   # before clearing os.environ, which cli_env() copies
 
     def show(message, category, filename, lineno, file=None, line=None):
         err.write(warnings.formatwarning(message, category, filename, lineno, line))
@@ -128,7 +129,7 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     streams = [h.setStream(err) for h in handlers]
     try:
         os.environ.clear()
-        os.environ.update(env or cli_env())
+        os.environ.update(call_env)
         os.chdir(cwd or REPO)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.resetwarnings()

@@ -178,6 +178,21 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     assert f"run directory: {run_dir} (finished)" in result.stderr
 
 
+def test_a_fit_in_this_process_sees_the_test_environment(tmp_path):
+    """cli_in_process runs with cli_env(), this process's environment: it once ran with an empty one
+    (cli_env() read after os.environ was cleared), so every in-process fit ignored OMP_NUM_THREADS=1
+    and trained on every core, at up to 5x the CPU seconds on a loaded machine."""
+    import torch
+
+    from lit_attention.threads import allowed_cores
+    if allowed_cores() < 2:
+        pytest.skip("one core: a fit without OMP_NUM_THREADS would use one thread too")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "env",
+                            "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert torch.get_num_threads() == 1   # fit followed OMP_NUM_THREADS (pytest_configure's)
+
+
 def test_fit_of_the_ngram_trains_in_fp32_without_a_precision_notice(tmp_path):
     """The n-gram has no precision to choose (counts, fp32 scores): no notice that bf16 was chosen."""
     config = yaml.safe_load((CONFIGS / "lm-toy.yaml").read_text())

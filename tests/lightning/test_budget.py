@@ -122,8 +122,8 @@ def test_a_checkpoint_without_budget_counts_says_where_counting_starts(tmp_path,
 
 @pytest.mark.slow
 def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
-                     "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
+                            "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ended by max_epochs before its budget was used up" in result.stderr
     summary = json.loads((tmp_path / "default" / "short" / "summary.json").read_text())
@@ -134,7 +134,7 @@ def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
 
 @pytest.mark.slow
 def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "default" / "steps"
     summary = json.loads((run_dir / "summary.json").read_text())
