@@ -102,8 +102,9 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     would exit with), stdout and stderr as `run_cli`, without paying ~3 s of imports again.
 
     For commands that stop before training (argument, config and data errors, refusals before a
-    run store or study is written, `sweep --dry-run`): a test that checks a signal, a real run or
-    the exit of the process itself uses `run_cli`. The environment is ``env`` (as for `run_cli`,
+    run store or study is written, `sweep --dry-run`) and short fits whose subject is what fit
+    prints or writes: a test that checks a signal, a process's exit or what only a fresh process
+    has (its threads, its environment at import) uses `run_cli`. The environment is ``env`` (as for `run_cli`,
     default cli_env()) for the call and restored after it; warnings are shown on the captured
     stderr under Python's default filters, and the stderr handlers of named loggers (Lightning's
     "Seed set to 1", ...) write to it too, as in a fresh process.
@@ -117,6 +118,7 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    call_env = env or cli_env()   # before clearing os.environ, which cli_env() copies
 
     def show(message, category, filename, lineno, file=None, line=None):
         err.write(warnings.formatwarning(message, category, filename, lineno, line))
@@ -127,7 +129,7 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     streams = [h.setStream(err) for h in handlers]
     try:
         os.environ.clear()
-        os.environ.update(env or cli_env())
+        os.environ.update(call_env)
         os.chdir(cwd or REPO)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.resetwarnings()

@@ -157,14 +157,15 @@ def test_an_unknown_tracking_or_data_choice_fails_at_parse_time_with_the_registr
 def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_has_native_bf16
 
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "bf16",
-                     "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "2",
-                     "--trainer.limit_val_batches", "1", *TINY)
+    # In this process (what fit prints is the subject, not the process): no second ~4 s of imports.
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "bf16",
+                            "--trainer.precision", "bf16-mixed", "--trainer.max_steps", "2",
+                            "--trainer.limit_val_batches", "1", *TINY)
     assert result.returncode == 0, result.stderr[-2000:]
     warned = "bf16 is emulated on this CPU" in result.stderr
     assert warned != cpu_has_native_bf16()
-    fp32 = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
-                   "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
+    fp32 = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "fp32",
+                          "--trainer.max_steps", "2", "--trainer.limit_val_batches", "1", *TINY)
     assert fp32.returncode == 0 and "bf16 is emulated" not in fp32.stderr
     assert "precision: " not in result.stderr   # given: no automatic choice, no notice
 
@@ -172,8 +173,8 @@ def test_bf16_on_a_cpu_without_bf16_hardware_warns_and_still_trains(tmp_path):
 def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     from lit_attention.tracking.machine_speed import cpu_flags, default_precision
 
-    result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
-                     "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "auto",
+                            "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
     assert result.returncode == 0, result.stderr[-2000:]
     precision, why = default_precision(cpu_flags())
     notice = [line for line in result.stderr.splitlines() if line.startswith("precision: ")]
@@ -186,6 +187,21 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
     run_dir = tmp_path / "default" / "auto"   # said at the start and at the end
     assert f"run directory: {run_dir}\n" in result.stderr
     assert f"run directory: {run_dir} (finished)" in result.stderr
+
+
+def test_a_fit_in_this_process_sees_the_test_environment(tmp_path):
+    """cli_in_process runs with cli_env(), this process's environment: it once ran with an empty one
+    (cli_env() read after os.environ was cleared), so every in-process fit ignored OMP_NUM_THREADS=1
+    and trained on every core, at up to 5x the CPU seconds on a loaded machine."""
+    import torch
+
+    from lit_attention.threads import allowed_cores
+    if allowed_cores() < 2:
+        pytest.skip("one core: a fit without OMP_NUM_THREADS would use one thread too")
+    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "env",
+                            "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1", *TINY)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert torch.get_num_threads() == 1   # fit followed OMP_NUM_THREADS (pytest_configure's)
 
 
 def test_fit_of_the_ngram_trains_in_fp32_without_a_precision_notice(tmp_path):

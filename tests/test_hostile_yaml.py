@@ -4,7 +4,7 @@ command that reads a user's YAML, and nothing runs."""
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process
 
 EVIL = '!!python/object/apply:os.system ["touch {marker}"]'
 
@@ -25,9 +25,9 @@ def test_a_python_tag_is_refused_and_runs_nothing(tmp_path, where):
     if where == "fit config":
         config = tmp_path / "fit.yaml"
         config.write_text(f"seed_everything: {evil}\n")
-        out = run_cli("fit", "--config", config, "--run.root", tmp_path / "runs")
+        out = cli_in_process("fit", "--config", config, "--run.root", tmp_path / "runs")
     else:
-        out = run_cli("sweep", sweep)
+        out = cli_in_process("sweep", sweep)   # refused before any process starts: this one would run it
     assert out.returncode == 2, out.stdout + out.stderr
     assert "python/object/apply:os.system" in out.stderr and "Traceback" not in out.stderr, out.stderr
     assert not marker.exists() and not (tmp_path / "runs").exists()

@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from conftest import CONFIGS, REPO, cli_env, run_cli
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
 from lit_attention.tracking import machine_speed
 
 RESUME_ARGS = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "600", "--data.n_val", "50",
@@ -27,7 +27,8 @@ def _record(run_dir):
 
 @pytest.mark.slow
 def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
-    full = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "full")
+    # Only the cut run needs a process of its own (a real SIGTERM); the others run in this one.
+    full = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "full")
     assert full.returncode == 0, full.stderr[-3000:]
 
     env = cli_env(PYTHONPATH=str(REPO / "tests"))
@@ -41,7 +42,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     last = cut_dir / "checkpoints" / "last.ckpt"
     at_step_7 = last.read_bytes()
 
-    resumed = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    resumed = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows, gradflow, summary = _record(tmp_path / "default" / "full")
     rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
@@ -56,7 +57,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     # A hard kill (no checkpoint at the kill) after the resumed run had logged to its end: resuming
     # from the step-7 checkpoint replays steps 8.. instead of logging them twice.
     last.write_bytes(at_step_7)
-    replayed = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    replayed = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert replayed.returncode == 0, replayed.stderr[-3000:]
     rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
@@ -67,7 +68,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
 
     # Training time and tokens count every process's training: resuming a finished run trains
     # nothing more and reports what its checkpoint had trained.
-    again = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    again = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert again.returncode == 0, again.stderr[-3000:]
     _, _, summary_again = _record(cut_dir)
     assert summary_again["steps"] == summary["steps"]

@@ -263,13 +263,13 @@ def test_fit_and_test_record_dropped_pairs_and_keep_hypotheses_aligned_with_the_
     parallel(data, "val", evaluation)
     parallel(data, "test", evaluation[::-1])
     root = tmp_path / "runs"
-    result = fit(data, root, "--data.max_len", "10")
+    result = fit(data, root, "--data.max_len", "10", run=cli_in_process)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "dropped 2 with an empty side, 1 longer than max_len=10 tokens" in result.stderr
     assert "val split 'val'" in result.stderr and "4 pairs, all kept" in result.stderr
     run = root / "default" / "r"
-    tested = run_cli("test", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
-                     "--run.root", root, *TINY, "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    tested = cli_in_process("test", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
+                            "--run.root", root, *TINY, "--ckpt_path", run / "checkpoints" / "last.ckpt")
     assert tested.returncode == 0, tested.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     none = {"empty": 0, "too_long": 0, "invalid_utf8": 0}

@@ -122,8 +122,8 @@ def test_a_checkpoint_without_budget_counts_says_where_counting_starts(tmp_path,
 
 @pytest.mark.slow
 def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
-                     "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",
+                            "--trainer.max_epochs", "1", "--budget.tokens", "1000000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ended by max_epochs before its budget was used up" in result.stderr
     summary = json.loads((tmp_path / "default" / "short" / "summary.json").read_text())
@@ -134,7 +134,7 @@ def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
 
 @pytest.mark.slow
 def test_step_budget_is_max_steps_and_validates_its_last_step(tmp_path):
-    result = run_cli("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
+    result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, "--run.id", "steps", "--budget.steps", "5")
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = tmp_path / "default" / "steps"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -160,14 +160,15 @@ def test_bad_budgets_are_config_errors(tmp_path, args, message):
 @pytest.mark.slow
 def test_budget_carries_across_an_interrupted_and_resumed_run(tmp_path):
     budget = ["--budget.tokens", "9000", "--trainer.max_epochs", "20"]
-    full = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "full")
+    # Only the cut run needs a process of its own (a real SIGTERM); the others run in this one.
+    full = cli_in_process("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "full")
     assert full.returncode == 0, full.stderr[-3000:]
     cut = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "cut",
                   "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "30",
                   env=cli_env(PYTHONPATH=str(REPO / "tests")))
     assert cut.returncode == 143, cut.stderr[-3000:]
-    resumed = run_cli("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "cut",
-                      "--ckpt_path", "last")
+    resumed = cli_in_process("fit", *SMALL, *budget, "--run.root", tmp_path, "--run.id", "cut",
+                             "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summaries = [json.loads((tmp_path / "default" / run / "summary.json").read_text())
                  for run in ("full", "cut")]

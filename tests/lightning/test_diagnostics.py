@@ -70,8 +70,9 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
 
 
 def test_per_module_gradient_norms_appear_only_at_the_steps_they_were_measured(tmp_path):
-    fit = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "norms", "--model.val_bleu", "false", "--data.n_train", "800",
-                  "--diagnostics.module_norm_every", "4", "--trainer.log_every_n_steps", "1")
+    fit = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "norms", "--model.val_bleu", "false",
+                         "--data.n_train", "800", "--diagnostics.module_norm_every", "4",
+                         "--trainer.log_every_n_steps", "1")
     assert fit.returncode == 0, fit.stderr[-3000:]
     metrics = pd.read_csv(tmp_path / "default" / "norms" / "metrics.csv")
     module = [c for c in metrics.columns if c.startswith("grad_norm/") and c != "grad_norm/total"]

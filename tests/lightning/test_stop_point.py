@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import REPO, cli_env, run_cli
+from conftest import REPO, cli_env, cli_in_process, run_cli
 from test_training import RESUME_ARGS, _record
 
 # small batches, so that a validation has several and a signal can land in its middle
@@ -15,7 +15,7 @@ ARGS = [*RESUME_ARGS, "--data.max_tokens", "64", "--data.n_train", "300"]
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("stop_point")
-    full = run_cli("fit", *ARGS, "--run.root", root, "--run.id", "full")
+    full = cli_in_process("fit", *ARGS, "--run.root", root, "--run.id", "full")
     assert full.returncode == 0, full.stderr[-3000:]
     return _record(root / "default" / "full")
 
@@ -35,7 +35,8 @@ def test_a_stopped_run_continues_as_if_it_had_not_stopped(tmp_path, uninterrupte
                   "--trainer.callbacks.signal_name", signal_name, env=cli_env(PYTHONPATH=str(REPO / "tests")))
     run_dir = tmp_path / "default" / "cut"
     stopped = json.loads((run_dir / "summary.json").read_text())
-    resumed = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    # The stop needs a process of its own (a real signal); continuing it does not.
+    resumed = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows, gradflow, summary = uninterrupted
     rows_cut, gradflow_cut, summary_cut = _record(run_dir)
@@ -66,7 +67,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_run_continues_from_its_last_check
     at_epoch_end = run_dir / "checkpoints" / "last.ckpt"   # ModelCheckpoint's, after epoch 0
     assert torch.load(at_epoch_end, weights_only=True)["epoch"] == 0
 
-    resumed = run_cli("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
+    resumed = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows, _, summary = uninterrupted
     rows_cut, _, summary_cut = _record(run_dir)

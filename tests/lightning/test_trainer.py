@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process
 from lit_attention.cli import check_training_args
 
 SMALL = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40", "--trainer.max_epochs", "1",
@@ -20,8 +20,8 @@ def test_a_batch_limit_keeps_the_type_it_was_written_with(limit, written, parsed
 
 
 def test_limit_train_batches_1_trains_one_batch_per_epoch(tmp_path):
-    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "one",
-                  "--trainer.limit_train_batches", "1", *SMALL)
+    fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "one",
+                         "--trainer.limit_train_batches", "1", *SMALL)
     assert fit.returncode == 0, fit.stderr[-2000:]
     summary = json.loads((tmp_path / "default" / "one" / "summary.json").read_text())
     assert summary["steps"] == 1, summary["steps"]   # was the whole epoch: 1 read as 1.0

@@ -5,7 +5,10 @@ It trains nothing and imports no torch, but behaves like a run to everything tha
 records its process in summary.json ("running"), appends one validation row to metrics.csv every
 STANDIN_STEP_SECONDS for STANDIN_STEPS steps (STANDIN_STEPS_t0000_s0: run t0000-s0's own number)
 and saves checkpoints/last.ckpt (a zip, written in place as torch.save does) after each, then
-writes the final summary (val_loss = the seed). With `--ckpt_path last` it continues from the
+writes the final summary (val_loss = the seed). STANDIN_WORSE_t0000_s0 adds that much to run
+t0000-s0's validation values (a configuration for a pruner to stop). A STOP file (the driver's
+request_stop) ends it after the step it sees it at, with the status the file names, as fit does.
+With `--ckpt_path last` it continues from the
 checkpoint's step as fit does: rows logged after it are dropped and logged again, never twice.
 Every start appends a line to starts.log (`PID` or `PID resume`), so a test sees a run directory
 that two processes used.
@@ -38,6 +41,7 @@ summary = {"run_id": opt["run.id"], "group": opt["run.group"], "status": "runnin
 atomic_write(run_dir / "summary.json", json.dumps(summary))
 steps = int(os.environ.get("STANDIN_STEPS_" + opt["run.id"].replace("-", "_"), os.environ.get("STANDIN_STEPS", "3")))
 pause = float(os.environ.get("STANDIN_STEP_SECONDS", "0.1"))
+worse = float(os.environ.get("STANDIN_WORSE_" + opt["run.id"].replace("-", "_"), "0"))
 metrics = run_dir / "metrics.csv"
 first = 0
 if resume:
@@ -51,7 +55,11 @@ last.parent.mkdir(exist_ok=True)
 for step in range(first, steps):
     time.sleep(pause)
     with open(metrics, "a") as f:
-        f.write(f"{step},{step},{seed + 1.0 / (step + 1)}\n")
+        f.write(f"{step},{step},{seed + worse + 1.0 / (step + 1)}\n")
     with zipfile.ZipFile(last, "w") as z:
         z.writestr("step", str(step))
+    if (run_dir / "STOP").exists():
+        status = (run_dir / "STOP").read_text().strip()
+        atomic_write(run_dir / "summary.json", json.dumps({**summary, "status": status, "epochs": step + 1}))
+        sys.exit(0)
 atomic_write(run_dir / "summary.json", json.dumps({**summary, "status": "finished", "val_loss": float(seed)}))

@@ -1,7 +1,9 @@
-"""Sweeps with real processes and real databases: every trial is a real `lit-attention fit`.
+"""Sweeps with real processes and real databases: a trial is a real `lit-attention fit`, except in
+tests of the driver's own bookkeeping (a killed worker, pruning, SIGTERM), whose trials are the
+stand-in fit (tests/sweep/standin_fit.py).
 
-Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-4 epochs) keep a trial at a
-few seconds of CPU; most of it is importing torch and Lightning.
+Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-6 epochs) keep a trial at a
+few seconds of CPU; most of it is importing torch and Lightning (~4.5 CPU seconds a process).
 """
 
 import json
@@ -14,10 +16,13 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, family_neutral, sweep_cmd, write_sweep
 from lit_attention.sweep.driver import failure_reason
+from standin_sweeps import STANDIN
+from standin_sweeps import sweep_file as standin_sweep_file
 
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {
@@ -30,6 +35,8 @@ TINY = {
 TWO_FAMILIES = {"model.family": {"choices": ["transformer", "rnn"]},
                 "model.ffn": {"choices": [64], "when": {"model.family": "transformer"}},
                 "model.cell": {"choices": ["gru"], "when": {"model.family": "rnn"}}}
+
+STANDIN_FIT = json.dumps([sys.executable, str(STANDIN)])
 
 pytestmark = pytest.mark.slow
 
@@ -84,18 +91,20 @@ def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
 
 
 def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(tmp_path):
-    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
+    # One seed: two cells for two workers (exactly-once under many more cells and workers is
+    # tests/sweep/test_races.py's, on stand-in trials).
+    path = sweep_file(tmp_path, "duo", TWO_FAMILIES, seeds=1, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2)
     assert out.returncode == 0, out.stdout + out.stderr
     study = load(sqlite_url(tmp_path, "duo"), "duo")
-    complete = assert_complete_without_duplicates(study, 4)
+    complete = assert_complete_without_duplicates(study, 2)
     assert len({t.user_attrs["worker"] for t in complete}) == 2  # both workers took trials
     table = [line for line in out.stdout.splitlines() if line.startswith("| ")]  # the report's table
     assert len(table) == 1 + 2 and "rnn" in table[1] + table[2] and "transformer" in table[1] + table[2]
     assert (tmp_path / "runs" / "duo" / "report" / "table.tex").exists()
     again = run_sweep(path, "--resume")
     assert again.returncode == 0, again.stderr
-    assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 4
+    assert len(load(sqlite_url(tmp_path, "duo"), "duo").get_trials()) == 2
 
 
 def test_a_sweep_over_a_typo_exits_2_without_writing_anything(tmp_path):
@@ -116,10 +125,10 @@ def test_a_sweep_over_a_typo_exits_2_without_writing_anything(tmp_path):
 def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgres):
     secret = "Sup3rSecretPw"
     url = postgres(secret)
-    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=2, base=family_neutral(COPY))
+    path = sweep_file(tmp_path, "pg", TWO_FAMILIES, seeds=1, base=family_neutral(COPY))
     out = run_sweep(path, "--workers", 2, "--storage", url)
     assert out.returncode == 0, out.stdout + out.stderr
-    complete = assert_complete_without_duplicates(load(url, "pg"), 4)
+    complete = assert_complete_without_duplicates(load(url, "pg"), 2)
     assert len({t.user_attrs["worker"] for t in complete}) == 2
     assert "***" in out.stdout and secret not in out.stdout + out.stderr
     for f in (tmp_path / "runs").rglob("*"):
@@ -190,13 +199,15 @@ def _training_processes(trial: optuna.trial.FrozenTrial) -> list[int]:
 
 
 def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_path):
-    path = sweep_file(tmp_path, "kill", {"model.family": {"choices": ["transformer"]}}, seeds=3,
-                      fixed={"trainer.max_epochs": 8, "data.n_train": 1000})  # a trial outlives the kill
+    """The heartbeats, the re-queue and the guard that takes a trial down with its worker are the
+    driver's: the trials are the stand-in fit (tests/sweep/standin_fit.py), 3 s each, long enough
+    to outlive the kill; a real fit adds nothing here but ~10 CPU seconds a trial."""
+    path = standin_sweep_file(tmp_path, "kill", lrs=[0.001], seeds=3, workers=2, grace=4)
     url = sqlite_url(tmp_path, "kill")
     code, output, victim = interrupt_sweep(
         path, lambda proc: _wait_running(url, "kill", proc),
         lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
-        "--workers", 2, timeout=400)
+        timeout=400, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
     assert code == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
@@ -226,8 +237,11 @@ def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
 
 
 def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
-    path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=2,
-                      fixed={"trainer.max_epochs": 12, "data.n_train": 1000})  # outlives the wait below
+    # One cell: what resume must not do (run a cell twice, or one that is not the interrupted
+    # one) shows as a third trial. 6 epochs of ~1 s: the trial outlives the wait below, and its
+    # continuation trains the 5 left.
+    path = sweep_file(tmp_path, "intr", {"model.family": {"choices": ["transformer"]}}, seeds=1,
+                      fixed={"trainer.max_epochs": 6, "data.n_train": 1000})
     url = sqlite_url(tmp_path, "intr")
     code, output, first = interrupt_sweep(path, lambda proc: _wait_running(url, "intr", proc),
                                           lambda proc, _: proc.send_signal(signal.SIGINT), timeout=180)
@@ -240,26 +254,35 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert out.returncode == 0, out.stdout + out.stderr
     trials = load(url, "intr").get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.params["seed"] for t in complete) == [0, 1]
-    assert len(trials) == 3  # the interrupted cell ran once more, nothing else
+    assert [t.params["seed"] for t in complete] == [0]
+    assert complete[0].user_attrs["resumed_from"] == first.number   # from the checkpoint the fit left
+    assert len(trials) == 2  # the interrupted cell ran once more, nothing else
 
 
 def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path):
-    path = sweep_file(tmp_path, "prune", {"model.lr": {"choices": [1.0e-2, 5.0e-3, 1.0e-9]}},
-                      pruner={"name": "median", "n_startup_trials": 2},
-                      # epochs of ~1 s: the driver polls metrics.csv, so a trial that trains in half
-                      # a second can finish before the driver has seen its first validation
-                      fixed={"trainer.max_epochs": 5, "data.n_train": 2000})
-    out = run_sweep(path)
+    """The driver's side of pruning: validation values read from metrics.csv reach Optuna's median
+    pruner, which stops the worse configuration through its STOP file. The trials are the stand-in
+    fit, the third one (lr=1e-9, grid order) 1.0 worse at every step; a real fit that obeys STOP
+    and records "pruned" is tests/sweep/test_trial.py's."""
+    steps = 10
+    path = standin_sweep_file(tmp_path, "prune", lrs=[1.0e-2, 5.0e-3, 1.0e-9], seeds=1)
+    data = yaml.safe_load(path.read_text())
+    data["pruner"] = {"name": "median", "n_startup_trials": 2}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    # steps of 0.3 s: the driver polls metrics.csv every 0.5 s, so it sees the bad trial early
+    out = subprocess.run(sweep_cmd(path), capture_output=True, text=True, timeout=400, cwd=REPO,
+                         env=env(LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS=str(steps),
+                                 STANDIN_STEP_SECONDS="0.3", STANDIN_WORSE_t0002_s0="1.0"))
     assert out.returncode == 0, out.stdout + out.stderr
     trials = {t.params["model.lr"]: t for t in load(sqlite_url(tmp_path, "prune"), "prune").get_trials()}
     assert trials[1.0e-2].state == trials[5.0e-3].state == TrialState.COMPLETE
+    assert len(trials[1.0e-2].intermediate_values) == steps
     bad = trials[1.0e-9]
     assert bad.state == TrialState.PRUNED
     summary = json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())
-    assert summary["status"] == "pruned"
-    # the driver stops it between polls, so how far it got depends on speed: only "not all 5 epochs"
-    assert summary["epochs"] < 5 and len(bad.intermediate_values) < 5
+    assert summary["status"] == "pruned"   # what the driver's STOP file asked for
+    # the driver stops it between polls, so how far it got depends on speed: only "not every step"
+    assert summary["epochs"] < steps and len(bad.intermediate_values) < steps
 
 
 def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tmp_path):

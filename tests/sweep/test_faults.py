@@ -87,7 +87,7 @@ def test_a_trial_killed_with_sigkill_fails_with_the_signal_as_its_reason(tmp_pat
 def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp_path, tmpfs):
     fs = tmpfs("64m")
     fs.remount("ro")
-    path = sweep_file(tmp_path, "ro", fs.path / "runs")
+    path = sweep_file(tmp_path, "ro", fs.path / "runs", seeds=1)   # one trial shows the resume
     out = cli_in_process("sweep", path, env=env())   # refused before the study: no driver process needed
     assert out.returncode == 1, out.stdout + out.stderr
     assert "Traceback" not in out.stderr, out.stderr
@@ -104,7 +104,7 @@ def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp
     again = sweep(path, "--resume")
     assert again.returncode == 0, again.stdout + again.stderr
     done = trials(f"sqlite:///{fs.path / 'runs' / 'ro' / 'study.db'}", "ro")
-    assert sorted(t.params["seed"] for t in done if t.state == TrialState.COMPLETE) == [0, 1]
+    assert [t.state for t in done] == [TrialState.COMPLETE]
 
 
 def test_a_full_disk_fails_trials_with_their_reason_and_resume_completes_given_room(tmp_path, tmpfs):

@@ -10,7 +10,7 @@ import pytest
 
 from standin_sweeps import problems, sqlite_url, start, sweep_file, wait_for, worker_of
 
-# About 40 s per test and storage on the shared 2-core machine (each driver starts the training CLI).
+# 10 to 25 CPU seconds per test and storage (drivers, workers and their storage round-trips).
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 
@@ -37,9 +37,10 @@ def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
 
 def test_two_drivers_of_two_workers_started_at_once_share_a_new_study_and_run_each_cell_once(tmp_path, storage):
     # Both drivers created the tables (PostgreSQL: IntegrityError on pg_type) or the study at the
-    # same moment, and the loser exited 1 with the raw SQL error. Four workers then pull 30 short
-    # trials from the one study: none may run twice, none may be lost.
-    lrs = [round(0.001 * i, 3) for i in range(1, 16)]
+    # same moment, and the loser exited 1 with the raw SQL error. Four workers then pull 12 short
+    # trials from the one study (3 each on average; every trial costs each process storage
+    # round-trips, ~1 CPU second in all): none may run twice, none may be lost.
+    lrs = [round(0.001 * i, 3) for i in range(1, 7)]
     path = sweep_file(tmp_path, "twin", lrs=lrs, workers=2, storage=storage)
     drivers = [start(path, STANDIN_STEPS=1, STANDIN_STEP_SECONDS=0.2) for _ in range(2)]
     outputs = [finish(p) for p in drivers]

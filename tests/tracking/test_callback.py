@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, cli_in_process, run_cli, write_lines
+from conftest import CONFIGS, cli_in_process, write_lines
 from lit_attention.tracking.run_store import git_commit
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
         write_lines(data / f"{split}.en", [t for _, t in PAIRS])
     common = ["--config", CONFIGS / "copy.yaml", "--data.data_dir", data, "--run.root", tmp_path,
               "--run.id", "r", *TINY]
-    fit = run_cli("fit", *common)
+    fit = cli_in_process("fit", *common)
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = tmp_path / "default" / "r"
     trained = summary(run_dir)
@@ -50,7 +50,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
 
     (data / "test.de").write_bytes(good)
-    tested = run_cli(*test)
+    tested = cli_in_process(*test)
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert f"run directory: {run_dir} (test finished)" in tested.stderr
     after = summary(run_dir)

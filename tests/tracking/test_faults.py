@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import CONFIGS, REPO, cli_env, run_cli
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
 from lit_attention.analysis.load import load_run
 from lit_attention.tracking.liveness import run_state
 
@@ -48,14 +48,14 @@ def test_resuming_a_run_killed_before_its_first_checkpoint_says_so_and_touches_n
     run_dir = _copy_of(killed_run, tmp_path)
     before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()}
 
-    resumed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k", "--ckpt_path", "last")
+    resumed = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k", "--ckpt_path", "last")   # all it prints
     assert resumed.returncode == 2, resumed.stderr[-2000:]
     lines = [line for line in resumed.stderr.splitlines() if line.strip() and line != "Seed set to 1"]
     assert len(lines) == 1 and "nothing to resume" in lines[0] and "last.ckpt" in lines[0], lines
     assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file()} == before
 
     # Started again from scratch under the same id: its metrics file holds each step once.
-    again = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "k")
+    again = cli_in_process("fit", *TINY, "--run.root", tmp_path, "--run.id", "k")
     assert again.returncode == 0, again.stderr[-2000:]
     for column in ("val_loss", "train_loss"):
         steps = _steps(run_dir, column)
@@ -75,9 +75,9 @@ def test_a_killed_run_is_reported_killed_with_a_reason(killed_run, tmp_path):
     assert row["status"] == "killed" and "never recorded an end" in row["error"]
 
     # `report` counts it and says why it is left out.
-    finished = run_cli("fit", *TINY, "--run.root", tmp_path, "--run.id", "ok")
+    finished = cli_in_process("fit", *TINY, "--run.root", tmp_path, "--run.id", "ok")
     assert finished.returncode == 0, finished.stderr[-2000:]
-    report = run_cli("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
+    report = cli_in_process("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr[-2000:]
     assert "and 1 other (interrupted, killed or running) runs" in report.stdout
     with open(tmp_path / "report" / "excluded.csv", newline="") as f:
