@@ -21,12 +21,14 @@ def welch():
     return {cell: calibration.rates(*cell) for cell in CELLS}
 
 
+@pytest.mark.slow   # thousands of simulated experiments
 def test_false_positive_rate_is_five_percent_for_any_seeds_and_variance_ratio(welch):
     outside = {cell: r.false_positive for cell, r in welch.items() if not 0.03 <= r.false_positive <= 0.07}
     assert not outside, outside
     assert abs(np.mean([r.false_positive for r in welch.values()]) - 0.05) < 0.005
 
 
+@pytest.mark.slow   # thousands of simulated experiments
 def test_a_planted_effect_is_found_and_more_seeds_find_it_more_often(welch):
     """An effect of 3 true standard deviations of Δ: a z-test finds it 85 % of the time; with
     much sentence noise (large df) so does this test, and with 2 seeds and much seed noise the
@@ -48,6 +50,7 @@ def test_the_minimum_detectable_effect_is_where_power_is_80_percent():
         assert 0.7 < calibration.rejected(planted).mean() < 0.9
 
 
+@pytest.mark.slow   # thousands of simulated experiments
 def test_pooling_the_seed_variance_over_six_arms_is_calibrated_too():
     for n in (2, 3, 5):
         for ratio in (0.1, 1.0, 10.0):
@@ -95,6 +98,7 @@ def test_equivalence_needs_the_whole_interval_inside_the_margin():
     assert float(result.equivalence_p(inside * 1.01)) < 0.05 < float(result.equivalence_p(inside * 0.99))
 
 
+@pytest.mark.slow   # thousands of simulated experiments
 def test_corpus_bleu_through_the_bootstrap_is_calibrated_too():
     """What the report runs: corpus BLEU (not a mean of sentence scores) of runs assembled from
     five hypotheses per sentence (0-60 % of its words dropped), the variant chosen by a latent

@@ -10,6 +10,7 @@ from analysis_stores import demo_study
 from conftest import cli_in_process
 
 
+@pytest.mark.slow
 def test_report_trials_and_improvement_on_the_demo_study(tmp_path):
     study = demo_study(tmp_path / "runs")          # 4 configurations x 2 seeds, 3 of them rnn
     out = tmp_path / "report"
