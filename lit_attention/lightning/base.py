@@ -17,6 +17,11 @@ kernel; a launch-bound GPU step then idles): a task module that names its ``targ
 tokens counted on the CPU batch before it moves to the device, and the loss is checked for a
 non-finite value every ``finite_check_every()`` steps, on all the losses since the last check
 (on a CPU, where a read costs nothing, every step).
+
+A module whose hyperparameters set ``compile_step`` trains through ``torch.compile`` of its
+``training_loss`` with dynamic shapes (one graph for every batch shape, built on the first step;
+our token batches change shape nearly every step, and a graph per shape would recompile all run).
+``self.net`` stays the eager module, so checkpoints, evaluation and decoding are unchanged.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class SequenceModule(LightningModule):
         # The evaluation under way's torchmetrics totals, by name ("nll", ...). A plain dict, so
         # they are no children of the module (see totals.py).
         self.eval_totals: dict[str, Metric] = {}
+        self._compiled_loss = None                  # torch.compile(training_loss), on the first step
 
     # -- what a task module defines ----------------------------------------------------------
 
@@ -146,9 +152,17 @@ class SequenceModule(LightningModule):
             self._host_tokens = int((batch[self.target_key] != PAD).sum())
         return batch
 
+    def step_loss(self):
+        """The function a training step calls: ``training_loss``, or its compiled form."""
+        if not self.hparams.get("compile_step"):
+            return self.training_loss
+        if self._compiled_loss is None:
+            self._compiled_loss = torch.compile(self.training_loss, dynamic=True)
+        return self._compiled_loss
+
     def training_step(self, batch, batch_idx):
         with self.attention_backends():
-            loss, targets = self.training_loss(batch)
+            loss, targets = self.step_loss()(batch)
         self._unchecked.append((self.global_step, loss.detach()))
         if len(self._unchecked) >= self.finite_check_every():
             self.check_finite()

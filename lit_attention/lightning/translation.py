@@ -83,6 +83,7 @@ class TranslationModule(SequenceModule):
         length_penalty: float = 1.0,
         length_buckets: tuple[int, ...] = (10, 20, 30),
         min_bucket_sentences: int = 50,
+        compile_step: bool = False,
         src_vocab_size: int = 0,
         tgt_vocab_size: int = 0,
     ):

@@ -92,9 +92,10 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     autocast the products run in its dtype, as ``F.linear`` would; softmax and sums stay in fp32.
     The matrix products are those of the unfused pair (3 per block: 2 N D V FLOPs each).
 
-    On a device other than a CPU the unfused pair runs instead (``fused_pays``).
+    On a device other than a CPU, and under torch.compile (whose kernels fuse the pair, and which
+    would unroll the blocks for every batch size), the unfused pair runs instead (``fused_pays``).
     """
-    if not fused_pays(x.device.type):
+    if not fused_pays(x.device.type) or torch.compiler.is_compiling():
         logits = F.linear(x, weight, bias)
         return F.cross_entropy(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing)
     return _LinearCrossEntropy.apply(x, weight, bias, target, ignore_index, label_smoothing)
