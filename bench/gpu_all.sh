@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every GPU check of issues 37 and 38 in one call of a lent GPU machine (../shared/gpu/README.md),
+# sized to finish in under 10 minutes; logs go to OUT (default gpu-out/), a short table last:
+#
+#   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT"
+#
+# 1. bench/gpu_throughput.py: plain loop vs `fit`, fp32/bf16, eager then compiled (rows not started
+#    after --time-limit are skipped and said so);
+# 2. bench/gpu_sweep.py: 1, 4 and 8 packed reference-size trials on the GPU;
+# 3. the README's main job, `lit-attention sweep sweeps/demo.yaml`, on this one-GPU machine.
+# Without a GPU each part says so and exits 0.
+set -uo pipefail
+out=${1:-gpu-out}
+mkdir -p "$out"
+{ nvidia-smi || echo "no nvidia-smi"; } > "$out/nvidia-smi.txt" 2>&1
+python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee "$out/versions.txt"
+
+timeout 330 python3 bench/gpu_throughput.py --time-limit 220 2>&1 | tee "$out/gpu_throughput.log"
+echo "gpu_throughput exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+
+timeout 130 python3 bench/gpu_sweep.py --packs 1,4,8 --steps 150 --no-sweep --time-limit 110 2>&1 \
+  | tee "$out/gpu_sweep.log"
+echo "gpu_sweep exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  start=$(date +%s)
+  timeout 100 python3 -m lit_attention.cli sweep sweeps/demo.yaml --root "$out/demo-runs" 2>&1 | tail -40 \
+    > "$out/demo.log"
+  echo "demo sweep exit ${PIPESTATUS[0]} in $(( $(date +%s) - start )) s" | tee -a "$out/exits.txt"
+  rm -rf "$out/demo-runs"
+fi
+
+echo
+grep -h "^SUMMARY" "$out"/*.log
+cat "$out/exits.txt"
