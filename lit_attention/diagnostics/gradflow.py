@@ -78,7 +78,10 @@ def state_gradients(model: Seq2SeqModel, batch: dict, loss_fn: Callable) -> tupl
     was_training = model.training
     model.eval()
     try:
-        with torch.enable_grad(), probed_encoder(model, batch["src"]) as (probe, directions):
+        # cuDNN's RNN has no backward in eval mode ("cudnn RNN backward can only be called in
+        # training mode"): the probe runs the native kernels, which do.
+        with (torch.enable_grad(), torch.backends.cudnn.flags(enabled=False),
+              probed_encoder(model, batch["src"]) as (probe, directions)):
             logits = model(batch["src"], batch["tgt_in"]).logits
             (grad,) = torch.autograd.grad(loss_fn(logits, batch["tgt_out"]), probe())
     finally:

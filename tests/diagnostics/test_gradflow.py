@@ -370,3 +370,18 @@ def test_grad_norms_per_module_and_global():
     assert total == pytest.approx(torch.nn.utils.get_total_norm(
         [p.grad for p in model.parameters()]).item(), rel=1e-5)
     assert global_grad_norm([nn.Parameter(torch.ones(2))]) == 0.0
+
+
+def test_the_probe_runs_recurrent_kernels_that_have_a_backward_in_eval_mode():
+    """cuDNN's RNN refuses a backward in eval mode (on a GPU every rnn trial of the demo sweep
+    failed so at its first gradient-flow step): the probe's forward runs with cuDNN off."""
+    model = real_model("rnn", cell="gru", attention="none").train()
+    src = torch.randint(4, 24, (2, 5))
+    src[:, -1] = EOS
+    seen = []
+    rnn = next(m for m in model.encoder.modules() if isinstance(m, nn.RNNBase))
+    rnn.register_forward_pre_hook(lambda module, args: seen.append((module.training,
+                                                                    torch.backends.cudnn.enabled)))
+    gradient_flow(model, batch_of(src, vocab=24))
+    assert seen and all(not training and not cudnn for training, cudnn in seen)
+    assert torch.backends.cudnn.enabled
