@@ -39,8 +39,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default=None,
                    help="output directory (default: RUNS_DIR/report; needed with --wandb)")
     p.add_argument("--rows", nargs="+", default=None,
-                   help="configuration keys for the rows (e.g. model.scoring); default: every "
-                        "configuration key that varies")
+                   help="configuration keys for the rows (e.g. model.scoring); default: the keys "
+                        "that tell the configurations apart. Every other key that varies is shown "
+                        "beside them: as columns where table.tex still fits, else in the caption")
     p.add_argument("--cols", nargs="+", default=None,
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
@@ -315,16 +316,18 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
 
 
 def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
-                 skipped=()) -> list[str]:
-    """Every table file; returns the Markdown tables to print."""
+                 skipped=(), also=()) -> list[str]:
+    """Every table file; returns the Markdown tables to print. `also`: the configuration fields
+    outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
+    table.tex still fits (else, and in a pivot, listed in the caption)."""
     keys = rows + cols
 
-    def caption(shown=None) -> str:
+    def caption(shown=None, legend=None) -> str:
         return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                    significance.method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
                                    unreadable=len(skipped),
-                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs)),
+                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs), legend),
                                    decoding=decoding(runs, args.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
                                                and not sig.attrs["values"] else None),
@@ -332,6 +335,16 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                                    shown=shown)
     summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
+    also = list(also)
+    legend = tables.differences_note(agg, keys, also)
+    table_legend = None
+    if also:
+        wider = tables.with_keys(*summary, agg, keys, also)
+        if keys_fit(args, *wider):
+            summary, where = wider, "as columns"
+        else:
+            table_legend, where = legend, "in the caption (as columns table.tex would not fit)"
+        print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
     fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
     atomic_write(out / "runs.csv", runs.to_csv(index=False))
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
@@ -353,15 +366,16 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     printed = []
     for name, tex_label, (cells, best) in layouts:
         shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
-        markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
+        note = table_legend if name == "table" else legend
+        markdown = tables.to_markdown(cells, best, caption(shown, note))     # every column, unless --columns
         if name == "table":
             cells, best = fitted
             shown = list(cells.columns)
             if args.columns:
-                markdown = tables.to_markdown(cells, best, caption(shown))
+                markdown = tables.to_markdown(cells, best, caption(shown, note))
         else:
             check_width(args, name, cells, best)
-        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown), label=tex_label,
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
                                                           wide=args.wide))
         atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
@@ -379,6 +393,15 @@ def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
               f"{'' if args.wide else ' or --wide'})", file=sys.stderr)
     check_width(args, "table", cells, best)
     return cells, best
+
+
+def keys_fit(args, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
+    """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
+    --columns asked for): the other statistics then make room for the keys."""
+    metric = tables.metric_label(args.metric)
+    wanted = args.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
+    cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
+    return tables.tabular_width(cells, best) <= tables.width_limit(args.wide)
 
 
 def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> None:
@@ -486,14 +509,15 @@ def report(args, out: Path) -> int:
     try:
         runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)
-        agg = agg_mod.aggregate(runs, rows + cols, args.metric)
+        also = agg_mod.other_differences(runs, rows + cols)
+        agg = agg_mod.aggregate(runs, rows + cols, args.metric, also)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         found, pairs = factor_effects(args, runs)
         trials, trial_keys = trial_curves(args, runs)
         improved = improvement_vs_baseline(args, runs, agg, rows + cols, is_base)
         out.mkdir(parents=True, exist_ok=True)
         earlier = outputs(out)
-        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
+        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped, also)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

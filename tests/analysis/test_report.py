@@ -329,3 +329,56 @@ def test_a_misspelt_rows_key_gets_a_did_you_mean(study, tmp_path, capsys):
     assert report.main([str(study), "--out", str(tmp_path / "out"), "--rows", "model.atention"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith(
         "error: unknown key 'model.atention' — did you mean model.attention?; configuration keys: ")
+
+
+def confounded_study(root):
+    """Two arms that differ in width, learning rate and training-set size at once (issue 35,
+    case 1: `--rows model.lr` showed the learning rate only)."""
+    for lr, width, n_train, scores in ((0.001, 32, 200, [10.0, 11.0]), (0.003, 48, 400, [30.0, 31.0])):
+        for seed, bleu in enumerate(scores, start=1):
+            run = write_run(root, "arms", f"{lr}-s{seed}", seed=seed, val_bleu=bleu,
+                            model={**model("luong"), "d_model": width})
+            with open(run / "config.yaml", "a") as f:
+                f.write(f"    lr: {lr}\ndata:\n  n_train: {n_train}\n")
+    return root / "arms"
+
+
+@pytest.mark.parametrize("rows", [["--rows", "model.lr"], []])
+def test_every_key_that_varies_is_shown_beside_the_row_keys(tmp_path, capsys, rows):
+    out = tmp_path / "out"
+    assert report.main([str(confounded_study(tmp_path)), "--out", str(out), "--no-figures",
+                        "--baseline", "off", *rows]) == 0
+    err = capsys.readouterr().err
+    table = pd.read_csv(out / "table.csv")
+    shown = {"model.d_model", "config.model.lr", "config.data.n_train"}
+    assert shown <= set(table.columns), table.columns
+    assert sorted(zip(table["model.d_model"], table["config.model.lr"], table["config.data.n_train"])) == [
+        (32, 0.001, 200), (48, 0.003, 400)]
+    header = (out / "table.md").read_text().splitlines()[0]
+    assert {"Width", "lr", "n_train"} <= {c.strip() for c in header.split("|")}, header   # narrow: columns
+    assert r"& n\_train &" in (out / "table.tex").read_text() or r"n\_train & BLEU" in (out / "table.tex").read_text()
+    assert "rows also differ in" in err and "shown as columns" in err and "warning" not in err
+
+
+def test_keys_too_many_for_columns_are_listed_in_the_caption_and_the_latex_still_fits(tmp_path, capsys):
+    """Two families that differ in many fields: as columns table.tex would not fit a column, so the
+    caption lists each row's values (an n-gram model's learning rate, which never acted, is not)."""
+    models = {"ngram": dict(family="ngram", order=5, smoothing="interp"),
+              "rnn": dict(family="rnn", cell="lstm", d_model=256, layers=2, dropout=0.1, tie_embeddings=False),
+              "transformer": dict(family="transformer", d_model=128, layers=4, dropout=0.0, tie_embeddings=True,
+                                  positional="sinusoidal")}
+    for name, fields in models.items():
+        for seed in (1, 2):
+            run = write_run(tmp_path, "lm", f"{name}-s{seed}", seed=seed, model=fields, val_bleu=20.0 + seed)
+            with open(run / "config.yaml", "a") as f:
+                f.write(f"    lr: {0.002 if name == 'rnn' else 0.001}\n")
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "lm"), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err
+    assert "shown in the caption" in err and "warning" not in err
+    legend = ("Rows also differ in Width, Layers, Dropout, Tied emb., lr (not listed where it does not act): "
+              "rnn: Width 256, Layers 2, Dropout 0.1, Tied emb. False, lr 0.002; transformer: Width 128, "
+              "Layers 4, Dropout 0, Tied emb. True, lr 0.001.")
+    assert legend in (out / "table.md").read_text()
+    assert legend.replace("_", r"\_") in (out / "table.tex").read_text()
+    assert {"model.d_model", "model.layers", "config.model.lr"} <= set(pd.read_csv(out / "table.csv").columns)
