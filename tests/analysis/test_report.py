@@ -310,8 +310,35 @@ def test_files_of_an_earlier_report_that_this_one_did_not_write_are_named(study,
     (out / "table.csv").write_text("old")
     assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert f"note: 1 file in {out} are from an earlier report, not this one: ablation_bars.png" in err, err
+    assert (f"note: 1 file in {out} are not from this report, left as they are (no earlier report wrote "
+            f"them, or they changed since): ablation_bars.png") in err, err
     assert (out / "table.csv").read_text() != "old"
+
+
+def test_files_of_an_earlier_report_that_this_one_did_not_write_are_removed_and_nothing_else(
+        study, tmp_path, capsys):
+    """Issue 35, cases 9 and 14: an earlier report's outputs that a new report into the same
+    directory does not write are removed (they were named only); a file the earlier report did not
+    write, or one changed since, is left and named; a refused report removes nothing."""
+    out = tmp_path / "report"
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--trials"]) == 0   # + significance.csv
+    first = {p.name for p in out.iterdir()}
+    assert {"significance.csv", "expected_max.csv", "report-files.json"} <= first
+    (out / "notes.md").write_text("mine")
+    with open(out / "expected_max.csv", "a") as f:       # an earlier output, edited since
+        f.write("# checked\n")
+    capsys.readouterr()
+    assert report.main([str(study), "--out", str(out), "--rows", "model.atention", "--no-figures"]) == 2
+    assert {p.name for p in out.iterdir()} == first | {"notes.md"}          # bad input: nothing lost
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"removed 1 file of the earlier report in {out} that this one did not write: significance.csv" in err
+    assert (f"note: 2 files in {out} are not from this report, left as they are (no earlier report wrote them, "
+            f"or they changed since): expected_max.csv, notes.md") in err, err
+    assert {p.name for p in out.iterdir()} == first - {"significance.csv"} | {"notes.md"}
+    assert (out / "notes.md").read_text() == "mine" and "# checked" in (out / "expected_max.csv").read_text()
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    assert "removed" not in capsys.readouterr().err                 # the same report again: nothing stale
 
 
 def test_a_baseline_value_matches_however_the_number_is_written(tmp_path, capsys):
