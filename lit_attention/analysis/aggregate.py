@@ -275,11 +275,15 @@ BOOKKEEPING = ("config.run.", "config.seed_everything", "config.ckpt_path", "con
                "config.trainer.enable_progress_bar", "config.data.cache_dir", "config.data.num_workers")
 
 
+def config_fields(runs: pd.DataFrame) -> list[str]:
+    """The config.* fields that may change a result (model, data, trainer, budget; not BOOKKEEPING)."""
+    return [c for c in runs.columns if c.startswith(("config.model.", "config.data.", "config.trainer.",
+                                                     "config.budget.")) and not c.startswith(BOOKKEEPING)]
+
+
 def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
-    fields = [c for c in runs.columns
-              if c.startswith(("config.model.", "config.data.", "config.trainer.", "config.budget."))
-              and not c.startswith(BOOKKEEPING) and c not in keys]
+    fields = [c for c in config_fields(runs) if c not in keys]
     if not fields:
         return []
     text = runs[fields].astype(str)
@@ -294,14 +298,11 @@ GRADIENT_FREE = tuple(name for name, family in registry.LM_MODELS.items()
 
 def configuration_fields(runs: pd.DataFrame) -> list[str]:
     """Every field that may tell two configurations apart: the task, the summary's model dict (the
-    options that acted) and the config.* fields outside BOOKKEEPING; a config.model.* field the
-    model dict records is left to it (config.yaml also spells options that did not act: a
-    Transformer's `cell`)."""
-    fields = load.config_columns(runs)
-    return fields + [c for c in runs.columns
-                     if c.startswith(("config.model.", "config.data.", "config.trainer.", "config.budget."))
-                     and not c.startswith(BOOKKEEPING) and "model." + c.removeprefix("config.model.") not in runs
-                     and c.removeprefix("config.model.") not in registry.UNRECORDED_OPTIONS]
+    options that acted) and `config_fields`; a config.model.* field the model dict records is left
+    to it (config.yaml also spells options that did not act: a Transformer's `cell`)."""
+    return load.config_columns(runs) + [
+        c for c in config_fields(runs) if "model." + c.removeprefix("config.model.") not in runs
+        and c.removeprefix("config.model.") not in registry.UNRECORDED_OPTIONS]
 
 
 def acting_values(runs: pd.DataFrame, fields) -> pd.DataFrame:
