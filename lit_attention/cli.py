@@ -557,9 +557,11 @@ def _train(argv: list[str]) -> int:
     except (ConfigError, DataError, ChecksumError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
         created = session.get("created")   # the highest directory this invocation made
-        if created is not None and created.is_dir():
-            # A refusal (bad data found once the model is built, after the run's record was
-            # started) leaves no trace: everything under `created` is this invocation's.
+        trainer = session.get("trainer")
+        if created is not None and created.is_dir() and (trainer is None or trainer.global_step == 0):
+            # A refusal before the first step (bad data found once the model is built, after the
+            # run's record was started) leaves no trace: everything under `created` is this
+            # invocation's. One found later (a split first read at a validation) keeps its run.
             finish()   # before its files go (an offline W&B run writes under the run directory)
             shutil.rmtree(created, ignore_errors=True)
             session.pop("run_dir", None)
