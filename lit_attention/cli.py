@@ -209,6 +209,10 @@ def _build_cli_class():
         def instantiate_trainer(self, **kwargs):
             cfg = self.config[self.subcommand]
             run = cfg.run
+            # the highest directory this run creates (before a logger makes it): removed again if
+            # the run is refused (exit 2: bad data found once the model is built)
+            new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
+            self.session["created"] = new_dirs[-1] if new_dirs else None
             callbacks = []
             if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
                 callbacks.append(TrainingBudget(**vars(cfg.budget)))
@@ -246,10 +250,6 @@ def _build_cli_class():
             trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks,
                                            *([bar] if bar else [])]
             trainer = self.trainer_class(**trainer_config)
-            # the highest directory this run creates: removed again if the run is refused before
-            # its first file (bad data found in setup)
-            new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
-            self.session["created"] = new_dirs[-1] if new_dirs else None
             try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
                 check_writable(self.run_dir.path)   # read-only or full file system, before training
             except OSError as exc:
@@ -556,9 +556,14 @@ def _train(argv: list[str]) -> int:
         status = Status.FINISHED
     except (ConfigError, DataError, ChecksumError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
-        created = session.get("created")   # refused before a record was written: no trace
-        if created is not None and created.is_dir() and not any(p.is_file() for p in created.rglob("*")):
-            shutil.rmtree(created)
+        created = session.get("created")   # the highest directory this invocation made
+        trainer = session.get("trainer")
+        if created is not None and created.is_dir() and (trainer is None or trainer.global_step == 0):
+            # A refusal before the first step (bad data found once the model is built, after the
+            # run's record was started) leaves no trace: everything under `created` is this
+            # invocation's. One found later (a split first read at a validation) keeps its run.
+            finish()   # before its files go (an offline W&B run writes under the run directory)
+            shutil.rmtree(created, ignore_errors=True)
             session.pop("run_dir", None)
         return 2
     except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint

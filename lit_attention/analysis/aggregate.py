@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lit_attention import registry
+from lit_attention.analysis import load
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
 from lit_attention.tracking.schema import Status
 
@@ -218,7 +219,8 @@ def finite_mean(values: pd.Series) -> float:
     return x[np.isfinite(x)].mean()
 
 
-def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> pd.DataFrame:
+def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu",
+              also: list[str] = ()) -> pd.DataFrame:
     """One row per configuration (the distinct values of `keys`), sorted by `keys`.
 
     Columns: keys, n, mean, std, ci_lo, ci_hi (of `metric` over finished runs; the interval
@@ -227,10 +229,12 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
     `gradflow_columns` of the averaged runs' gradflow.csv pooled, budget (the budgets of the
     averaged runs, ';'-separated; None in a row with no averaged run), n_under_budget (averaged
     runs that stopped before their budget was used up), run_ids (averaged runs) and excluded_ids
-    (`run_id:status`), both ';'-separated.
+    (`run_id:status`), both ';'-separated. `also`: configuration fields outside `keys` (see
+    `other_differences`), each with its configuration's value (None where it does not act).
     """
     if metric not in runs:
         raise AnalysisError(f"metric {metric!r} not in the runs; columns: {', '.join(runs.columns)}")
+    acting = acting_values(runs, also)
     needed = dict.fromkeys([*keys, metric, "status", "seed", "run_id", "run_dir", "nonfinite", *COSTS,
                             *GRADIENT, *BUDGETS, "budget_reached"])
     runs = runs[[c for c in needed if c in runs]]     # groups of a wide frame are slow to cut
@@ -241,6 +245,9 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu") -> 
         values = values if isinstance(values, tuple) else (values,)
         good, bad = group[group["_usable"]], group[~group["_usable"]]
         row = dict(zip(keys, values))
+        for column in also:
+            values_here = acting.loc[group.index, column].dropna()
+            row[column] = values_here.iloc[0] if len(values_here) else None
         row.update(seed_stats(good[metric], metric_range(metric)))
         row["n_failed"] = int((bad["status"] == Status.FAILED).sum())
         row["n_pruned"] = int((bad["status"] == Status.PRUNED).sum())
@@ -268,16 +275,58 @@ BOOKKEEPING = ("config.run.", "config.seed_everything", "config.ckpt_path", "con
                "config.trainer.enable_progress_bar", "config.data.cache_dir", "config.data.num_workers")
 
 
+def config_fields(runs: pd.DataFrame) -> list[str]:
+    """The config.* fields that may change a result (model, data, trainer, budget; not BOOKKEEPING)."""
+    return [c for c in runs.columns if c.startswith(("config.model.", "config.data.", "config.trainer.",
+                                                     "config.budget.")) and not c.startswith(BOOKKEEPING)]
+
+
 def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
-    fields = [c for c in runs.columns
-              if c.startswith(("config.model.", "config.data.", "config.trainer.", "config.budget."))
-              and not c.startswith(BOOKKEEPING) and c not in keys]
+    fields = [c for c in config_fields(runs) if c not in keys]
     if not fields:
         return []
     text = runs[fields].astype(str)
     counts = text.groupby([runs[k].astype(str) for k in keys], dropna=False).nunique()
     return [c for c in fields if (counts[c] > 1).any()]
+
+
+# Families counted from the training stream: the gradient settings of their config.yaml do not act.
+GRADIENT_FREE = tuple(name for name, family in registry.LM_MODELS.items()
+                      if not family.gradient and name not in registry.SEQ2SEQ_MODELS)
+
+
+def configuration_fields(runs: pd.DataFrame) -> list[str]:
+    """Every field that may tell two configurations apart: the task, the summary's model dict (the
+    options that acted) and `config_fields`; a config.model.* field the model dict records is left
+    to it (config.yaml also spells options that did not act: a Transformer's `cell`)."""
+    return load.config_columns(runs) + [
+        c for c in config_fields(runs) if "model." + c.removeprefix("config.model.") not in runs
+        and c.removeprefix("config.model.") not in registry.UNRECORDED_OPTIONS]
+
+
+def acting_values(runs: pd.DataFrame, fields) -> pd.DataFrame:
+    """runs[fields] with a gradient setting (registry.GRADIENT_SETTINGS) blank in the runs of a
+    family without a gradient (an n-gram model's config.yaml spells a learning rate it never used)."""
+    values = runs[list(fields)].copy()
+    if "model.family" in runs:
+        inert = runs["model.family"].isin(GRADIENT_FREE)
+        for setting in registry.GRADIENT_SETTINGS:
+            if "config." + setting in values:
+                values.loc[inert, "config." + setting] = None
+    return values
+
+
+def other_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
+    """The configuration fields outside `keys` that take two or more values across the
+    configurations (a run's d_model beside the positional encoding that keys its row). Each has one
+    value per configuration (the report refuses keys that leave a field varying inside one); where
+    it does not act (None) it is no difference."""
+    fields = [c for c in configuration_fields(runs) if c not in keys]
+    if not fields:
+        return []
+    per_config = acting_values(runs, fields).groupby([runs[k].astype(str) for k in keys], dropna=False).first()
+    return [c for c in fields if per_config[c].dropna().astype(str).nunique() > 1]
 
 
 def excluded_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:

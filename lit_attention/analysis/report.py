@@ -4,7 +4,8 @@ Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per confi
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
 unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
-with --trials expected_max.csv and its figure; with --improvement improvement.csv.
+with --trials expected_max.csv and its figure; with --improvement improvement.csv; report-files.json
+lists them, so that the next report into DIR removes those it does not write.
 Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
@@ -12,6 +13,7 @@ inf/NaN, gets one warning line on stderr and is counted, never averaged.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -39,8 +41,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default=None,
                    help="output directory (default: RUNS_DIR/report; needed with --wandb)")
     p.add_argument("--rows", nargs="+", default=None,
-                   help="configuration keys for the rows (e.g. model.scoring); default: every "
-                        "configuration key that varies")
+                   help="configuration keys for the rows (e.g. model.scoring); default: the keys "
+                        "that tell the configurations apart. Every other key that varies is shown "
+                        "beside them: as columns where table.tex still fits, else in the caption")
     p.add_argument("--cols", nargs="+", default=None,
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
@@ -315,16 +318,18 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
 
 
 def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
-                 skipped=()) -> list[str]:
-    """Every table file; returns the Markdown tables to print."""
+                 skipped=(), also=()) -> list[str]:
+    """Every table file; returns the Markdown tables to print. `also`: the configuration fields
+    outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
+    table.tex still fits (else, and in a pivot, listed in the caption)."""
     keys = rows + cols
 
-    def caption(shown=None) -> str:
+    def caption(shown=None, legend=None) -> str:
         return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
                                    significance.method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
                                    unreadable=len(skipped),
-                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs)),
+                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs), legend),
                                    decoding=decoding(runs, args.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
                                                and not sig.attrs["values"] else None),
@@ -332,6 +337,16 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
                                    shown=shown)
     summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
+    also = list(also)
+    legend = tables.differences_note(agg, keys, also)
+    table_legend = None
+    if also:
+        wider = tables.with_keys(*summary, agg, keys, also)
+        if keys_fit(args, *wider):
+            summary, where = wider, "as columns"
+        else:
+            table_legend, where = legend, "in the caption (as columns table.tex would not fit)"
+        print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
     fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
     atomic_write(out / "runs.csv", runs.to_csv(index=False))
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
@@ -353,15 +368,16 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     printed = []
     for name, tex_label, (cells, best) in layouts:
         shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
-        markdown = tables.to_markdown(cells, best, caption(shown))     # every column, unless --columns
+        note = table_legend if name == "table" else legend
+        markdown = tables.to_markdown(cells, best, caption(shown, note))     # every column, unless --columns
         if name == "table":
             cells, best = fitted
             shown = list(cells.columns)
             if args.columns:
-                markdown = tables.to_markdown(cells, best, caption(shown))
+                markdown = tables.to_markdown(cells, best, caption(shown, note))
         else:
             check_width(args, name, cells, best)
-        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown), label=tex_label,
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
                                                           wide=args.wide))
         atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
@@ -379,6 +395,15 @@ def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
               f"{'' if args.wide else ' or --wide'})", file=sys.stderr)
     check_width(args, "table", cells, best)
     return cells, best
+
+
+def keys_fit(args, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
+    """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
+    --columns asked for): the other statistics then make room for the keys."""
+    metric = tables.metric_label(args.metric)
+    wanted = args.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
+    cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
+    return tables.tabular_width(cells, best) <= tables.width_limit(args.wide)
 
 
 def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> None:
@@ -483,17 +508,28 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(args, out: Path) -> int:
+    state: dict = {}   # "earlier": the report files in OUT before this report wrote any
+    try:
+        return _report(args, out, state)
+    except Terminated:   # what this report wrote is recorded, so the next one can replace it
+        if "earlier" in state:
+            record_outputs(out, state["earlier"], finished=False)
+        raise
+
+
+def _report(args, out: Path, state: dict) -> int:
     try:
         runs, metrics, skipped = load_input(args)
         rows, cols = choose_keys(runs, args.rows, args.cols)
-        agg = agg_mod.aggregate(runs, rows + cols, args.metric)
+        also = agg_mod.other_differences(runs, rows + cols)
+        agg = agg_mod.aggregate(runs, rows + cols, args.metric, also)
         sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
         found, pairs = factor_effects(args, runs)
         trials, trial_keys = trial_curves(args, runs)
         improved = improvement_vs_baseline(args, runs, agg, rows + cols, is_base)
         out.mkdir(parents=True, exist_ok=True)
-        earlier = outputs(out)
-        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped)
+        earlier = state["earlier"] = outputs(out)
+        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped, also)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
@@ -509,24 +545,59 @@ def report(args, out: Path) -> int:
     unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
     print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded{unreadable} "
           f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
-    stale = sorted(p.name for p, identity in earlier.items() if outputs(out).get(p) == identity)
-    if stale:   # every file is replaced whole (a new inode): one still the same is an earlier report's
-        print(f"note: {len(stale)} file{'s' * (len(stale) != 1)} in {out} are from an earlier report, not this "
-              f"one: {', '.join(stale[:8])}{' ...' if len(stale) > 8 else ''}", file=sys.stderr)
+    removed, kept = record_outputs(out, earlier, finished=True)
+    if removed:
+        print(f"removed {len(removed)} file{'s' * (len(removed) != 1)} of the earlier report in {out} that this "
+              f"one did not write: {_names(removed)}", file=sys.stderr)
+    if kept:
+        print(f"note: {len(kept)} file{'s' * (len(kept) != 1)} in {out} are not from this report, left as they "
+              f"are (no earlier report wrote them, or they changed since): {_names(kept)}", file=sys.stderr)
     return 0
 
 
 OUTPUT_SUFFIXES = (".csv", ".md", ".tex", ".png", ".pdf")
+MANIFEST = "report-files.json"   # the files the last report in OUT wrote, as it left them
 
 
-def outputs(out: Path) -> dict[Path, tuple[int, int]]:
-    """The report files in ``out``, each with its (inode, mtime in ns)."""
+def outputs(out: Path) -> dict[Path, tuple[int, int, int]]:
+    """The report files in ``out``, each with its (inode, mtime in ns, size)."""
     found = {}
     for path in out.iterdir():
         if path.suffix in OUTPUT_SUFFIXES and path.is_file():
             stat = path.stat()
-            found[path] = (stat.st_ino, stat.st_mtime_ns)
+            found[path] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
     return found
+
+
+def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str], list[str]]:
+    """Record in MANIFEST the files this report wrote (every file is replaced whole, as a new
+    inode: one whose identity is not what it was before this report began is this report's).
+    ``finished``: remove the files of the earlier report (those MANIFEST listed, unchanged since)
+    that this one did not write, and return (removed, kept: the other files this one did not
+    write). Not ``finished`` (SIGTERM): remove nothing, and keep the earlier report's files listed
+    beside this one's."""
+    if not out.is_dir():
+        return [], []
+    now = outputs(out)
+    written = {p: identity for p, identity in now.items() if earlier.get(p) != identity}
+    try:
+        listed = {out / name: tuple(identity) for name, identity in json.loads((out / MANIFEST).read_text()).items()}
+    except (OSError, ValueError, TypeError, AttributeError):   # none yet, or not ours to trust
+        listed = {}
+    theirs = {p: identity for p, identity in listed.items() if now.get(p) == identity and p not in written}
+    removed = []
+    if finished:
+        for path in theirs:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    record = {**({} if finished else theirs), **written}
+    atomic_write(out / MANIFEST, json.dumps({p.name: list(i) for p, i in sorted(record.items())}, indent=1) + "\n")
+    kept = [p for p in now if p not in written and p not in removed]
+    return sorted(p.name for p in removed), sorted(p.name for p in kept)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:8]) + (" ..." if len(names) > 8 else "")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,29 @@ def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
     return pd.MultiIndex.from_tuples(labels, names=keys)
 
 
+def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
+              also: list[str]) -> tuple:
+    """A summary table (rows in `agg`'s order) with the fields `also` as key columns after `keys`."""
+    index = _index(agg, keys + also)
+    index = index.set_names([key_label(n) for n in index.names])
+    return cells.set_axis(index), best.set_axis(index)
+
+
+def differences_note(agg: pd.DataFrame, keys: list[str], also: list[str]) -> str | None:
+    """The caption's legend of the fields `also`, outside the row keys, that differ between rows:
+    the rows (by their labels) with their values; a field is not listed where it does not act."""
+    if not also:
+        return None
+    entries: dict[str, list[str]] = {}
+    for _, row in agg.iterrows():
+        values = ", ".join(f"{key_label(c)} {label(row[c])}" for c in also if label(row[c]) != "–")
+        if values:
+            entries.setdefault(values, []).append(" / ".join(label(row[k]) for k in keys))
+    listed = "; ".join(f"{' and '.join(rows)}: {values}" for values, rows in entries.items())
+    return (f"Rows also differ in {', '.join(key_label(c) for c in also)} (not listed where it does "
+            f"not act): {listed}.")
+
+
 def _by_config(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[dict | None]:
     """The significance row of each configuration of `agg` (None: the baseline, or no test)."""
     if sig is None or sig.empty:

@@ -310,8 +310,35 @@ def test_files_of_an_earlier_report_that_this_one_did_not_write_are_named(study,
     (out / "table.csv").write_text("old")
     assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert f"note: 1 file in {out} are from an earlier report, not this one: ablation_bars.png" in err, err
+    assert (f"note: 1 file in {out} are not from this report, left as they are (no earlier report wrote "
+            f"them, or they changed since): ablation_bars.png") in err, err
     assert (out / "table.csv").read_text() != "old"
+
+
+def test_files_of_an_earlier_report_that_this_one_did_not_write_are_removed_and_nothing_else(
+        study, tmp_path, capsys):
+    """Issue 35, cases 9 and 14: an earlier report's outputs that a new report into the same
+    directory does not write are removed (they were named only); a file the earlier report did not
+    write, or one changed since, is left and named; a refused report removes nothing."""
+    out = tmp_path / "report"
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--trials"]) == 0   # + significance.csv
+    first = {p.name for p in out.iterdir()}
+    assert {"significance.csv", "expected_max.csv", "report-files.json"} <= first
+    (out / "notes.md").write_text("mine")
+    with open(out / "expected_max.csv", "a") as f:       # an earlier output, edited since
+        f.write("# checked\n")
+    capsys.readouterr()
+    assert report.main([str(study), "--out", str(out), "--rows", "model.atention", "--no-figures"]) == 2
+    assert {p.name for p in out.iterdir()} == first | {"notes.md"}          # bad input: nothing lost
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert f"removed 1 file of the earlier report in {out} that this one did not write: significance.csv" in err
+    assert (f"note: 2 files in {out} are not from this report, left as they are (no earlier report wrote them, "
+            f"or they changed since): expected_max.csv, notes.md") in err, err
+    assert {p.name for p in out.iterdir()} == first - {"significance.csv"} | {"notes.md"}
+    assert (out / "notes.md").read_text() == "mine" and "# checked" in (out / "expected_max.csv").read_text()
+    assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    assert "removed" not in capsys.readouterr().err                 # the same report again: nothing stale
 
 
 def test_a_baseline_value_matches_however_the_number_is_written(tmp_path, capsys):
@@ -329,3 +356,56 @@ def test_a_misspelt_rows_key_gets_a_did_you_mean(study, tmp_path, capsys):
     assert report.main([str(study), "--out", str(tmp_path / "out"), "--rows", "model.atention"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith(
         "error: unknown key 'model.atention' — did you mean model.attention?; configuration keys: ")
+
+
+def confounded_study(root):
+    """Two arms that differ in width, learning rate and training-set size at once (issue 35,
+    case 1: `--rows model.lr` showed the learning rate only)."""
+    for lr, width, n_train, scores in ((0.001, 32, 200, [10.0, 11.0]), (0.003, 48, 400, [30.0, 31.0])):
+        for seed, bleu in enumerate(scores, start=1):
+            run = write_run(root, "arms", f"{lr}-s{seed}", seed=seed, val_bleu=bleu,
+                            model={**model("luong"), "d_model": width})
+            with open(run / "config.yaml", "a") as f:
+                f.write(f"    lr: {lr}\ndata:\n  n_train: {n_train}\n")
+    return root / "arms"
+
+
+@pytest.mark.parametrize("rows", [["--rows", "model.lr"], []])
+def test_every_key_that_varies_is_shown_beside_the_row_keys(tmp_path, capsys, rows):
+    out = tmp_path / "out"
+    assert report.main([str(confounded_study(tmp_path)), "--out", str(out), "--no-figures",
+                        "--baseline", "off", *rows]) == 0
+    err = capsys.readouterr().err
+    table = pd.read_csv(out / "table.csv")
+    shown = {"model.d_model", "config.model.lr", "config.data.n_train"}
+    assert shown <= set(table.columns), table.columns
+    assert sorted(zip(table["model.d_model"], table["config.model.lr"], table["config.data.n_train"])) == [
+        (32, 0.001, 200), (48, 0.003, 400)]
+    header = (out / "table.md").read_text().splitlines()[0]
+    assert {"Width", "lr", "n_train"} <= {c.strip() for c in header.split("|")}, header   # narrow: columns
+    assert r"& n\_train &" in (out / "table.tex").read_text() or r"n\_train & BLEU" in (out / "table.tex").read_text()
+    assert "rows also differ in" in err and "shown as columns" in err and "warning" not in err
+
+
+def test_keys_too_many_for_columns_are_listed_in_the_caption_and_the_latex_still_fits(tmp_path, capsys):
+    """Two families that differ in many fields: as columns table.tex would not fit a column, so the
+    caption lists each row's values (an n-gram model's learning rate, which never acted, is not)."""
+    models = {"ngram": dict(family="ngram", order=5, smoothing="interp"),
+              "rnn": dict(family="rnn", cell="lstm", d_model=256, layers=2, dropout=0.1, tie_embeddings=False),
+              "transformer": dict(family="transformer", d_model=128, layers=4, dropout=0.0, tie_embeddings=True,
+                                  positional="sinusoidal")}
+    for name, fields in models.items():
+        for seed in (1, 2):
+            run = write_run(tmp_path, "lm", f"{name}-s{seed}", seed=seed, model=fields, val_bleu=20.0 + seed)
+            with open(run / "config.yaml", "a") as f:
+                f.write(f"    lr: {0.002 if name == 'rnn' else 0.001}\n")
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "lm"), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
+    err = capsys.readouterr().err
+    assert "shown in the caption" in err and "warning" not in err
+    legend = ("Rows also differ in Width, Layers, Dropout, Tied emb., lr (not listed where it does not act): "
+              "rnn: Width 256, Layers 2, Dropout 0.1, Tied emb. False, lr 0.002; transformer: Width 128, "
+              "Layers 4, Dropout 0, Tied emb. True, lr 0.001.")
+    assert legend in (out / "table.md").read_text()
+    assert legend.replace("_", r"\_") in (out / "table.tex").read_text()
+    assert {"model.d_model", "model.layers", "config.model.lr"} <= set(pd.read_csv(out / "table.csv").columns)

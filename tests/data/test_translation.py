@@ -298,3 +298,4 @@ def test_an_evaluation_line_longer_than_the_models_positions_is_one_line_naming_
     assert errors == [f"lit-attention fit: error: {data / 'val.de'}, line 7: 601 tokens (with EOS), more than "
                       f"the 512 positions of the transformer's sinusoidal position table: shorten or split "
                       f"that line"], result.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()   # refused: no run directory left behind (was: one marked failed)
