@@ -474,3 +474,34 @@ def test_a_new_scoring_function_is_one_row_and_one_class(cosine_scoring):
                                d_model=16, src_vocab_size=12, tgt_vocab_size=12)
     module.configure_model()
     assert type(module.net.scorer) is Cosine and module.describe()["model"]["scoring"] == "cosine"
+
+
+class DistanceBias(torch.nn.Module):
+    """A toy positional encoding for the test below: a learned per-head slope times -|i - j|."""
+
+    def __init__(self, heads: int, causal: bool):
+        super().__init__()
+        self.slopes = torch.nn.Parameter(torch.ones(heads))
+
+    def forward(self, q_pos, k_pos):
+        return -self.slopes[:, None, None] * (k_pos[None, :] - q_pos[:, None]).abs().float()
+
+
+@pytest.fixture
+def distance_positional(monkeypatch):
+    """A positional encoding added the way the registry asks: one row (and the class above)."""
+    monkeypatch.setitem(registry.POSITIONAL, "distance", registry.Choice(
+        "distance", "learned slope per head times -|i - j|", f"{DistanceBias.__module__}:DistanceBias",
+        acts_on="bias", relative=True, fused=True, options=()))
+    return "distance"
+
+
+def test_a_new_positional_encoding_is_one_row_and_one_class(distance_positional):
+    torch.manual_seed(0)
+    net = build_seq2seq("transformer", 12, 12, d_model=32, heads=2, ffn=64, enc_layers=1, dec_layers=1,
+                        dropout=0.0, positional=distance_positional)
+    assert type(net.encoder.bias) is DistanceBias and type(net.decoder.bias) is DistanceBias
+    assert net.src_embed.position is None                  # a bias acts in self-attention only
+    first, last = train_on_batch(net, *_reverse_pairs(), steps=30, lr=5e-3)
+    assert last < first / 2, (first, last)
+    assert net.encoder.bias.slopes.grad is not None
