@@ -73,13 +73,13 @@ CELLS = table(
 # (where attention enters the decoder; lit_attention/models/rnn.py). Input feeding (the previous
 # attentional readout joins the next input, Luong 2015) is a separate on/off factor, valid with
 # either wiring.
-_WIRING = f"{_MODELS}.rnn"
+_RNN = f"{_MODELS}.rnn"
 ATTENTION = table(
     Choice("none", "no attention: the encoder's final state starts the decoder",
-           f"{_WIRING}:NO_ATTENTION", attends=False),
-    Choice("bahdanau", "query s_(t-1); the context joins the RNN input", f"{_WIRING}:BAHDANAU",
+           f"{_RNN}:NO_ATTENTION", attends=False),
+    Choice("bahdanau", "query s_(t-1); the context joins the RNN input", f"{_RNN}:BAHDANAU",
            attends=True),
-    Choice("luong", "query s_t; the context joins the readout", f"{_WIRING}:LUONG", attends=True),
+    Choice("luong", "query s_t; the context joins the readout", f"{_RNN}:LUONG", attends=True),
 )
 
 # Without attention: the encoder's final state only initialises the decoder ("init"),
@@ -112,10 +112,10 @@ PARAMETER_FREE_SCORING = having(SCORING, parameter_free=True)
 # still maps them (H -> H), so its arms own the same parameters either way.
 ENC_OUTPUT = table(
     Choice("concat", "forward and backward states side by side (2H per position)",
-           f"{_WIRING}:CONCAT_DIRECTIONS"),
-    Choice("sum", "forward + backward states (H per position), no parameters", f"{_WIRING}:SUM_DIRECTIONS"),
+           f"{_RNN}:CONCAT_DIRECTIONS"),
+    Choice("sum", "forward + backward states (H per position), no parameters", f"{_RNN}:SUM_DIRECTIONS"),
     Choice("project", "bias-free Linear from the concatenated states to H, shared by every scorer",
-           f"{_WIRING}:PROJECT_DIRECTIONS"),
+           f"{_RNN}:PROJECT_DIRECTIONS"),
 )
 
 # Scoring functions of the Transformer's heads (lit_attention/models/attention.py). fused: a dot

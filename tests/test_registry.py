@@ -300,6 +300,9 @@ def test_the_config_doc_lists_every_family_option_with_its_default():
             assert row in text, f"docs/CONFIG.md lacks (or has another) row: {row}"
     for old, new in registry.RENAMED.items():
         assert f"| `{old}` | `{new}` |" in text
+    shared = " ".join(text[text.index("Every encoder-decoder (`TranslationModule`) also uses"):].split()[:30])
+    for option, default in registry.SEQ2SEQ_COMMON.items():
+        assert f"`{option}` ({default})" in shared, f"docs/CONFIG.md lacks `{option}` ({default})"
 
 
 def config_doc_row(kind, family, spec) -> str:
