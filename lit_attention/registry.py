@@ -1,7 +1,10 @@
-"""The one list of every ablation choice.
+"""The one list of every ablation choice: each choice is one row (``Choice``) naming its
+implementation and its properties, each model family one ``Family`` with its options' defaults.
 
 The CLI (config validation), the model builders, the sweep schema and the report tables all read
-these tables; nothing else keeps its own list. Pure data: importing it pulls in no model code.
+these tables; nothing else keeps its own list or spells a choice's name. Pure data at the bottom
+of the layers: importing it pulls in no model code; a row names its implementation as
+"module:attribute", which the layer that builds it imports on use (``implementation``).
 """
 
 from __future__ import annotations
@@ -12,67 +15,148 @@ from typing import Any, Callable, Mapping
 # The model families (FAMILIES: encoder-decoders, LM_FAMILIES: language models), their classes
 # and the options each uses are declared once, in SEQ2SEQ_MODELS and LM_MODELS below.
 
-# n-gram smoothing: add-delta, or interpolated absolute discounting down to an add-delta unigram.
-NGRAM_SMOOTHING = ("add", "interp")
 
-# Recurrent cells, shared by the rnn seq2seq family and the rnn language model.
-CELLS = ("elman-tanh", "elman-relu", "gru", "lstm")
+class Choice:
+    """One value a choice key takes: its name, what it is, what implements it, and its properties.
+
+    ``Choice("dot", "s^T h", "lit_attention.models.scoring:Dot", parameter_free=True)``.
+    impl: "package.module:attribute" of what implements it, imported on use by the layer that
+        builds it (``implementation``), so the registry stays pure data; None where the choice is
+        a property only. The implementation never spells the choice's name.
+    properties: whatever code needs to know about the choice, read as attributes
+        (``SCORING[name].parameter_free``), so that no code branches on a name. Every row of a
+        table has the same properties (``table``). ``options``, where a table has it, names the
+        config keys (model.<key>) the implementation reads: they act only with this choice.
+    """
+
+    def __init__(self, name: str, says: str, impl: str | None = None, **properties: Any):
+        self.name, self.says, self.impl = name, says, impl
+        self.properties = properties
+        vars(self).update(properties)
+
+    def __repr__(self) -> str:
+        return f"Choice({self.name!r})"
+
+
+def table(*rows: Choice) -> dict[str, Choice]:
+    """name -> row, refusing a table whose rows do not all have the same properties."""
+    kinds = {tuple(sorted(row.properties)) for row in rows}
+    if len(kinds) > 1:
+        raise TypeError(f"the rows {[row.name for row in rows]} have different properties: {kinds}")
+    return {row.name: row for row in rows}
+
+
+def having(rows: Mapping[str, Choice], **properties: Any) -> tuple[str, ...]:
+    """The names of the rows whose properties have these values."""
+    return tuple(n for n, row in rows.items() if all(getattr(row, k) == v for k, v in properties.items()))
+
+
+_MODELS = "lit_attention.models"
+
+# n-gram smoothing: add-delta, or interpolated absolute discounting down to an add-delta unigram.
+NGRAM_SMOOTHING = table(
+    Choice("add", "add-delta on the highest order only", f"{_MODELS}.lm.ngram:NGramLM.add_delta"),
+    Choice("interp", "interpolated absolute discounting down to an add-delta unigram",
+           f"{_MODELS}.lm.ngram:NGramLM.interpolated"),
+)
+
+# Recurrent cells, shared by the rnn seq2seq family and the rnn language model: the torch.nn
+# module and the arguments that make it that cell.
+CELLS = table(
+    Choice("elman-tanh", "Elman RNN, tanh", "torch.nn:RNN", arguments={"nonlinearity": "tanh"}),
+    Choice("elman-relu", "Elman RNN, ReLU", "torch.nn:RNN", arguments={"nonlinearity": "relu"}),
+    Choice("gru", "gated recurrent unit", "torch.nn:GRU", arguments={}),
+    Choice("lstm", "long short-term memory (state h and c)", "torch.nn:LSTM", arguments={}),
+)
 
 # How a recurrent decoder sees the source: no attention, or one of the two classic wirings
-# (where attention enters the decoder). Input feeding (the previous attentional readout joins the
-# next input, Luong 2015) is a separate on/off factor, valid with either wiring.
-ATTENTION = ("none", "bahdanau", "luong")
+# (where attention enters the decoder; lit_attention/models/rnn.py). Input feeding (the previous
+# attentional readout joins the next input, Luong 2015) is a separate on/off factor, valid with
+# either wiring.
+_RNN = f"{_MODELS}.rnn"
+ATTENTION = table(
+    Choice("none", "no attention: the encoder's final state starts the decoder",
+           f"{_RNN}:NO_ATTENTION", attends=False),
+    Choice("bahdanau", "query s_(t-1); the context joins the RNN input", f"{_RNN}:BAHDANAU",
+           attends=True),
+    Choice("luong", "query s_t; the context joins the readout", f"{_RNN}:LUONG", attends=True),
+)
 
 # Without attention: the encoder's final state only initialises the decoder ("init"),
 # or its context vector is also fed at every decoder step ("every-step").
-CONTEXT = ("init", "every-step")
+CONTEXT = table(
+    Choice("init", "the encoder's final state initialises the decoder", every_step=False),
+    Choice("every-step", "... and is fed at every decoder step (Cho 2014)", every_step=True),
+)
 
 # Recurrent attention scoring of a decoder query s (size Dq) against a key h (size Dk); the
 # parameters each scorer owns are exactly those of its formula (no bias), A = attention size:
 # dot, scaled_dot 0; general Dq*Dk; low_rank r*(Dq+Dk); additive and concat A*(Dq+Dk+1).
-SCORING = {
-    "dot": "s^T h",
-    "scaled_dot": "s^T h / sqrt(d)",
-    "general": "s^T W h (bilinear)",
-    "low_rank": "(U s)^T (V h), rank r",
-    "additive": "v^T tanh(W1 h + W2 s) (Bahdanau)",
-    "concat": "v^T tanh(W [s; h]) (Luong)",
-}
-
-# Scorers without parameters: query and key must have the same size.
-PARAMETER_FREE_SCORING = ("dot", "scaled_dot")
+# Scorers without parameters (parameter_free): query and key must have the same size.
+_SCORER = f"{_MODELS}.scoring"
+SCORING = table(
+    Choice("dot", "s^T h", f"{_SCORER}:Dot", parameter_free=True, options=()),
+    Choice("scaled_dot", "s^T h / sqrt(d)", f"{_SCORER}:ScaledDot", parameter_free=True, options=()),
+    Choice("general", "s^T W h (bilinear)", f"{_SCORER}:General", parameter_free=False, options=()),
+    Choice("low_rank", "(U s)^T (V h), rank r", f"{_SCORER}:LowRank", parameter_free=False,
+           options=("rank",)),
+    Choice("additive", "v^T tanh(W1 h + W2 s) (Bahdanau)", f"{_SCORER}:Additive", parameter_free=False,
+           options=()),
+    Choice("concat", "v^T tanh(W [s; h]) (Luong)", f"{_SCORER}:Concat", parameter_free=False, options=()),
+)
+PARAMETER_FREE_SCORING = having(SCORING, parameter_free=True)
 
 # What attention attends over (keys and values, the same for every scorer) when the encoder is
 # bidirectional: the interface between encoder and attention is its own choice, so that scoring
 # arms differ in the scoring function only. Unidirectional encoders give H states; "project"
 # still maps them (H -> H), so its arms own the same parameters either way.
-ENC_OUTPUT = {
-    "concat": "forward and backward states side by side (2H per position)",
-    "sum": "forward + backward states (H per position), no parameters",
-    "project": "bias-free Linear from the concatenated states to H, shared by every scorer",
-}
+ENC_OUTPUT = table(
+    Choice("concat", "forward and backward states side by side (2H per position)",
+           f"{_RNN}:CONCAT_DIRECTIONS"),
+    Choice("sum", "forward + backward states (H per position), no parameters", f"{_RNN}:SUM_DIRECTIONS"),
+    Choice("project", "bias-free Linear from the concatenated states to H, shared by every scorer",
+           f"{_RNN}:PROJECT_DIRECTIONS"),
+)
 
-# Scoring functions the Transformer's self-attention supports.
-TRANSFORMER_SCORING = ("scaled_dot", "dot", "general", "additive")
+# Scoring functions of the Transformer's heads (lit_attention/models/attention.py). fused: a dot
+# product of (projected) queries and keys, which the fused scaled_dot_product_attention kernel
+# computes.
+_HEADS = f"{_MODELS}.attention"
+TRANSFORMER_SCORING = table(
+    Choice("scaled_dot", "q . k / sqrt(d)", f"{_HEADS}:SCALED_DOT_HEADS", fused=True),
+    Choice("dot", "q . k", f"{_HEADS}:DOT_HEADS", fused=True),
+    Choice("general", "q^T W k", f"{_HEADS}:GENERAL_HEADS", fused=True),
+    Choice("additive", "v^T tanh(W1 q + W2 k)", f"{_HEADS}:ADDITIVE_HEADS", fused=False),
+)
+FUSED_SCORING = having(TRANSFORMER_SCORING, fused=True)
 
-POSITIONAL = {
-    "none": "no position information",
-    "sinusoidal": "fixed sine/cosine added to embeddings",
-    "learned": "learned absolute embeddings",
-    "rotary": "rotary position embedding on queries and keys (self-attention)",
-    "alibi": "linear distance bias per head (self-attention)",
-    "t5_bias": "bucketed relative-position bias (self-attention)",
-    "shaw": "relative key embeddings, clipped distance (self-attention)",
-}
-
-# Encodings that claim the attention scores depend on relative positions only (i - j).
-RELATIVE_POSITIONAL = ("rotary", "alibi", "t5_bias", "shaw")
-
-# What can run on the fused scaled_dot_product_attention kernel: every scoring that is a dot
-# product of (projected) queries and keys, and every positional encoding that only moves the
-# queries/keys or adds a bias; Shaw's per-pair key embeddings need the explicit path.
-FUSED_SCORING = ("scaled_dot", "dot", "general")
-FUSED_POSITIONAL = tuple(p for p in POSITIONAL if p != "shaw")
+# Position information of the Transformer (lit_attention/models/positional.py). acts_on: where it
+# acts, which fixes how its implementation is built: "embeddings" (absolute vectors added to token
+# embeddings, impl(max_len, d_model)), "rotation" (of self-attention queries and keys, impl(x,
+# positions)), "bias" (added to self-attention scores, impl(heads, causal, **options)), "keys"
+# (relative key vectors, impl(d_head, **options)), or None (nowhere). relative: the scores depend
+# on relative positions only (i - j). fused: it runs on the fused attention kernel (it only moves
+# queries/keys or adds a bias; Shaw's per-pair key vectors need the explicit path).
+_POSITIONS = f"{_MODELS}.positional"
+POSITIONAL = table(
+    Choice("none", "no position information", None, acts_on=None, relative=False, fused=True,
+           options=()),
+    Choice("sinusoidal", "fixed sine/cosine added to embeddings", f"{_POSITIONS}:SinusoidalPositions",
+           acts_on="embeddings", relative=False, fused=True, options=()),
+    Choice("learned", "learned absolute embeddings", f"{_POSITIONS}:LearnedPositions",
+           acts_on="embeddings", relative=False, fused=True, options=()),
+    Choice("rotary", "rotary position embedding on queries and keys (self-attention)",
+           f"{_POSITIONS}:rotary", acts_on="rotation", relative=True, fused=True, options=()),
+    Choice("alibi", "linear distance bias per head (self-attention)", f"{_POSITIONS}:AlibiBias",
+           acts_on="bias", relative=True, fused=True, options=()),
+    Choice("t5_bias", "bucketed relative-position bias (self-attention)", f"{_POSITIONS}:T5Bias",
+           acts_on="bias", relative=True, fused=True, options=("rel_buckets", "rel_max_distance")),
+    Choice("shaw", "relative key embeddings, clipped distance (self-attention)",
+           f"{_POSITIONS}:ShawRelative", acts_on="keys", relative=True, fused=False,
+           options=("shaw_clip",)),
+)
+RELATIVE_POSITIONAL = having(POSITIONAL, relative=True)
+FUSED_POSITIONAL = having(POSITIONAL, fused=True)
 
 # (positional, scoring) pairs refused everywhere: the encoding claims relative positions, the
 # scoring breaks that (shifting every position would change the scores).
@@ -82,17 +166,33 @@ INCOMPATIBLE_POSITIONAL_SCORING = {
                             "rotated vectors depends on the absolute positions",
 }
 
-NORM = ("pre", "post")
+# Where the Transformer's LayerNorm sits: before each residual branch (the stack then ends in one
+# more LayerNorm), or after each residual sum.
+NORM = table(
+    Choice("pre", "LayerNorm before each residual branch, and at the end of the stack", pre_norm=True),
+    Choice("post", "LayerNorm after each residual sum", pre_norm=False),
+)
 
-TASKS = {
-    "copy": "synthetic: output equals input",
-    "reverse": "synthetic: output is the input reversed",
-    "sort": "synthetic: output is the input sorted",
-    "toy-mt": "synthetic: small synchronous grammar with reordering and nested clauses",
-    "files": "parallel or monolingual text files",
-}
+# impl: the synthetic task's pair generator (lit_attention/data/synthetic.py), None for FILES_TASK.
+_DATA = "lit_attention.data"
+TASKS = table(
+    Choice("copy", "synthetic: output equals input", f"{_DATA}.synthetic:copy_pairs"),
+    Choice("reverse", "synthetic: output is the input reversed", f"{_DATA}.synthetic:reverse_pairs"),
+    Choice("sort", "synthetic: output is the input sorted", f"{_DATA}.synthetic:sort_pairs"),
+    Choice("toy-mt", "synthetic: small synchronous grammar with reordering and nested clauses",
+           f"{_DATA}.synthetic:toy_mt_pairs"),
+    Choice("files", "parallel or monolingual text files"),
+)
+# The task that reads text files (data.data_dir / data.path) instead of generating pairs.
+FILES_TASK = "files"
+SYNTHETIC_TASKS = tuple(name for name, row in TASKS.items() if row.impl is not None)
 
-TOKENIZERS = ("word", "char", "sentencepiece")
+TOKENIZERS = table(
+    Choice("word", "whitespace-separated words", f"{_DATA}.tokenizers:WordTokenizer"),
+    Choice("char", "characters", f"{_DATA}.tokenizers:CharTokenizer"),
+    Choice("sentencepiece", "a SentencePiece model trained on the training split",
+           f"{_DATA}.tokenizers:SentencePieceTokenizer"),
+)
 SPM_MODELS = ("unigram", "bpe")
 
 # How report tables and figures name a configuration key (a column of the run table: `task` or
@@ -121,7 +221,7 @@ METRICS = {
 
 def check(name: str, value: str, valid) -> str:
     """Return ``value`` if it is one of ``valid``, else raise with the list of valid choices."""
-    if value not in valid:
+    if value not in tuple(valid):   # a tuple: an unhashable value is refused like any other
         raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(valid)}")
     return value
 
@@ -143,25 +243,24 @@ def transformer_variants() -> list[tuple[str, str]]:
             if (p, s) not in INCOMPATIBLE_POSITIONAL_SCORING]
 
 
-def check_rnn(cell: str, attention: str, scoring: str, context: str = "init",
-              input_feeding: bool = False, bidirectional: bool = True,
-              enc_output: str = "concat") -> None:
+def check_rnn(cell: str, attention: str, scoring: str, context: str, input_feeding: bool,
+              bidirectional: bool, enc_output: str) -> None:
     """Validate one recurrent encoder-decoder configuration: choices and how they combine."""
     check("cell", cell, CELLS)
     check("attention wiring", attention, ATTENTION)
     check("scoring", scoring, SCORING)
     check("context wiring", context, CONTEXT)
     check("encoder output", enc_output, ENC_OUTPUT)
-    if attention == "none":
+    if not ATTENTION[attention].attends:
         if input_feeding:
             raise ValueError("model.input_feeding feeds the previous attentional readout to the decoder; "
                              "model.attention 'none' has none: leave model.input_feeding unset (false) or "
                              "choose an attention wiring")
         return
-    if context != "init":
+    if CONTEXT[context].every_step:
         raise ValueError(f"model.context {context!r} is the no-attention wiring; model.attention "
                          f"{attention!r} already feeds a context at every step: leave model.context unset")
-    if scoring in PARAMETER_FREE_SCORING and bidirectional and enc_output == "concat":
+    if SCORING[scoring].parameter_free and bidirectional and enc_output == "concat":
         raise ValueError(f"model.scoring {scoring!r} has no parameters, so keys must have the decoder's "
                          f"size, but a bidirectional encoder with model.enc_output 'concat' gives 2H: "
                          f"set model.enc_output 'sum' or 'project' (the same for every arm of the "
@@ -213,6 +312,7 @@ class Family:
         does not act, an option is refused like one of another family.
     moved: option of other families this family used to read -> the option it reads now.
     gradient: False for a family that is counted from the training stream, not trained.
+    fixed: constructor arguments the family fixes that are not config keys (yet), and their values.
     """
     model: str
     options: Mapping[str, Any]
@@ -220,19 +320,34 @@ class Family:
     active_when: Mapping[str, tuple[str, tuple]] = field(default_factory=dict)
     moved: Mapping[str, str] = field(default_factory=dict)
     gradient: bool = True
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
 
-# Options every encoder-decoder family uses (the LightningModule holds their defaults).
-SEQ2SEQ_COMMON = ("d_model", "enc_layers", "dec_layers", "dropout", "label_smoothing")
+# Options every encoder-decoder family uses, and their defaults (the LightningModule's).
+SEQ2SEQ_COMMON = {"d_model": 256, "enc_layers": 3, "dec_layers": 3, "dropout": 0.1, "label_smoothing": 0.1}
 
-_ATTENDING = tuple(a for a in ATTENTION if a != "none")
+_ATTENDING = having(ATTENTION, attends=True)
+
+
+def reading(rows: Mapping[str, Choice], option: str) -> tuple[str, ...]:
+    """The choices of ``rows`` whose implementation reads config key ``option`` (row.options)."""
+    return tuple(name for name, row in rows.items() if option in row.options)
+
+
+# The Transformer's knobs of one positional encoding: each acts with the encodings that read it.
+POSITIONAL_OPTIONS = {"rel_buckets": 32, "rel_max_distance": 128, "shaw_clip": 16}
+_POSITIONAL_ACTIVE = {k: ("positional", reading(POSITIONAL, k)) for k in POSITIONAL_OPTIONS}
 
 SEQ2SEQ_MODELS = {
     "transformer": Family(
         model="lit_attention.models.transformer:TransformerSeq2Seq",
         options={"positional": "sinusoidal", "scoring": "scaled_dot", "heads": 4, "ffn": 1024,
-                 "norm": "pre", "tie_embeddings": True},
-        check=lambda o: check_positional_scoring(o["positional"], o["scoring"])),
+                 "norm": "pre", "tie_embeddings": True, "share_embeddings": True, **POSITIONAL_OPTIONS},
+        check=lambda o: check_positional_scoring(o["positional"], o["scoring"]),
+        active_when=_POSITIONAL_ACTIVE,
+        # the position tables' size: model.max_len would clash with data.max_len (a token filter)
+        # in the hparams Lightning merges, so it waits for a name of its own
+        fixed={"max_len": 512}),
     "rnn": Family(
         model="lit_attention.models.rnn:RNNSeq2Seq",
         options={"cell": "lstm", "attention": "bahdanau", "emb_size": None, "bidirectional": True,
@@ -242,7 +357,7 @@ SEQ2SEQ_MODELS = {
                                   o["input_feeding"], o["bidirectional"], o["enc_output"]),
         active_when={"context": ("attention", ("none",)), "scoring": ("attention", _ATTENDING),
                      "enc_output": ("attention", _ATTENDING),
-                     "input_feeding": ("attention", _ATTENDING), "rank": ("scoring", ("low_rank",))}),
+                     "input_feeding": ("attention", _ATTENDING), "rank": ("scoring", reading(SCORING, "rank"))}),
 }
 FAMILIES = tuple(SEQ2SEQ_MODELS)
 
@@ -265,8 +380,9 @@ LM_MODELS = {
         model="lit_attention.models.lm.transformer_lm:TransformerLM",
         options={"positional": "sinusoidal", "scoring": "scaled_dot", "norm": "pre", "d_model": 128,
                  "heads": 4, "layers": 4, "ffn": 512, "dropout": 0.1, "tie_embeddings": True,
-                 "max_len": 512},
-        check=lambda o: check_positional_scoring(o["positional"], o["scoring"])),
+                 "max_len": 512, **POSITIONAL_OPTIONS},
+        check=lambda o: check_positional_scoring(o["positional"], o["scoring"]),
+        active_when=_POSITIONAL_ACTIVE),
 }
 LM_FAMILIES = tuple(LM_MODELS)
 
@@ -319,13 +435,32 @@ def variant_fields(family: str, options: Mapping[str, Any]) -> tuple[str, ...]:
     fields that act (given the resolved ``options``) keeps two runs of the same model in one row.
     """
     spec = SEQ2SEQ_MODELS[check("family", family, SEQ2SEQ_MODELS)]
-    return ("family", *SEQ2SEQ_COMMON, *(k for k in spec.options if _acts(spec, k, options)))
+    return ("family", *SEQ2SEQ_COMMON, *_recorded(spec, options))
 
 
-def lm_variant_fields(family: str) -> tuple[str, ...]:
-    """The config fields that describe a language model of this family."""
+def lm_variant_fields(family: str, options: Mapping[str, Any]) -> tuple[str, ...]:
+    """The config fields that describe a language model of this family (those that act)."""
     spec = LM_MODELS[check("language-model family", family, LM_MODELS)]
-    return ("family", *(k for k in spec.options if k not in UNRECORDED_OPTIONS))
+    return ("family", *_recorded(spec, options))
+
+
+def _recorded(spec: Family, options: Mapping[str, Any]):
+    return (k for k in spec.options if k not in UNRECORDED_OPTIONS and _acts(spec, k, options))
+
+
+def defaults(families: Mapping[str, Family], family: str, given: Mapping[str, Any],
+             shared: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments of the model of ``family`` (a name of ``families``) but its vocabulary sizes:
+    each as ``given`` where set (not None), else the registry's default, the family's or that of
+    ``shared`` (SEQ2SEQ_COMMON, or none), whether the option acts or not: the registry's defaults
+    are the only ones (model constructors have none). Training-only options are left out."""
+    spec = families[family]
+    values = {k: v for k, v in {**shared, **spec.options, **spec.fixed}.items() if k not in TRAINING_OPTIONS}
+    values.update({k: v for k, v in given.items() if v is not None})
+    for key, source in DERIVED.items():
+        if key in values and values[key] is None:
+            values[key] = values[source]
+    return values
 
 
 def as_dict() -> dict:
@@ -338,13 +473,13 @@ def as_dict() -> dict:
         "attention": list(ATTENTION),
         "context": list(CONTEXT),
         "scoring": list(SCORING),
-        "parameter_free_scoring": list(PARAMETER_FREE_SCORING),
+        "parameter_free_scoring": list(having(SCORING, parameter_free=True)),
         "enc_output": list(ENC_OUTPUT),
         "transformer_scoring": list(TRANSFORMER_SCORING),
         "positional": list(POSITIONAL),
         "incompatible_positional_scoring": ["+".join(pair) for pair in INCOMPATIBLE_POSITIONAL_SCORING],
-        "fused_scoring": list(FUSED_SCORING),
-        "fused_positional": list(FUSED_POSITIONAL),
+        "fused_scoring": list(having(TRANSFORMER_SCORING, fused=True)),
+        "fused_positional": list(having(POSITIONAL, fused=True)),
         "norm": list(NORM),
         "tasks": list(TASKS),
         "tokenizers": list(TOKENIZERS),
@@ -355,43 +490,29 @@ def as_dict() -> dict:
     }
 
 
-# -- Choices outside the model: tracking, and what implements a task or a tokenizer ---------------
-# Implementations are named "module:attribute" and imported on use (`implementation`), so that
-# the registry stays pure data and the code behind a choice never spells the choice's name.
-
-TRACKING = {
-    "none": None,   # the run store only (always written)
-    "wandb": "lit_attention.tracking.wandb:make_wandb_logger",   # and a W&B run (offline without a key)
-}
+# -- Tracking: where a run is logged besides its run store ---------------------------------------
+TRACKING = table(
+    Choice("none", "the run store only (always written)"),
+    Choice("wandb", "and a W&B run (offline without a key)", "lit_attention.tracking.wandb:make_wandb_logger"),
+)
 NO_TRACKING = "none"   # the default
-
-TASK_GENERATORS = {
-    "copy": "lit_attention.data.synthetic:copy_pairs",
-    "reverse": "lit_attention.data.synthetic:reverse_pairs",
-    "sort": "lit_attention.data.synthetic:sort_pairs",
-    "toy-mt": "lit_attention.data.synthetic:toy_mt_pairs",
-}
-SYNTHETIC_TASKS = tuple(TASK_GENERATORS)
-# The task that reads text files (data.data_dir / data.path) instead of generating pairs.
-FILES_TASK = "files"
-
-TOKENIZER_CLASSES = {
-    "word": "lit_attention.data.tokenizers:WordTokenizer",
-    "char": "lit_attention.data.tokenizers:CharTokenizer",
-    "sentencepiece": "lit_attention.data.tokenizers:SentencePieceTokenizer",
-}
 
 # The ATTENTION choice without attention: the configuration the report compares against by default.
 NO_ATTENTION = "none"
 
 
-def implementation(table: dict, name: str):
-    """The object ``table[name]`` names as "module:attribute" (None for an entry of None)."""
+def implementation(rows: Mapping[str, Choice], name: str):
+    """What ``rows[name]`` implements it with ("module:attribute", the attribute possibly dotted),
+    imported now; None for a row without one."""
     import importlib
-    if table[name] is None:
+    path = rows[name].impl
+    if path is None:
         return None
-    module, _, attribute = table[name].partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    module, _, attribute = path.partition(":")
+    found = importlib.import_module(module)
+    for part in attribute.split("."):
+        found = getattr(found, part)
+    return found
 
 
 # -- Config keys whose value is a choice --------------------------------------------------------
@@ -400,21 +521,30 @@ def implementation(table: dict, name: str):
 # choices` all validate against this table; tests/test_registry.py checks the CLI's types match it.
 CONFIG_CHOICES = {
     "seq2seq": {
-        "model.family": FAMILIES, "model.cell": CELLS, "model.attention": ATTENTION,
-        "model.scoring": tuple(SCORING), "model.context": CONTEXT,
+        "model.family": FAMILIES, "model.cell": tuple(CELLS), "model.attention": tuple(ATTENTION),
+        "model.scoring": tuple(SCORING), "model.context": tuple(CONTEXT),
         "model.enc_output": tuple(ENC_OUTPUT), "model.positional": tuple(POSITIONAL),
-        "model.norm": NORM,
-        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+        "model.norm": tuple(NORM),
+        "data.task": tuple(TASKS), "data.tokenizer": tuple(TOKENIZERS), "data.spm_model": SPM_MODELS,
     },
     "lm": {
-        "model.family": LM_FAMILIES, "model.cell": CELLS, "model.positional": tuple(POSITIONAL),
-        "model.scoring": TRANSFORMER_SCORING, "model.norm": NORM, "model.smoothing": NGRAM_SMOOTHING,
-        "data.task": tuple(TASKS), "data.tokenizer": TOKENIZERS, "data.spm_model": SPM_MODELS,
+        "model.family": LM_FAMILIES, "model.cell": tuple(CELLS), "model.positional": tuple(POSITIONAL),
+        "model.scoring": tuple(TRANSFORMER_SCORING), "model.norm": tuple(NORM),
+        "model.smoothing": tuple(NGRAM_SMOOTHING),
+        "data.task": tuple(TASKS), "data.tokenizer": tuple(TOKENIZERS), "data.spm_model": SPM_MODELS,
     },
 }
 KINDS = tuple(CONFIG_CHOICES)
+# The choice a key takes when a config leaves it out: the defaults in the signatures of the
+# LightningModules and data modules (read here, so no module spells a choice name).
+CONFIG_DEFAULTS = {
+    "seq2seq": {"model.family": "transformer", "data.task": "toy-mt", "data.tokenizer": "word",
+                "data.spm_model": "unigram"},
+    "lm": {"model.family": "transformer", "data.task": FILES_TASK, "data.tokenizer": "char",
+           "data.spm_model": "unigram"},
+}
 # Keys a family narrows: (kind, family) -> key -> its valid values.
-FAMILY_CHOICES = {("seq2seq", "transformer"): {"model.scoring": TRANSFORMER_SCORING}}
+FAMILY_CHOICES = {("seq2seq", "transformer"): {"model.scoring": tuple(TRANSFORMER_SCORING)}}
 
 
 def config_choices(key: str, kind: str, families=None) -> tuple | None:

@@ -1,9 +1,11 @@
 """The one registry: every choice is buildable, unknown ones fail with the valid list."""
 
+import inspect
 import itertools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
@@ -256,13 +258,13 @@ def test_every_family_builds_from_its_defaults_and_records_what_acts():
         model = module.describe()["model"]
         assert tuple(model) == registry.variant_fields(family, module.hparams)
         assert None not in model.values(), model
-        others = set(registry.family_options(registry.SEQ2SEQ_MODELS)) - set(model)
+        others = set(registry.family_options(registry.SEQ2SEQ_MODELS)) - set(model) - set(registry.UNRECORDED_OPTIONS)
         assert all(module.hparams[k] is None for k in others), family
     for family in registry.LM_FAMILIES:
         module = LanguageModelModule(family=family, n_vocab=20)
         module.configure_model()
         model = module.describe()["model"]
-        assert tuple(model) == registry.lm_variant_fields(family)
+        assert tuple(model) == registry.lm_variant_fields(family, module.hparams)
         assert None not in model.values(), model
 
 
@@ -298,6 +300,9 @@ def test_the_config_doc_lists_every_family_option_with_its_default():
             assert row in text, f"docs/CONFIG.md lacks (or has another) row: {row}"
     for old, new in registry.RENAMED.items():
         assert f"| `{old}` | `{new}` |" in text
+    shared = " ".join(text[text.index("Every encoder-decoder (`TranslationModule`) also uses"):].split()[:30])
+    for option, default in registry.SEQ2SEQ_COMMON.items():
+        assert f"`{option}` ({default})" in shared, f"docs/CONFIG.md lacks `{option}` ({default})"
 
 
 def config_doc_row(kind, family, spec) -> str:
@@ -377,20 +382,129 @@ def test_the_cli_types_are_the_registry_config_choices():
         assert typed == registry.CONFIG_CHOICES[kind], kind
 
 
-def test_the_implementation_tables_name_every_choice_and_resolve():
-    assert set(registry.TASK_GENERATORS) | {registry.FILES_TASK} == set(registry.TASKS)
-    assert set(registry.TOKENIZER_CLASSES) == set(registry.TOKENIZERS)
+def _choice_tables() -> dict[str, dict]:
+    return {name: value for name, value in vars(registry).items()
+            if isinstance(value, dict) and value and all(isinstance(v, registry.Choice) for v in value.values())}
+
+
+def test_every_choice_row_names_an_implementation_that_exists():
+    """Each row's "module:attribute" imports (a typo fails here, not when a run picks the choice)."""
+    tables = _choice_tables()
+    assert {"CELLS", "ATTENTION", "CONTEXT", "SCORING", "ENC_OUTPUT", "TRANSFORMER_SCORING", "POSITIONAL",
+            "NORM", "NGRAM_SMOOTHING", "TASKS", "TOKENIZERS", "TRACKING"} <= set(tables)
+    for table_name, rows in tables.items():
+        for name, row in rows.items():
+            assert row.name == name
+            assert row.impl is None or registry.implementation(rows, name) is not None, (table_name, name)
+    assert {n for n, row in registry.TASKS.items() if row.impl is None} == {registry.FILES_TASK}
     assert registry.NO_ATTENTION in registry.ATTENTION and registry.NO_TRACKING in registry.TRACKING
-    for table in (registry.TASK_GENERATORS, registry.TOKENIZER_CLASSES, registry.TRACKING):
-        for name in table:
-            assert table[name] is None or callable(registry.implementation(table, name)), name
     assert registry.implementation(registry.TRACKING, registry.NO_TRACKING) is None
+
+
+def test_every_row_of_a_table_has_the_same_properties():
+    with pytest.raises(TypeError, match="different properties"):
+        registry.table(registry.Choice("a", "one", fused=True), registry.Choice("b", "two"))
+    for rows in _choice_tables().values():
+        assert len({tuple(sorted(row.properties)) for row in rows.values()}) == 1
 
 
 def test_a_family_narrows_its_choices():
     assert registry.config_choices("model.scoring", "seq2seq") == tuple(registry.SCORING)
-    assert registry.config_choices("model.scoring", "seq2seq", ["transformer"]) == registry.TRANSFORMER_SCORING
+    assert registry.config_choices("model.scoring", "seq2seq", ["transformer"]) == tuple(registry.TRANSFORMER_SCORING)
     assert registry.config_choices("model.scoring", "seq2seq", ["rnn", "transformer"]) == tuple(registry.SCORING)
     assert registry.config_choices("model.lr", "seq2seq") is None
     with pytest.raises(ValueError, match="unknown data.task 'cpy'; valid choices: copy, reverse"):
         registry.check_config("lm", "data", task="cpy")
+
+
+# -- a choice is one row: the registry's defaults are the only ones, a new choice is a row and a class
+
+def test_model_constructors_have_no_defaults_of_their_own():
+    """Unset options take the registry's defaults (registry.defaults), never a constructor's."""
+    from lit_attention.models import model_class
+    for families in (registry.SEQ2SEQ_MODELS, registry.LM_MODELS):
+        for family in families:
+            params = inspect.signature(model_class(families, family).__init__).parameters
+            assert [n for n, p in params.items() if p.default is not p.empty] == [], family
+
+
+def test_a_model_built_with_options_left_out_has_the_registry_defaults():
+    """The rnn family ties its embeddings by default (the registry says so; its constructor once
+    said otherwise), and an encoder-decoder's depth is SEQ2SEQ_COMMON's."""
+    net = build_seq2seq("rnn", 11, 11, d_model=16)
+    assert net.generator.weight is net.tgt_embed.weight
+    assert net.encoder.rnn.num_layers == registry.SEQ2SEQ_COMMON["enc_layers"]
+    assert net.decoder.num_layers == registry.SEQ2SEQ_COMMON["dec_layers"]
+    transformer = build_seq2seq("transformer", 11, 11, d_model=16, positional="t5_bias", heads=2, ffn=16)
+    assert transformer.encoder.bias.buckets == registry.POSITIONAL_OPTIONS["rel_buckets"]
+
+
+from lit_attention.models.scoring import Scorer   # noqa: E402  (the toy scorer below subclasses it)
+
+
+class Cosine(Scorer):
+    """A toy scoring function for the test below: a learned scale times cos(s, h)."""
+
+    def __init__(self, query_size: int, key_size: int, attn_size: int):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(5.0))
+
+    def score(self, query, prepared):
+        return self.scale * F.normalize(query, dim=-1) @ F.normalize(prepared, dim=-1).transpose(1, 2)
+
+
+@pytest.fixture
+def cosine_scoring(monkeypatch):
+    """A scoring function added the way the registry asks: one row (and the class above)."""
+    monkeypatch.setitem(registry.SCORING, "cosine", registry.Choice(
+        "cosine", "scale * cos(s, h)", f"{Cosine.__module__}:Cosine", parameter_free=True, options=()))
+    return "cosine"
+
+
+def test_a_new_scoring_function_is_one_row_and_one_class(cosine_scoring):
+    """Nothing else is edited: the factory builds it, the registry checks how it combines (keys of
+    the decoder's size, as its row says), the LightningModule resolves and records it, it trains."""
+    torch.manual_seed(0)
+    options = dict(d_model=32, emb_size=32, enc_layers=1, dec_layers=1, dropout=0.0,
+                   attention="luong", scoring=cosine_scoring)
+    with pytest.raises(ValueError, match="has no parameters"):
+        build_seq2seq("rnn", 12, 12, **options, enc_output="concat")
+    net = build_seq2seq("rnn", 12, 12, **options, enc_output="sum")
+    assert type(net.scorer) is Cosine
+    first, last = train_on_batch(net, *_reverse_pairs(), steps=60, lr=1e-2)
+    assert last < first / 2, (first, last)
+    module = TranslationModule(family="rnn", scoring=cosine_scoring, attention="luong", enc_output="sum",
+                               d_model=16, src_vocab_size=12, tgt_vocab_size=12)
+    module.configure_model()
+    assert type(module.net.scorer) is Cosine and module.describe()["model"]["scoring"] == "cosine"
+
+
+class DistanceBias(torch.nn.Module):
+    """A toy positional encoding for the test below: a learned per-head slope times -|i - j|."""
+
+    def __init__(self, heads: int, causal: bool):
+        super().__init__()
+        self.slopes = torch.nn.Parameter(torch.ones(heads))
+
+    def forward(self, q_pos, k_pos):
+        return -self.slopes[:, None, None] * (k_pos[None, :] - q_pos[:, None]).abs().float()
+
+
+@pytest.fixture
+def distance_positional(monkeypatch):
+    """A positional encoding added the way the registry asks: one row (and the class above)."""
+    monkeypatch.setitem(registry.POSITIONAL, "distance", registry.Choice(
+        "distance", "learned slope per head times -|i - j|", f"{DistanceBias.__module__}:DistanceBias",
+        acts_on="bias", relative=True, fused=True, options=()))
+    return "distance"
+
+
+def test_a_new_positional_encoding_is_one_row_and_one_class(distance_positional):
+    torch.manual_seed(0)
+    net = build_seq2seq("transformer", 12, 12, d_model=32, heads=2, ffn=64, enc_layers=1, dec_layers=1,
+                        dropout=0.0, positional=distance_positional)
+    assert type(net.encoder.bias) is DistanceBias and type(net.decoder.bias) is DistanceBias
+    assert net.src_embed.position is None                  # a bias acts in self-attention only
+    first, last = train_on_batch(net, *_reverse_pairs(), steps=30, lr=5e-3)
+    assert last < first / 2, (first, last)
+    assert net.encoder.bias.slopes.grad is not None

@@ -42,93 +42,76 @@ def test_no_private_lightning_attribute_is_used():
 
 
 # -- Choice names are spelled in lit_attention/registry.py only ----------------------------------
-# What counts: a registry choice name (a value of a key in registry.CONFIG_CHOICES, or a tracking
-# choice) as a string constant compared with something (`family == "rnn"`, `x in ("a", "b")`, a
-# `case "lstm":`), or as most of the strings of a tuple/list/set or of a dict's keys (a list or a
-# dispatch table of its own). Other strings that happen to be such a word ("none" in a message,
-# "sentencepiece" in a list of package names) are not choices and pass.
-#
-# A comparison with a choice name (a branch on it) is never allowed outside the registry: a model
-# chooses its behaviour at construction from a table. Allowed, (file, name) -> why, are only such
-# tables: the implementing module's table from registry name to implementation, whose keys a test
-# checks equal to the registry's (so a name added to the registry without an implementation fails).
-TABLE = "implementation table keyed by registry names, keys tested equal to the registry's"
+# A registry choice name (the name of a row of a registry table, or a value of a key of
+# registry.CONFIG_CHOICES) written as a string constant anywhere in lit_attention/ outside the
+# registry is a second copy of a registry fact: a branch on the name, a table keyed by it, a
+# default, a call that picks it. Code asks the registry's rows instead (a row's impl and
+# properties). Not counted: docstrings and the literal text of f-strings (messages, docs).
+# Allowed, (file, name) -> why, are only strings that are not the choice but the same word:
 CHOICE_LITERAL_ALLOWED = {
-    **{("lit_attention/models/scoring.py", name): TABLE    # tests/models/test_scoring.py
-       for name in ("dot", "scaled_dot", "general", "low_rank", "additive", "concat")},
-    **{("lit_attention/models/positional.py", name): TABLE   # tests/models/test_positional.py
-       for name in ("none", "sinusoidal", "learned", "rotary", "alibi", "t5_bias", "shaw")},
-    **{("lit_attention/models/rnn.py", name): TABLE          # tests/models/test_rnn.py
-       for name in ("elman-tanh", "elman-relu", "gru", "lstm", "none", "bahdanau", "luong", "init",
-                    "every-step", "concat", "sum", "project")},
-    **{("lit_attention/models/attention.py", name): TABLE    # tests/models/test_attention.py
-       for name in ("scaled_dot", "dot", "general", "additive")},
-    **{("lit_attention/models/transformer.py", name): TABLE for name in ("pre", "post")},
-    **{("lit_attention/models/lm/ngram.py", name): TABLE for name in ("add", "interp")},
+    ("lit_attention/analysis/effects_output.py", "none"): "matplotlib's linestyle",
+    ("lit_attention/analysis/plots.py", "none"): "matplotlib's linestyle",
+    ("lit_attention/analysis/wandb_export.py", "wandb"): "the wandb package's command line",
+    ("lit_attention/tracking/wandb.py", "wandb"): "the wandb package and its run folder",
+    ("lit_attention/tracking/run_store.py", "wandb"): "a package whose version a run records",
+    ("lit_attention/tracking/run_store.py", "sentencepiece"): "a package whose version a run records",
+    **{("lit_attention/data/tokenizers.py", name): "the format tag of a saved vocabulary file (old "
+       "files keep theirs whatever the registry calls the tokenizer)" for name in ("word", "char", "sentencepiece")},
+    ("lit_attention/data/tokenizers.py", "unigram"): "SentencePiece's own name of its model type",
+    **{(f"lit_attention/{path}", "sum"): "torch's reduction"
+       for path in ("diagnostics/gradflow.py", "lightning/budget.py", "lightning/totals.py", "metrics.py")},
+    ("lit_attention/sweep/placement.py", "none"): "a sweep's word for no GPUs",
+    ("lit_attention/sweep/schema.py", "none"): "a sweep's word for no pruner",
 }
 
 
 def _choice_names() -> set[str]:
     from lit_attention import registry
-    return ({v for keys in registry.CONFIG_CHOICES.values() for values in keys.values() for v in values}
-            | set(registry.TRACKING))
+    tables = [t for t in vars(registry).values()
+              if isinstance(t, dict) and t and all(isinstance(r, registry.Choice) for r in t.values())]
+    return ({name for t in tables for name in t}
+            | {v for keys in registry.CONFIG_CHOICES.values() for values in keys.values() for v in values})
 
 
-def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str, bool]]:
-    """(line, choice name, code, whether it is compared) for each place ``source`` spells a choice
-    name as a choice."""
+def choice_literals(source: str, names: set[str]) -> list[tuple[int, str, str]]:
+    """(line, choice name, the line's code) for each string constant of ``source`` that is a
+    choice name, docstrings and the literal text of f-strings left out."""
     import ast
 
-    def strings(nodes):
-        return [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
-
-    def mostly_names(nodes, least: int) -> list[str]:
-        values = strings(nodes)
-        found = [v for v in values if v in names]
-        return found if len(found) >= least and 2 * len(found) > len(values) else []
-
-    hits = []
-    for node in ast.walk(ast.parse(source)):
-        found = []
-        compared = isinstance(node, (ast.Compare, ast.MatchValue))
-        if isinstance(node, ast.Compare):
-            for operand in (node.left, *node.comparators):
-                if isinstance(operand, (ast.Tuple, ast.List, ast.Set)):
-                    found += mostly_names(operand.elts, 1)
-                else:
-                    found += [v for v in strings([operand]) if v in names]
-        elif isinstance(node, ast.MatchValue):
-            found = [v for v in strings([node.value]) if v in names]
-        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
-            found = mostly_names(node.elts, 2)
-        elif isinstance(node, ast.Dict):
-            found = mostly_names([k for k in node.keys if k is not None], 2)
-        hits += [(node.lineno, name, ast.get_source_segment(source, node) or "", compared)
-                 for name in found]
-    return sorted(set(hits))
+    tree = ast.parse(source)
+    prose = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)):
+            prose.add(id(body[0].value))
+        if isinstance(node, ast.JoinedStr):
+            prose |= {id(v) for v in node.values if isinstance(v, ast.Constant)}
+    lines = source.splitlines()
+    return sorted({(n.lineno, n.value, lines[n.lineno - 1].strip()) for n in ast.walk(tree)
+                   if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in names
+                   and id(n) not in prose})
 
 
-def _choice_literals_in_package() -> dict[tuple[str, str], list[tuple[str, bool]]]:
-    """(file, name) -> [("file:line: code", compared), ...] over lit_attention/ outside the registry."""
+def _choice_literals_in_package() -> dict[tuple[str, str], list[str]]:
+    """(file, name) -> ["file:line: code", ...] over lit_attention/ outside the registry."""
     names = _choice_names()
-    found: dict[tuple[str, str], list[tuple[str, bool]]] = {}
+    found: dict[tuple[str, str], list[str]] = {}
     for path, text in sorted(_tracked_python_sources().items()):
         if not path.startswith("lit_attention/") or path == "lit_attention/registry.py":
             continue
-        for line, name, code, compared in choice_literals(text, names):
-            found.setdefault((path, name), []).append(
-                (f"{path}:{line}: {name!r} in {code.splitlines()[0][:70]}", compared))
+        for line, name, code in choice_literals(text, names):
+            found.setdefault((path, name), []).append(f"{path}:{line}: {name!r} in {code[:80]}")
     return found
 
 
 def test_choice_names_are_spelled_only_in_the_registry():
-    """A list, table or branch of choice names outside lit_attention/registry.py is a second copy
-    of the registry that the next added choice will not be in: read the registry instead."""
+    """A choice name outside lit_attention/registry.py is a copy of the registry that the next
+    renamed or added choice will not be in: read the registry's rows instead."""
     stray = [where for key, places in _choice_literals_in_package().items()
-             for where, compared in places if compared or key not in CHOICE_LITERAL_ALLOWED]
-    assert not stray, ("registry choice names spelled outside lit_attention/registry.py (read the "
-                       "registry's tables instead; branch on a table's entry, never on a name):\n"
-                       + "\n".join(stray))
+             if key not in CHOICE_LITERAL_ALLOWED for where in places]
+    assert not stray, ("registry choice names spelled outside lit_attention/registry.py (ask the "
+                       "registry's rows: impl, properties, CONFIG_DEFAULTS):\n" + "\n".join(stray))
 
 
 def test_choice_allow_list_has_no_stale_entry():
@@ -136,21 +119,21 @@ def test_choice_allow_list_has_no_stale_entry():
     assert not stale, f"no longer spelled there: drop from CHOICE_LITERAL_ALLOWED: {stale}"
 
 
-def test_the_choice_literal_check_finds_comparisons_tables_and_tuples_only():
+def test_the_choice_literal_check_finds_every_spelling_but_prose():
     names = {"rnn", "transformer", "none", "wandb", "lstm", "gru"}
     source = "\n".join([
-        'if family == "rnn": pass',                        # 1: a branch
-        'ok = tracking in ("none", "wandb")',              # 2: a tuple in a comparison
-        'table = {"lstm": 1, "gru": 2}',                   # 3: a dispatch table
-        'kinds = ["rnn", "transformer"]',                  # 4: a list of its own
-        'match cell:\n    case "gru": pass',               # 5-6: a case
-        'print("none of these")',                          # 7: a message
-        'style = "none"',                                  # 8: a word, not compared
-        'packages = ("torch", "wandb", "optuna")',         # 9: a package name among others
-        'empty = text in ("", "none")',                    # 10: an ordinary word among others
+        '"""A module about rnn."""',                      # 1: a docstring
+        'if family == "rnn": pass',                        # 2: a branch
+        'ok = tracking in ("none", "wandb")',              # 3: a tuple in a comparison
+        'table = {"lstm": 1, "gru": 2}',                   # 4: a dispatch table
+        'def f(family="transformer"):',                    # 5: a default
+        '    """About gru."""',                            # 6: a docstring
+        '    return build("gru", f"the {family} and rnn")',  # 7: a call; an f-string's text is prose
+        'print("none of these")',                          # 8: a message
     ])
-    hits = {line: compared for line, _, _, compared in choice_literals(source, names)}
-    assert hits == {1: True, 2: True, 3: False, 4: False, 6: True}
+    hits = {(line, name) for line, name, _ in choice_literals(source, names)}
+    assert hits == {(2, "rnn"), (3, "none"), (3, "wandb"), (4, "lstm"), (4, "gru"), (5, "transformer"),
+                    (7, "gru")}
 
 
 def _layout_entries() -> dict[str, str]:

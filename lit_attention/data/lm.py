@@ -40,11 +40,12 @@ from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
 from lit_attention.data.tokenizers import build_tokenizers
 from lit_attention.data.vocab import EOS, PAD
-from lit_attention.registry import CONFIG_CHOICES, FILES_TASK, check_config
+from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
 
 Task = Literal[CONFIG_CHOICES["lm"]["data.task"]]
 Tokenizer = Literal[CONFIG_CHOICES["lm"]["data.tokenizer"]]
 SpmModel = Literal[CONFIG_CHOICES["lm"]["data.spm_model"]]
+DEFAULT = CONFIG_DEFAULTS["lm"]
 
 
 def encode_stream(tokenizer, lines: list[str]) -> torch.Tensor:
@@ -125,13 +126,13 @@ class LMDataModule(LightningDataModule):
 
     def __init__(
         self,
-        task: Task = FILES_TASK,
+        task: Task = DEFAULT["data.task"],
         path: str | None = None,
         val_path: str | None = None,
         test_path: str | None = None,
-        tokenizer: Tokenizer = "char",
+        tokenizer: Tokenizer = DEFAULT["data.tokenizer"],
         vocab_size: int = 8000,
-        spm_model: SpmModel = "unigram",
+        spm_model: SpmModel = DEFAULT["data.spm_model"],
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         bptt: int = 64,

@@ -13,7 +13,7 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from lit_attention.registry import SYNTHETIC_TASKS, TASK_GENERATORS, check, implementation
+from lit_attention.registry import SYNTHETIC_TASKS, TASKS, check, implementation
 
 # Target word -> source word.
 LEXICON = {
@@ -144,7 +144,7 @@ def generate(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 40,
     check("synthetic task", task, SYNTHETIC_TASKS)
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    pairs = implementation(TASK_GENERATORS, task)
+    pairs = implementation(TASKS, task)
     return pairs(n, random.Random(seed), min_len, max_len, n_symbols)
 
 

@@ -24,7 +24,7 @@ import sentencepiece as spm
 from lit_attention.data.text import DataError
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from lit_attention.files import atomic_write
-from lit_attention.registry import SPM_MODELS, TOKENIZER_CLASSES, TOKENIZERS, check, implementation
+from lit_attention.registry import SPM_MODELS, TOKENIZERS, check, implementation
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
 
 
 def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
-    cls = implementation(TOKENIZER_CLASSES, kind)
+    cls = implementation(TOKENIZERS, kind)
     settings = cls.settings(vocab_size, model_type)
     key = cache_key(kind, settings, *texts)
     path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{cls.file_suffix}")

@@ -24,11 +24,12 @@ from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, To
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
-from lit_attention.registry import CONFIG_CHOICES, FILES_TASK, check_config
+from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
 
 Task = Literal[CONFIG_CHOICES["seq2seq"]["data.task"]]
 Tokenizer = Literal[CONFIG_CHOICES["seq2seq"]["data.tokenizer"]]
 SpmModel = Literal[CONFIG_CHOICES["seq2seq"]["data.spm_model"]]
+DEFAULT = CONFIG_DEFAULTS["seq2seq"]
 ROLES = ("train", "val", "test")
 STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
                "predict": ("test",), None: ROLES}
@@ -43,12 +44,12 @@ class TranslationDataModule(L.LightningDataModule):
     task). ``max_len`` drops training pairs with more tokens than that on either side.
     """
 
-    def __init__(self, task: Task = "toy-mt", data_dir: str | None = None, src_lang: str = "src",
+    def __init__(self, task: Task = DEFAULT["data.task"], data_dir: str | None = None, src_lang: str = "src",
                  tgt_lang: str = "tgt", train_split: str = "train", val_split: str = "val",
                  test_split: str = "test", n_train: int = 10000, n_val: int = 500,
                  n_test: int = 500, min_len: int = 3, max_len_words: int = 40,
-                 n_symbols: int = 20, data_seed: int = 1234, tokenizer: Tokenizer = "word",
-                 spm_model: SpmModel = "unigram", vocab_size: int = 8000, joint_vocab: bool = True,
+                 n_symbols: int = 20, data_seed: int = 1234, tokenizer: Tokenizer = DEFAULT["data.tokenizer"],
+                 spm_model: SpmModel = DEFAULT["data.spm_model"], vocab_size: int = 8000, joint_vocab: bool = True,
                  cache_dir: str = ".cache/lit_attention", max_tokens: int = 4096,
                  max_len: int = 128, num_workers: int = 0, limit_train: int | None = None):
         super().__init__()

@@ -34,12 +34,13 @@ from lit_attention.models.base import count_parameters, match_width
 from lit_attention.models.lm import build_lm, detach_state
 
 LM = registry.LM_MODELS
+DEFAULT = registry.CONFIG_DEFAULTS["lm"]
 Family = Literal[registry.LM_FAMILIES]
-Cell = Literal[registry.CELLS]
+Cell = Literal[tuple(registry.CELLS)]
 Positional = Literal[tuple(registry.POSITIONAL)]
-Scoring = Literal[registry.TRANSFORMER_SCORING]
-Norm = Literal[registry.NORM]
-Smoothing = Literal[registry.NGRAM_SMOOTHING]
+Scoring = Literal[tuple(registry.TRANSFORMER_SCORING)]
+Norm = Literal[tuple(registry.NORM)]
+Smoothing = Literal[tuple(registry.NGRAM_SMOOTHING)]
 
 
 class LanguageModelModule(SequenceModule):
@@ -54,7 +55,7 @@ class LanguageModelModule(SequenceModule):
 
     def __init__(
         self,
-        family: Family = "transformer",
+        family: Family = DEFAULT["model.family"],
         cell: Optional[Cell] = None,
         positional: Optional[Positional] = None,
         scoring: Optional[Scoring] = None,
@@ -72,6 +73,9 @@ class LanguageModelModule(SequenceModule):
         dropout: Optional[float] = None,
         tie_embeddings: Optional[bool] = None,
         max_len: Optional[int] = None,
+        rel_buckets: Optional[int] = None,
+        rel_max_distance: Optional[int] = None,
+        shaw_clip: Optional[int] = None,
         match_params: Optional[int] = None,
         lr: float = 1e-3,
         warmup: int = 100,
@@ -142,7 +146,7 @@ class LanguageModelModule(SequenceModule):
         h = self.hparams
         dm = self._datamodule()
         task = dm.hparams.task if dm is not None and hasattr(dm, "hparams") else None
-        return {"task": task, "model": {k: h[k] for k in registry.lm_variant_fields(h.family)},
+        return {"task": task, "model": {k: h[k] for k in registry.lm_variant_fields(h.family, h)},
                 "params": count_parameters(self.net) if self.net is not None else None}
 
     def forward(self, tokens: torch.Tensor, state=None):

@@ -24,15 +24,17 @@ from lit_attention.models import build_seq2seq, count_parameters, match_width
 from lit_attention.models.loss import decoder_loss
 
 SEQ2SEQ = registry.SEQ2SEQ_MODELS
+COMMON = registry.SEQ2SEQ_COMMON
+DEFAULT = registry.CONFIG_DEFAULTS["seq2seq"]
 
 Family = Literal[registry.FAMILIES]
-Cell = Literal[registry.CELLS]
-Attention = Literal[registry.ATTENTION]
-Context = Literal[registry.CONTEXT]
+Cell = Literal[tuple(registry.CELLS)]
+Attention = Literal[tuple(registry.ATTENTION)]
+Context = Literal[tuple(registry.CONTEXT)]
 EncOutput = Literal[tuple(registry.ENC_OUTPUT)]
 Scoring = Literal[tuple(registry.SCORING)]
 Positional = Literal[tuple(registry.POSITIONAL)]
-Norm = Literal[registry.NORM]
+Norm = Literal[tuple(registry.NORM)]
 # Hyperparameters of decoding, not of the trained model: `validate`/`test` take them from the
 # command line and config of that invocation, never from the checkpoint (lit_attention/cli.py).
 DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
@@ -50,28 +52,32 @@ class TranslationModule(SequenceModule):
 
     def __init__(
         self,
-        family: Family = "transformer",
+        family: Family = DEFAULT["model.family"],
         cell: Optional[Cell] = None,
         attention: Optional[Attention] = None,
         scoring: Optional[Scoring] = None,
         positional: Optional[Positional] = None,
         context: Optional[Context] = None,
-        d_model: int = 256,
+        d_model: int = COMMON["d_model"],
         emb_size: Optional[int] = None,
         heads: Optional[int] = None,
-        enc_layers: int = 3,
-        dec_layers: int = 3,
+        enc_layers: int = COMMON["enc_layers"],
+        dec_layers: int = COMMON["dec_layers"],
         ffn: Optional[int] = None,
-        dropout: float = 0.1,
+        dropout: float = COMMON["dropout"],
         norm: Optional[Norm] = None,
         tie_embeddings: Optional[bool] = None,
         bidirectional: Optional[bool] = None,
         input_feeding: Optional[bool] = None,
         enc_output: Optional[EncOutput] = None,
         rank: Optional[int] = None,
+        share_embeddings: Optional[bool] = None,
+        rel_buckets: Optional[int] = None,
+        rel_max_distance: Optional[int] = None,
+        shaw_clip: Optional[int] = None,
         teacher_forcing: Optional[float] = None,
         match_params: Optional[int] = None,
-        label_smoothing: float = 0.1,
+        label_smoothing: float = COMMON["label_smoothing"],
         lr: float = 5e-4,
         warmup: int = 400,
         betas: tuple[float, float] = (0.9, 0.98),
@@ -102,7 +108,7 @@ class TranslationModule(SequenceModule):
 
     @classmethod
     def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
-        options = SEQ2SEQ[init_args.get("family", "transformer")].options
+        options = SEQ2SEQ[init_args.get("family", DEFAULT["model.family"])].options
         if "attention" in options and (init_args.get("attention") or options["attention"]) == registry.NO_ATTENTION:
             # 0, so a sweep's base may switch heatmaps off for every arm of an attention ablation
             return {"diagnostics.heatmaps": Inert("a model with attention none has no attention weights "

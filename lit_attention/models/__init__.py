@@ -26,8 +26,11 @@ def constructor_options(cls: type) -> list[str]:
 
 
 def build(families: Mapping[str, registry.Family], family: str, what: str,
-          vocab_sizes: dict[str, int], options: Mapping[str, Any]) -> nn.Module:
-    """Instantiate the family's model; an option left None takes the constructor's default.
+          vocab_sizes: dict[str, int], options: Mapping[str, Any],
+          shared: Mapping[str, Any]) -> nn.Module:
+    """Instantiate the family's model; an option left unset (None) takes the registry's default,
+    the family's or that of ``shared`` (the options every family of ``families`` has): model
+    constructors have no defaults of their own.
 
     An option of another family, or of none (the nearest name or its new name suggested),
     raises ConfigError.
@@ -41,13 +44,15 @@ def build(families: Mapping[str, registry.Family], family: str, what: str,
         if owners:
             raise ConfigError(f"option {key} is not one of {what} {family!r}, only of {', '.join(owners)}")
         raise unknown_option(key, own)
-    return cls(**vocab_sizes, **{k: v for k, v in options.items() if v is not None})
+    return cls(**vocab_sizes, **registry.defaults(families, family, options, shared))
 
 
 def build_seq2seq(family: str, src_vocab_size: int, tgt_vocab_size: int, **options: Any) -> Seq2SeqModel:
-    """The encoder-decoder called ``family`` with ``options`` (its constructor's arguments)."""
+    """The encoder-decoder called ``family`` with ``options`` (its constructor's arguments; those
+    left out take the registry's defaults)."""
     return build(registry.SEQ2SEQ_MODELS, family, "family",
-                 dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size), options)
+                 dict(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size), options,
+                 registry.SEQ2SEQ_COMMON)
 
 
 __all__ = ["Seq2SeqModel", "build", "build_seq2seq", "closest_width", "constructor_options",

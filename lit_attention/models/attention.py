@@ -7,10 +7,11 @@ Scores of query q_i and key k_j, per head (d = d_head):
 - ``general``:    q^T W k                    (fused kernel on the transformed query q^T W, scale=1)
 - ``additive``:   v^T tanh(W1 q + W2 k)      (explicit path, [B, H, T, S, d] intermediate)
 
-Position hooks: ``rotary`` rotates queries and keys (after the ``general`` map, so q^T W k still
-depends only on i - j; with additive scoring it would not, and the registry refuses that pair);
-additive biases (ALiBi, T5) come in as ``bias``; ``shaw`` relative key
-vectors make the score of (i, j) the score against k_j + a_(j-i) and force the explicit path.
+Each scoring is a row of ``registry.TRANSFORMER_SCORING`` whose implementation is a ``HeadScoring``
+below. Position hooks: ``rotate`` (rotary) rotates queries and keys (after the ``general`` map, so
+q^T W k still depends only on i - j; with additive scoring it would not, and the registry refuses
+that pair); additive biases (ALiBi, T5) come in as ``bias``; ``relative_keys`` (shaw) make the
+score of (i, j) the score against k_j + a_(j-i) and force the explicit path.
 
 ``torch.nn.functional.scaled_dot_product_attention`` computes the product whenever it can; the
 explicit path (softmax of the score matrix) serves additive scoring, Shaw, need_weights=True and
@@ -28,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lit_attention import registry
 from lit_attention.models.dropout import dropout as drop
-from lit_attention.models.positional import ShawRelative, rotary
+from lit_attention.registry import TRANSFORMER_SCORING, check, implementation
 
 
 class AttentionMask(NamedTuple):
@@ -75,21 +75,26 @@ def combine_mask(blocked: torch.Tensor | None, bias: torch.Tensor | None,
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention: queries from x, keys/values from ``keys_values`` (cacheable)."""
+    """Multi-head attention: queries from x, keys/values from ``keys_values`` (cacheable).
 
-    def __init__(self, d_model: int, heads: int, dropout: float = 0.0, scoring: str = "scaled_dot",
-                 rotary: bool = False, shaw_clip: int = 0):
+    scoring: a registry.TRANSFORMER_SCORING name. rotate: the rotation of queries and keys
+    (positional.rotation), or None. relative_keys: d_head -> the relative key vectors
+    (positional.relative_keys), or None. Cross-attention has neither.
+    """
+
+    def __init__(self, d_model: int, heads: int, dropout: float, scoring: str,
+                 rotate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+                 relative_keys: Callable[[int], nn.Module] | None):
         super().__init__()
-        registry.check("transformer scoring", scoring, registry.TRANSFORMER_SCORING)
-        if rotary:
-            registry.check_positional_scoring("rotary", scoring)
+        check("transformer scoring", scoring, TRANSFORMER_SCORING)
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_head = heads, d_model // heads
-        if rotary and self.d_head % 2:
+        if rotate is not None and self.d_head % 2:
             raise ValueError(f"rotary needs an even head size, got {self.d_head}")
-        self.scoring, self.rotary, self.dropout = scoring, rotary, dropout
-        self.head_scoring = HEAD_SCORINGS[scoring]
+        self.rotate, self.dropout = rotate, dropout
+        self.fusable = TRANSFORMER_SCORING[scoring].fused
+        self.head_scoring = implementation(TRANSFORMER_SCORING, scoring)
         self.query = nn.Linear(d_model, d_model)
         self.key = nn.Linear(d_model, d_model)
         self.value = nn.Linear(d_model, d_model)
@@ -97,7 +102,7 @@ class MultiHeadAttention(nn.Module):
         d = self.d_head
         for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
             setattr(self, name, nn.Parameter(torch.empty(heads, *(d,) * axes)))
-        self.shaw = ShawRelative(shaw_clip, d) if shaw_clip else None
+        self.shaw = relative_keys(d) if relative_keys is not None else None
         self.reset_scoring_parameters()
 
     def reset_scoring_parameters(self) -> None:
@@ -108,7 +113,7 @@ class MultiHeadAttention(nn.Module):
 
     @property
     def fused(self) -> bool:
-        return self.scoring in registry.FUSED_SCORING and self.shaw is None
+        return self.fusable and self.shaw is None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
@@ -119,8 +124,8 @@ class MultiHeadAttention(nn.Module):
         weight = torch.cat([self.key.weight, self.value.weight])
         bias = torch.cat([self.key.bias, self.value.bias])
         k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(2, dim=-1))
-        if self.rotary:
-            k = rotary(k, positions)
+        if self.rotate is not None:
+            k = self.rotate(k, positions)
         return k, v
 
     def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
@@ -130,8 +135,8 @@ class MultiHeadAttention(nn.Module):
 
     def prepare_queries(self, q: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         q = self.head_scoring.queries(self, q)
-        if self.rotary:
-            q = rotary(q, positions)
+        if self.rotate is not None:
+            q = self.rotate(q, positions)
         return q
 
     def queries_keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
@@ -141,8 +146,8 @@ class MultiHeadAttention(nn.Module):
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
         q, k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(3, dim=-1))
-        if self.rotary:
-            k = rotary(k, positions)
+        if self.rotate is not None:
+            k = self.rotate(k, positions)
         return self.prepare_queries(q, positions), k, v
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -209,7 +214,7 @@ def _additive_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
 
 
 class HeadScoring(NamedTuple):
-    """One scoring function of the heads (an entry of HEAD_SCORINGS)."""
+    """One scoring function of the heads (the implementation of a registry.TRANSFORMER_SCORING row)."""
     parameters: tuple[tuple[str, int], ...]     # (name, d axes: 2 a [H, d, d] map, 1 a [H, d] vector)
     queries: Callable[[MultiHeadAttention, torch.Tensor], torch.Tensor]   # q -> what meets the keys
     fused_scale: float | None                   # the fused kernel's scale (None: its 1/sqrt(d))
@@ -220,10 +225,12 @@ def _as_is(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
     return q
 
 
-# registry.TRANSFORMER_SCORING name -> its scoring (see the module docstring).
-HEAD_SCORINGS = {
-    "scaled_dot": HeadScoring((), _as_is, None, _scaled_dot_scores),
-    "dot": HeadScoring((), _as_is, 1.0, _dot_scores),
-    "general": HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores),  # (q^T W) . k
-    "additive": HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores),
-}
+def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
+    return q @ attn.w                                                     # (q^T W) . k
+
+
+# The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
+SCALED_DOT_HEADS = HeadScoring((), _as_is, None, _scaled_dot_scores)
+DOT_HEADS = HeadScoring((), _as_is, 1.0, _dot_scores)
+GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
+ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores)

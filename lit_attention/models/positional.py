@@ -15,17 +15,21 @@ Where each encoding acts:
 
 Cross-attention never gets relative positions: source and target positions are not comparable.
 Relative encodings (rotary, alibi, t5_bias, shaw) live inside the self-attention of each stack; the
-absolute ones live in ``Embeddings`` (transformer.py).
+absolute ones live in ``Embeddings`` (transformer.py). Each encoding is a row of
+``registry.POSITIONAL`` naming its implementation here and where it acts (``acts_on``); the
+functions at the end build the implementation of a row for the place that asks.
 """
 
 from __future__ import annotations
 
 import math
+from functools import partial
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 
-from lit_attention.registry import POSITIONAL, check
+from lit_attention.registry import POSITIONAL, Choice, check, implementation
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -84,9 +88,10 @@ def alibi_slopes(heads: int) -> torch.Tensor:
 
 
 class AlibiBias(nn.Module):
-    """[H, T, S] bias -slope_h * |j - i|; symmetric, so the same module serves encoder and decoder."""
+    """[H, T, S] bias -slope_h * |j - i|; symmetric, so the same module serves encoder and decoder
+    (``causal`` changes nothing)."""
 
-    def __init__(self, heads: int):
+    def __init__(self, heads: int, causal: bool):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
 
@@ -95,8 +100,8 @@ class AlibiBias(nn.Module):
         return -self.slopes[:, None, None] * distance
 
 
-def t5_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int = 32,
-              max_distance: int = 128) -> torch.Tensor:
+def t5_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int,
+              max_distance: int) -> torch.Tensor:
     """Bucket of relative position j - i: exact for small distances, log-spaced up to max_distance.
 
     Bidirectional: half the buckets for keys after the query, half for keys before it. Causal: all
@@ -116,12 +121,14 @@ def t5_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int = 32,
 
 
 class T5Bias(nn.Module):
-    """Learned per-head scalar bias for each relative-position bucket, shared by all layers of a stack."""
+    """Learned per-head scalar bias for each relative-position bucket, shared by all layers of a
+    stack: ``rel_buckets`` buckets (bidirectional unless ``causal``), log-spaced up to
+    ``rel_max_distance``."""
 
-    def __init__(self, heads: int, bidirectional: bool, buckets: int = 32, max_distance: int = 128):
+    def __init__(self, heads: int, causal: bool, rel_buckets: int, rel_max_distance: int):
         super().__init__()
-        self.bidirectional, self.buckets, self.max_distance = bidirectional, buckets, max_distance
-        self.embedding = nn.Embedding(buckets, heads)
+        self.bidirectional, self.buckets, self.max_distance = not causal, rel_buckets, rel_max_distance
+        self.embedding = nn.Embedding(rel_buckets, heads)
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         bucket = t5_bucket(k_pos[None, :] - q_pos[:, None], self.bidirectional, self.buckets,
@@ -130,44 +137,50 @@ class T5Bias(nn.Module):
 
 
 class ShawRelative(nn.Module):
-    """Relative key vectors a_(j-i), one per clipped distance in [-clip, clip] (Shaw et al., 2018)."""
+    """Relative key vectors a_(j-i), one per clipped distance in [-shaw_clip, shaw_clip] (Shaw et
+    al., 2018)."""
 
-    def __init__(self, clip: int, d_head: int):
+    def __init__(self, d_head: int, shaw_clip: int):
         super().__init__()
-        self.clip = clip
-        self.embedding = nn.Embedding(2 * clip + 1, d_head)
+        self.clip = shaw_clip
+        self.embedding = nn.Embedding(2 * shaw_clip + 1, d_head)
 
     def forward(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         relative = (k_pos[None, :] - q_pos[:, None]).clamp(-self.clip, self.clip)
         return self.embedding(relative + self.clip)                        # [T, S, d_head]
 
 
-# Where each encoding of registry.POSITIONAL acts (see the module docstring): "embeddings"
-# (absolute vectors added to token embeddings), "rotation" (of self-attention queries and keys),
-# "bias" (added to self-attention scores), "keys" (relative key vectors), or nowhere (None).
-ACTS_ON = {"none": None, "sinusoidal": "embeddings", "learned": "embeddings", "rotary": "rotation",
-           "alibi": "bias", "t5_bias": "bias", "shaw": "keys"}
+# -- The implementation of a registry.POSITIONAL row, for the place it acts on (else None) ---------
+# ``options`` holds the config options of the positional encodings (registry.POSITIONAL_OPTIONS);
+# each implementation gets those its row names.
 
-# Encodings acting on the embeddings -> their module, from (max_len, d_model).
-ABSOLUTE_POSITIONS = {"sinusoidal": SinusoidalPositions, "learned": LearnedPositions}
+def _acting(kind: str, where: str) -> Choice | None:
+    row = POSITIONAL[check("positional encoding", kind, POSITIONAL)]
+    return row if row.acts_on == where else None
 
-# Encodings acting as a score bias -> its module, from (heads, causal, buckets, max_distance).
-SCORE_BIASES = {
-    "alibi": lambda heads, causal, buckets, max_distance: AlibiBias(heads),
-    "t5_bias": lambda heads, causal, buckets, max_distance: T5Bias(
-        heads, bidirectional=not causal, buckets=buckets, max_distance=max_distance),
-}
+
+def _options(row: Choice, options: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: options[k] for k in row.options}
 
 
 def absolute_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
-    """The absolute position vectors of ``kind`` (a module: positions [T] -> [T, d_model]), or
-    None if it acts elsewhere."""
-    acts_on = ACTS_ON[check("positional encoding", kind, POSITIONAL)]
-    return ABSOLUTE_POSITIONS[kind](max_len, d_model) if acts_on == "embeddings" else None
+    """The absolute position vectors of ``kind`` (a module: positions [T] -> [T, d_model])."""
+    row = _acting(kind, "embeddings")
+    return implementation(POSITIONAL, kind)(max_len, d_model) if row else None
 
 
-def score_bias(kind: str, heads: int, causal: bool, buckets: int = 32,
-               max_distance: int = 128) -> nn.Module | None:
-    """The self-attention score bias of ``kind`` (a module: positions -> [H, T, S]), or None."""
-    acts_on = ACTS_ON[check("positional encoding", kind, POSITIONAL)]
-    return SCORE_BIASES[kind](heads, causal, buckets, max_distance) if acts_on == "bias" else None
+def rotation(kind: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    """The rotation of self-attention queries and keys of ``kind``: (x [..., T, d], positions [T])."""
+    return implementation(POSITIONAL, kind) if _acting(kind, "rotation") else None
+
+
+def score_bias(kind: str, heads: int, causal: bool, options: Mapping[str, Any]) -> nn.Module | None:
+    """The self-attention score bias of ``kind`` (a module: positions -> [H, T, S])."""
+    row = _acting(kind, "bias")
+    return implementation(POSITIONAL, kind)(heads, causal, **_options(row, options)) if row else None
+
+
+def relative_keys(kind: str, options: Mapping[str, Any]) -> Callable[[int], nn.Module] | None:
+    """d_head -> the relative key vectors of ``kind`` (a module: positions -> [T, S, d_head])."""
+    row = _acting(kind, "keys")
+    return partial(implementation(POSITIONAL, kind), **_options(row, options)) if row else None

@@ -32,26 +32,17 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from lit_attention.data.vocab import PAD
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.scoring import attend, build_scorer
-from lit_attention.registry import CELLS, check, check_rnn
-
-
-# registry.CELLS name -> the torch.nn recurrent module and the arguments that make it that cell.
-CELL_MODULES = {
-    "elman-tanh": (nn.RNN, {"nonlinearity": "tanh"}),
-    "elman-relu": (nn.RNN, {"nonlinearity": "relu"}),
-    "gru": (nn.GRU, {}),
-    "lstm": (nn.LSTM, {}),
-}
+from lit_attention.registry import ATTENTION, CELLS, CONTEXT, ENC_OUTPUT, check, check_rnn, implementation
 
 
 def carries_cell_state(cell: str) -> bool:
     """Whether the cell's state is a pair (h, c) (the LSTM), not h alone."""
-    return CELL_MODULES[check("cell", cell, CELLS)][0] is nn.LSTM
+    return implementation(CELLS, check("cell", cell, CELLS)) is nn.LSTM
 
 
 class Wiring(NamedTuple):
-    """Where attention enters the decoder (one entry of WIRINGS)."""
-    attends: bool       # a scorer attends over the encoder output
+    """Where attention enters the decoder (the implementation of a registry.ATTENTION row, whose
+    ``attends`` says whether a scorer attends over the encoder output)."""
     previous_query: bool    # query s_{t-1}, context joins the RNN input (else query s_t, readout)
     input_size: Callable[[int], int]                # K -> what the context adds to the RNN input
     readout: Callable[[int, int, int, int], nn.Module]  # (H, K, E, O) -> the readout layer
@@ -62,20 +53,14 @@ def _readout_of_state(H: int, K: int, E: int, O: int) -> nn.Module:
     return nn.Linear(H, O, bias=False) if O != H else nn.Identity()
 
 
-# registry.ATTENTION name -> its wiring (see the module docstring).
-WIRINGS = {
-    "none": Wiring(False, False, lambda K: 0, _readout_of_state),
-    "bahdanau": Wiring(True, True, lambda K: K, lambda H, K, E, O: nn.Linear(H + K + E, O)),
-    "luong": Wiring(True, False, lambda K: 0, lambda H, K, E, O: nn.Linear(K + H, O, bias=False)),
-}
-
-# registry.CONTEXT name -> whether the decoder without attention also reads the source context
-# (the top layer's bridged final state) at every step, besides starting from it.
-CONTEXT_AT_EVERY_STEP = {"init": False, "every-step": True}
+# The wirings of registry.ATTENTION (see the module docstring).
+NO_ATTENTION = Wiring(False, lambda K: 0, _readout_of_state)
+BAHDANAU = Wiring(True, lambda K: K, lambda H, K, E, O: nn.Linear(H + K + E, O))
+LUONG = Wiring(False, lambda K: 0, lambda H, K, E, O: nn.Linear(K + H, O, bias=False))
 
 
 class EncOutput(NamedTuple):
-    """What attention attends over (one entry of ENC_OUTPUTS)."""
+    """What attention attends over (the implementation of a registry.ENC_OUTPUT row)."""
     size: Callable[[int, int], int]     # (encoder output size, H) -> K
     projects: bool                      # the model owns enc_proj, a bias-free Linear to H
     attended: Callable[..., torch.Tensor]   # (model, states [B, S, dirs*H]) -> [B, S, K]
@@ -86,19 +71,19 @@ def _sum_directions(model: RNNSeq2Seq, states: torch.Tensor) -> torch.Tensor:
     return states[..., :H] + states[..., H:] if model.encoder.directions == 2 else states
 
 
-# registry.ENC_OUTPUT name -> what attention attends over.
-ENC_OUTPUTS = {
-    "concat": EncOutput(lambda enc, H: enc, False, lambda model, states: states),
-    "sum": EncOutput(lambda enc, H: H, False, _sum_directions),
-    "project": EncOutput(lambda enc, H: H, True, lambda model, states: model.enc_proj(states)),
-}
+# The encoder outputs of registry.ENC_OUTPUT.
+CONCAT_DIRECTIONS = EncOutput(lambda enc, H: enc, False, lambda model, states: states)
+SUM_DIRECTIONS = EncOutput(lambda enc, H: H, False, _sum_directions)
+PROJECT_DIRECTIONS = EncOutput(lambda enc, H: H, True, lambda model, states: model.enc_proj(states))
 
 
 def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout: float,
              bidirectional: bool = False) -> nn.RNNBase:
-    module, fixed = CELL_MODULES[check("cell", cell, CELLS)]
+    """The torch.nn recurrent module of registry.CELLS row ``cell``, with the row's arguments."""
+    module = implementation(CELLS, check("cell", cell, CELLS))
     return module(input_size, hidden_size, num_layers=layers, batch_first=True,
-                  bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0, **fixed)
+                  bidirectional=bidirectional, dropout=dropout if layers > 1 else 0.0,
+                  **CELLS[cell].arguments)
 
 
 class Encoder(nn.Module):
@@ -170,16 +155,18 @@ class RNNSeq2Seq(Seq2SeqModel):
     no attention and E != H), so the generator can use the target embedding matrix.
     """
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str = "lstm",
-                 emb_size: int = 256, d_model: int = 256, enc_layers: int = 1,
-                 dec_layers: int = 1, dropout: float = 0.1, bidirectional: bool = True,
-                 attention: str = "bahdanau", scoring: str = "additive", context: str = "init",
-                 input_feeding: bool = False, rank: int = 32, tie_embeddings: bool = False,
-                 enc_output: str = "concat"):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, cell: str, emb_size: int,
+                 d_model: int, enc_layers: int, dec_layers: int, dropout: float, bidirectional: bool,
+                 attention: str, scoring: str, context: str, input_feeding: bool, rank: int,
+                 tie_embeddings: bool, enc_output: str):
         super().__init__()
         check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
-        self.wiring, self.enc_output = WIRINGS[attention], ENC_OUTPUTS[enc_output]
-        self.context_at_every_step = CONTEXT_AT_EVERY_STEP[context]
+        self.attends = ATTENTION[attention].attends
+        self.wiring = implementation(ATTENTION, attention)
+        self.enc_output = implementation(ENC_OUTPUT, enc_output)
+        # without attention: whether the decoder also reads the source context (the top layer's
+        # bridged final state) at every step, besides starting from it
+        self.context_at_every_step = CONTEXT[context].every_step
         self.cell_state, self.input_feeding = carries_cell_state(cell), input_feeding
         H = d_model
 
@@ -199,10 +186,11 @@ class RNNSeq2Seq(Seq2SeqModel):
         self.dropout = nn.Dropout(dropout)
         self.decoder = make_rnn(cell, emb_size + extra, H, dec_layers, dropout)
 
-        if self.wiring.attends:
+        if self.attends:
             if self.enc_output.projects:
                 self.enc_proj = nn.Linear(self.encoder.output_size, H, bias=False)
-            self.scorer = build_scorer(scoring, query_size=H, key_size=K, rank=rank)
+            self.scorer = build_scorer(scoring, query_size=H, key_size=K, attn_size=H,
+                                       options={"rank": rank})
         self.readout = self.wiring.readout(H, K, emb_size, self.out_size)
         self.generator = nn.Linear(self.out_size, tgt_vocab_size)
         if tie_embeddings:
@@ -216,7 +204,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         memory = {"states": states, "src_pad": src_pad}
         for name, bridge, final in zip(("init_h", "init_c"), self.bridges, finals):
             memory[name] = bridge(final)                    # [B, L_dec, H]
-        if self.wiring.attends:
+        if self.attends:
             memory["values"] = self.attended(states)
             memory["keys"] = self.scorer.precompute(memory["values"])
         elif self.context_at_every_step:
@@ -275,7 +263,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     def _readout(self, memory, out):
         """Readout of the wirings that need only s_t (none, luong) from out [B, T, H]:
         readout [B, T, O] and attention weights [B, T, S] or None."""
-        if not self.wiring.attends:
+        if not self.attends:
             return self.readout(out), None
         context, weights = self._attend(memory, out)                       # query s_t
         return torch.tanh(self.readout(torch.cat([context, out], -1))), weights

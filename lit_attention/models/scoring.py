@@ -8,7 +8,9 @@ the key-side work once per source sentence and reuse it at every step:
     scores = scorer.score(query, prepared)  # every decoder step
     scores = scorer(query, keys)            # both at once
 
-``attend`` turns scores into weights (masked softmax) and a context vector.
+``attend`` turns scores into weights (masked softmax) and a context vector. Each scorer is the
+implementation of one row of ``registry.SCORING``, built by ``build_scorer`` from (query size, key
+size, attention size) and the config options its row names (``low_rank``'s ``rank``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import math
 import torch
 from torch import nn
 
-from lit_attention.registry import SCORING, check
+from lit_attention.registry import SCORING, check, implementation
 
 
 class Scorer(nn.Module):
-    """Base class: identity precompute; subclasses implement ``score``."""
+    """Base class: identity precompute; subclasses implement ``score``. A subclass is built as
+    ``Scorer(query_size, key_size, attn_size, **options)``, options as its registry row names."""
 
     def precompute(self, keys: torch.Tensor) -> torch.Tensor:
         return keys
@@ -35,25 +38,33 @@ class Scorer(nn.Module):
 
 
 class Dot(Scorer):
-    """s^T h, or s^T h / sqrt(d) when ``scaled``. No parameters: query and key sizes must match
-    (a bidirectional encoder's 2H states are made H by the model's ``enc_output`` choice, which
-    every scorer sees alike, never by a projection of the dot scorer's own)."""
+    """s^T h (s^T h / sqrt(d) when ``scaled``, ScaledDot). No parameters: query and key sizes must
+    match (a bidirectional encoder's 2H states are made H by the model's ``enc_output`` choice,
+    which every scorer sees alike, never by a projection of the dot scorer's own)."""
 
-    def __init__(self, query_size: int, key_size: int, scaled: bool = False):
+    scaled = False
+
+    def __init__(self, query_size: int, key_size: int, attn_size: int):
         super().__init__()
         if key_size != query_size:
             raise ValueError(f"dot scoring compares queries of size {query_size} with keys of size "
                              f"{key_size}: it has no parameters to map one to the other")
-        self.scale = 1.0 / math.sqrt(query_size) if scaled else 1.0
+        self.scale = 1.0 / math.sqrt(query_size) if self.scaled else 1.0
 
     def score(self, query, prepared):
         return (query @ prepared.transpose(1, 2)) * self.scale
 
 
+class ScaledDot(Dot):
+    """s^T h / sqrt(d)."""
+
+    scaled = True
+
+
 class General(Scorer):
     """s^T W h (Luong's "general"): a bilinear form, so query and key sizes may differ."""
 
-    def __init__(self, query_size: int, key_size: int):
+    def __init__(self, query_size: int, key_size: int, attn_size: int):
         super().__init__()
         self.W = nn.Linear(key_size, query_size, bias=False)
 
@@ -67,7 +78,7 @@ class General(Scorer):
 class LowRank(Scorer):
     """(U s)^T (V h): a bilinear form whose matrix U^T V has rank at most ``rank``."""
 
-    def __init__(self, query_size: int, key_size: int, rank: int):
+    def __init__(self, query_size: int, key_size: int, attn_size: int, rank: int):
         super().__init__()
         self.U = nn.Linear(query_size, rank, bias=False)
         self.V = nn.Linear(key_size, rank, bias=False)
@@ -114,22 +125,13 @@ class Concat(Scorer):
         return self.v(torch.tanh(self.W(pairs))).squeeze(-1)
 
 
-# registry.SCORING name -> its scorer, built from (query size, key size, rank, attention size).
-SCORERS = {
-    "dot": lambda q, k, rank, attn: Dot(q, k),
-    "scaled_dot": lambda q, k, rank, attn: Dot(q, k, scaled=True),
-    "general": lambda q, k, rank, attn: General(q, k),
-    "low_rank": lambda q, k, rank, attn: LowRank(q, k, rank),
-    "additive": lambda q, k, rank, attn: Additive(q, k, attn),
-    "concat": lambda q, k, rank, attn: Concat(q, k, attn),
-}
-
-
-def build_scorer(name: str, query_size: int, key_size: int, rank: int = 32,
-                 attn_size: int | None = None) -> Scorer:
-    """The scorer called ``name`` in ``registry.SCORING``; additive/concat use ``attn_size``
-    hidden units (default: the query size)."""
-    return SCORERS[check("scoring", name, SCORING)](query_size, key_size, rank, attn_size or query_size)
+def build_scorer(name: str, query_size: int, key_size: int, attn_size: int,
+                 options: dict[str, object]) -> Scorer:
+    """The scorer of row ``name`` of ``registry.SCORING``, given the config options its row names
+    (``options`` may hold more); additive/concat have ``attn_size`` hidden units."""
+    row = SCORING[check("scoring", name, SCORING)]
+    return implementation(SCORING, name)(query_size, key_size, attn_size,
+                                         **{k: options[k] for k in row.options})
 
 
 def masked_softmax(scores: torch.Tensor, src_pad: torch.Tensor) -> torch.Tensor:

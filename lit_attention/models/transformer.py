@@ -24,23 +24,25 @@ from typing import Any
 import torch
 from torch import nn
 
-from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models.attention import AttentionMask, MultiHeadAttention, combine_mask, reads_are_free
 from lit_attention.models.base import DecoderOutput, Seq2SeqModel
 from lit_attention.models.dropout import Dropout
-from lit_attention.models.positional import ACTS_ON, absolute_positions, score_bias
+from lit_attention.models.positional import absolute_positions, relative_keys, rotation, score_bias
+from lit_attention.registry import NORM, check, check_positional_scoring
 
-# registry.NORM name -> whether LayerNorm comes before each residual branch (pre-norm: the stack
-# then ends in one more LayerNorm) or after each residual sum (post-norm).
-NORM_BEFORE_BRANCH = {"pre": True, "post": False}
+
+def pre_norm(norm: str) -> bool:
+    """Whether registry.NORM ``norm`` puts LayerNorm before each residual branch (the stack then
+    ends in one more LayerNorm), not after each residual sum."""
+    return NORM[check("norm", norm, NORM)].pre_norm
 
 
 class Embeddings(nn.Module):
     """tokens [B, T] -> dropout(embedding * sqrt(d_model) + absolute position) [B, T, d_model]."""
 
-    def __init__(self, vocab_size: int, d_model: int, positional: str = "sinusoidal",
-                 max_len: int = 512, dropout: float = 0.1, token: nn.Embedding | None = None):
+    def __init__(self, vocab_size: int, d_model: int, positional: str, max_len: int, dropout: float,
+                 token: nn.Embedding | None = None):
         super().__init__()
         self.token = token if token is not None else nn.Embedding(vocab_size, d_model)
         self.max_len = max_len
@@ -58,18 +60,19 @@ class Embeddings(nn.Module):
 
 
 class Block(nn.Module):
-    """Self-attention [+ cross-attention] + feed-forward, each a residual branch (pre- or post-norm)."""
+    """Self-attention [+ cross-attention] + feed-forward, each a residual branch (pre- or post-norm).
 
-    def __init__(self, d_model: int, heads: int, ffn: int, dropout: float, norm: str = "pre",
-                 scoring: str = "scaled_dot", positional: str = "none", cross: bool = False,
-                 shaw_clip: int = 16):
+    positional acts here only where it rotates or adds relative keys to the self-attention;
+    ``options`` holds the positional encodings' config options (registry.POSITIONAL_OPTIONS)."""
+
+    def __init__(self, d_model: int, heads: int, ffn: int, dropout: float, norm: str, scoring: str,
+                 positional: str, cross: bool, options: dict):
         super().__init__()
-        self.pre_norm = NORM_BEFORE_BRANCH[registry.check("norm", norm, registry.NORM)]
-        self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring,
-                                            rotary=ACTS_ON[positional] == "rotation",
-                                            shaw_clip=shaw_clip if ACTS_ON[positional] == "keys" else 0)
+        self.pre_norm = pre_norm(norm)
+        self.self_attn = MultiHeadAttention(d_model, heads, dropout, scoring, rotation(positional),
+                                            relative_keys(positional, options))
         self.self_norm = nn.LayerNorm(d_model)
-        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring) if cross else None
+        self.cross_attn = MultiHeadAttention(d_model, heads, dropout, scoring, None, None) if cross else None
         self.cross_norm = nn.LayerNorm(d_model) if cross else None
         self.ffn = nn.Sequential(nn.Linear(d_model, ffn), nn.ReLU(), Dropout(dropout),
                                  nn.Linear(ffn, d_model))
@@ -108,18 +111,17 @@ class Block(nn.Module):
 class Stack(nn.Module):
     """N blocks sharing one self-attention position bias; causal for decoders, cross for seq2seq."""
 
-    def __init__(self, layers: int, d_model: int, heads: int, ffn: int, dropout: float,
-                 norm: str = "pre", scoring: str = "scaled_dot", positional: str = "none",
-                 causal: bool = False, cross: bool = False, rel_buckets: int = 32,
-                 rel_max_distance: int = 128, shaw_clip: int = 16):
+    def __init__(self, layers: int, d_model: int, heads: int, ffn: int, dropout: float, norm: str,
+                 scoring: str, positional: str, causal: bool, cross: bool, options: dict):
+        """options: the positional encodings' config options (registry.POSITIONAL_OPTIONS)."""
         super().__init__()
-        registry.check_positional_scoring(positional, scoring)
+        check_positional_scoring(positional, scoring)
         self.causal, self.cross, self.heads, self.d_head = causal, cross, heads, d_model // heads
         self.layers = nn.ModuleList(
-            Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, shaw_clip)
+            Block(d_model, heads, ffn, dropout, norm, scoring, positional, cross, options)
             for _ in range(layers))
-        self.bias = score_bias(positional, heads, causal, rel_buckets, rel_max_distance)
-        self.norm = nn.LayerNorm(d_model) if NORM_BEFORE_BRANCH[norm] else nn.Identity()
+        self.bias = score_bias(positional, heads, causal, options)
+        self.norm = nn.LayerNorm(d_model) if pre_norm(norm) else nn.Identity()
 
     def init_cache(self, batch: int, memory: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """Empty cache: per layer self-attention k/v [B, H, 0, d], ``pad`` [B, 0] (its length is the
@@ -199,15 +201,14 @@ class TransformerSeq2Seq(Seq2SeqModel):
 
     source_embedding = "src_embed"
 
-    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int = 256, heads: int = 4,
-                 enc_layers: int = 3, dec_layers: int = 3, ffn: int = 1024, dropout: float = 0.1,
-                 norm: str = "pre", tie_embeddings: bool = True, share_embeddings: bool = True,
-                 positional: str = "sinusoidal", scoring: str = "scaled_dot", max_len: int = 512,
-                 rel_buckets: int = 32, rel_max_distance: int = 128, shaw_clip: int = 16):
+    def __init__(self, src_vocab_size: int, tgt_vocab_size: int, d_model: int, heads: int,
+                 enc_layers: int, dec_layers: int, ffn: int, dropout: float, norm: str,
+                 tie_embeddings: bool, share_embeddings: bool, positional: str, scoring: str,
+                 max_len: int, rel_buckets: int, rel_max_distance: int, shaw_clip: int):
         super().__init__()
+        options = dict(rel_buckets=rel_buckets, rel_max_distance=rel_max_distance, shaw_clip=shaw_clip)
         common = dict(d_model=d_model, heads=heads, ffn=ffn, dropout=dropout, norm=norm,
-                      scoring=scoring, positional=positional, rel_buckets=rel_buckets,
-                      rel_max_distance=rel_max_distance, shaw_clip=shaw_clip)
+                      scoring=scoring, positional=positional, options=options)
         self.encoder = Stack(enc_layers, causal=False, cross=False, **common)
         self.decoder = Stack(dec_layers, causal=True, cross=True, **common)
         self.tgt_embed = Embeddings(tgt_vocab_size, d_model, positional, max_len, dropout)

@@ -62,14 +62,14 @@ def test_decoding_never_asks_for_more_positions_than_the_model_has(beam):
     import torch
 
     from lit_attention.decoding import beam_search
-    from lit_attention.models.transformer import TransformerSeq2Seq
+    from lit_attention.models import build_seq2seq
     torch.manual_seed(0)
-    net = TransformerSeq2Seq(12, 12, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=16, dropout=0.0,
+    net = build_seq2seq("transformer", 12, 12, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=16, dropout=0.0,
                              max_len=16).eval()
     assert net.max_positions == 16
     src = torch.randint(4, 12, (2, 15))   # a budget of floor(1.5 * 15 + 10) = 32 tokens uncapped
     out = greedy_decode(net, src) if beam == 1 else beam_search(net, src, beam_size=beam)
     assert out.shape[0] == 2 and out.shape[1] <= 16
     assert max_output_lengths(src, 1.5, 10, most=16).tolist() == [16, 16]
-    assert TransformerSeq2Seq(12, 12, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=16,
+    assert build_seq2seq("transformer", 12, 12, d_model=16, heads=2, enc_layers=1, dec_layers=1, ffn=16,
                               positional="rotary").max_positions is None   # nothing to cap at

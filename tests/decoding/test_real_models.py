@@ -1,6 +1,4 @@
-"""Decoding and diagnostics on the package's own models (skipped until they exist)."""
-
-import importlib
+"""Decoding and diagnostics on the package's own models."""
 
 import pytest
 import torch
@@ -8,15 +6,11 @@ import torch
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.decoding import beam_search, gnmt_length_penalty, greedy_decode
 from lit_attention.diagnostics import attention_entropy
+from lit_attention.models import build_seq2seq
 
 V = 24
 
 
-def model_class(module, name):
-    try:
-        return getattr(importlib.import_module(f"lit_attention.models.{module}"), name)
-    except (ImportError, AttributeError):
-        pytest.skip(f"lit_attention.models.{module}.{name} is not available yet")
 
 
 CONFIGS = {
@@ -30,15 +24,16 @@ CONFIGS = {
     "transformer-rotary-post": ("transformer", "TransformerSeq2Seq",
                                 dict(positional="rotary", norm="post")),
 }
-SIZES = {"rnn": dict(emb_size=16, d_model=16, dropout=0.1),
+SIZES = {"rnn": dict(emb_size=16, d_model=16, dropout=0.1, enc_layers=1, dec_layers=1,
+                    tie_embeddings=False),
          "transformer": dict(d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn=32,
                              dropout=0.1)}
 
 
 def build(name):
-    module, cls, kwargs = CONFIGS[name]
+    family, _, kwargs = CONFIGS[name]
     torch.manual_seed(0)
-    model = model_class(module, cls)(V, V, **SIZES[module], **kwargs).eval()
+    model = build_seq2seq(family, V, V, **SIZES[family], **kwargs).eval()
     return model
 
 

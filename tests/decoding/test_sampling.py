@@ -83,18 +83,9 @@ def test_stateless_lm_gives_the_same_samples():
 
 
 def real_lms():
-    lms = []
-    try:
-        from lit_attention.models.lm.rnn_lm import RNNLM
-        lms.append(RNNLM(20, cell="gru", emb_size=8, d_model=8, layers=2, dropout=0.0))
-    except ImportError:
-        pass
-    try:
-        from lit_attention.models.lm.window import WindowLM
-        lms.append(WindowLM(20, window=3, emb_size=8, d_model=16, dropout=0.0))
-    except ImportError:
-        pass
-    return lms
+    from lit_attention.models.lm import build_lm
+    return [build_lm("rnn", 20, cell="gru", emb_size=8, d_model=8, layers=2, dropout=0.0),
+            build_lm("window", 20, window=3, emb_size=8, d_model=16, dropout=0.0)]
 
 
 @pytest.mark.parametrize("index", range(2))

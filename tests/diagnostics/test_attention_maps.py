@@ -8,7 +8,7 @@ import torch
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import (attention_entropy, entropy_by_name, heatmap_size, last_layer,
                                        save_heatmap)
-from lit_attention.models.transformer import TransformerSeq2Seq
+from lit_attention.models import build_seq2seq
 
 
 def test_entropy_of_uniform_attention_is_log_of_key_count():
@@ -54,7 +54,7 @@ def test_named_entropy_takes_queries_and_keys_from_the_right_side():
 
 def test_named_entropy_of_a_transformer_whose_source_and_target_lengths_differ():
     torch.manual_seed(0)
-    model = TransformerSeq2Seq(20, 20, d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn=32).eval()
+    model = build_seq2seq("transformer", 20, 20, d_model=16, heads=2, enc_layers=2, dec_layers=2, ffn=32).eval()
     src = torch.tensor([[5, 6, 7, 8, 9, 10, 11], [5, 6, 7, PAD, PAD, PAD, PAD]])
     tgt = torch.tensor([[1, 12, 13], [1, 14, PAD]])
     with torch.no_grad():

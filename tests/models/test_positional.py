@@ -7,14 +7,7 @@ import torch
 from torch import nn
 
 from lit_attention.models import build_seq2seq, positional
-from lit_attention.models.positional import ABSOLUTE_POSITIONS, ACTS_ON, SCORE_BIASES
-from lit_attention.registry import POSITIONAL
-
-
-def test_every_registered_encoding_says_where_it_acts():
-    assert list(ACTS_ON) == list(POSITIONAL)
-    assert set(SCORE_BIASES) == {k for k, where in ACTS_ON.items() if where == "bias"}
-    assert set(ABSOLUTE_POSITIONS) == {k for k, where in ACTS_ON.items() if where == "embeddings"}
+from lit_attention.registry import POSITIONAL, POSITIONAL_OPTIONS
 
 
 def test_every_position_module_is_built_by_some_registered_name():
@@ -26,7 +19,7 @@ def test_every_position_module_is_built_by_some_registered_name():
                             ffn=16, positional=name)
         built[name] = {type(m) for m in net.modules() if type(m) in defined}
     assert set().union(*built.values()) == defined
-    acting = {name for name, where in ACTS_ON.items() if where in ("embeddings", "bias", "keys")}
+    acting = {name for name, row in POSITIONAL.items() if row.acts_on in ("embeddings", "bias", "keys")}
     assert {name for name, classes in built.items() if classes} == acting
 
 
@@ -34,5 +27,5 @@ def test_an_unknown_encoding_is_refused_with_the_valid_ones():
     with pytest.raises(ValueError, match="valid choices: none, sinusoidal"):
         positional.absolute_positions("wavelet", 8, 4)
     with pytest.raises(ValueError, match="valid choices: none, sinusoidal"):
-        positional.score_bias("wavelet", 2, causal=True)
-    assert positional.score_bias("alibi", 2, causal=True)(torch.arange(3), torch.arange(3)).shape == (2, 3, 3)
+        positional.score_bias("wavelet", 2, True, POSITIONAL_OPTIONS)
+    assert positional.score_bias("alibi", 2, True, POSITIONAL_OPTIONS)(torch.arange(3), torch.arange(3)).shape == (2, 3, 3)

@@ -5,17 +5,24 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
+from lit_attention.models import build_seq2seq
 from lit_attention.models.base import select
 from lit_attention.models.rnn import RNNSeq2Seq
 from lit_attention.models.scoring import Dot, masked_softmax
-from lit_attention.registry import ATTENTION, CELLS, CONTEXT, ENC_OUTPUT, SCORING
 from seq2seq_training import fingerprint, fingerprints_differing, loss_of, train_on_batch
 
 V = 16
+CELLS, SCORING = tuple(registry.CELLS), tuple(registry.SCORING)
 
 
-TINY = dict(emb_size=8, d_model=12, dropout=0.0, rank=4)
+TINY = dict(emb_size=8, d_model=12, dropout=0.0, rank=4, enc_layers=1, dec_layers=1, tie_embeddings=False)
+
+
+def rnn(**options):
+    """The rnn encoder-decoder, the options left out at the registry's defaults."""
+    return build_seq2seq("rnn", V, V, **options)
 
 # (attention, scoring, context, input_feeding) for every wiring the model supports
 WIRINGS = ([("none", "additive", "init", False), ("none", "additive", "every-step", False)]
@@ -30,8 +37,8 @@ ENC_OUTPUT_FOR = {"dot": "sum", "scaled_dot": "project", "general": "project", "
 def make(cell="lstm", wiring=("bahdanau", "additive", "init", False), **kw):
     attention, scoring, context, feed = wiring
     kw.setdefault("enc_output", ENC_OUTPUT_FOR.get(scoring, "concat"))
-    return RNNSeq2Seq(V, V, cell=cell, attention=attention, scoring=scoring, context=context,
-                      input_feeding=feed, **{**TINY, **kw})
+    return rnn(cell=cell, attention=attention, scoring=scoring, context=context, input_feeding=feed,
+               **{**TINY, **kw})
 
 
 def batch(seed=0, B=4, S=7, T=6):
@@ -207,15 +214,15 @@ def test_states_carry_gradient_without_attention():
 
 def test_invalid_configurations_are_rejected():
     with pytest.raises(ValueError, match="valid choices"):
-        RNNSeq2Seq(V, V, cell="transformer")
+        rnn(cell="transformer")
     with pytest.raises(ValueError, match="valid choices"):
-        RNNSeq2Seq(V, V, attention="local")
+        rnn(attention="local")
     with pytest.raises(ValueError, match="every-step"):
-        RNNSeq2Seq(V, V, attention="luong", context="every-step")
+        rnn(attention="luong", context="every-step")
     with pytest.raises(ValueError, match="input_feeding"):
-        RNNSeq2Seq(V, V, attention="none", input_feeding=True)
+        rnn(attention="none", input_feeding=True)
     with pytest.raises(ValueError, match="enc_output"):
-        RNNSeq2Seq(V, V, attention="luong", scoring="dot", bidirectional=True, enc_output="concat")
+        rnn(attention="luong", scoring="dot", bidirectional=True, enc_output="concat")
 
 
 @pytest.mark.parametrize("enc_output", ["sum", "project"])
@@ -253,7 +260,8 @@ def test_default_model_overfits_a_reverse_task():
     src = torch.cat([body, torch.full((n, 1), EOS)], 1)
     tgt_out = torch.cat([body.flip(1), torch.full((n, 1), EOS)], 1)
     tgt_in = torch.cat([torch.full((n, 1), BOS), body.flip(1)], 1)
-    model = RNNSeq2Seq(V, V, emb_size=32, d_model=64, dropout=0.0)   # lstm + additive bahdanau
+    model = rnn(emb_size=32, d_model=64, dropout=0.0, enc_layers=1, dec_layers=1,
+                tie_embeddings=False)                          # lstm + additive bahdanau
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(300):
         opt.zero_grad()
@@ -276,21 +284,13 @@ def test_default_model_overfits_a_reverse_task():
 
 
 def test_every_registered_cell_builds_its_torch_module():
-    from lit_attention.models.rnn import CELL_MODULES, make_rnn
-    assert list(CELL_MODULES) == list(CELLS)
+    from lit_attention.models.rnn import make_rnn
     built = {cell: make_rnn(cell, 4, 6, 2, 0.0) for cell in CELLS}
     assert {type(m).__name__ for m in built.values()} == {"RNN", "GRU", "LSTM"}
     assert (built["elman-tanh"].nonlinearity, built["elman-relu"].nonlinearity) == ("tanh", "relu")
     assert all(m.hidden_size == 6 and m.num_layers == 2 and m.batch_first for m in built.values())
     with pytest.raises(ValueError, match="valid choices: elman-tanh"):
         make_rnn("mlstm", 4, 6, 1, 0.0)
-
-
-def test_every_registered_wiring_context_and_encoder_output_has_an_implementation():
-    from lit_attention.models.rnn import CONTEXT_AT_EVERY_STEP, ENC_OUTPUTS, WIRINGS
-    assert list(WIRINGS) == list(ATTENTION)
-    assert list(CONTEXT_AT_EVERY_STEP) == list(CONTEXT)
-    assert list(ENC_OUTPUTS) == list(ENC_OUTPUT)
 
 
 def reference_decode(model, memory, tgt_in, attention, context, feed, enc_output):
@@ -350,7 +350,7 @@ def golden_model(variant):
     torch.manual_seed(0)
     return RNNSeq2Seq(V, V, cell=cell, attention=attention, scoring=scoring, context=context,
                       input_feeding=feed, bidirectional=bidirectional, enc_output=enc_output,
-                      tie_embeddings=tie, enc_layers=2, dec_layers=2, **TINY).eval()
+                      **{**TINY, "tie_embeddings": tie, "enc_layers": 2, "dec_layers": 2}).eval()
 
 
 @pytest.mark.parametrize("variant", GOLDEN_VARIANTS, ids=str)

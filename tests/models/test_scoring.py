@@ -36,7 +36,7 @@ def _sizes():
 @pytest.mark.parametrize("name,key_size", list(_sizes()))
 def test_batched_scores_match_per_position_loop(name, key_size):
     torch.manual_seed(0)
-    scorer = build_scorer(name, DQ, key_size, rank=3)
+    scorer = build_scorer(name, DQ, key_size, DQ, {"rank": 3})
     query, keys = torch.randn(B, TQ, DQ), torch.randn(B, S, key_size)
     scores = scorer(query, keys)
     assert scores.shape == (B, TQ, S)
@@ -59,19 +59,19 @@ OWN_PARAMETERS = {"dot": 0, "scaled_dot": 0, "general": DQ * DK, "low_rank": R *
 @pytest.mark.parametrize("name", list(SCORING))
 def test_each_scorer_owns_exactly_the_parameters_of_its_formula(name):
     key_size = DQ if name in PARAMETER_FREE_SCORING else DK
-    scorer = build_scorer(name, DQ, key_size, rank=R, attn_size=A)
+    scorer = build_scorer(name, DQ, key_size, A, {"rank": R})
     assert count_parameters(scorer) == OWN_PARAMETERS[name]
 
 
 @pytest.mark.parametrize("name", PARAMETER_FREE_SCORING)
 def test_parameter_free_scorers_refuse_keys_of_another_size(name):
     with pytest.raises(ValueError, match="no parameters"):
-        build_scorer(name, DQ, DK)
+        build_scorer(name, DQ, DK, DQ, {})
 
 
 def test_unknown_scoring_is_rejected():
     with pytest.raises(ValueError, match="valid choices"):
-        build_scorer("cosine", DQ, DK)
+        build_scorer("cosine", DQ, DK, DQ, {})
 
 
 def test_masked_softmax_zero_on_padding_and_no_nan_on_empty_rows():
@@ -99,11 +99,11 @@ def test_large_scores_do_not_overflow():
     torch.testing.assert_close(weights, torch.tensor([[[1.0, 0.0, 0.0]]]))
 
 
-def test_every_registered_scoring_has_a_scorer_and_every_scorer_a_name():
-    from lit_attention.models.scoring import SCORERS, Scorer
-    assert list(SCORERS) == list(SCORING)
-    built = {name: build_scorer(name, DK, DK, rank=2) for name in SCORING}
-    assert all(isinstance(s, Scorer) for s in built.values())
-    assert {type(s) for s in built.values()} == set(Scorer.__subclasses__())
+def test_every_scorer_class_is_the_implementation_of_a_registered_scoring():
+    from lit_attention.models import scoring
+    built = {name: build_scorer(name, DK, DK, DK, {"rank": 2}) for name in SCORING}
+    defined = {c for c in vars(scoring).values()
+               if isinstance(c, type) and issubclass(c, scoring.Scorer) and c is not scoring.Scorer}
+    assert {type(s) for s in built.values()} == defined
     with pytest.raises(ValueError, match="valid choices: dot, scaled_dot"):
-        build_scorer("cosine", DQ, DK)
+        build_scorer("cosine", DQ, DK, DQ, {})

@@ -7,8 +7,8 @@ import torch.nn.functional as F
 
 from lit_attention import registry
 from lit_attention.data.vocab import BOS, EOS, PAD
+from lit_attention.models import build_seq2seq
 from lit_attention.models.base import select
-from lit_attention.models.transformer import TransformerSeq2Seq
 from seq2seq_training import fingerprint, fingerprints_differing, train_on_batch
 
 V = 16
@@ -21,7 +21,7 @@ def tiny(seed=0, **kw):
     torch.manual_seed(seed)
     args = dict(d_model=32, heads=2, enc_layers=2, dec_layers=2, ffn=64, dropout=0.0, max_len=64)
     args.update(kw)
-    return TransformerSeq2Seq(V, V, **args)
+    return build_seq2seq("transformer", V, V, **args)
 
 
 def batch(seed=1, B=3, S=7, T=6):
@@ -213,10 +213,10 @@ def test_embedding_tying_and_sharing():
     assert untied.generator.weight is not untied.tgt_embed.token.weight
     assert untied.src_embed.token is not untied.tgt_embed.token
     torch.manual_seed(0)
-    different = TransformerSeq2Seq(V + 5, V, d_model=32, heads=2, enc_layers=1, dec_layers=1, ffn=64)
+    different = build_seq2seq("transformer", V + 5, V, d_model=32, heads=2, enc_layers=1, dec_layers=1, ffn=64)
     assert different.src_embed.token.weight.shape == (V + 5, 32)
     assert different.generator.weight is different.tgt_embed.token.weight
-    std = TransformerSeq2Seq(500, 500, d_model=64, heads=2, enc_layers=1, dec_layers=1).tgt_embed.token.weight.std()
+    std = build_seq2seq("transformer", 500, 500, d_model=64, heads=2, enc_layers=1, dec_layers=1).tgt_embed.token.weight.std()
     assert std.item() == pytest.approx(64 ** -0.5, rel=0.05)
 
 

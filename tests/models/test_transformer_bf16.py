@@ -4,7 +4,7 @@ import torch
 
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.loss import smoothed_cross_entropy
-from lit_attention.models.transformer import TransformerSeq2Seq
+from lit_attention.models import build_seq2seq
 
 V, STEPS = 24, 40
 
@@ -20,7 +20,7 @@ def copy_batches(n: int, B: int = 16, L: int = 9):
 
 def losses(bf16: bool) -> list[float]:
     torch.manual_seed(0)   # the same initial weights and the same dropout masks in both runs
-    net = TransformerSeq2Seq(V, V, d_model=64, heads=4, enc_layers=2, dec_layers=2, ffn=128, dropout=0.1)
+    net = build_seq2seq("transformer", V, V, d_model=64, heads=4, enc_layers=2, dec_layers=2, ffn=128, dropout=0.1)
     opt = torch.optim.Adam(net.parameters(), lr=5e-3, betas=(0.9, 0.98))
     curve = []
     for src, tgt_in, tgt_out in copy_batches(STEPS):

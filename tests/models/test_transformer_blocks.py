@@ -7,19 +7,31 @@ from torch import nn
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models.attention import AttentionMask, MultiHeadAttention
-from lit_attention.models.positional import AlibiBias, T5Bias, alibi_slopes, sinusoidal_table, t5_bucket
-from lit_attention.models.transformer import NORM_BEFORE_BRANCH, Block, Embeddings, Stack, init_weights
+from lit_attention.models.positional import (AlibiBias, T5Bias, alibi_slopes, relative_keys, rotation,
+                                             sinusoidal_table, t5_bucket)
+from lit_attention.models.transformer import Block, Embeddings, Stack, init_weights
 
 
 # every (relative encoding, scoring) pair the registry allows
 RELATIVE = [(p, s) for p, s in registry.transformer_variants() if p in registry.RELATIVE_POSITIONAL]
+OPTIONS = registry.POSITIONAL_OPTIONS           # the positional encodings' options, as by default
+
+
+def attention(d_model, heads, scoring="scaled_dot", positional="none", options=OPTIONS):
+    """Multi-head self-attention with the hooks of ``positional``, without dropout."""
+    return MultiHeadAttention(d_model, heads, 0.0, scoring, rotation(positional),
+                              relative_keys(positional, options))
+
+
+def stack(layers, d_model, heads, ffn, norm="pre", scoring="scaled_dot", positional="none", causal=False):
+    return Stack(layers, d_model, heads, ffn, 0.0, norm, scoring, positional, causal, False, OPTIONS)
 
 
 def _position_bias(kind, heads):
     if kind == "alibi":
-        return AlibiBias(heads)
+        return AlibiBias(heads, causal=False)
     if kind == "t5_bias":
-        bias = T5Bias(heads, bidirectional=True, buckets=8, max_distance=16)
+        bias = T5Bias(heads, causal=False, rel_buckets=8, rel_max_distance=16)
         nn.init.normal_(bias.embedding.weight)
         return bias
     return None
@@ -29,8 +41,7 @@ def _position_bias(kind, heads):
 def test_relative_attention_is_translation_invariant(kind, scoring):
     """Shifting every position leaves weights and outputs unchanged, for every allowed pair."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(16, 2, scoring=scoring, rotary=kind == "rotary",
-                              shaw_clip=4 if kind == "shaw" else 0).eval()
+    attn = attention(16, 2, scoring, kind, {**OPTIONS, "shaw_clip": 4}).eval()
     if kind == "shaw":
         nn.init.normal_(attn.shaw.embedding.weight)
     bias = _position_bias(kind, heads=2)
@@ -53,7 +64,7 @@ def test_refused_pairs_are_refused_by_every_builder(positional, scoring):
     from lit_attention.lightning.lm import LanguageModelModule
     from lit_attention.lightning.translation import TranslationModule
     with pytest.raises(ValueError, match="does not go with"):
-        Stack(1, 16, 2, 32, 0.0, scoring=scoring, positional=positional)
+        stack(1, 16, 2, 32, scoring=scoring, positional=positional)
     with pytest.raises(ValueError, match="does not go with"):
         TranslationModule(family="transformer", positional=positional, scoring=scoring)
     with pytest.raises(ValueError, match="does not go with"):
@@ -63,7 +74,7 @@ def test_refused_pairs_are_refused_by_every_builder(positional, scoring):
 def test_rotary_with_additive_scoring_would_not_be_relative():
     """Why the pair is refused: built by hand, shifting positions changes its scores."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(16, 2, scoring="additive").eval()
+    attn = attention(16, 2, "additive").eval()
     x, pos = torch.randn(1, 5, 16), torch.arange(5)
     from lit_attention.models.positional import rotary
 
@@ -75,13 +86,13 @@ def test_rotary_with_additive_scoring_would_not_be_relative():
 
 def test_mha_fused_equals_explicit_with_bias_and_dead_rows():
     torch.manual_seed(0)
-    attn = MultiHeadAttention(16, 4).eval()
+    attn = attention(16, 4).eval()
     x, memory = torch.randn(3, 4, 16), torch.randn(3, 6, 16, requires_grad=True)
     blocked = torch.zeros(3, 1, 4, 6, dtype=torch.bool)
     blocked[0, :, :, 4:] = True
     blocked[1] = True                                      # every query of row 1 sees nothing
     blocked[2, :, 1] = True                                # one dead query in row 2
-    bias = AlibiBias(4)(torch.arange(4), torch.arange(6))
+    bias = AlibiBias(4, causal=False)(torch.arange(4), torch.arange(6))
     k, v = attn.keys_values(memory)
     fused, _ = attn(x, k, v, blocked=blocked, bias=bias)
     explicit, w = attn(x, k, v, blocked=blocked, bias=bias, need_weights=True)
@@ -95,15 +106,11 @@ def test_mha_fused_equals_explicit_with_bias_and_dead_rows():
     assert torch.isfinite(memory.grad).all()
 
 
-def test_every_registered_norm_placement_has_an_implementation():
-    assert list(NORM_BEFORE_BRANCH) == list(registry.NORM)
-
-
 @pytest.mark.parametrize("norm", registry.NORM)
 def test_norm_placement_computes_its_residual_formula(norm):
     """pre: x + f(LN(x)) per branch and one LayerNorm after the stack; post: LN(x + f(x))."""
     torch.manual_seed(0)
-    block = Block(16, 2, 24, dropout=0.0, norm=norm).eval()
+    block = Block(16, 2, 24, 0.0, norm, "scaled_dot", "none", False, OPTIONS).eval()
     for ln in (block.self_norm, block.ffn_norm):                   # not the identity LayerNorm
         nn.init.normal_(ln.weight)
         nn.init.normal_(ln.bias)
@@ -119,7 +126,7 @@ def test_norm_placement_computes_its_residual_formula(norm):
         expected = block.ffn_norm(h + block.ffn(h))
     out = block(x, pos, pos, AttentionMask())[0]
     torch.testing.assert_close(out, expected)
-    final = Stack(1, 16, 2, 24, 0.0, norm=norm).norm
+    final = stack(1, 16, 2, 24, norm=norm).norm
     assert isinstance(final, nn.LayerNorm if norm == "pre" else nn.Identity)
 
 
@@ -135,14 +142,14 @@ def test_t5_buckets():
     assert torch.equal(causal[200 - torch.arange(8)], torch.arange(8))
     far = causal[rel <= 0].flip(0)                                # distance 0, 1, 2, ...
     assert torch.all(far[1:] >= far[:-1]) and far[-1] == 31       # monotone, saturates
-    bias = T5Bias(2, bidirectional=True)(torch.arange(3), torch.arange(5))
+    bias = T5Bias(2, causal=False, rel_buckets=32, rel_max_distance=128)(torch.arange(3), torch.arange(5))
     assert bias.shape == (2, 3, 5)
 
 
 def test_alibi_and_sinusoids():
     torch.testing.assert_close(alibi_slopes(8), 2.0 ** -torch.arange(1, 9).float())
     assert len(set(alibi_slopes(6).tolist())) == 6
-    bias = AlibiBias(2)(torch.arange(3), torch.arange(3))
+    bias = AlibiBias(2, causal=False)(torch.arange(3), torch.arange(3))
     torch.testing.assert_close(bias[0], -0.0625 * torch.tensor([[0., 1, 2], [1, 0, 1], [2, 1, 0]]))
     table = sinusoidal_table(50, 8)
     torch.testing.assert_close(table[0], torch.tensor([0., 1] * 4))
@@ -155,7 +162,7 @@ class TinyLM(nn.Module):
     def __init__(self, vocab=20, d_model=32, positional="rotary"):
         super().__init__()
         self.embed = Embeddings(vocab, d_model, positional, max_len=64, dropout=0.0)
-        self.stack = Stack(2, d_model, 2, 64, 0.0, positional=positional, causal=True, cross=False)
+        self.stack = stack(2, d_model, 2, 64, positional=positional, causal=True)
         self.head = nn.Linear(d_model, vocab, bias=False)
         self.apply(lambda m: init_weights(m, d_model))
         self.head.weight = self.embed.token.weight

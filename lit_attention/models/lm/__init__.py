@@ -20,8 +20,10 @@ from lit_attention.models import build
 
 
 def build_lm(family: str, vocab_size: int, **options: Any) -> nn.Module:
-    """The language model called ``family`` with ``options`` (its constructor's arguments)."""
-    return build(registry.LM_MODELS, family, "language-model family", dict(vocab_size=vocab_size), options)
+    """The language model called ``family`` with ``options`` (its constructor's arguments; those
+    left out take the registry's defaults)."""
+    return build(registry.LM_MODELS, family, "language-model family", dict(vocab_size=vocab_size),
+                 options, {})
 
 
 def detach_state(state: Any) -> Any:

@@ -18,12 +18,11 @@ import torch
 from torch import nn
 
 from lit_attention.data.vocab import BOS
-from lit_attention.registry import NGRAM_SMOOTHING, check
+from lit_attention.registry import NGRAM_SMOOTHING, check, implementation
 
 
 class NGramLM(nn.Module):
-    def __init__(self, vocab_size: int, order: int = 3, delta: float = 1.0, discount: float = 0.75,
-                 smoothing: str = "interp"):
+    def __init__(self, vocab_size: int, order: int, delta: float, discount: float, smoothing: str):
         super().__init__()
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
@@ -95,7 +94,7 @@ class NGramLM(nn.Module):
         """Probabilities [P, V] of the next token after each context of ``order - 1`` tokens."""
         if not self.fitted:
             raise RuntimeError("NGramLM.fit must be called before scoring")
-        return SMOOTHINGS[self.smoothing](self, contexts)
+        return implementation(NGRAM_SMOOTHING, self.smoothing)(self, contexts)
 
     def add_delta(self, contexts: list[tuple]) -> torch.Tensor:
         """``add``: P(w|h) = (c(h,w) + d) / (c(h) + d V) on the highest order only."""
@@ -161,6 +160,3 @@ class NGramLM(nn.Module):
                 state[f"index_{k}"], state[f"values_{k}"],
                 (len(contexts), self.vocab_size), check_invariants=True).coalesce()
 
-
-# registry.NGRAM_SMOOTHING name -> how the counts become probabilities [P, V] of the next token.
-SMOOTHINGS = {"add": NGramLM.add_delta, "interp": NGramLM.interpolated}

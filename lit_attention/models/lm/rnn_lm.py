@@ -14,8 +14,8 @@ from lit_attention.models.rnn import make_rnn
 
 
 class RNNLM(nn.Module):
-    def __init__(self, vocab_size: int, cell: str = "lstm", emb_size: int = 128, d_model: int = 128,
-                 layers: int = 2, dropout: float = 0.1, tie_embeddings: bool = True):
+    def __init__(self, vocab_size: int, cell: str, emb_size: int, d_model: int, layers: int,
+                 dropout: float, tie_embeddings: bool):
         super().__init__()
         self.vocab_size, self.cell = vocab_size, cell
         self.embed = nn.Embedding(vocab_size, emb_size)

@@ -15,17 +15,16 @@ from lit_attention.models.transformer import Embeddings, Stack, init_weights
 
 
 class TransformerLM(nn.Module):
-    def __init__(self, vocab_size: int, d_model: int = 128, heads: int = 4, layers: int = 4,
-                 ffn: int = 512, dropout: float = 0.1, norm: str = "pre",
-                 positional: str = "sinusoidal", scoring: str = "scaled_dot",
-                 tie_embeddings: bool = True, max_len: int = 512, rel_buckets: int = 32,
-                 rel_max_distance: int = 128, shaw_clip: int = 16):
+    def __init__(self, vocab_size: int, d_model: int, heads: int, layers: int, ffn: int,
+                 dropout: float, norm: str, positional: str, scoring: str, tie_embeddings: bool,
+                 max_len: int, rel_buckets: int, rel_max_distance: int, shaw_clip: int):
         super().__init__()
         self.vocab_size, self.max_len = vocab_size, max_len
         self.embed = Embeddings(vocab_size, d_model, positional, max_len, dropout)
         self.stack = Stack(layers, d_model, heads, ffn, dropout, norm, scoring, positional,
-                           causal=True, cross=False, rel_buckets=rel_buckets,
-                           rel_max_distance=rel_max_distance, shaw_clip=shaw_clip)
+                           causal=True, cross=False,
+                           options=dict(rel_buckets=rel_buckets, rel_max_distance=rel_max_distance,
+                                        shaw_clip=shaw_clip))
         self.out = nn.Linear(d_model, vocab_size, bias=False)
         self.apply(lambda m: init_weights(m, d_model))
         if tie_embeddings:

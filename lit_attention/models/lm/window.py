@@ -15,8 +15,7 @@ from lit_attention.data.vocab import BOS
 
 
 class WindowLM(nn.Module):
-    def __init__(self, vocab_size: int, window: int = 5, emb_size: int = 128, d_model: int = 512,
-                 dropout: float = 0.1):
+    def __init__(self, vocab_size: int, window: int, emb_size: int, d_model: int, dropout: float):
         super().__init__()
         self.vocab_size, self.window = vocab_size, window
         self.embed = nn.Embedding(vocab_size, emb_size)

@@ -6,8 +6,13 @@ import pytest
 import torch
 
 from lit_attention.data.vocab import UNK
-from lit_attention.models.lm.ngram import SMOOTHINGS, NGramLM
+from lit_attention.models.lm import build_lm
 from lit_attention.registry import NGRAM_SMOOTHING
+
+
+def ngram(vocab_size: int, **options):
+    """An n-gram LM, the options left out at the registry's defaults."""
+    return build_lm("ngram", vocab_size, **options)
 
 A, B_ = 4, 5                       # two word ids after the four specials; vocabulary size 6
 TRAIN = [A, B_, A, B_, A, A]       # "a b a b a a"
@@ -19,7 +24,7 @@ def perplexity(lm, stream):
 
 
 def test_interpolated_absolute_discount_perplexity_by_hand():
-    lm = NGramLM(vocab_size=6, order=2, delta=1.0, discount=0.5, smoothing="interp").fit(TRAIN)
+    lm = ngram(vocab_size=6, order=2, delta=1.0, discount=0.5, smoothing="interp").fit(TRAIN)
     # Unigram, add-one over 6 tokens from counts a:4 b:2 (N=6): P1(a)=5/12, P1(b)=3/12, P1(unk)=1/12.
     # Bigram contexts (the first token follows BOS): BOS->a; a->b,b,a (c=3, 2 types); b->a,a (c=2, 1 type).
     # P(w|h) = max(c(h,w) - 0.5, 0)/c(h) + 0.5 * types(h)/c(h) * P1(w); unseen context -> P1(w).
@@ -37,7 +42,7 @@ def test_interpolated_absolute_discount_perplexity_by_hand():
 
 
 def test_add_delta_bigram_perplexity_by_hand():
-    lm = NGramLM(vocab_size=6, order=2, delta=1.0, smoothing="add").fit(TRAIN)
+    lm = ngram(vocab_size=6, order=2, delta=1.0, smoothing="add").fit(TRAIN)
     # P(w|h) = (c(h,w) + 1) / (c(h) + 6)
     probs = [(0 + 1) / (1 + 6), (2 + 1) / (2 + 6), (1 + 1) / (3 + 6), (2 + 1) / (3 + 6),
              (0 + 1) / (2 + 6), (0 + 1) / (0 + 6)]
@@ -48,7 +53,7 @@ def test_add_delta_bigram_perplexity_by_hand():
 @pytest.mark.parametrize("smoothing", NGRAM_SMOOTHING)
 def test_unigram_add_delta_by_hand(smoothing):
     """Order 1: both smoothings are the add-delta unigram."""
-    lm = NGramLM(vocab_size=6, order=1, delta=0.5, smoothing=smoothing).fit(TRAIN)
+    lm = ngram(vocab_size=6, order=1, delta=0.5, smoothing=smoothing).fit(TRAIN)
     # (c(w) + 0.5) / (6 + 3): a 4.5/9, b 2.5/9
     assert lm.log_prob([A, B_]).exp().tolist() == pytest.approx([4.5 / 9, 2.5 / 9])
 
@@ -57,7 +62,7 @@ def test_unigram_add_delta_by_hand(smoothing):
 @pytest.mark.parametrize("order", [1, 2, 3, 4])
 def test_every_context_gets_a_proper_distribution(order, smoothing):
     torch.manual_seed(0)
-    lm = NGramLM(vocab_size=12, order=order, delta=0.1, smoothing=smoothing)
+    lm = ngram(vocab_size=12, order=order, delta=0.1, smoothing=smoothing)
     lm.fit(torch.randint(4, 10, (300,)))
     contexts = [tuple(torch.randint(0, 12, (order - 1,)).tolist()) for _ in range(50)]
     probs = lm.distributions(contexts)
@@ -68,7 +73,7 @@ def test_every_context_gets_a_proper_distribution(order, smoothing):
 def test_forward_over_consecutive_batches_scores_the_whole_stream():
     torch.manual_seed(0)
     stream = torch.randint(4, 12, (3, 40))
-    lm = NGramLM(vocab_size=12, order=3, delta=0.1).fit(stream[0])
+    lm = ngram(vocab_size=12, order=3, delta=0.1).fit(stream[0])
     whole, _ = lm(stream)
     first, state = lm(stream[:, :17])
     second, _ = lm(stream[:, 17:], state)
@@ -82,8 +87,8 @@ def test_forward_over_consecutive_batches_scores_the_whole_stream():
 def test_counts_survive_the_state_dict():
     torch.manual_seed(0)
     stream = torch.randint(4, 12, (200,))
-    lm = NGramLM(vocab_size=12, order=3).fit(stream)
-    fresh = NGramLM(vocab_size=12, order=3)
+    lm = ngram(vocab_size=12, order=3).fit(stream)
+    fresh = ngram(vocab_size=12, order=3)
     fresh.load_state_dict(lm.state_dict())
     assert torch.equal(fresh.log_prob(stream), lm.log_prob(stream))
 
@@ -93,7 +98,7 @@ def test_scoring_under_inference_mode_on_two_threads():
     torch's sparse index_select failed there on more than one thread, from ~10k contexts."""
     torch.manual_seed(0)
     stream = torch.randint(4, 68, (60_000,))
-    lm = NGramLM(vocab_size=68, order=4).fit(stream)
+    lm = ngram(vocab_size=68, order=4).fit(stream)
     assert len(lm.tables[3]) > 10_000
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
@@ -107,12 +112,9 @@ def test_scoring_under_inference_mode_on_two_threads():
 
 def test_unfitted_model_and_bad_options_fail_clearly():
     with pytest.raises(RuntimeError, match="fit"):
-        NGramLM(vocab_size=6).log_prob([A])
+        ngram(vocab_size=6).log_prob([A])
     with pytest.raises(ValueError, match="valid choices: add, interp"):
-        NGramLM(vocab_size=6, smoothing="stupid")
+        ngram(vocab_size=6, smoothing="stupid")
     with pytest.raises(ValueError, match="delta"):
-        NGramLM(vocab_size=6, delta=0.0)
+        ngram(vocab_size=6, delta=0.0)
 
-
-def test_every_registered_smoothing_has_an_implementation():
-    assert list(SMOOTHINGS) == list(NGRAM_SMOOTHING)
