@@ -19,7 +19,7 @@ from lit_attention.sweep.placement import (PlacementError, default_trials_per_gp
                                            parse_gpus, place, visible_gpus)
 from lit_attention.threads import allowed_cores
 from lit_attention.sweep.space import config_name
-from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
+from lit_attention.sweep.schema import MAX_CELLS, SweepError, default, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 
 
@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="sweep file, e.g. sweeps/demo.yaml")
     p.add_argument("--workers", type=int, default=None, help=(
         "trials in flight on this machine, one worker process each (default: the file's `workers`, "
-        "else 1)"))
+        f"else {default('workers')})"))
     p.add_argument("--storage", default=None, help=(
         f"study database URL (default: the file's `storage`, then ${STORAGE_ENV}, "
         "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--test-only", action="store_true", help=(
         "start no trial: test the finished runs as --test does and print the test-metric table "
         "(a sweep still under way, between two --resume sessions)"))
-    p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
+    p.add_argument("--root", type=Path, default=None,
+                   help=f"run store root (default: the file's `root`, {default('root')})")
     p.add_argument("--tracking", choices=tuple(TRACKING), default=None,
                    help="override the file's tracking (one W&B run per trial)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS,

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO
 from lit_attention import registry
-from lit_attention.sweep import cli, driver, progress, space
+from lit_attention.sweep import cli, driver, progress, schema, space
 from lit_attention.sweep.schema import SweepError, load_sweep
 from lit_attention.sweep.storage import mask_url
 from lit_attention.sweep.trial import build_command, validation_values
@@ -469,3 +469,44 @@ def test_a_parameter_whose_conditions_never_hold_together_is_refused(tmp_path):
         "model.dropout in [0.2]): the parameter would never be sampled; change or remove them"), refused.value
     data["space"]["model.label_smoothing"]["when"] = {"model.lr": 3.0e-3, "model.dropout": 0.2}
     assert load_sweep(write(tmp_path, data)).space[2].name == "model.label_smoothing"   # satisfiable: fine
+
+
+# -- Each key of a sweep file is one field of `Sweep` (schema.sweep_key) --------------------------
+
+def sweeps_doc_row(key: str, field) -> str:
+    """The row of docs/SWEEPS.md's table of sweep keys that a field of `Sweep` makes."""
+    meta = field.metadata
+    if meta["shown"] or key.partition(".")[0] in schema.REQUIRED:
+        shown = meta["shown"] or "(required)"
+    else:   # as YAML writes it
+        value = schema.default(key)
+        value = str(value) if isinstance(value, Path) else value
+        shown = "`" + yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").strip() + "`"
+    flag = f" (`{meta['flag']}` overrides it)" if meta["flag"] else ""
+    return f"| `{key}` | {shown} | {meta['help']}{flag} |"
+
+
+def _documented_key_rows() -> list[str]:
+    text = (REPO / "docs" / "SWEEPS.md").read_text(encoding="utf-8")
+    table = text[text.index("| key | default | meaning |"):].split("\n\n", 1)[0]
+    return table.splitlines()[2:]
+
+
+def test_the_sweeps_doc_lists_every_sweep_key_with_its_default():
+    """docs/SWEEPS.md's table of sweep keys is the fields' (this test names a missing or stale row)."""
+    rows = [sweeps_doc_row(key, f) for key, f in schema.FIELDS.items()]
+    documented = _documented_key_rows()
+    for row in rows:
+        assert row in documented, f"docs/SWEEPS.md lacks (or has another) row: {row}"
+    assert documented == rows, f"docs/SWEEPS.md has rows no field makes: {sorted(set(documented) - set(rows))}"
+
+
+def test_a_key_the_file_omits_takes_its_fields_default(tmp_path):
+    minimal = {k: GOOD[k] for k in ("study_name", "base", "objective", "space")}
+    sweep = load_sweep(write(tmp_path, {**minimal, "root": "runs"}))
+    omitted = {key: f for key, f in schema.FIELDS.items() if key.partition(".")[0] not in
+               (*schema.REQUIRED, "base")}
+    assert {"kind", "sampler", "seeds", "heartbeat.interval", "tracking", "workers"} <= set(omitted)
+    for key, f in omitted.items():
+        assert getattr(sweep, f.name) == schema.default(key), key
+    assert (sweep.seeds, sweep.sampler_options, sweep.grace_period) == ([0], {}, 3 * sweep.heartbeat_interval)
