@@ -132,6 +132,14 @@ class Sweep:
     bases: dict[str, Path] = field(default_factory=dict)   # space `base`: file stem -> config file
     base_files: dict[str, str] = field(default_factory=dict, repr=False)   # stem -> path as written
 
+    def with_overrides(self, **values: Any) -> Sweep:
+        """This sweep with the keys that `lit-attention sweep` options override set to the options'
+        values (``workers=4``); None: the option was not given, the file's value stays."""
+        flagged = {f.name for f in dataclasses.fields(self) if f.metadata.get("flag")}
+        if set(values) - flagged:
+            raise TypeError(f"no option overrides {sorted(set(values) - flagged)}; only {sorted(flagged)}")
+        return dataclasses.replace(self, **{name: v for name, v in values.items() if v is not None})
+
     def base_for(self, params: dict) -> Path | dict:
         """The training config a trial with these parameters starts from."""
         return self.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
@@ -173,6 +181,7 @@ FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(Sweep) if "key" in f.
 TOP_KEYS = tuple(dict.fromkeys(k.partition(".")[0] for k in FIELDS))
 REQUIRED = tuple(dict.fromkeys(k.partition(".")[0] for k, f in FIELDS.items()
                                if f.default is MISSING and f.default_factory is MISSING))
+OVERRIDES = tuple(f.name for f in FIELDS.values() if f.metadata["flag"])   # = the options' argparse dests
 
 
 def default(key: str) -> Any:

@@ -510,3 +510,27 @@ def test_a_key_the_file_omits_takes_its_fields_default(tmp_path):
     for key, f in omitted.items():
         assert getattr(sweep, f.name) == schema.default(key), key
     assert (sweep.seeds, sweep.sampler_options, sweep.grace_period) == ([0], {}, 3 * sweep.heartbeat_interval)
+
+
+def test_options_override_only_the_keys_they_name(tmp_path):
+    sweep = load_sweep(write(tmp_path, {**GOOD, "workers": 2, "tracking": "none"}))
+    assert schema.OVERRIDES == ("storage", "root", "tracking", "workers")
+    same = sweep.with_overrides(workers=None, root=None, storage=None, tracking=None)
+    assert same == sweep and same is not sweep
+    changed = sweep.with_overrides(workers=5, root=tmp_path / "elsewhere")
+    assert (changed.workers, changed.root, changed.tracking) == (5, tmp_path / "elsewhere", "none")
+    assert (sweep.workers, sweep.root) == (2, tmp_path / "runs")
+    with pytest.raises(TypeError, match="no option overrides \\['seeds'\\]"):
+        sweep.with_overrides(seeds=[3])
+
+
+def test_the_sweep_options_that_override_keys_are_applied(tmp_path, capsys):
+    path = write(tmp_path, {**GOOD, "space": {"model.lr": {"choices": [1e-3, 2e-3]}}, "workers": 3})
+    assert cli.main([str(path), "--dry-run", "--gpus", "none"]) == 0
+    assert "placement: 3 trial(s) at once" in capsys.readouterr().out
+    elsewhere = tmp_path / "elsewhere"
+    assert cli.main([str(path), "--dry-run", "--gpus", "none", "--workers", "1", "--root", str(elsewhere),
+                     "--tracking", "wandb"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: 1 trial(s) at once" in out
+    assert f"--run.root {elsewhere} " in out and "--tracking wandb " in out and "--tracking none" not in out
