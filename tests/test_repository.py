@@ -232,3 +232,99 @@ def test_the_declared_dependencies_are_exactly_what_the_code_imports():
     # the tests and benchmarks need nothing beyond the dependencies and the extras
     missing = _imported_distributions(["tests", "bench"]) - declared - extras
     assert missing == set()
+
+
+# -- Each sweep key is written in its field of lit_attention/sweep/schema.py's `Sweep` only -------
+# A key of a sweep file is one field (`sweep_key`: key, type, default, help); the tables of keys
+# (TOP_KEYS, REQUIRED), the defaults parse_sweep falls back on and docs/SWEEPS.md's table derive
+# from the fields, and `lit-attention sweep`'s options override them in one place
+# (`Sweep.with_overrides`). Writing a key again, anywhere in lit_attention/, is: a list, tuple, set
+# or dict of mostly sweep key names (a second table of keys); reading a key with a default beside
+# it (`.get("workers", 1)`; the default is the field's: `.get(k, default("heartbeat.interval"))`);
+# putting another value before a sweep's field (`args.root or sweep.root`: an override outside
+# `with_overrides`). Allowed, (file, function, what) -> why:
+SWEEP_KEY_ALLOWED = {
+    ("lit_attention/sweep/schema.py", "spec", "table"):
+        "the spec stored in a study: its keys are frozen (the spec hash of existing studies depends on them)",
+    ("lit_attention/sweep/schema.py", "parse_sweep", "grace_period"):
+        "a default computed from the interval (docs/SWEEPS.md shows it as `3 × interval`)",
+}
+
+
+def sweep_key_writes(source: str, keys: set[str], fields: set[str]) -> list[tuple[int, str, str, str]]:
+    """(line, enclosing function, what, code) for each place ``source`` writes a sweep key again
+    (``keys``: key names, ``fields``: the `Sweep` attributes they set); what: "table" or the key."""
+    import ast
+
+    tree = ast.parse(source)
+    function = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                function[inner] = node.name   # walked outer first: the innermost def wins
+    hits = []
+    for node in ast.walk(tree):
+        what = None
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            strings = [n.value for n in items if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            found = [s for s in strings if s in keys]
+            what = "table" if len(found) >= 2 and 2 * len(found) > len(strings) else None
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and len(node.args) == 2 and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+            fallback = node.args[1]
+            from_field = (isinstance(fallback, ast.Call) and isinstance(fallback.func, (ast.Name, ast.Attribute))
+                          and ast.unparse(fallback.func).rpartition(".")[2] == "default")
+            what = None if from_field else node.args[0].value
+        elif isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            merged = [v.attr for v in node.values[1:] if isinstance(v, ast.Attribute) and v.attr in fields
+                      and ast.unparse(v.value).rpartition(".")[2] == "sweep"]
+            what = merged[0] if merged else None
+        if what:
+            hits.append((node.lineno, function.get(node, ""), what,
+                         (ast.get_source_segment(source, node) or "").splitlines()[0][:70]))
+    return sorted(set(hits))
+
+
+def _sweep_key_writes_in_package() -> dict[tuple[str, str, str], list[str]]:
+    from lit_attention.sweep import schema
+    keys = set(schema.TOP_KEYS) | {part for key in schema.FIELDS for part in (key, key.partition(".")[2]) if part}
+    fields = {f.name for f in schema.FIELDS.values()}
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for path, text in sorted(_tracked_python_sources().items()):
+        if path.startswith("lit_attention/"):
+            for line, function, what, code in sweep_key_writes(text, keys, fields):
+                found.setdefault((path, function, what), []).append(f"{path}:{line}: {code}")
+    return found
+
+
+def test_sweep_keys_are_written_only_in_their_fields():
+    """A second list of sweep keys, a default beside a key or an override merged by hand is a copy
+    that the next sweep key will not be in: declare the key as a field of `Sweep` and derive."""
+    stray = [where for key, places in _sweep_key_writes_in_package().items()
+             if key not in SWEEP_KEY_ALLOWED for where in places]
+    assert not stray, ("sweep keys written outside their field in lit_attention/sweep/schema.py "
+                       "(derive from schema.FIELDS, use schema.default(key), Sweep.with_overrides):\n"
+                       + "\n".join(stray))
+
+
+def test_sweep_key_allow_list_has_no_stale_entry():
+    stale = sorted(set(SWEEP_KEY_ALLOWED) - set(_sweep_key_writes_in_package()))
+    assert not stale, f"no longer written there: drop from SWEEP_KEY_ALLOWED: {stale}"
+
+
+def test_the_sweep_key_check_finds_tables_defaults_and_merges():
+    keys, fields = {"root", "workers", "tracking", "seeds", "interval"}, {"root", "workers", "tracking"}
+    source = "\n".join([
+        'TOP = ("root", "workers", "seeds")',                  # 1: a table of keys
+        'n = data.get("workers", 1)',                          # 2: a default beside the key
+        'root = args.root or sweep.root',                      # 3: an override merged by hand
+        'mode = tracking or self.sweep.tracking',              # 4: the same on an attribute
+        'i = hb.get("interval", default("heartbeat.interval"))',  # 5: the field's default
+        'root = sweep.root or Path(".")',                      # 6: the field first: no override
+        'cmd = ["--root", str(root), "--devices", "2"]',       # 7: one key among other strings
+        'w = data.get("workers")',                             # 8: no default
+        'options = {"interval": int, "grace_period": int}',    # 9: one key: not a table
+    ])
+    assert [(line, what) for line, _, what, _ in sweep_key_writes(source, keys, fields)] == [
+        (1, "table"), (2, "workers"), (3, "root"), (4, "tracking")]
