@@ -71,7 +71,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
     stops the sweep here, naming the sweep key. Raises SweepError; writes nothing.
     """
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     from lit_attention.config_check import ConfigError
 
     prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
