@@ -36,7 +36,7 @@ from lit_attention.lightning.steps import progress_bar
 from lit_attention.lightning.stop_point import StopAtCleanPoint
 from lit_attention.lightning.diagnostics import DiagnosticsCallback
 from lit_attention.lightning.trainer import Trainer
-from lit_attention.tracking.callback import RunStoreCallback
+from lit_attention.lightning.run_store_callback import RunStoreCallback
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
                                            new_run_id, run_path)
