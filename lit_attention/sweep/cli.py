@@ -18,7 +18,7 @@ from lit_attention.sweep import driver, progress, testing
 from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, gpu_words,
                                            parse_gpus, place, visible_gpus)
 from lit_attention.threads import allowed_cores
-from lit_attention.sweep.space import config_name
+from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.schema import MAX_CELLS, OVERRIDES, Sweep, SweepError, default, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 

@@ -41,7 +41,7 @@ from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_cha
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import gone, process_identity, run_state
-from lit_attention.tracking.schema import Status, trial_run_id
+from lit_attention.tracking.schema import Status, config_name, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
@@ -86,7 +86,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
         except ConfigError as e:
             named = re.search(r"(?:option|value for) ([\w.]+)", str(e))
             config_key = named.group(1) if named else None
-            keys = [f"space.{k}" for k in cell if sp.config_name(k) == config_key]
+            keys = [f"space.{k}" for k in cell if config_name(k) == config_key]
             keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []
             chosen = cell.get(BASE_PARAM)
             choice = f"space.{BASE_PARAM}.choices[{list(sweep.bases).index(chosen)}]" if chosen else None

@@ -39,8 +39,8 @@ import yaml
 
 from lit_attention import registry
 from lit_attention.config_check import suggest
-from lit_attention.sweep.space import Condition, Param, config_name, count
-from lit_attention.tracking.schema import SAFE_NAME
+from lit_attention.sweep.space import Condition, Param, count
+from lit_attention.tracking.schema import SAFE_NAME, config_name
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")

@@ -15,6 +15,7 @@ from lit_attention import registry
 from lit_attention.sweep import cli, driver, progress, schema, space
 from lit_attention.sweep.schema import SweepError, load_sweep
 from lit_attention.sweep.storage import mask_url
+from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.trial import build_command, validation_values
 
 COPY = REPO / "configs" / "copy.yaml"
@@ -47,7 +48,7 @@ def test_shipped_sweeps_validate(name):
     assert sweep.study_name == name
     for p in sweep.space:
         valid = None
-        key = space.config_name(p.name)
+        key = config_name(p.name)
         if key.endswith(".family"):
             valid = registry.LM_FAMILIES if sweep.kind == "lm" else registry.FAMILIES
         if valid and p.choices:
