@@ -111,7 +111,7 @@ class BudgetOptions:
 
 class LitAttentionCLI(LightningCLI):
     parse_only = False   # check_training_args: stop once the arguments are parsed
-    session: dict = {}   # run_dir and trainer, for the exit status and messages of _train
+    session: dict = {}   # run_dir and trainer, for the exit status and messages of train
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, trainer_class=Trainer, **kwargs)
