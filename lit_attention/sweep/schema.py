@@ -68,7 +68,7 @@ class SweepError(ValueError):
 
 
 def sweep_key(name: str, help: str, default: Any = MISSING, *, shown: str | None = None,
-        flag: str | None = None) -> Any:
+              flag: str | None = None) -> Any:
     """The field that the sweep file's key ``name`` sets (dotted for a key inside a mapping:
     ``heartbeat.interval``): its value when the file omits it (``default``; none: the key is
     required), its row of docs/SWEEPS.md (``help``, and ``shown``: the default as that row says it,
@@ -135,9 +135,8 @@ class Sweep:
     def with_overrides(self, **values: Any) -> Sweep:
         """This sweep with the keys that `lit-attention sweep` options override set to the options'
         values (``workers=4``); None: the option was not given, the file's value stays."""
-        flagged = {f.name for f in dataclasses.fields(self) if f.metadata.get("flag")}
-        if set(values) - flagged:
-            raise TypeError(f"no option overrides {sorted(set(values) - flagged)}; only {sorted(flagged)}")
+        if set(values) - set(OVERRIDES):
+            raise TypeError(f"no option overrides {sorted(set(values) - set(OVERRIDES))}; only {OVERRIDES}")
         return dataclasses.replace(self, **{name: v for name, v in values.items() if v is not None})
 
     def base_for(self, params: dict) -> Path | dict:
