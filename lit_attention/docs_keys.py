@@ -91,7 +91,7 @@ def option_rows(cls, group: str) -> list[str]:
 
 def generated(classes: dict[str, dict[str, type]] | None = None) -> str:
     """The section between BEGIN and END (markers included)."""
-    from lit_attention.cli import BudgetOptions, DiagnosticsOptions, RunOptions
+    from lit_attention.lightning.cli import BudgetOptions, DiagnosticsOptions, RunOptions
 
     classes = classes or _classes()
     titles = {"seq2seq": "Encoder–decoder models", "lm": "Language models"}

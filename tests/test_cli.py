@@ -429,5 +429,5 @@ def test_an_unknown_command_names_the_nearest_one():
 def test_every_shipped_config_passes_the_model_checks(config):
     """Parsed and its LightningModule built (every option of the config's family, none of another),
     as `lit-attention fit --config X` does before training."""
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     check_training_args(["fit", "--config", str(config)])

@@ -39,7 +39,7 @@ def test_check_keys_names_the_first_unknown_key_in_one_line():
 
 def parse_error(*args) -> ConfigError:
     """The ConfigError `lit-attention fit ARGS` stops with (parsed in this process, nothing run)."""
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     with pytest.raises(ConfigError) as err:
         check_training_args(["fit", *map(str, args)])
     assert err.value.exit_code == 2
@@ -76,7 +76,7 @@ def test_an_option_of_another_family_is_a_config_error(config, args, message):
 
 
 def test_switching_family_works_once_the_configs_family_options_are_unset():
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     check_training_args(["fit", "--config", str(CONFIGS / "toy-mt.yaml"),
                          *unset_family_options(CONFIGS / "toy-mt.yaml"), "--model.family", "rnn"])
 
@@ -113,7 +113,7 @@ def test_every_gradient_setting_has_a_case_here():
 
 @pytest.mark.parametrize("setting", GRADIENT_VALUES)
 def test_a_gradient_setting_is_refused_for_the_ngram_and_taken_by_a_trained_family(setting):
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     err = parse_error("--config", NGRAM, f"--{setting}", GRADIENT_VALUES[setting])
     assert str(err) == f"option {setting} has no effect here: {NO_GRADIENT}: leave it unset (remove it from the config)"
     check_training_args(["fit", "--config", str(NGRAM), *unset_family_options(NGRAM), "--model.family", "rnn",
@@ -121,7 +121,7 @@ def test_a_gradient_setting_is_refused_for_the_ngram_and_taken_by_a_trained_fami
 
 
 def test_a_precision_is_refused_for_the_ngram_except_fp32():
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     err = parse_error("--config", NGRAM, "--trainer.precision", "bf16-mixed")
     assert str(err) == ("option trainer.precision has no effect here: language-model family 'ngram' counts in "
                         "exact integers and scores in fp32: leave it unset (remove it from the config, or set "
@@ -141,7 +141,7 @@ def test_a_gradient_setting_in_a_config_file_is_refused_too(tmp_path):
 
 def test_a_setting_at_its_default_asks_for_nothing_and_validate_test_check_nothing():
     """So a run's config.yaml, which spells every default, reads back."""
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     defaults = ["--model.lr", "0.001", "--model.betas", "[0.9, 0.99]", "--trainer.gradient_clip_val", "1.0",
                 "--budget.steps", "null", "--diagnostics.heatmaps", "4"]
     check_training_args(["fit", "--config", str(NGRAM), *defaults])
@@ -151,7 +151,7 @@ def test_a_setting_at_its_default_asks_for_nothing_and_validate_test_check_nothi
 @pytest.mark.parametrize("option,value", [("gradflow_every", "10"), ("gradflow_sentences", "8"),
                                           ("gradflow_distance", "5"), ("heatmaps", "0")])
 def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, value):
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
     assert option in ENCODER_DECODER_OPTIONS
     err = parse_error("--config", CONFIGS / "lm-toy.yaml", f"--diagnostics.{option}", value)
@@ -163,7 +163,7 @@ def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, va
 
 def test_heatmaps_of_a_model_without_attention_are_refused_but_switching_them_off_is_not():
     """A sweep over attention arms may share `heatmaps: 0`; asking the none arm for 8 is refused."""
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     copy = CONFIGS / "copy.yaml"
     rnn = ["--config", str(copy), *unset_family_options(copy), "--model.family", "rnn"]
     err = parse_error(*rnn, "--model.attention", "none", "--diagnostics.heatmaps", "8")

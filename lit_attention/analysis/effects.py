@@ -321,7 +321,7 @@ def ped_anova(data: pd.DataFrame, factors: list[str], metric: str,
     from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
     from optuna.trial import TrialState
 
-    from lit_attention.sweep.space import config_name
+    from lit_attention.tracking.schema import config_name
 
     path = (next(iter(dirs)) / "study.db").resolve()
     try:

@@ -18,8 +18,8 @@ from lit_attention.sweep import driver, progress, testing
 from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, gpu_words,
                                            parse_gpus, place, visible_gpus)
 from lit_attention.threads import allowed_cores
-from lit_attention.sweep.space import config_name
-from lit_attention.sweep.schema import MAX_CELLS, SweepError, load_sweep
+from lit_attention.tracking.schema import config_name
+from lit_attention.sweep.schema import MAX_CELLS, OVERRIDES, Sweep, SweepError, default, load_sweep
 from lit_attention.sweep.storage import STORAGE_ENV, default_url, mask_url, redact
 
 
@@ -29,7 +29,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="sweep file, e.g. sweeps/demo.yaml")
     p.add_argument("--workers", type=int, default=None, help=(
         "trials in flight on this machine, one worker process each (default: the file's `workers`, "
-        "else 1)"))
+        f"else {default('workers')})"))
     p.add_argument("--storage", default=None, help=(
         f"study database URL (default: the file's `storage`, then ${STORAGE_ENV}, "
         "then sqlite under ROOT/<study>/study.db); e.g. postgresql+psycopg2://user:pass@host/db"))
@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--test-only", action="store_true", help=(
         "start no trial: test the finished runs as --test does and print the test-metric table "
         "(a sweep still under way, between two --resume sessions)"))
-    p.add_argument("--root", type=Path, default=None, help="run store root (default: the file's `root`, runs)")
+    p.add_argument("--root", type=Path, default=None,
+                   help=f"run store root (default: the file's `root`, {default('root')})")
     p.add_argument("--tracking", choices=tuple(TRACKING), default=None,
                    help="override the file's tracking (one W&B run per trial)")
     p.add_argument("--max-cells", type=int, default=MAX_CELLS,
@@ -69,11 +70,15 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _url(args, sweep) -> str:
+def _load(args) -> Sweep:
+    """The sweep file, with the options that override its keys (--workers, --root, ...) applied."""
+    return load_sweep(args.file, args.max_cells).with_overrides(**{k: getattr(args, k) for k in OVERRIDES})
+
+
+def _url(args, sweep: Sweep) -> str:
     if args.worker:
         return os.environ[STORAGE_ENV]
-    return args.storage or sweep.storage or os.environ.get(STORAGE_ENV) or default_url(
-        args.root or sweep.root, sweep.study_name)
+    return sweep.storage or os.environ.get(STORAGE_ENV) or default_url(sweep.root, sweep.study_name)
 
 
 def _placements(args, sweep, workers: int) -> tuple[list, str]:
@@ -158,10 +163,10 @@ def test_only(args) -> int:
     if inert:
         return _usage_error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
     try:
-        sweep = load_sweep(args.file, args.max_cells)
+        sweep = _load(args)
     except SweepError as e:
         return _usage_error(str(e))
-    study_dir = (args.root or sweep.root).resolve() / sweep.study_name
+    study_dir = sweep.root.resolve() / sweep.study_name
     if not study_dir.is_dir():
         return _usage_error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
     tested = _test_runs(sweep.study_name, study_dir, args)
@@ -180,24 +185,23 @@ def main(argv: list[str] | None = None) -> int:
               "must be >= 1", file=sys.stderr)
         return 2
     try:
-        sweep = load_sweep(args.file, args.max_cells)
-        root = (args.root or sweep.root).resolve()
+        sweep = _load(args)
+        root = sweep.root.resolve()
         if not args.worker:  # before anything is written: no study, no run directory
-            workers = args.workers or sweep.workers
+            workers = sweep.workers
             placements, placed = _placements(args, sweep, workers)
-            driver.check_trials(sweep, root, args.devices_per_trial, args.tracking, args.accelerator,
-                                args.nodes_per_trial)
+            driver.check_trials(sweep, root, args.devices_per_trial, args.accelerator, args.nodes_per_trial)
     except (SweepError, PlacementError) as e:
         return _usage_error(str(e))
     if args.dry_run:
         print(placed)
-        commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.tracking,
-                                         args.accelerator, args.nodes_per_trial)
+        commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.accelerator,
+                                         args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
         cells = driver.planned_cells(sweep) if sweep.enumerated else []
-        every = driver.first_commands(sweep, root, len(cells), args.devices_per_trial, args.tracking,
-                                      args.accelerator, args.nodes_per_trial)
+        every = driver.first_commands(sweep, root, len(cells), args.devices_per_trial, args.accelerator,
+                                      args.nodes_per_trial)
         print(progress.trial_list(sweep, cells, every))
         return 0
     try:   # the default SQLite study and the trials' run directories live under the root
@@ -208,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e}", file=sys.stderr)
         return 1
     if args.worker:
-        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.tracking, args.accelerator,
+        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.accelerator,
                                  args.nodes_per_trial, args.trials_per_gpu)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

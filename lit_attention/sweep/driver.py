@@ -41,7 +41,7 @@ from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_cha
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import gone, process_identity, run_state
-from lit_attention.tracking.schema import Status, trial_run_id
+from lit_attention.tracking.schema import Status, config_name, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 WAIT_SECONDS = 2.0
@@ -64,14 +64,14 @@ class StudyMismatch(SweepError):
     pass
 
 
-def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | None = None,
-                 accelerator: str | None = None, nodes: int = 1) -> None:
+def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | None = None,
+                 nodes: int = 1) -> None:
     """Parse the training arguments of a few trials with the training CLI's own parser, before
     any trial starts: together they use every value of every space parameter (ranges: their
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
     stops the sweep here, naming the sweep key. Raises SweepError; writes nothing.
     """
-    from lit_attention.cli import check_training_args
+    from lit_attention.lightning.cli import check_training_args
     from lit_attention.config_check import ConfigError
 
     prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
@@ -79,14 +79,14 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, tracking: str | Non
         base = sweep.base_for(cell)
         base = yaml.safe_dump(base) if isinstance(base, dict) else base
         cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
-                               params=cell, fixed=sweep.fixed, tracking=tracking or sweep.tracking,
+                               params=cell, fixed=sweep.fixed, tracking=sweep.tracking,
                                name="check", devices=devices, accelerator=accelerator, nodes=nodes)
         try:
             check_training_args(["fit", *cmd[prefix:]])
         except ConfigError as e:
             named = re.search(r"(?:option|value for) ([\w.]+)", str(e))
             config_key = named.group(1) if named else None
-            keys = [f"space.{k}" for k in cell if sp.config_name(k) == config_key]
+            keys = [f"space.{k}" for k in cell if config_name(k) == config_key]
             keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []
             chosen = cell.get(BASE_PARAM)
             choice = f"space.{BASE_PARAM}.choices[{list(sweep.bases).index(chosen)}]" if chosen else None
@@ -333,15 +333,14 @@ class Fence:
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
-    def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
-                 accelerator: str | None = None, nodes: int = 1, sharing: int | None = None):
+    def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
+                 nodes: int = 1, sharing: int | None = None):
         self.sweep = sweep
         self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
         self.accelerator = accelerator
         self.nodes = nodes
         self.root = Path(root).resolve()
         self.devices = devices
-        self.tracking = tracking or sweep.tracking
         self.base = self._base_path()
         self.fence: Fence | None = None  # the current trial's
         self.url = url
@@ -432,7 +431,7 @@ class Objective:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
         base = sweep.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
         cmd = tr.build_command(base=base, root=self.root, study=sweep.study_name, run_id=run_id,
-                               seed=seed, params=params, fixed=sweep.fixed, tracking=self.tracking,
+                               seed=seed, params=params, fixed=sweep.fixed, tracking=sweep.tracking,
                                name=name, devices=self.devices, accelerator=self.accelerator,
                                nodes=self.nodes, resume=earlier is not None)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
@@ -532,8 +531,8 @@ def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
     return "done"
 
 
-def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: str | None = None,
-               accelerator: str | None = None, nodes: int = 1, sharing: int | None = None) -> int:
+def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
+               nodes: int = 1, sharing: int | None = None) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code.
 
     Ctrl-C and SIGTERM stop it where it waits (between storage calls, see interrupts.py): the
@@ -545,7 +544,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, tracking: s
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-    objective = Objective(sweep, url, root, devices, tracking, accelerator, nodes, sharing)
+    objective = Objective(sweep, url, root, devices, accelerator, nodes, sharing)
     try:
         with interrupts.deferred():
             return _pull_trials(study, sweep, url, objective)
@@ -579,8 +578,8 @@ def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objecti
         skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
 
 
-def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking: str | None = None,
-                   accelerator: str | None = None, nodes: int = 1) -> list[list[str]]:
+def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerator: str | None = None,
+                   nodes: int = 1) -> list[list[str]]:
     """The command of each of the first n trials, as a worker would start them (for --dry-run).
 
     Grid and brute force: the first n cells in queue order (which worker pops which is a race);
@@ -596,7 +595,7 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, tracking:
         base = root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
         commands.append(tr.build_command(
             base=base, root=root, study=sweep.study_name, run_id=f"t{i:04d}-s{seed}", seed=seed, params=cell,
-            fixed=sweep.fixed, tracking=tracking or sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",
+            fixed=sweep.fixed, tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",
             devices=devices, accelerator=accelerator, nodes=nodes))
     return commands
 

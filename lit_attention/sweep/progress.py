@@ -9,7 +9,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from lit_attention.sweep.space import config_name
+from lit_attention.tracking.schema import config_name
 
 SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
 

@@ -27,10 +27,11 @@ Samplers, pruners and their options are the sweep's own vocabulary (Optuna's), l
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +39,14 @@ import yaml
 
 from lit_attention import registry
 from lit_attention.config_check import suggest
-from lit_attention.sweep.space import Condition, Param, config_name, count
-from lit_attention.tracking.schema import SAFE_NAME
+from lit_attention.sweep.space import Condition, Param, count
+from lit_attention.tracking.schema import SAFE_NAME, config_name
 
 SAMPLERS = ("grid", "random", "tpe", "bruteforce")
 PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("minimize", "maximize")
 PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
-TOP_KEYS = ("study_name", "description", "base", "kind", "objective", "sampler", "pruner", "seeds",
-            "n_trials", "storage", "root", "fixed", "space", "heartbeat", "tracking", "workers")
-REQUIRED = ("study_name", "objective", "space")
 BASE_PARAM = "base"    # the space parameter whose choices are training config files
 PRUNER_OPTIONS = {
     "none": {},
@@ -56,7 +54,6 @@ PRUNER_OPTIONS = {
     "hyperband": {"min_resource": int, "max_resource": int, "reduction_factor": int},
 }
 SAMPLER_OPTIONS = {"seed": int, "n_startup_trials": int}
-HEARTBEAT_OPTIONS = {"interval": int, "grace_period": int, "max_retry": int}
 MAX_CELLS = 10_000     # configurations x seeds a grid may have (`lit-attention sweep --max-cells`)
 MAX_YAML_NODES = 100_000  # nodes of the file with every alias expanded (an alias bomb has billions)
 
@@ -70,33 +67,77 @@ class SweepError(ValueError):
         super().__init__(f"{where}: {key}: {message}")
 
 
-@dataclass
+def sweep_key(name: str, help: str, default: Any = MISSING, *, shown: str | None = None,
+              flag: str | None = None) -> Any:
+    """The field that the sweep file's key ``name`` sets (dotted for a key inside a mapping:
+    ``heartbeat.interval``): its value when the file omits it (``default``; none: the key is
+    required), its row of docs/SWEEPS.md (``help``, and ``shown``: the default as that row says it,
+    when it is not a value one writes), and the `lit-attention sweep` option that overrides it."""
+    metadata = {"key": name, "help": help, "shown": shown, "flag": flag}
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: json.loads(json.dumps(default)), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(kw_only=True)
 class Sweep:
+    """A validated sweep file. Each key of the file is one field declared with `sweep_key` (in the
+    order of docs/SWEEPS.md's table); the other fields are filled while parsing."""
     path: Path
-    study_name: str
-    base: Path | dict | None   # None: the space's `base` parameter chooses it per trial
-    objective: str
-    direction: str
-    space: list[Param]
-    sampler: str = "grid"
-    sampler_options: dict = field(default_factory=dict)
-    pruner: str = "none"
-    pruner_options: dict = field(default_factory=dict)
-    seeds: list[int] = field(default_factory=lambda: [0])
-    n_trials: int | None = None
-    storage: str | None = None
-    root: Path = Path("runs")
-    fixed: dict = field(default_factory=dict)
-    kind: str = "seq2seq"
-    tracking: str = registry.NO_TRACKING
-    heartbeat_interval: int = 10
-    grace_period: int = 30
-    max_retry: int = 2
-    description: str = ""
-    workers: int = 1
+    study_name: str = sweep_key("study_name", "name of the study (and of the run-store group)")
+    description: str = sweep_key("description", "free text about the study, for the reader of the file", "")
+    base: Path | dict | None = sweep_key(
+        "base", "training config every trial starts from: a path (relative to the sweep file) or a "
+                "mapping; or none, when `space` has a `base` parameter (below)",
+        None, shown="(required, or a `base` parameter in `space`)")
+    kind: str = sweep_key(
+        "kind", f"{' or '.join(f'`{k}`' for k in registry.KINDS)}: which registry lists `model.family` "
+                "is checked against", "seq2seq")
+    objective: str = sweep_key(
+        "objective.metric", "the metric to optimise, e.g. `val_bleu`: any metric in "
+                            "`summary.json`/`metrics.csv`")
+    direction: str = sweep_key("objective.direction", " or ".join(f"`{d}`" for d in DIRECTIONS))
+    sampler: str = sweep_key(
+        "sampler", f"{', '.join(f'`{s}`' for s in SAMPLERS)}; or `{{name: tpe, seed: 0, n_startup_trials: 10}}`",
+        "grid")
+    sampler_options: dict = field(default_factory=dict)   # of `sampler` written as a mapping
+    pruner: str = sweep_key(
+        "pruner", f"{', '.join(f'`{p}`' for p in PRUNERS)} (`none`: NopPruner); or "
+                  "`{name: median, n_startup_trials: 5, n_warmup_steps: 2}`", "none")
+    pruner_options: dict = field(default_factory=dict)    # of `pruner` written as a mapping
+    seeds: list[int] = sweep_key(
+        "seeds", "`N` (seeds 0..N-1) or a list; the seed is a parameter of every trial", [0], shown="`1`")
+    n_trials: int | None = sweep_key(
+        "n_trials", "random/TPE: total trials (a multiple of the number of seeds); grid: optional cap",
+        None, shown="(every cell; required with random/TPE)")
+    storage: str | None = sweep_key("storage", "study database URL", None, flag="--storage",
+                                    shown="`sqlite:///<root>/<study>/study.db`")
+    root: Path = sweep_key("root", "run-store root", Path("runs"), flag="--root")
+    fixed: dict = sweep_key(
+        "fixed", "dotted config keys (`model.`, `data.`, `trainer.`, `budget.`) given to every trial, e.g. "
+                 "`trainer.max_epochs: 6` or `budget.flops: 1.77e+14`", {})
+    space: list[Param] = sweep_key("space", "the parameters (below)")
+    heartbeat_interval: int = sweep_key(
+        "heartbeat.interval", "seconds between two heartbeats of a worker for its running trial", 10)
+    grace_period: int = sweep_key(
+        "heartbeat.grace_period", "seconds without a heartbeat after which another worker fails the trial "
+                                  "and re-queues its cell", 30, shown="3 × interval")
+    max_retry: int = sweep_key("heartbeat.max_retry", "re-runs of a cell whose worker died", 2)
+    tracking: str = sweep_key(
+        "tracking", f"{' or '.join(f'`{t}`' for t in registry.TRACKING)}: where each trial is logged besides "
+                    "its run store, one W&B run per trial with `wandb`", registry.NO_TRACKING, flag="--tracking")
+    workers: int = sweep_key("workers", "trials in flight on this machine, one worker process each", 1,
+                             flag="--workers")
     lines: dict = field(default_factory=dict, repr=False)  # line of each key in the file
     bases: dict[str, Path] = field(default_factory=dict)   # space `base`: file stem -> config file
     base_files: dict[str, str] = field(default_factory=dict, repr=False)   # stem -> path as written
+
+    def with_overrides(self, **values: Any) -> Sweep:
+        """This sweep with the keys that `lit-attention sweep` options override set to the options'
+        values (``workers=4``); None: the option was not given, the file's value stays."""
+        if set(values) - set(OVERRIDES):
+            raise TypeError(f"no option overrides {sorted(set(values) - set(OVERRIDES))}; only {OVERRIDES}")
+        return dataclasses.replace(self, **{name: v for name, v in values.items() if v is not None})
 
     def base_for(self, params: dict) -> Path | dict:
         """The training config a trial with these parameters starts from."""
@@ -133,6 +174,24 @@ class Sweep:
         else:
             base = {"file_sha256": digest(self.base)} if self.base is not None else None
         return {"base": base, "bases": {stem: digest(p) for stem, p in sorted(self.bases.items())}}
+
+
+FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(Sweep) if "key" in f.metadata}  # key -> field
+TOP_KEYS = tuple(dict.fromkeys(k.partition(".")[0] for k in FIELDS))
+REQUIRED = tuple(dict.fromkeys(k.partition(".")[0] for k, f in FIELDS.items()
+                               if f.default is MISSING and f.default_factory is MISSING))
+OVERRIDES = tuple(f.name for f in FIELDS.values() if f.metadata["flag"])   # = the options' argparse dests
+
+
+def default(key: str) -> Any:
+    """The value of a sweep key the file omits."""
+    f = FIELDS[key]
+    return f.default_factory() if f.default_factory is not MISSING else f.default
+
+
+def inner_keys(key: str) -> list[str]:
+    """The keys of a mapping key (`heartbeat` -> interval, grace_period, max_retry)."""
+    return [k.partition(".")[2] for k in FIELDS if k.startswith(f"{key}.")]
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -418,13 +477,16 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     name = data["study_name"]
     if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):   # it names the runs' group directory
         ck.fail("study_name", "must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit")
-    kind = ck.choice("kind", data.get("kind", "seq2seq"), registry.KINDS)
+    def given(key: str) -> Any:
+        return data[key] if key in data else default(key)
+
+    kind = ck.choice("kind", given("kind"), registry.KINDS)
 
     space_data = ck.mapping("space", data["space"])
     if BASE_PARAM in space_data and "base" in data:
         ck.fail(f"space.{BASE_PARAM}", "the sweep also has a top-level base: keep one (a list of configs "
                                        "in space.base, or one config as base)")
-    base = data.get("base")
+    base = given("base")
     if isinstance(base, str):
         base = _find_config(ck, "base", base, path)
     elif base is None and BASE_PARAM not in space_data:
@@ -435,17 +497,17 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
 
     objective = ck.mapping("objective", data["objective"])
     for k in objective:
-        if k not in ("metric", "direction"):
-            ck.unknown(f"objective.{k}", ["metric", "direction"])
+        if k not in inner_keys("objective"):
+            ck.unknown(f"objective.{k}", inner_keys("objective"))
     metric = objective.get("metric")
     if not isinstance(metric, str) or not metric:
         ck.fail("objective.metric", "must be a metric name such as val_bleu or val_ppl")
     direction = ck.choice("objective.direction", objective.get("direction"), DIRECTIONS)
 
-    sampler, sampler_options = ck.named("sampler", data.get("sampler", "grid"), SAMPLERS, SAMPLER_OPTIONS)
-    pruner, pruner_options = ck.named("pruner", data.get("pruner", "none"), PRUNERS, PRUNER_OPTIONS)
+    sampler, sampler_options = ck.named("sampler", given("sampler"), SAMPLERS, SAMPLER_OPTIONS)
+    pruner, pruner_options = ck.named("pruner", given("pruner"), PRUNERS, PRUNER_OPTIONS)
 
-    seeds = data.get("seeds", 1)
+    seeds = given("seeds")
     if isinstance(seeds, list):
         if not seeds:
             ck.fail("seeds", "must not be empty")
@@ -457,20 +519,20 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     else:
         seeds = list(range(ck.int("seeds", seeds, 1)))
 
-    n_trials = data.get("n_trials")
+    n_trials = given("n_trials")
     if n_trials is not None:
         ck.int("n_trials", n_trials, 1)
 
-    storage = data.get("storage")
+    storage = given("storage")
     if storage is not None and (not isinstance(storage, str) or "://" not in storage):
         ck.fail("storage", "must be a database URL such as sqlite:///runs/x.db or postgresql+psycopg2://...")
-    root = data.get("root", "runs")
-    if not isinstance(root, str):
+    root = given("root")
+    if not isinstance(root, (str, Path)):
         ck.fail("root", "must be a path")
-    tracking = ck.choice("tracking", data.get("tracking", registry.NO_TRACKING), tuple(registry.TRACKING))
-    workers = ck.int("workers", data.get("workers", 1), 1)
+    tracking = ck.choice("tracking", given("tracking"), tuple(registry.TRACKING))
+    workers = ck.int("workers", given("workers"), 1)
 
-    fixed = dict(ck.mapping("fixed", data.get("fixed") or {}))
+    fixed = dict(ck.mapping("fixed", given("fixed") or {}))
     for k, v in fixed.items():
         if not isinstance(k, str) or not k.startswith(PREFIXES):
             ck.fail(f"fixed.{k}", f"keys are dotted config keys starting with {', '.join(PREFIXES)}")
@@ -480,10 +542,10 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
 
     heartbeat = dict(ck.mapping("heartbeat", data.get("heartbeat") or {}))
     for k, v in heartbeat.items():
-        if k not in HEARTBEAT_OPTIONS:
-            ck.unknown(f"heartbeat.{k}", list(HEARTBEAT_OPTIONS))
+        if k not in inner_keys("heartbeat"):
+            ck.unknown(f"heartbeat.{k}", inner_keys("heartbeat"))
         ck.int(f"heartbeat.{k}", v, 0 if k == "max_retry" else 1)
-    interval = heartbeat.get("interval", 10)
+    interval = heartbeat.get("interval", default("heartbeat.interval"))
     grace = heartbeat.get("grace_period", 3 * interval)
     if grace <= interval:
         ck.fail("heartbeat.grace_period", f"must be longer than the interval ({interval} s)")
@@ -519,7 +581,8 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
                   pruner_options=pruner_options, seeds=seeds, n_trials=n_trials, storage=storage,
                   root=Path(root), fixed=fixed, kind=kind, tracking=tracking,
                   heartbeat_interval=interval, grace_period=grace,
-                  max_retry=heartbeat.get("max_retry", 2), description=str(data.get("description", "")),
+                  max_retry=heartbeat.get("max_retry", default("heartbeat.max_retry")),
+                  description=str(given("description")),
                   workers=workers, lines=ck.lines, bases=bases, base_files=base_files)
     _check_cells(ck, sweep, base_families)
     return sweep

@@ -94,12 +94,6 @@ class Param:
                 "type": self.type, "when": [c.as_dict() for c in self.when]}
 
 
-def config_name(name: str) -> str:
-    """The config key of a parameter: `model.scoring@transformer` declares a second, differently
-    conditioned `model.scoring` (Optuna needs distinct names for distinct choice lists)."""
-    return name.partition("@")[0]
-
-
 def suggest(trial, space: list[Param]) -> dict:
     """Sample the active parameters of `space` through `trial` (fixed/enqueued values win)."""
     params: dict = {}

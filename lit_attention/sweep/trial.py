@@ -23,7 +23,7 @@ from pathlib import Path
 
 from lit_attention.sweep import interrupts
 from lit_attention.sweep.schema import BASE_PARAM
-from lit_attention.sweep.space import config_name
+from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import run_state

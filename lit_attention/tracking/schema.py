@@ -125,6 +125,12 @@ def trial_run_id(number: int, seed: int) -> str:
     return f"t{number:04d}-s{seed}"
 
 
+def config_name(name: str) -> str:
+    """The config key of a sweep parameter (in a study.db beside the runs): `model.scoring@transformer` declares a second, differently
+    conditioned `model.scoring` (Optuna needs distinct names for distinct choice lists)."""
+    return name.partition("@")[0]
+
+
 # -- statuses ----------------------------------------------------------------------------------
 
 class Status(str, enum.Enum):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import CONFIGS, cli_in_process
-from lit_attention.cli import check_training_args
+from lit_attention.lightning.cli import check_training_args
 
 SMALL = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40", "--trainer.max_epochs", "1",
          "--trainer.enable_progress_bar", "false", "--trainer.num_sanity_val_steps", "0"]

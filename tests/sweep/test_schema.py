@@ -12,9 +12,10 @@ import yaml
 
 from conftest import REPO
 from lit_attention import registry
-from lit_attention.sweep import cli, driver, progress, space
+from lit_attention.sweep import cli, driver, progress, schema, space
 from lit_attention.sweep.schema import SweepError, load_sweep
 from lit_attention.sweep.storage import mask_url
+from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.trial import build_command, validation_values
 
 COPY = REPO / "configs" / "copy.yaml"
@@ -47,7 +48,7 @@ def test_shipped_sweeps_validate(name):
     assert sweep.study_name == name
     for p in sweep.space:
         valid = None
-        key = space.config_name(p.name)
+        key = config_name(p.name)
         if key.endswith(".family"):
             valid = registry.LM_FAMILIES if sweep.kind == "lm" else registry.FAMILIES
         if valid and p.choices:
@@ -469,3 +470,68 @@ def test_a_parameter_whose_conditions_never_hold_together_is_refused(tmp_path):
         "model.dropout in [0.2]): the parameter would never be sampled; change or remove them"), refused.value
     data["space"]["model.label_smoothing"]["when"] = {"model.lr": 3.0e-3, "model.dropout": 0.2}
     assert load_sweep(write(tmp_path, data)).space[2].name == "model.label_smoothing"   # satisfiable: fine
+
+
+# -- Each key of a sweep file is one field of `Sweep` (schema.sweep_key) --------------------------
+
+def sweeps_doc_row(key: str, field) -> str:
+    """The row of docs/SWEEPS.md's table of sweep keys that a field of `Sweep` makes."""
+    meta = field.metadata
+    if meta["shown"] or key.partition(".")[0] in schema.REQUIRED:
+        shown = meta["shown"] or "(required)"
+    else:   # as YAML writes it
+        value = schema.default(key)
+        value = str(value) if isinstance(value, Path) else value
+        shown = "`" + yaml.safe_dump(value, default_flow_style=True).removesuffix("...\n").strip() + "`"
+    flag = f" (`{meta['flag']}` overrides it)" if meta["flag"] else ""
+    return f"| `{key}` | {shown} | {meta['help']}{flag} |"
+
+
+def _documented_key_rows() -> list[str]:
+    text = (REPO / "docs" / "SWEEPS.md").read_text(encoding="utf-8")
+    table = text[text.index("| key | default | meaning |"):].split("\n\n", 1)[0]
+    return table.splitlines()[2:]
+
+
+def test_the_sweeps_doc_lists_every_sweep_key_with_its_default():
+    """docs/SWEEPS.md's table of sweep keys is the fields' (this test names a missing or stale row)."""
+    rows = [sweeps_doc_row(key, f) for key, f in schema.FIELDS.items()]
+    documented = _documented_key_rows()
+    for row in rows:
+        assert row in documented, f"docs/SWEEPS.md lacks (or has another) row: {row}"
+    assert documented == rows, f"docs/SWEEPS.md has rows no field makes: {sorted(set(documented) - set(rows))}"
+
+
+def test_a_key_the_file_omits_takes_its_fields_default(tmp_path):
+    minimal = {k: GOOD[k] for k in ("study_name", "base", "objective", "space")}
+    sweep = load_sweep(write(tmp_path, {**minimal, "root": "runs"}))
+    omitted = {key: f for key, f in schema.FIELDS.items() if key.partition(".")[0] not in
+               (*schema.REQUIRED, "base")}
+    assert {"kind", "sampler", "seeds", "heartbeat.interval", "tracking", "workers"} <= set(omitted)
+    for key, f in omitted.items():
+        assert getattr(sweep, f.name) == schema.default(key), key
+    assert (sweep.seeds, sweep.sampler_options, sweep.grace_period) == ([0], {}, 3 * sweep.heartbeat_interval)
+
+
+def test_options_override_only_the_keys_they_name(tmp_path):
+    sweep = load_sweep(write(tmp_path, {**GOOD, "workers": 2, "tracking": "none"}))
+    assert schema.OVERRIDES == ("storage", "root", "tracking", "workers")
+    same = sweep.with_overrides(workers=None, root=None, storage=None, tracking=None)
+    assert same == sweep and same is not sweep
+    changed = sweep.with_overrides(workers=5, root=tmp_path / "elsewhere")
+    assert (changed.workers, changed.root, changed.tracking) == (5, tmp_path / "elsewhere", "none")
+    assert (sweep.workers, sweep.root) == (2, tmp_path / "runs")
+    with pytest.raises(TypeError, match="no option overrides \\['seeds'\\]"):
+        sweep.with_overrides(seeds=[3])
+
+
+def test_the_sweep_options_that_override_keys_are_applied(tmp_path, capsys):
+    path = write(tmp_path, {**GOOD, "space": {"model.lr": {"choices": [1e-3, 2e-3]}}, "workers": 3})
+    assert cli.main([str(path), "--dry-run", "--gpus", "none"]) == 0
+    assert "placement: 3 trial(s) at once" in capsys.readouterr().out
+    elsewhere = tmp_path / "elsewhere"
+    assert cli.main([str(path), "--dry-run", "--gpus", "none", "--workers", "1", "--root", str(elsewhere),
+                     "--tracking", "wandb"]) == 0
+    out = capsys.readouterr().out
+    assert "placement: 1 trial(s) at once" in out
+    assert f"--run.root {elsewhere} " in out and "--tracking wandb " in out and "--tracking none" not in out

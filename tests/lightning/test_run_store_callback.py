@@ -1,4 +1,4 @@
-"""lit_attention/tracking/callback.py: what evaluating a trained run writes into its run store."""
+"""lit_attention/lightning/run_store_callback.py: what evaluating a trained run writes into its run store."""
 
 import json
 

@@ -1,0 +1,504 @@
+"""The training CLI, `lit-attention fit|validate|test`: LightningCLI with the run options, the
+checks that refuse a request that would be ignored, and the run store every run lands in
+(`<run.root>/<run.group>/<run.id>/`) whatever the tracking choice. lit_attention/cli.py
+dispatches to `train`; the sweep driver checks trials' arguments with `check_training_args`.
+"""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import os
+import pickle
+import re
+import shutil
+import sys
+import traceback
+import warnings
+import zipfile
+from argparse import ArgumentError
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from jsonargparse.typing import PositiveFloat, PositiveInt
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningCLI
+
+from lit_attention import registry
+from lit_attention.config_check import ConfigError
+from lit_attention.files import check_writable
+from lit_attention.lightning.budget import TrainingBudget, step_limit
+from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
+from lit_attention.lightning.steps import progress_bar
+from lit_attention.lightning.stop_point import StopAtCleanPoint
+from lit_attention.lightning.diagnostics import DiagnosticsCallback
+from lit_attention.lightning.trainer import Trainer
+from lit_attention.lightning.run_store_callback import RunStoreCallback
+from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
+from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
+                                           new_run_id, run_path)
+
+# Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
+PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
+                 **{c: {"allow_abbrev": False} for c in LightningCLI.subcommands()}}
+TRAINER_DEFAULTS = {"use_distributed_sampler": False, "gradient_clip_val": 1.0, "log_every_n_steps": 10,
+                    # token batches are re-bucketed each epoch, so their count varies
+                    "reload_dataloaders_every_n_epochs": 1}
+
+
+@dataclass
+class RunOptions:
+    """Where the run is stored and how it is named.
+
+    Args:
+        root: run store root directory.
+        group: group (study) the run belongs to.
+        id: run id; default: a new one (or, with ``--ckpt_path last``, the newest run of the group).
+        name: display name (W&B); default: the run id.
+        tags: comma-separated tags (W&B).
+        job_type: W&B job type.
+        project: W&B project.
+    """
+    root: str = "runs"
+    group: str = "default"
+    id: Optional[str] = None
+    name: Optional[str] = None
+    tags: str = ""
+    job_type: str = "train"
+    project: str = "lit-attention"
+
+
+@dataclass
+class DiagnosticsOptions:
+    """Gradient and attention diagnostics (0 turns one off).
+
+    Args:
+        module_norm_every: log per-module gradient norms every N steps.
+        module_depth: module path depth of those norms (2: encoder.layers.0).
+        gradflow_every: measure gradient flow through time (‖∂L/∂h_t‖ by distance to the loss)
+            every N steps (gradflow.csv).
+        gradflow_sentences: validation sentences it is measured on (a fixed-seed sample, the same
+            for every run on the same data). Default: 32, or the whole split if smaller.
+        gradflow_distance: largest distance measured; only sentences reaching it are sampled.
+            Default: 20, or the longest distance gradflow_sentences sentences reach if less.
+        heatmaps: attention heatmaps saved at the end of fit.
+    """
+    module_norm_every: int = 50
+    module_depth: int = 2
+    gradflow_every: int = 100
+    gradflow_sentences: Optional[int] = None
+    gradflow_distance: Optional[int] = None
+    heatmaps: int = 4
+
+
+@dataclass
+class BudgetOptions:
+    """Training budget: training stops at the first optimizer step that uses one up (counts
+    summed over DDP ranks, carried across --ckpt_path last; see lit_attention/lightning/budget.py).
+
+    Args:
+        steps: optimizer steps (also sets trainer.max_steps).
+        tokens: training target tokens (padding excluded).
+        flops: training FLOPs: forward + backward matrix products (lit_attention/models/flops.py).
+    """
+    steps: Optional[PositiveInt] = None
+    tokens: Optional[PositiveInt] = None
+    flops: Optional[PositiveFloat] = None
+
+
+class LitAttentionCLI(LightningCLI):
+    parse_only = False   # check_training_args: stop once the arguments are parsed
+    session: dict = {}   # run_dir and trainer, for the exit status and messages of train
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, trainer_class=Trainer, **kwargs)
+
+    def add_arguments_to_parser(self, parser):
+        self.__dict__.setdefault("subcommand_parsers", []).append(parser)
+        parser.add_class_arguments(RunOptions, "run")
+        parser.add_class_arguments(DiagnosticsOptions, "diagnostics")
+        parser.add_class_arguments(BudgetOptions, "budget")
+        parser.add_argument("--tracking", type=Literal[tuple(registry.TRACKING)],
+                            default=registry.NO_TRACKING,
+                            help="also log to Weights & Biases (offline without a key or network)")
+
+    def _resolve_run_dir(self, cfg) -> Path:
+        run = cfg.run
+        ckpt_path = cfg.get("ckpt_path")
+        if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(RUN_ID_ENV):
+            run_id = os.environ[RUN_ID_ENV]  # a DDP rank relaunched by Lightning: same run
+        elif run.id:
+            run_id = run.id
+            if ckpt_path == "last" and self.subcommand == "fit":
+                last = run_path(run.root, run.group, run_id) / CHECKPOINTS / LAST_CHECKPOINT
+                if not last.is_file():   # killed before its first checkpoint: refuse, touch nothing
+                    raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
+                                          f"exist (the run stopped before its first checkpoint); "
+                                          f"start it afresh without --ckpt_path")
+                check_resumable(last)
+        elif ckpt_path == "last":
+            latest = find_latest_run(run.root, run.group)
+            if latest is None:
+                raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
+                                 f"in {Path(run.root) / run.group}")
+            check_resumable(latest / CHECKPOINTS / LAST_CHECKPOINT)
+            run_id = latest.name
+        elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
+            return Path(ckpt_path).resolve().parent.parent
+        else:
+            run_id = new_run_id()
+        os.environ[RUN_ID_ENV] = run_id
+        return run_path(run.root, run.group, run_id)
+
+    def parse_arguments(self, parser, args):
+        try:
+            super().parse_arguments(parser, args)
+            given = parser.parse_args(args, defaults=False)   # what the files and flags say
+        except ArgumentError as exc:
+            raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
+        sub = self.config.get("subcommand")
+        if sub and self.config[sub].get("ckpt_path"):
+            check_checkpoint_file(self.config[sub].ckpt_path)
+        if sub and given[sub].get("trainer.logger") is not None:
+            refuse_logger_switch(given[sub].get("trainer.logger"))
+        if sub == "fit":   # (validate and test ignore every training setting, of any family)
+            # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
+            refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
+            refuse_training_nothing(self.config[sub].trainer)
+        # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
+        self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
+        if self.parse_only:
+            raise _Parsed(self.config)
+
+    def instantiate_classes(self):
+        try:
+            super().instantiate_classes()
+        except ConfigError:
+            raise
+        except Exception as exc:  # a value the model, data or trainer class refuses
+            raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from exc
+
+    def before_instantiate_classes(self):
+        cfg = self.config[self.subcommand]
+        if self.subcommand in ("validate", "test") and self.decoding_given:
+            for key, value in self.decoding_given.items():
+                cfg.model.init_args[key] = value
+        try:
+            self.run_dir = RunDir(self._resolve_run_dir(cfg))
+        except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
+            print(f"error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
+        if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
+            if "trainer.precision" in inert_settings(cfg.model):     # nothing to choose: no notice
+                cfg.trainer.precision = "32-true"
+            else:
+                cfg.trainer.precision, self.precision_notice = choose_precision(cfg.trainer.get("accelerator"))
+        # the subcommand's config as the run's config.yaml (the parser's public dump of the
+        # whole config, then only this subcommand's part)
+        whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        self.config_yaml = yaml.safe_dump(whole[self.subcommand], sort_keys=False)
+
+    def instantiate_trainer(self, **kwargs):
+        cfg = self.config[self.subcommand]
+        run = cfg.run
+        # the highest directory this run creates (before a logger makes it): removed again if
+        # the run is refused (exit 2: bad data found once the model is built)
+        new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
+        self.session["created"] = new_dirs[-1] if new_dirs else None
+        callbacks = []
+        if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
+            callbacks.append(TrainingBudget(**vars(cfg.budget)))
+            callbacks.append(StopAtCleanPoint())
+        callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
+                                          cfg.get("seed_everything"), self.subcommand,
+                                          from_checkpoint=bool(cfg.get("ckpt_path"))))
+        callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
+        callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
+                                         monitor="val_loss", mode="min", save_last=True,
+                                         save_top_k=1, enable_version_counter=False))
+        loggers = [RunStoreLogger(self.run_dir)]
+        make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
+        if make_logger is not None:   # besides the run store
+            tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
+            loggers.append(make_logger(
+                self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
+                run.job_type, [t for t in run.tags.split(",") if t], tracker_id,
+                config=yaml.safe_load(self.config_yaml)))
+        trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
+        if cfg.budget.steps is not None:
+            try:
+                trainer_config["max_steps"] = step_limit(cfg.budget.steps, trainer_config.get("max_steps"))
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                raise SystemExit(2) from None
+        warn_emulated_bf16(trainer_config)
+        if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
+            print(self.precision_notice, file=sys.stderr, flush=True)
+        given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
+        trainer_config["logger"] = [*loggers, *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
+        trainer_config["default_root_dir"] = str(self.run_dir.path)
+        bar = progress_bar(trainer_config)   # redrawn at the logging interval (steps.py)
+        given = trainer_config.get("callbacks") or []
+        trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks,
+                                       *([bar] if bar else [])]
+        trainer = self.trainer_class(**trainer_config)
+        try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
+            check_writable(self.run_dir.path)   # read-only or full file system, before training
+        except OSError as exc:
+            fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
+            print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
+            raise SystemExit(1) from None
+        self.session.update(trainer=trainer, run_dir=self.run_dir.path)
+        if os.environ.get("LOCAL_RANK", "0") == "0":
+            print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
+        return trainer
+
+
+WRITE_ERRNOS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
+
+
+def write_fault(exc: BaseException, directory: Path | None = None) -> str | None:
+    """`cannot write PATH: No space left on device` for an exception caused by a file system
+    refusing a write (somewhere in its chain of causes); None for any other exception. A write
+    to an open file names no path: then `under DIRECTORY` (the run directory)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+            where = f" {exc.filename}" if exc.filename else f" under {directory}" if directory else ""
+            return f"cannot write{where}: {exc.strerror}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class NothingToResume(Exception):
+    """`fit --run.id X --ckpt_path last` for a run without checkpoints/last.ckpt."""
+
+
+def check_resumable(last: Path) -> None:
+    """NothingToResume unless ``last`` (a run's checkpoints/last.ckpt) can be a checkpoint: a file
+    cut short is refused before the run's record is touched."""
+    try:
+        check_checkpoint_file(last)
+    except ConfigError as exc:
+        raise NothingToResume(f"--ckpt_path last: {last}: {str(exc).partition(': ')[2]}; resume from another "
+                              f"checkpoint of the run (--ckpt_path {last.parent}/best.ckpt) or start it "
+                              f"afresh without --ckpt_path") from None
+
+
+class _Parsed(Exception):
+    """Raised by a parse-only CLI once the arguments are parsed (carries the config)."""
+
+
+def decoding_settings(cfg) -> dict:
+    """The decoding fields of a parsed subcommand config (empty for models that do not decode)."""
+    from lit_attention.lightning.translation import DECODING_HPARAMS
+    init_args = cfg.get("model.init_args") or {}
+    return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
+
+
+def refuse_inert_settings(config, given, defaults) -> None:
+    """Stop (ConfigError) at a setting that the model ``config`` builds would ignore (its class's
+    ``inert_settings``: a family without a gradient has no optimizer to take a learning rate, ...)
+    when the files and flags (``given``: the subcommand's config without defaults) set it to a
+    value other than its default (``defaults``; for model.*, the class's). A default is no request:
+    a run's config.yaml, which spells every default, still reads back."""
+    model = config.get("model")
+    if model is None or not model.get("class_path"):
+        return
+    inert = inert_settings(model)
+    arguments = inspect.signature(class_at(model.class_path).__init__).parameters
+    for key in given.keys():
+        setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
+        if setting not in inert:
+            continue
+        group, _, option = setting.partition(".")
+        default = arguments[option].default if group == "model" else defaults.get(key)
+        reason, harmless = inert[setting]
+        if given.get(key) != default and given.get(key) not in harmless:
+            allowed = " or ".join(dict.fromkeys(map(str, harmless)))
+            raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
+                              f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
+
+
+def refuse_logger_switch(value) -> None:
+    """`--trainer.logger true|false` asks for Lightning's default logger or for none; the run store
+    is always written and W&B is `--tracking`: stop (ConfigError). A logger class is added."""
+    if isinstance(value, bool):
+        raise ConfigError(f"--trainer.logger {str(value).lower()}: the run store is always written "
+                          f"(and W&B is --tracking wandb); --trainer.logger takes a logger class to add "
+                          f"besides it, e.g. lightning.pytorch.loggers.CSVLogger")
+
+
+# --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
+CHECKPOINT_NAMES = ("last", "best", "hpc", "registry")
+
+
+def check_checkpoint_file(path) -> None:
+    """Stop (ConfigError) at a --ckpt_path that cannot be a checkpoint, before a run store is made:
+    a missing file, or one that is no zip archive (what torch.save writes): cut short, or another
+    kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
+    if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
+        return
+    if not Path(path).is_file():
+        raise ConfigError(f"--ckpt_path {path}: no such file")
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
+                          f"this file is none (cut short, or another kind of file)")
+
+
+def refuse_training_nothing(trainer) -> None:
+    """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
+    `fit` would stop before its first step and call the untrained run finished."""
+    for key in ("max_epochs", "max_steps", "limit_train_batches"):
+        if trainer.get(key) == 0:
+            raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
+                              f"once it has trained); give a positive number")
+
+
+def inert_settings(model) -> dict:
+    """The settings the model a config's ``model`` section builds would ignore (its class's
+    ``inert_settings``: setting -> Inert(reason, harmless values))."""
+    cls = class_at(model.class_path)
+    return cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
+
+
+def check_training_args(argv: list[str]):
+    """Parse `lit-attention fit|validate|test ARGS` exactly as the command would, without running it;
+    returns the parsed config (a jsonargparse Namespace, by subcommand).
+
+    Raises ConfigError with the message the command would print (the sweep driver checks every
+    trial's arguments with it before the first trial starts).
+    """
+    class ParseOnly(LitAttentionCLI):
+        parse_only = True
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "args given while sys.argv differs": intended here
+        try:
+            ParseOnly(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                      save_config_callback=None, args=list(argv), parser_kwargs=PARSER_KWARGS,
+                      auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS)
+        except _Parsed as parsed:
+            config = parsed.args[0]
+    sub = config["subcommand"]
+    model = config[sub].get("model")
+    if model is not None and model.get("class_path"):
+        try:  # the model's own checks (registry combinations); cheap: no network is built here
+            class_at(model.class_path)(**model.init_args.as_dict())
+        except Exception as exc:
+            raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+    return config
+
+
+def choose_precision(accelerator) -> tuple[str, str]:
+    """`fit`'s precision when none is given (tracking/machine_speed.py: bf16-mixed where the
+    hardware does bf16 natively, 32-true elsewhere) and the one-line notice that says why."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
+    on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
+    precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
+    return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
+
+
+def warn_emulated_bf16(trainer_config: dict) -> None:
+    """bf16 precision on a CPU without bf16 hardware trains, but far slower than fp32: say so."""
+    import torch
+
+    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
+    on_cpu = trainer_config.get("accelerator") == "cpu" or not torch.cuda.is_available()
+    if str(trainer_config.get("precision")).startswith("bf16") and on_cpu and not cpu_has_native_bf16():
+        print("warning: bf16 is emulated on this CPU (no AVX512-BF16 or AMX): bf16 precision will "
+              "train slower than --trainer.precision 32-true, on an AVX2-only CPU dozens of times "
+              "slower", file=sys.stderr)
+
+
+def train(argv: list[str]) -> int:
+    """`lit-attention fit|validate|test ARGS`: the exit status (docs/ERRORS.md)."""
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    from lit_attention.data.text import DataError
+    from lit_attention.lightning.checksum import ChecksumError
+    from lit_attention.lightning.stop_point import signal_name
+    from lit_attention.threads import use_allowed_cores
+    from lit_attention.tracking.schema import Status
+    from lit_attention.tracking.wandb import finish
+
+    use_allowed_cores()  # OMP_NUM_THREADS (a sweep trial's share), else the cores we may use
+    session = LitAttentionCLI.session = {}
+    status = Status.FAILED
+    try:
+        LitAttentionCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
+                  save_config_callback=None, seed_everything_default=1,
+                  args=None if argv == sys.argv[1:] else argv,
+                  parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
+                  trainer_defaults=TRAINER_DEFAULTS)
+        status = Status.FINISHED
+    except (ConfigError, DataError, ChecksumError) as exc:
+        print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
+        created = session.get("created")   # the highest directory this invocation made
+        trainer = session.get("trainer")
+        if created is not None and created.is_dir() and (trainer is None or trainer.global_step == 0):
+            # A refusal before the first step (bad data found once the model is built, after the
+            # run's record was started) leaves no trace: everything under `created` is this
+            # invocation's. One found later (a split first read at a validation) keeps its run.
+            finish()   # before its files go (an offline W&B run writes under the run directory)
+            shutil.rmtree(created, ignore_errors=True)
+            session.pop("run_dir", None)
+        return 2
+    except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
+        print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
+              f"{_refusal(str(exc))}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, SystemExit) as exc:
+        trainer = session.get("trainer")
+        # Lightning turns Ctrl-C into sys.exit(1) after its stop; SIGTERMException is a SystemExit
+        interrupted = trainer is not None and trainer.interrupted
+        if isinstance(exc, SystemExit) and not (interrupted or isinstance(exc, SIGTERMException)):
+            raise
+        status = Status.INTERRUPTED
+        run_id = session["run_dir"].name if session.get("run_dir") else "<id>"
+        name = signal_name(trainer, exc) if trainer is not None else "Ctrl-C"
+        print(f"interrupted ({name}): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
+        return 130 if name == "Ctrl-C" else 143
+    except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
+        fault = write_fault(exc, session.get("run_dir"))
+        if fault:   # disk full, read-only file system: one line, what and where
+            print(f"lit-attention {argv[0]}: error: {fault}", file=sys.stderr)
+            return 1
+        if isinstance(exc, FloatingPointError):   # a diverged model: the numbers, not the code, failed
+            print(f"lit-attention {argv[0]}: error: FloatingPointError: {exc}", file=sys.stderr)
+            return 1
+        traceback.print_exc()
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        finish(session.get("run_dir"))
+        if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
+            # of validate/test, the invocation's outcome: the run's own status is its training's
+            outcome = status if argv[0] == "fit" else f"{argv[0]} {status}"
+            print(f"run directory: {session['run_dir']} ({outcome})", file=sys.stderr, flush=True)
+    return 0
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of `name` in argv (`--name value` or `--name=value`), the last one if repeated."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.partition("=")[2]
+    return value
+
+
+def _refusal(message: str) -> str:
+    """The line of torch's weights-only refusal that names what the file wanted to load."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    why = next((line for line in lines if "GLOBAL" in line or "Unsupported" in line), lines[-1] if lines else "")
+    return f"{why} (checkpoints are loaded with torch.load(weights_only=True))"
