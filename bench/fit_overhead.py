@@ -55,7 +55,7 @@ def _arg(value) -> str:
 
 
 def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accelerator: str = "cpu",
-              precision: str = "32-true") -> StepClock:
+              precision: str = "32-true", extra: tuple[str, ...] = ()) -> StepClock:
     """The step clock of `lit-attention fit` run in this process."""
     from lit_attention.cli import main
 
@@ -66,7 +66,7 @@ def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accele
             "--model", "lit_attention.lightning.translation.TranslationModule",
             *[f"--model.{k}={_arg(v)}" for k, v in model.items()],
             "--data", "lit_attention.data.translation.TranslationDataModule",
-            *[f"--data.{k}={_arg(v)}" for k, v in data.items()]]
+            *[f"--data.{k}={_arg(v)}" for k, v in data.items()], *extra]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         status = main(argv)
