@@ -157,10 +157,10 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["lit-attention", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
-def sweep_in_process(path, *args, env=None) -> subprocess.CompletedProcess:
+def sweep_in_process(path, *args, cwd=None, env=None) -> subprocess.CompletedProcess:
     """`lit-attention sweep PATH ARGS` with its driver in this process (`cli_in_process`: ~5 CPU
-    seconds of imports less) and real worker and trial processes; what those print is in stdout
-    and stderr too, after the driver's own lines, as a sweep's output would hold it. For sweeps
+    seconds of imports less) and real worker and trial processes; what those (and C code in this
+    process) print is in stdout and stderr too, after the driver's own lines. For sweeps
     whose subject is what they run and write; a test that signals or kills the driver, or starts
     two at once, runs it as a process (`sweep_cmd`)."""
     with tempfile.TemporaryFile() as child_out, tempfile.TemporaryFile() as child_err:
@@ -170,7 +170,7 @@ def sweep_in_process(path, *args, env=None) -> subprocess.CompletedProcess:
         os.dup2(child_out.fileno(), 1)   # the worker processes inherit fds 1 and 2
         os.dup2(child_err.fileno(), 2)
         try:
-            done = cli_in_process("sweep", path, *args, env=env)
+            done = cli_in_process("sweep", path, *args, cwd=cwd, env=env)
         finally:
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
