@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -140,14 +141,15 @@ def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgr
 
 # -- failures ------------------------------------------------------------------------------------
 
-def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 240) -> optuna.trial.FrozenTrial:
-    """The first trial a worker has taken whose training process has started and validated once.
+def _wait_running(url: str, name: str, proc: subprocess.Popen | None, timeout: float = 240) -> optuna.trial.FrozenTrial:
+    """The first trial a worker has taken whose training process has started and validated once
+    (``proc``: the sweep's driver process, None when it runs in this process).
 
     Waiting for a validation row means the process is past its imports and inside `fit`, so a signal
     sent now meets a trial that is training, not one that is starting or already writing its summary.
     """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
             trials = load(url, name).get_trials(deepcopy=False)
         except Exception:  # no study yet, or the database is locked by a writer for a moment
@@ -157,6 +159,8 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
                     and _validated(Path(t.user_attrs["run_dir"])):
                 return t
         time.sleep(0.2)
+    if proc is None:
+        raise AssertionError("no trial seen training")
     proc.kill()
     raise AssertionError(f"no trial seen training (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
 
@@ -206,11 +210,24 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     to outlive the kill; a real fit adds nothing here but ~10 CPU seconds a trial."""
     path = standin_sweep_file(tmp_path, "kill", lrs=[0.001], seeds=3, workers=2, grace=4)
     url = sqlite_url(tmp_path, "kill")
-    code, output, victim = interrupt_sweep(
-        path, lambda proc: _wait_running(url, "kill", proc),
-        lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
-        timeout=400, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
-    assert code == 0, output
+    killed = []
+
+    def kill_a_worker():   # beside the driver, which runs in this process's main thread
+        try:
+            victim = _wait_running(url, "kill", None)
+            os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
+            killed.append(victim)
+        except BaseException as e:
+            killed.append(e)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
+    killer.join(timeout=10)
+    output = out.stdout + out.stderr
+    assert len(killed) == 1 and isinstance(killed[0], optuna.trial.FrozenTrial), (killed, output)
+    victim = killed[0]
+    assert out.returncode == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)

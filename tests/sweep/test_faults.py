@@ -4,8 +4,7 @@ failed trial carries its reason, and `--resume` completes the study once the fau
 import json
 import os
 import signal
-import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,12 +40,6 @@ def sweep_file(tmp_path: Path, name: str, root: Path, seeds: int = 2, **fixed) -
     return path
 
 
-def start_sweep(path: Path) -> subprocess.Popen:
-    """A sweep driver process in the background."""
-    cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
-
-
 def trials(url: str, name: str) -> list:
     return optuna.load_study(study_name=name, storage=url).get_trials()
 
@@ -63,19 +56,24 @@ def _fit_pid(run_dir: Path) -> int | None:
 def test_a_trial_killed_with_sigkill_fails_with_the_signal_as_its_reason(tmp_path):
     path = sweep_file(tmp_path, "sig", tmp_path / "runs", seeds=1, **{"trainer.max_epochs": 50})
     url = f"sqlite:///{tmp_path / 'runs' / 'sig' / 'study.db'}"
-    proc = start_sweep(path)
     run_dir = tmp_path / "runs" / "sig" / "t0000-s0"
-    try:
+    killed = []
+
+    def kill_the_fit():   # beside the driver, which runs in this process's main thread
         deadline = time.monotonic() + 180
-        while (pid := _fit_pid(run_dir)) is None and time.monotonic() < deadline and proc.poll() is None:
+        while (pid := _fit_pid(run_dir)) is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert pid, proc.communicate()[0] if proc.poll() is not None else "no trial reached fit"
-        os.kill(pid, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, output
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_the_fit, daemon=True)
+    killer.start()
+    out = sweep_in_process(path, env=env())
+    killer.join(timeout=10)
+    output = out.stdout + out.stderr
+    assert killed, "no trial reached fit\n" + output
+    assert out.returncode == 1, output
     [t] = trials(url, "sig")
     assert t.state == TrialState.FAIL and t.user_attrs["error"].startswith("killed by SIGKILL (signal 9)"), t.user_attrs
     assert "failed (1 attempt(s)): killed by SIGKILL (signal 9)" in output
