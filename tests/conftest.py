@@ -127,6 +127,7 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
                 if isinstance(logger, logging.Logger) for h in logger.handlers
                 if type(h) is logging.StreamHandler]
     streams = [h.setStream(err) for h in handlers]
+    handlers_of = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}   # the sweep sets SIGTERM's
     try:
         os.environ.clear()
         os.environ.update(call_env)
@@ -147,10 +148,39 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     finally:
         for handler, stream in zip(handlers, streams):
             handler.setStream(stream)
+        for signum, handler in handlers_of.items():
+            if handler is not None:
+                signal.signal(signum, handler)
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
     return subprocess.CompletedProcess(["lit-attention", *map(str, args)], code, out.getvalue(), err.getvalue())
+
+
+def sweep_in_process(path, *args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """`lit-attention sweep PATH ARGS` with its driver in this process (`cli_in_process`: ~5 CPU
+    seconds of imports less) and real worker and trial processes; what those (and C code in this
+    process) print is in stdout and stderr too, after the driver's own lines. For sweeps
+    whose subject is what they run and write; a test that signals or kills the driver, or starts
+    two at once, runs it as a process (`sweep_cmd`)."""
+    with tempfile.TemporaryFile() as child_out, tempfile.TemporaryFile() as child_err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(child_out.fileno(), 1)   # the worker processes inherit fds 1 and 2
+        os.dup2(child_err.fileno(), 2)
+        try:
+            done = cli_in_process("sweep", path, *args, cwd=cwd, env=env)
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        child_out.seek(0)
+        child_err.seek(0)
+        done.stdout += child_out.read().decode(errors="replace")
+        done.stderr += child_err.read().decode(errors="replace")
+    return done
 
 
 def pytest_configure(config):

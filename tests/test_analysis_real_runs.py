@@ -9,12 +9,10 @@ import json
 import math
 import shutil
 import statistics
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CONFIGS, REPO, SUBPROCESS_TIMEOUT, cli_env
+from conftest import CONFIGS, cli_in_process
 from lit_attention.analysis import report
 
 pytestmark = pytest.mark.slow
@@ -30,19 +28,15 @@ TINY = ["--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
 
 @pytest.fixture(scope="session")
 def real_study(tmp_path_factory):
-    """3 real training runs (sinusoidal positions x 2 seeds, learned x 1), run side by side,
+    """3 real training runs (sinusoidal positions x 2 seeds, learned x 1), one after the other in
+    this process (a process each costs ~4.5 CPU s of imports, and the analysis is the subject),
     plus a copy of one real run marked failed the way the run store marks a crash."""
     root = tmp_path_factory.mktemp("real_runs")
-    procs = []
     for positional, seed in RUNS:
-        cmd = [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(CONFIGS / "copy.yaml"),
-               "--run.root", str(root), "--run.group", "g", "--run.id", f"{positional}-s{seed}",
-               "--seed_everything", str(seed), "--model.init_args.positional", positional, *TINY]
-        procs.append(subprocess.Popen(cmd, cwd=REPO, env=cli_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True))
-    for proc in procs:
-        output, _ = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
-        assert proc.returncode == 0, output[-3000:]
+        fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.group", "g",
+                             "--run.id", f"{positional}-s{seed}", "--seed_everything", seed,
+                             "--model.init_args.positional", positional, *TINY)
+        assert fit.returncode == 0, fit.stderr[-3000:]
     failed = root / "g" / "sinusoidal-s9"
     shutil.copytree(root / "g" / "sinusoidal-s1", failed)
     summary = json.loads((failed / "summary.json").read_text())

@@ -24,16 +24,17 @@ TINY = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40",
 
 @pytest.fixture(scope="module")
 def copy_run(tmp_path_factory):
-    """The acceptance run: the shipped copy config, trained from the CLI, then tested."""
+    """The acceptance run: the shipped copy config, trained from the CLI, then tested (in this
+    process: what is tested is what they write)."""
     root = tmp_path_factory.mktemp("runs")
-    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
+    fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
                   "--trainer.enable_progress_bar", "false",   # a logger of the user's, besides ours:
                   "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", root / "csv")
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = root / "default" / "copy"
-    test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root,
-                   "--ckpt_path", run_dir / "checkpoints" / "best.ckpt",
-                   "--trainer.enable_progress_bar", "false")
+    test = cli_in_process("test", "--config", CONFIGS / "copy.yaml", "--run.root", root,
+                          "--ckpt_path", run_dir / "checkpoints" / "best.ckpt",
+                          "--trainer.enable_progress_bar", "false")
     assert test.returncode == 0, test.stderr[-3000:]
     return run_dir
 
@@ -255,13 +256,13 @@ def test_wandb_offline_run_without_key(tmp_path):
 
 @pytest.mark.slow
 def test_multi30k_training_starts_from_the_shipped_config(shared_data, tmp_path):
-    result = run_cli("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
-                     "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
-                     "--data.cache_dir", tmp_path / "cache", "--trainer.max_steps", "3",
-                     "--trainer.val_check_interval", "3",
-                     "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
-                     "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
-                     "--trainer.enable_progress_bar", "false")
+    result = cli_in_process("fit", "--config", CONFIGS / "multi30k-transformer.yaml", "--run.root", tmp_path,
+                            "--run.id", "m30k", "--data.limit_train", "2000", "--data.vocab_size", "1000",
+                            "--data.cache_dir", tmp_path / "cache", "--trainer.max_steps", "3",
+                            "--trainer.val_check_interval", "3",
+                            "--trainer.limit_val_batches", "2", "--trainer.num_sanity_val_steps", "0",
+                            "--model.val_bleu", "false", "--diagnostics.heatmaps", "0",
+                            "--trainer.enable_progress_bar", "false")
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "m30k" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["steps"] == 3
@@ -274,9 +275,9 @@ def one_epoch_run(tmp_path_factory):
     matter only to `test` (validation decodes greedily). The tests below evaluate its checkpoint
     into runs of other ids, except `test`, which writes into "d"."""
     root = tmp_path_factory.mktemp("one-epoch")
-    fit = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "d",
-                  "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
-                  "--model.beam_size", "2", "--model.length_penalty", "0.5", *TINY)
+    fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "d",
+                         "--trainer.max_epochs", "1", "--diagnostics.heatmaps", "0",
+                         "--model.beam_size", "2", "--model.length_penalty", "0.5", *TINY)
     assert fit.returncode == 0, fit.stderr[-2000:]
     return root / "default" / "d"
 
@@ -293,9 +294,10 @@ def test_ddp_validation_sums_exactly_over_two_gloo_ranks(one_epoch_run):
         args = ["validate", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", run_id,
                 *TINY, "--data.n_val", "45", "--data.max_tokens", "150", "--ckpt_path", ckpt,
                 "--trainer.accelerator", "cpu", "--trainer.devices", devices]
-        if devices > 1:
-            args += ["--trainer.strategy", "ddp"]   # a subprocess script: Lightning relaunches rank 1
-        result = run_cli(*args, timeout=300)
+        if devices > 1:   # a process of its own: Lightning relaunches its script for rank 1
+            result = run_cli(*args, "--trainer.strategy", "ddp", timeout=300)
+        else:
+            result = cli_in_process(*args)
         assert result.returncode == 0, result.stderr[-3000:]
         summary = json.loads((root / "default" / run_id / "summary.json").read_text())
         assert summary["world_size"] == devices
@@ -376,16 +378,16 @@ def test_test_and_validate_decode_with_the_flags_given_not_the_checkpoints(one_e
                                        "max_len_a": 1.5, "max_len_b": 10}
     assert summary["val_sacrebleu_signature"].startswith("nrefs:1|")
     ckpt = run_dir / "checkpoints" / "best.ckpt"
-    test = run_cli("test", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--ckpt_path", ckpt,
-                   "--model.beam_size", "3", "--model.length_penalty", "1.0", "--model.max_len_a", "1.2",
-                   "--model.max_len_b", "4", *TINY)
+    test = cli_in_process("test", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--ckpt_path", ckpt,
+                          "--model.beam_size", "3", "--model.length_penalty", "1.0", "--model.max_len_a", "1.2",
+                          "--model.max_len_b", "4", *TINY)
     assert test.returncode == 0, test.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["test_decoding"] == {"method": "beam", "beam_size": 3, "length_penalty": 1.0,
                                         "max_len_a": 1.2, "max_len_b": 4}
     assert summary["test_sacrebleu_signature"].startswith("nrefs:1|") and "test_chrf_signature" in summary
-    validate = run_cli("validate", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "v",
-                       "--ckpt_path", ckpt, "--model.max_len_b", "3", *TINY)
+    validate = cli_in_process("validate", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "v",
+                              "--ckpt_path", ckpt, "--model.max_len_b", "3", *TINY)
     assert validate.returncode == 0, validate.stderr[-2000:]
     summary = json.loads((root / "default" / "v" / "summary.json").read_text())
     assert summary["val_decoding"]["max_len_b"] == 3

@@ -28,7 +28,7 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     assert errors == [f"lit-attention fit: error: cannot write {fs.path / 'runs'}: Read-only file system"], errors
 
     fs.remount("rw")
-    again = run_cli("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")
+    again = cli_in_process("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")
     assert again.returncode == 0, again.stderr[-3000:]
 
 
@@ -42,7 +42,7 @@ def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs):
     assert errors[0].endswith(": No space left on device"), errors
 
     fs.remount("size=64m")
-    again = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r")
+    again = cli_in_process("fit", *TINY, "--run.root", fs.path, "--run.id", "r")   # the failed run was a process
     assert again.returncode == 0, again.stderr[-3000:]
     with open(fs.path / "default" / "r" / "metrics.csv", newline="") as f:
         steps = [r["step"] for r in csv.DictReader(f) if r.get("train_loss")]

@@ -4,7 +4,7 @@ what it writes to gradflow.csv, and what the analysis reads from it."""
 import pandas as pd
 import pytest
 
-from conftest import CONFIGS, cli_in_process, run_cli, unset_family_options
+from conftest import CONFIGS, cli_in_process, unset_family_options
 from lit_attention.analysis.aggregate import gradflow_decay, last_gradflow
 from lit_attention.data.translation import TranslationDataModule
 from lit_attention.diagnostics import long_sentence_sample
@@ -19,8 +19,9 @@ RNN = [*unset_family_options(CONFIGS / "copy.yaml"), "--model.family", "rnn"]   
 
 @pytest.mark.slow
 def test_gradflow_csv_holds_every_sampled_sentence_at_every_distance_per_direction(tmp_path):
-    fit = run_cli("fit", *ARGS, *RNN, "--run.root", tmp_path, "--run.id", "gru", "--model.cell", "gru", "--model.attention", "none", "--model.bidirectional", "true",
-                  "--diagnostics.gradflow_every", "1", "--diagnostics.gradflow_sentences", "16")
+    fit = cli_in_process("fit", *ARGS, *RNN, "--run.root", tmp_path, "--run.id", "gru", "--model.cell", "gru",
+                         "--model.attention", "none", "--model.bidirectional", "true",
+                         "--diagnostics.gradflow_every", "1", "--diagnostics.gradflow_sentences", "16")
     assert fit.returncode == 0, fit.stderr[-3000:]
     frame = pd.read_csv(tmp_path / "default" / "gru" / "gradflow.csv")
     assert list(frame.columns) == ["step", "direction", "sentence", "position", "distance", "norm"]
@@ -57,12 +58,12 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
     # of the copy task through the last encoder state only, measured by the callback.
     fits = {}
     for cell in ("elman-tanh", "lstm"):
-        result = run_cli("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", cell,
-                         *RNN, "--model.cell", cell, "--model.attention", "none",
-                         "--model.bidirectional", "false", "--model.d_model", "64",
-                         "--data.min_len", "12", "--data.max_len_words", "16", "--data.n_train", "600",
-                         "--trainer.max_epochs", "1", "--diagnostics.gradflow_every", "5",
-                         "--trainer.enable_progress_bar", "false")
+        result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", cell,
+                                *RNN, "--model.cell", cell, "--model.attention", "none",
+                                "--model.bidirectional", "false", "--model.d_model", "64",
+                                "--data.min_len", "12", "--data.max_len_words", "16", "--data.n_train", "600",
+                                "--trainer.max_epochs", "1", "--diagnostics.gradflow_every", "5",
+                                "--trainer.enable_progress_bar", "false")
         assert result.returncode == 0, result.stderr[-3000:]
         frame = pd.read_csv(tmp_path / "default" / cell / "gradflow.csv")
         fits[cell] = gradflow_decay(last_gradflow(frame)).set_index("direction").loc["forward"]

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, Trainer, seed_everything
 
-from conftest import CONFIGS, run_cli
+from conftest import CONFIGS, cli_in_process
 from lit_attention import registry
 from lit_attention.data.lm import LMDataModule
 from lit_attention.data.synthetic import generate
@@ -296,10 +296,10 @@ def test_checkpoint_restores_the_model(family, tmp_path):
 
 @pytest.mark.slow
 def test_the_run_store_records_the_evaluation_protocol(tmp_path):
-    fit = run_cli("fit", "--config", CONFIGS / "lm-toy.yaml", "--run.root", tmp_path, "--run.id", "lm",
-                  "--data.n_sentences", "200", "--data.eval_window", "16", "--data.eval_stride", "8",
-                  "--model.d_model", "16", "--model.layers", "1", "--model.ffn", "32",
-                  "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false")
+    fit = cli_in_process("fit", "--config", CONFIGS / "lm-toy.yaml", "--run.root", tmp_path, "--run.id", "lm",
+                         "--data.n_sentences", "200", "--data.eval_window", "16", "--data.eval_stride", "8",
+                         "--model.d_model", "16", "--model.layers", "1", "--model.ffn", "32",
+                         "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false")
     assert fit.returncode == 0, fit.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "lm" / "summary.json").read_text())
     assert summary["eval_protocol"] == "sliding window 16, stride 8"

@@ -1,6 +1,7 @@
 """Sweeps with real processes and real databases: a trial is a real `lit-attention fit`, except in
 tests of the driver's own bookkeeping (a killed worker, pruning, SIGTERM), whose trials are the
-stand-in fit (tests/sweep/standin_fit.py).
+stand-in fit (tests/sweep/standin_fit.py). The driver runs in this process (sweep_in_process), its
+workers and trials as processes; a test that signals the driver runs it as a process of its own.
 
 Tiny copy-task configurations (200 pairs, 1-layer width-32 models, 2-6 epochs) keep a trial at a
 few seconds of CPU; most of it is importing torch and Lightning (~4.5 CPU seconds a process).
@@ -11,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO, family_neutral, sweep_cmd, write_sweep
+from conftest import REPO, cli_in_process, family_neutral, sweep_cmd, sweep_in_process, write_sweep
 from lit_attention.sweep.driver import failure_reason
 from standin_sweeps import STANDIN
 from standin_sweeps import sweep_file as standin_sweep_file
@@ -58,9 +60,10 @@ def sweep_file(tmp_path: Path, name: str, space: dict, **top) -> Path:
     return write_sweep(tmp_path, name, data)
 
 
-def run_sweep(path: Path, *args, timeout=400) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_cmd(path, *args), capture_output=True, text=True, timeout=timeout,
-                          env=env(), cwd=REPO)
+def run_sweep(path: Path, *args, **environ) -> subprocess.CompletedProcess:
+    """The sweep with its driver in this process (its workers and trials are processes): for the
+    tests that do not signal or kill the driver."""
+    return sweep_in_process(path, *args, env=env(**environ))
 
 
 def load(url: str, name: str) -> optuna.Study:
@@ -112,7 +115,7 @@ def test_a_sweep_over_a_typo_exits_2_without_writing_anything(tmp_path):
     # a loaded machine inflates even CPU seconds (7.4 s in a full suite run, 4.2 s alone).
     path = sweep_file(tmp_path, "typo", {"model.family": {"choices": ["transformer", "rnn"]},
                                          "model.hiden_size": {"choices": [32, 64]}})
-    out = run_sweep(path, timeout=120)
+    out = run_sweep(path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "space.model.hiden_size: unknown option model.hiden_size — did you mean model.d_model?" in out.stderr
     assert len(out.stderr.strip().splitlines()) <= 5, out.stderr
@@ -138,14 +141,15 @@ def test_two_workers_on_postgresql_and_the_password_never_leaks(tmp_path, postgr
 
 # -- failures ------------------------------------------------------------------------------------
 
-def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 240) -> optuna.trial.FrozenTrial:
-    """The first trial a worker has taken whose training process has started and validated once.
+def _wait_running(url: str, name: str, proc: subprocess.Popen | None, timeout: float = 240) -> optuna.trial.FrozenTrial:
+    """The first trial a worker has taken whose training process has started and validated once
+    (``proc``: the sweep's driver process, None when it runs in this process).
 
     Waiting for a validation row means the process is past its imports and inside `fit`, so a signal
     sent now meets a trial that is training, not one that is starting or already writing its summary.
     """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
             trials = load(url, name).get_trials(deepcopy=False)
         except Exception:  # no study yet, or the database is locked by a writer for a moment
@@ -155,6 +159,8 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen, timeout: float = 
                     and _validated(Path(t.user_attrs["run_dir"])):
                 return t
         time.sleep(0.2)
+    if proc is None:
+        raise AssertionError("no trial seen training")
     proc.kill()
     raise AssertionError(f"no trial seen training (sweep exit {proc.poll()}):\n{proc.communicate()[0]}")
 
@@ -204,11 +210,24 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     to outlive the kill; a real fit adds nothing here but ~10 CPU seconds a trial."""
     path = standin_sweep_file(tmp_path, "kill", lrs=[0.001], seeds=3, workers=2, grace=4)
     url = sqlite_url(tmp_path, "kill")
-    code, output, victim = interrupt_sweep(
-        path, lambda proc: _wait_running(url, "kill", proc),
-        lambda proc, victim: os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL),
-        timeout=400, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
-    assert code == 0, output
+    killed = []
+
+    def kill_a_worker():   # beside the driver, which runs in this process's main thread
+        try:
+            victim = _wait_running(url, "kill", None)
+            os.kill(int(victim.user_attrs["worker"].rpartition(":")[2]), signal.SIGKILL)
+            killed.append(victim)
+        except BaseException as e:
+            killed.append(e)
+
+    killer = threading.Thread(target=kill_a_worker, daemon=True)
+    killer.start()
+    out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS="30", STANDIN_STEP_SECONDS="0.1")
+    killer.join(timeout=10)
+    output = out.stdout + out.stderr
+    assert len(killed) == 1 and isinstance(killed[0], optuna.trial.FrozenTrial), (killed, output)
+    victim = killed[0]
+    assert out.returncode == 0, output
     trials = load(url, "kill").get_trials(deepcopy=False)
     # Failed by the heartbeat of another worker, not left RUNNING.
     assert trials[victim.number].state == TrialState.FAIL, (trials[victim.number].user_attrs, output)
@@ -270,9 +289,8 @@ def test_median_pruner_stops_a_bad_configuration_before_its_last_epoch(tmp_path)
     data["pruner"] = {"name": "median", "n_startup_trials": 2}
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     # steps of 0.3 s: the driver polls metrics.csv every 0.5 s, so it sees the bad trial early
-    out = subprocess.run(sweep_cmd(path), capture_output=True, text=True, timeout=400, cwd=REPO,
-                         env=env(LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS=str(steps),
-                                 STANDIN_STEP_SECONDS="0.3", STANDIN_WORSE_t0002_s0="1.0"))
+    out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT, STANDIN_STEPS=str(steps),
+                    STANDIN_STEP_SECONDS="0.3", STANDIN_WORSE_t0002_s0="1.0")
     assert out.returncode == 0, out.stdout + out.stderr
     trials = {t.params["model.lr"]: t for t in load(sqlite_url(tmp_path, "prune"), "prune").get_trials()}
     assert trials[1.0e-2].state == trials[5.0e-3].state == TrialState.COMPLETE
@@ -289,18 +307,16 @@ def test_two_devices_per_trial_one_run_one_wandb_run_same_loss_as_one_process(tm
     path = sweep_file(tmp_path, "ddp", {"model.family": {"choices": ["transformer"]}})
     # The same global batch on one process: DDP rank r takes batches r, r+2, ... of one global list,
     # so two accumulated batches per step are exactly one DDP step.
-    single = [sys.executable, "-m", "lit_attention.cli", "fit", "--config", str(COPY),
+    single = ["fit", "--config", str(COPY),
               "--run.root", str(tmp_path / "single"), "--run.group", "ref", "--run.id", "ref",
               "--seed_everything", "0", "--model.family", "transformer",
               "--trainer.accumulate_grad_batches", "2"]
     for k, v in TINY.items():
         single += [f"--{k}", str(v).lower() if isinstance(v, bool) else str(v)]
-    ref = subprocess.Popen(single, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env=env(OMP_NUM_THREADS="1"), cwd=REPO)
     out = run_sweep(path, "--devices-per-trial", 2, "--tracking", "wandb")
-    _, ref_err = ref.communicate(timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert ref.returncode == 0, ref_err
+    ref = cli_in_process(*single, env=env(OMP_NUM_THREADS="1"))   # one process: this one
+    assert ref.returncode == 0, ref.stderr[-3000:]
     (trial,) = load(sqlite_url(tmp_path, "ddp"), "ddp").get_trials()
     assert trial.state == TrialState.COMPLETE
     run_dirs = [p for p in (tmp_path / "runs" / "ddp").iterdir() if (p / "summary.json").exists()]

@@ -17,16 +17,15 @@ import json
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
 
 import pytest
 
-from conftest import REPO
+from conftest import sweep_in_process
 from lit_attention.sweep.driver import failure_reason
-from standin_sweeps import env, problems, sqlite_url, start, sweep_cmd, sweep_file, trials
+from standin_sweeps import env, problems, sqlite_url, start, sweep_file, trials
 
 REPS = int(os.environ.get("FAULT_REPS", "1"))
 SEED = os.environ.get("FAULT_SEED", "0")
@@ -103,8 +102,8 @@ def test_kill_9_of_a_trial_and_the_driver_then_resume_runs_every_cell_exactly_on
             os.killpg(proc.pid, signal.SIGKILL)
 
     began = time.monotonic()
-    resumed = subprocess.run(sweep_cmd(path, "--resume"), capture_output=True, text=True, timeout=300,
-                             env=env(STANDIN_STEPS=STEPS, STANDIN_STEP_SECONDS=STEP_SECONDS), cwd=REPO)
+    # the killed driver was a process; the one that resumes runs here (its workers and trials are processes)
+    resumed = sweep_in_process(path, "--resume", env=env(STANDIN_STEPS=STEPS, STANDIN_STEP_SECONDS=STEP_SECONDS))
     story = "".join(lines) + "\n--- resume:\n" + resumed.stdout + resumed.stderr
     url = url or sqlite_url(path, "crash")
     found = problems(url, "crash", tmp_path / "runs", lrs=LRS, seeds=SEEDS, steps=STEPS)

@@ -4,8 +4,7 @@ failed trial carries its reason, and `--resume` completes the study once the fau
 import json
 import os
 import signal
-import subprocess
-import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import REPO, cli_in_process
+from conftest import REPO, cli_in_process, sweep_in_process
 
 COPY = REPO / "configs" / "copy.yaml"
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
@@ -41,13 +40,6 @@ def sweep_file(tmp_path: Path, name: str, root: Path, seeds: int = 2, **fixed) -
     return path
 
 
-def sweep(path: Path, *args, **kwargs):
-    cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)]
-    if kwargs.get("background"):
-        return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(), cwd=REPO)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=400, env=env(), cwd=REPO)
-
-
 def trials(url: str, name: str) -> list:
     return optuna.load_study(study_name=name, storage=url).get_trials()
 
@@ -64,19 +56,24 @@ def _fit_pid(run_dir: Path) -> int | None:
 def test_a_trial_killed_with_sigkill_fails_with_the_signal_as_its_reason(tmp_path):
     path = sweep_file(tmp_path, "sig", tmp_path / "runs", seeds=1, **{"trainer.max_epochs": 50})
     url = f"sqlite:///{tmp_path / 'runs' / 'sig' / 'study.db'}"
-    proc = sweep(path, background=True)
     run_dir = tmp_path / "runs" / "sig" / "t0000-s0"
-    try:
+    killed = []
+
+    def kill_the_fit():   # beside the driver, which runs in this process's main thread
         deadline = time.monotonic() + 180
-        while (pid := _fit_pid(run_dir)) is None and time.monotonic() < deadline and proc.poll() is None:
+        while (pid := _fit_pid(run_dir)) is None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert pid, proc.communicate()[0] if proc.poll() is not None else "no trial reached fit"
-        os.kill(pid, signal.SIGKILL)
-        output, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1, output
+        if pid:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    killer = threading.Thread(target=kill_the_fit, daemon=True)
+    killer.start()
+    out = sweep_in_process(path, env=env())
+    killer.join(timeout=10)
+    output = out.stdout + out.stderr
+    assert killed, "no trial reached fit\n" + output
+    assert out.returncode == 1, output
     [t] = trials(url, "sig")
     assert t.state == TrialState.FAIL and t.user_attrs["error"].startswith("killed by SIGKILL (signal 9)"), t.user_attrs
     assert "failed (1 attempt(s)): killed by SIGKILL (signal 9)" in output
@@ -101,7 +98,7 @@ def test_a_read_only_run_root_is_one_line_and_resume_completes_once_writable(tmp
     assert optuna.study.get_all_study_names(elsewhere) == []
 
     fs.remount("rw")
-    again = sweep(path, "--resume")
+    again = sweep_in_process(path, "--resume", env=env())
     assert again.returncode == 0, again.stdout + again.stderr
     done = trials(f"sqlite:///{fs.path / 'runs' / 'ro' / 'study.db'}", "ro")
     assert [t.state for t in done] == [TrialState.COMPLETE]
@@ -111,7 +108,7 @@ def test_a_full_disk_fails_trials_with_their_reason_and_resume_completes_given_r
     fs = tmpfs("200k")            # room for run directories and summaries, not for a checkpoint
     url = f"sqlite:///{tmp_path / 'study.db'}"   # the study itself lives on a healthy disk
     path = sweep_file(tmp_path, "full", fs.path)
-    out = sweep(path, "--storage", url)
+    out = sweep_in_process(path, "--storage", url, env=env())   # the driver here, the trials processes
     assert out.returncode == 1, out.stdout + out.stderr
     assert "a worker exited with" not in out.stderr, out.stderr     # the worker did not crash
     failed = trials(url, "full")
@@ -120,7 +117,7 @@ def test_a_full_disk_fails_trials_with_their_reason_and_resume_completes_given_r
     assert out.stderr.count("failed (1 attempt(s)): ") == 2 and "No space left on device" in out.stderr
 
     fs.remount("size=64m")
-    again = sweep(path, "--storage", url, "--resume")
+    again = sweep_in_process(path, "--storage", url, "--resume", env=env())
     assert again.returncode == 0, again.stdout + again.stderr
     done = trials(url, "full")
     assert sorted(t.params["seed"] for t in done if t.state == TrialState.COMPLETE) == [0, 1]

@@ -1,6 +1,6 @@
 """Device placement and CPU threads of sweep workers (issues 21 and 37): dry runs and refused
-requests in this process; sweeps that run have a real driver, real worker and trial subprocesses,
-and the trial command is a stand-in (record_trial.py) that records what it sees. GPUs are stand-in
+requests in this process; sweeps that run have their driver in this process, real worker and trial
+subprocesses, and the trial command is a stand-in (record_trial.py) that records what it sees. GPUs are stand-in
 CUDA_VISIBLE_DEVICES lists (and a stand-in nvidia-smi for their memory): nothing here needs one."""
 
 import json
@@ -15,6 +15,7 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, cli_in_process
+from conftest import sweep_in_process as sweep_that_runs
 from lit_attention.sweep import trial as tr
 from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, parse_gpus,
                                            place)
@@ -43,9 +44,9 @@ def sweep_file(tmp_path: Path, lrs=(1e-3, 2e-3, 3e-3, 4e-3), **top) -> Path:
     return path
 
 
-def sweep(path: Path, *args, timeout=300, **extra) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "lit_attention.cli", "sweep", str(path), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env(**extra), cwd=REPO)
+def sweep(path: Path, *args, **extra) -> subprocess.CompletedProcess:
+    """A sweep that runs: the driver here (what it places is in its environment), workers and trials processes."""
+    return sweep_that_runs(path, *args, env=env(**extra))
 
 
 def sweep_in_process(path: Path, *args, **extra) -> subprocess.CompletedProcess:
@@ -194,11 +195,12 @@ def test_real_workers_give_their_trials_disjoint_gpus_and_their_share_of_threads
 def test_a_trial_alone_uses_the_cores_it_is_allowed(tmp_path):
     """One worker on one core (as under taskset or a 1-CPU SLURM task): the trial runs one thread; OMP/MKL say so."""
     path = sweep_file(tmp_path, lrs=(1e-3,))
-    one_core = {min(os.sched_getaffinity(0))}
-    cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO,
-                         env=env(RECORD_TRIAL_SECONDS="0"),   # one worker: no other to leave trials to
-                         preexec_fn=lambda: os.sched_setaffinity(0, one_core))
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})   # the driver's (this process's) affinity, inherited by its workers
+    try:
+        out = sweep(path, RECORD_TRIAL_SECONDS="0")   # one worker: no other to leave trials to
+    finally:
+        os.sched_setaffinity(0, allowed)
     assert out.returncode == 0, out.stdout + out.stderr
     (seen_file,) = (tmp_path / "runs" / "placed").glob("*/seen.json")
     seen = json.loads(seen_file.read_text())

@@ -1,14 +1,17 @@
 """Several drivers and workers on one study, real processes, real SQLite and PostgreSQL: every
-cell is run by exactly one worker, and two drivers started at once share one study."""
+cell is run by exactly one worker, and two drivers started at once share one study. (The stalled
+worker's sweep has its driver in this process: only its workers race.)"""
 
 import json
 import os
 import signal
 import subprocess
+import threading
 
 import pytest
 
-from standin_sweeps import problems, sqlite_url, start, sweep_file, wait_for, worker_of
+from conftest import sweep_in_process
+from standin_sweeps import env, problems, sqlite_url, start, sweep_file, wait_for, worker_of
 
 # 10 to 25 CPU seconds per test and storage (drivers, workers and their storage round-trips).
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
@@ -56,21 +59,29 @@ def test_a_stalled_worker_whose_trial_was_rerun_elsewhere_stops_it_and_it_does_n
     # failed as stale and re-run by the other worker; it then ran on, both runs finished (one cell,
     # two runs in the report) and the worker died on "Cannot tell a FAIL trial".
     path = sweep_file(tmp_path, "stall", lrs=[0.001], seeds=1, workers=2, interval=1, grace=2, storage=storage)
-    # Only t0000 must outlive the stall (its worker's fence stops it after SIGCONT); the re-run is short.
-    proc = start(path, STANDIN_STEPS=4, STANDIN_STEPS_t0000_s0=60, STANDIN_STEP_SECONDS=0.5)
     runs = tmp_path / "runs" / "stall"
-    try:
-        worker = wait_for(lambda: worker_of(runs / "t0000-s0"))
-        os.kill(worker, signal.SIGSTOP)
+    stalled = []
+
+    def stall_the_first_worker():   # beside the driver, which runs in this process's main thread
         try:
-            wait_for(lambda: next((d for d in runs.glob("t*-s0") if d.name != "t0000-s0"), None))   # re-run
-        finally:
-            os.kill(worker, signal.SIGCONT)
-        out = finish(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, out
+            worker = wait_for(lambda: worker_of(runs / "t0000-s0"))
+            os.kill(worker, signal.SIGSTOP)
+            try:
+                wait_for(lambda: next((d for d in runs.glob("t*-s0") if d.name != "t0000-s0"), None))   # re-run
+            finally:
+                os.kill(worker, signal.SIGCONT)
+            stalled.append(worker)
+        except BaseException as e:
+            stalled.append(e)
+
+    stall = threading.Thread(target=stall_the_first_worker, daemon=True)
+    stall.start()
+    # Only t0000 must outlive the stall (its worker's fence stops it after SIGCONT); the re-run is short.
+    done = sweep_in_process(path, env=env(STANDIN_STEPS=4, STANDIN_STEPS_t0000_s0=60, STANDIN_STEP_SECONDS=0.5))
+    stall.join(timeout=60)
+    out = done.stdout + done.stderr
+    assert len(stalled) == 1 and isinstance(stalled[0], int), (stalled, out)
+    assert done.returncode == 0, out
     assert "Traceback" not in out and "Cannot tell" not in out, out
     summary = json.loads((runs / "t0000-s0" / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"].startswith("superseded: "), summary

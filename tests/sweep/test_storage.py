@@ -2,15 +2,13 @@
 from one SQLite file without taking the same one twice."""
 
 import multiprocessing as mp
-import subprocess
-import sys
 import warnings
 
 import optuna
 import pytest
 import yaml
 
-from conftest import REPO, cli_env
+from conftest import REPO, cli_env, sweep_in_process
 from lit_attention.sweep.storage import make_storage, mask_url, redact
 
 # (url, the secret as the user typed it, the secret as a server or driver might echo it)
@@ -46,9 +44,8 @@ def test_sweep_on_an_unreachable_database_never_prints_or_writes_the_secret(tmp_
         "pruner": "none", "seeds": 1, "objective": {"metric": "val_loss", "direction": "minimize"},
         "space": {"model.lr": {"choices": [1.0e-3]}}}))
     url = "postgresql+psycopg2://ana:p%40ssW0rd@127.0.0.1:1/lit?password=S3cretQ&connect_timeout=2"
-    done = subprocess.run([sys.executable, "-m", "lit_attention.cli", "sweep", str(sweep),
-                           "--storage", url, "--root", str(tmp_path / "runs")],
-                          capture_output=True, text=True, timeout=120, env=cli_env(), cwd=tmp_path)
+    # in this process, its file descriptors captured: what a driver process would print (C code's too)
+    done = sweep_in_process(sweep, "--storage", url, "--root", tmp_path / "runs", cwd=tmp_path, env=cli_env())
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert "cannot open the study" in output

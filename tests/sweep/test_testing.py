@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,12 +13,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SUBPROCESS_TIMEOUT, family_neutral
+from conftest import REPO, family_neutral, sweep_in_process
 from lit_attention.sweep import cli, testing
 
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
         "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
-        "model.dropout": 0.0, "model.warmup": 1, "trainer.max_epochs": 2,
+        "model.dropout": 0.0, "model.val_bleu": False, "model.warmup": 1, "trainer.max_epochs": 2,
         "trainer.enable_progress_bar": False}
 
 
@@ -70,8 +68,8 @@ def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp
     path = tmp_path / "tested.yaml"
     path.write_text(yaml.safe_dump(sweep, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LIT_ATTENTION_", "WANDB_"))}
-    cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(path), "--test"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env, cwd=REPO)
+    # the driver in this process; its workers, their fits and the `lit-attention test` runs are processes
+    out = sweep_in_process(path, "--test", env=env)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "tested 2 run(s) on the test split, 0 already tested" in out.stdout
     study = tmp_path / "runs" / "tested"
@@ -87,14 +85,13 @@ def test_sweep_test_evaluates_every_finished_run_and_reports_the_test_metric(tmp
     newer = next(study.glob("*/checkpoints/best.ckpt"))
     os.utime(newer, ns=(time.time_ns() + 10 ** 9,) * 2)
     db = (study / "study.db").stat().st_mtime_ns
-    only = subprocess.run([*cmd[:-1], "--test-only"], capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT,
-                          env=env, cwd=REPO)
+    only = sweep_in_process(path, "--test-only", env=env)
     assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-3000:]
     assert "tested 1 run(s) on the test split, 1 already tested, 0 not finished" in only.stdout
     assert (study / "study.db").stat().st_mtime_ns == db
     assert "Loss ↓ (test_loss: test split" in (study / "report" / "table.md").read_text()
     # again: nothing new to test, nothing re-run
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT, env=env, cwd=REPO)
+    again = sweep_in_process(path, "--test", env=env)
     assert again.returncode == 0 and "tested 0 run(s) on the test split, 2 already tested" in again.stdout
 
 

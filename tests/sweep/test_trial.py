@@ -15,7 +15,7 @@ import pytest
 import yaml
 from optuna.trial import TrialState
 
-from conftest import CONFIGS, REPO, cli_env
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, sweep_in_process
 from lit_attention.sweep import trial as tr
 from lit_attention.tracking.schema import Status
 
@@ -102,12 +102,6 @@ def test_a_sweep_killed_with_sigkill_continues_its_trial_from_the_last_checkpoin
         "space": {"model.family": {"choices": ["transformer"]}}}))
     env = {k: v for k, v in cli_env().items() if not k.startswith("LIT_ATTENTION_")}
     run_dir = tmp_path / "runs" / "s" / "t0000-s0"
-    # the same fit without a break, alongside
-    ref_cmd = tr.build_command(base=CONFIGS / "copy.yaml", root=tmp_path / "ref", study="s", run_id="ref",
-                               seed=0, params={"model.family": "transformer"}, fixed=fixed, tracking="none",
-                               name="ref")
-    ref = subprocess.Popen(ref_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
-                           cwd=REPO)
     sweep_cmd = [sys.executable, "-m", "lit_attention.cli", "sweep", str(sweep)]
     driver = subprocess.Popen(sweep_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                               cwd=REPO)
@@ -134,10 +128,15 @@ def test_a_sweep_killed_with_sigkill_continues_its_trial_from_the_last_checkpoin
     assert killed["status"] == "running" and killed.get("finished_at") is None   # it never recorded an end
     # No wait for the heartbeat's grace period: `--resume` fails a trial whose worker is gone at once.
 
-    out = subprocess.run([*sweep_cmd, "--resume"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
-    _, ref_err = ref.communicate(timeout=300)
+    # The killed driver needed a process of its own; the one that resumes does not (its trial is one).
+    out = sweep_in_process(sweep, "--resume", env=env)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert ref.returncode == 0, ref_err[-3000:]
+    # the same fit without a break, in this process
+    ref_cmd = tr.build_command(base=CONFIGS / "copy.yaml", root=tmp_path / "ref", study="s", run_id="ref",
+                               seed=0, params={"model.family": "transformer"}, fixed=fixed, tracking="none",
+                               name="ref")
+    ref = cli_in_process(*ref_cmd[ref_cmd.index("fit"):], env=env)
+    assert ref.returncode == 0, ref.stderr[-3000:]
     assert "continuing trial 0's run from its last checkpoint" in out.stdout, out.stdout
     assert "Restoring states from the checkpoint" in (run_dir / "trial.log").read_text()
     trials = study.get_trials()
