@@ -28,7 +28,9 @@ between a marker and the next `<!-- end -->` is replaced:
     ...                                                 and MDE on simulated experiments, as a
     <!-- end -->                                        Markdown table (analysis/calibration.py;
                                                         KEY=VALUE: seeds, ratios, experiments,
-                                                        pooled_arms)
+                                                        pooled_arms; `blocks` first: the
+                                                        language-model test over token blocks,
+                                                        block_calibration.py)
 
 A number in these documents outside such a block is one nobody can regenerate: don't write it.
 """
@@ -174,14 +176,19 @@ def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
 
 
 def calibration_table(spec: str) -> str:
-    """`[seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the table."""
-    from lit_attention.analysis import calibration
-    options = {}
+    """`[blocks] [seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the
+    table (`blocks`: the language-model test over token blocks, block_calibration.py)."""
+    from lit_attention.analysis import block_calibration, calibration
+    options, module = {}, calibration
     for pair in shlex.split(spec):
         key, _, wanted = pair.partition("=")
-        if key not in ("seeds", "ratios", "experiments", "pooled_arms"):
-            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use seeds, "
-                                 "ratios, experiments or pooled_arms")
+        if pair == "blocks":
+            module = block_calibration
+            continue
+        if key not in ("seeds", "ratios", "experiments", "pooled_arms") or (
+                key == "pooled_arms" and module is block_calibration):
+            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use blocks, seeds, "
+                                 "ratios, experiments or pooled_arms (not with blocks)")
         try:
             if key in ("seeds", "ratios"):
                 options[key] = tuple((int if key == "seeds" else float)(v) for v in wanted.split(","))
@@ -189,7 +196,7 @@ def calibration_table(spec: str) -> str:
                 options[key] = int(wanted)
         except ValueError as exc:
             raise ReproduceError(f"calibration option {pair!r}: {exc}") from exc
-    return "\n" + calibration.table(**options) + "\n"
+    return "\n" + module.table(**options) + "\n"
 
 
 def regenerate(text: str, docs: Path | None = None) -> str:

@@ -151,6 +151,11 @@ def test_the_calibration_table_is_regenerated_and_checked(tmp_path, capsys):
     doc.write_text("<!-- calibration seed=2 -->\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
     assert "unknown calibration option 'seed'" in capsys.readouterr().err
+    doc.write_text("<!-- calibration blocks seeds=2 ratios=1 experiments=200 -->\n<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    assert "| σ²_seed / σ²_text | 2 seeds |" in doc.read_text()      # the token-block test's table
+    doc.write_text("<!-- calibration blocks pooled_arms=6 -->\n<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
 
 
 def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tmp_path, store, capsys):

@@ -297,7 +297,7 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     column = None if sentence_metric in ss.METRICS else args.metric
     if column and args.split:
         raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {args.metric} is "
-                            "tested on the runs' values over seeds")
+                            "tested on the runs' values over seeds (and its own split's token blocks)")
     used = runs[agg_mod.usable(runs, args.metric)]      # the runs the table averages
     split = hyps_split(used, args.split, args.metric)
     if column is None and args.split is None and tables.split_of(args.metric) not in (None, split):
