@@ -97,8 +97,8 @@ def sliding_windows(stream: torch.Tensor, window: int, stride: int) -> tuple[tor
 
 
 class WindowBatches(IterableDataset):
-    """``{"tokens": [B, W], "targets": [B, W], "window": [B]}`` batches of evaluation windows, in
-    stream order; ``window`` is each row's index among all the split's windows (``first`` is the
+    """``{"tokens": [B, W], "targets": [B, W], "window_index": [B]}`` batches of evaluation windows, in
+    stream order; ``window_index`` is each row's index among all the split's windows (``first`` is the
     index of this rank's first), so per-token losses gathered from every rank can be put back in
     stream order."""
 
@@ -112,7 +112,7 @@ class WindowBatches(IterableDataset):
         for start in range(0, self.tokens.shape[0], self.batch_size):
             end = start + self.batch_size
             yield {"tokens": self.tokens[start:end], "targets": self.targets[start:end],
-                   "window": torch.arange(self.first + start, self.first + min(end, len(self.tokens)))}
+                   "window_index": torch.arange(self.first + start, self.first + min(end, len(self.tokens)))}
 
 
 class LMDataModule(LightningDataModule):

@@ -216,8 +216,8 @@ class LanguageModelModule(SequenceModule):
         nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
                               ignore_index=PAD, reduction="none").view(targets.shape)
         scored = targets != PAD                        # PAD targets (context only) do not count
-        if "window" in batch:
-            self.eval_totals["losses"].update(batch["window"], nll, scored)
+        if "window_index" in batch:
+            self.eval_totals["losses"].update(batch["window_index"], nll, scored)
         return nll.sum(), scored.sum()
 
     def evaluation_end(self, split: str) -> None:
