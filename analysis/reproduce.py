@@ -9,7 +9,9 @@ between a marker and the next `<!-- end -->` is replaced:
 
     <!-- report results/demo --metric val_bleu -->      a table: `lit-attention report` on the
     ...                                                 store with these options, as Markdown
-    <!-- end -->
+    <!-- end -->                                        (`... --trials :: expected_max`: the
+                                                        table of --trials; `:: improvement`: of
+                                                        --improvement)
     <!-- value results/demo val_bleu mean model.family=transformer digits=1 -->61.8<!-- end -->
                                                         one number in the text: mean, std, min,
                                                         max, median or n of a metric over the
@@ -81,9 +83,16 @@ def _store(path: str) -> str:
 
 
 def table(spec: str, scratch: Path) -> str:
-    store, *options = shlex.split(spec)
+    """`STORE OPTIONS [:: NAME]` -> the report's table.md, or its NAME.md (expected_max,
+    improvement: the tables of --trials and --improvement)."""
+    report_part, _, name = spec.partition(" :: ")
+    store, *options = shlex.split(report_part)
     out = _report([_store(store), *options, "--no-figures"], scratch / "table")
-    return "\n" + (out / "table.md").read_text().strip() + "\n"
+    path = out / f"{name.strip() or 'table'}.md"
+    if not path.is_file():
+        written = ", ".join(sorted(p.stem for p in out.glob("*.md")))
+        raise ReproduceError(f"the report {report_part!r} wrote no {path.name} (it wrote {written})")
+    return "\n" + path.read_text().strip() + "\n"
 
 
 def figures(spec: str, scratch: Path, docs: Path | None) -> str:
