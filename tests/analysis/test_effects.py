@@ -334,3 +334,29 @@ def test_an_unreadable_study_db_is_warned_about_and_the_anova_still_comes_out(tm
     assert "ped_anova" not in found.importance and terms(found, "factor").index[0] == "model.heads"
     assert found.ped_note == "PED-ANOVA not computed: study.db could not be read."
     assert f"warning: {group / 'study.db'}: not read for PED-ANOVA (" in capsys.readouterr().err
+
+
+def test_on_the_committed_reverse_store_the_effects_agree_with_the_seed_test(tmp_path):
+    """issue 33: the pooled F called attention p < 0.001 on results/reverse, where the seed test
+    marks neither attention arm (their seeds spread 10x more than the baseline's). The robust F
+    still ranks attention first, in the seed test's direction, at the p its noisy cells allow."""
+    from conftest import REPO
+    from lit_attention.analysis import anova, significance
+    runs = load.load_runs(REPO / "results" / "reverse")
+    found = effects.analyse(runs, "val_bleu")
+    table = found.importance.set_index("term")
+    assert table.index[0] == "model.attention"
+    assert 0.001 < table.loc["model.attention", "p_holm"] < 0.05
+    assert table.loc["model.attention", "df_den"] < 5           # Welch-type: the noisy cells' df
+    data = found.data
+    pooled = anova.type2(data["y"], [t for t, _, _ in effects.design(
+        data, found.factors, interactions=True, seed_block=False)]).set_index("term")
+    assert pooled.loc["model.attention", "p"] < 0.001 < table.loc["model.attention", "p"]
+    marginal = found.marginal.set_index(["factor", "level"])["mean"]
+    better = marginal[("model.attention", "bahdanau")] > marginal[("model.attention", "none")]
+    rnn = runs[runs["model.family"] == "rnn"]
+    seed = significance.compare_to_baseline(rnn, ["model.cell", "model.attention"],
+                                            {"model.cell": "lstm", "model.attention": "none"}, split="val")
+    attended = seed[seed["model.attention"] == "bahdanau"]
+    assert better and (attended["delta"] > 0).all()
+    assert not attended["significant"].any()
