@@ -9,7 +9,9 @@ between a marker and the next `<!-- end -->` is replaced:
 
     <!-- report results/demo --metric val_bleu -->      a table: `lit-attention report` on the
     ...                                                 store with these options, as Markdown
-    <!-- end -->
+    <!-- end -->                                        (`... --trials :: expected_max`: the
+                                                        table of --trials; `:: improvement`: of
+                                                        --improvement)
     <!-- value results/demo val_bleu mean model.family=transformer digits=1 -->61.8<!-- end -->
                                                         one number in the text: mean, std, min,
                                                         max, median or n of a metric over the
@@ -28,7 +30,9 @@ between a marker and the next `<!-- end -->` is replaced:
     ...                                                 and MDE on simulated experiments, as a
     <!-- end -->                                        Markdown table (analysis/calibration.py;
                                                         KEY=VALUE: seeds, ratios, experiments,
-                                                        pooled_arms)
+                                                        pooled_arms; `blocks` first: the
+                                                        language-model test over token blocks,
+                                                        block_calibration.py)
 
 A number in these documents outside such a block is one nobody can regenerate: don't write it.
 """
@@ -79,9 +83,16 @@ def _store(path: str) -> str:
 
 
 def table(spec: str, scratch: Path) -> str:
-    store, *options = shlex.split(spec)
+    """`STORE OPTIONS [:: NAME]` -> the report's table.md, or its NAME.md (expected_max,
+    improvement: the tables of --trials and --improvement)."""
+    report_part, _, name = spec.partition(" :: ")
+    store, *options = shlex.split(report_part)
     out = _report([_store(store), *options, "--no-figures"], scratch / "table")
-    return "\n" + (out / "table.md").read_text().strip() + "\n"
+    path = out / f"{name.strip() or 'table'}.md"
+    if not path.is_file():
+        written = ", ".join(sorted(p.stem for p in out.glob("*.md")))
+        raise ReproduceError(f"the report {report_part!r} wrote no {path.name} (it wrote {written})")
+    return "\n" + path.read_text().strip() + "\n"
 
 
 def figures(spec: str, scratch: Path, docs: Path | None) -> str:
@@ -174,14 +185,19 @@ def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
 
 
 def calibration_table(spec: str) -> str:
-    """`[seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the table."""
-    from lit_attention.analysis import calibration
-    options = {}
+    """`[blocks] [seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the
+    table (`blocks`: the language-model test over token blocks, block_calibration.py)."""
+    from lit_attention.analysis import block_calibration, calibration
+    options, module = {}, calibration
     for pair in shlex.split(spec):
         key, _, wanted = pair.partition("=")
-        if key not in ("seeds", "ratios", "experiments", "pooled_arms"):
-            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use seeds, "
-                                 "ratios, experiments or pooled_arms")
+        if pair == "blocks":
+            module = block_calibration
+            continue
+        if key not in ("seeds", "ratios", "experiments", "pooled_arms") or (
+                key == "pooled_arms" and module is block_calibration):
+            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use blocks, seeds, "
+                                 "ratios, experiments or pooled_arms (not with blocks)")
         try:
             if key in ("seeds", "ratios"):
                 options[key] = tuple((int if key == "seeds" else float)(v) for v in wanted.split(","))
@@ -189,7 +205,7 @@ def calibration_table(spec: str) -> str:
                 options[key] = int(wanted)
         except ValueError as exc:
             raise ReproduceError(f"calibration option {pair!r}: {exc}") from exc
-    return "\n" + calibration.table(**options) + "\n"
+    return "\n" + module.table(**options) + "\n"
 
 
 def regenerate(text: str, docs: Path | None = None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from lit_attention.lightning.totals import Hypotheses, TokenNLL
+from lit_attention.lightning.totals import Hypotheses, TokenLosses, TokenNLL
 
 
 def run(fn, world_size: int = 2) -> list:
@@ -47,6 +47,11 @@ HYP_BATCHES = {
     "one rank empty": {0: [([1, 0], [[5, 3], [6, 3]], 0.5)], 1: []},
 }
 
+# (window indices, NLL [B, W], scored [B, W]) per batch on each rank: windows of width 3, the
+# first scoring all its targets, later ones their last 2 (stride 2), the last window all-PAD
+LOSS_BATCHES = {0: [([0, 1], [[1., 2., 3.], [9., 4., 5.]], [[1, 1, 1], [0, 1, 1]])],
+                1: [([2], [[9., 6., 7.]], [[0, 1, 1]]), ([3], [[0., 0., 0.]], [[0, 0, 0]])]}
+
 
 def totals_on_rank(rank: int) -> dict:
     """What TokenNLL and Hypotheses (every scenario) compute on this rank."""
@@ -59,4 +64,8 @@ def totals_on_rank(rank: int) -> dict:
         for index, ids, seconds in batches[rank]:
             hyps.update(torch.tensor(index), torch.tensor(ids), seconds)
         out[scenario] = hyps.compute()
+    losses = TokenLosses()
+    for window, nll, scored in LOSS_BATCHES[rank]:
+        losses.update(torch.tensor(window), torch.tensor(nll), torch.tensor(scored, dtype=torch.bool))
+    out["losses"] = losses.compute().tolist()
     return out

@@ -142,7 +142,7 @@ def test_gradient_stats_from_metrics_and_gradflow(runs):
     assert cells[tables.GRADFLOW_COLUMN].tolist()[0] == (
         "forward 0.900 [0.900, 0.900]; backward 0.900 [0.900, 0.900]")
     caption = tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, None)
-    assert "‖∂L/∂h_t‖ decay/step" in caption and "bootstrap over sentences" in caption
+    assert "‖∂L/∂h_t‖ decay/step" in caption and "resampling seeds, then sentences" in caption
 
 
 def test_gradflow_decay_fits_log_norm_on_distance_with_a_bootstrap_over_sentences():

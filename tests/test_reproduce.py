@@ -119,6 +119,21 @@ def test_values_and_tables_are_regenerated_and_checked(tmp_path, store):
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
 
 
+def test_the_tables_of_trials_and_improvement_are_regenerated(tmp_path, store, capsys):
+    doc = _doc(tmp_path, store, "<!-- report STORE --metric val_bleu --trials :: expected_max -->\n<!-- end -->\n"
+                                "<!-- report STORE --metric val_bleu --improvement :: improvement -->\n"
+                                "<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    text = doc.read_text()
+    assert "| trials " in text and "Expected best val_bleu" in text
+    assert "P(X > baseline)" in text and "IQM val_bleu" in text
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+    doc.write_text("<!-- report STORE --metric val_bleu :: expected_max -->\n<!-- end -->\n".replace(
+        "STORE", str(store)))
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2          # no --trials: no such table
+    assert "wrote no expected_max.md" in capsys.readouterr().err
+
+
 def test_figures_are_copied_next_to_the_document(tmp_path, store):
     doc = _doc(tmp_path, store, "<!-- figures STORE --metric val_bleu --baseline off -> figures/x -->"
                                 "<!-- end -->\n")
@@ -151,6 +166,11 @@ def test_the_calibration_table_is_regenerated_and_checked(tmp_path, capsys):
     doc.write_text("<!-- calibration seed=2 -->\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
     assert "unknown calibration option 'seed'" in capsys.readouterr().err
+    doc.write_text("<!-- calibration blocks seeds=2 ratios=1 experiments=200 -->\n<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    assert "| σ²_seed / σ²_text | 2 seeds |" in doc.read_text()      # the token-block test's table
+    doc.write_text("<!-- calibration blocks pooled_arms=6 -->\n<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
 
 
 def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tmp_path, store, capsys):

@@ -30,15 +30,19 @@ SPLITS = {"val": "validation", "test": "test", "train": "training"}   # metric p
 COSTS = ("params", "steps", "train_seconds", "train_flops", "tokens_per_second", "machine_gflops")
 BUDGETS = {"budget_flops": "FLOPs", "budget_tokens": "tokens", "budget_steps": "steps"}
 GRADIENT = ("grad_norm_median", "clip_fraction")
-# Gradient flow through time: one fit per configuration and direction, sentences pooled over seeds.
+# Gradient flow through time: one fit per configuration and direction, over its seeds.
 GRADFLOW_RESAMPLES = 1000
-GRADFLOW_METHOD = ("‖∂L/∂h_t‖ decay/step: exp of the least-squares slope of log ‖∂L/∂h_t‖ (the total "
-                   "derivative of the loss w.r.t. the encoder state h_t) on the distance to the loss, "
-                   "at each run's last measured step, on the same fixed sample of validation "
-                   "sentences, per direction (forward: distance m-1-t to the end of the source; "
-                   "backward: distance t; undirected: a Transformer's first encoder layer input, "
-                   "distance m-1-t); [ ]: 95% percentile bootstrap over sentences pooled over seeds, "
-                   f"{GRADFLOW_RESAMPLES:,} resamples")
+GRADFLOW_FIT_FROM = 4       # distances 0-3 hold a transient (a rise or a fast drop), not the decay
+GRADFLOW_METHOD = ("‖∂L/∂h_t‖ decay/step: exp of the least-squares slope of the mean log ‖∂L/∂h_t‖ "
+                   "(the total derivative of the loss w.r.t. the encoder state h_t; mean over seeds of "
+                   f"each seed's mean over sentences) on the distance to the loss, from distance "
+                   f"{GRADFLOW_FIT_FROM} (the first steps are a transient) to the largest every "
+                   "sentence reaches, at each run's last measured step, on the same fixed sample of "
+                   "validation sentences, per direction (forward: distance m-1-t to the end of the "
+                   "source; backward: distance t; undirected: a Transformer's first encoder layer "
+                   "input, distance m-1-t); [ ]: 95% percentile bootstrap resampling seeds, then "
+                   f"sentences, {GRADFLOW_RESAMPLES:,} resamples (with 2-3 seeds it is too narrow: "
+                   "a bootstrap sees only the seeds there are)")
 
 
 def t_coverage(t: float, df: int) -> float:
@@ -120,38 +124,75 @@ def last_gradflow(gradflow: pd.DataFrame) -> pd.DataFrame:
 
 def gradflow_decay(rows: pd.DataFrame, resamples: int = GRADFLOW_RESAMPLES,
                    seed: int = 0) -> pd.DataFrame:
-    """One row per direction: decay, ci_lo, ci_hi, sentences, max_distance.
+    """One row per direction: decay, ci_lo, ci_hi, sentences, min_distance, max_distance.
 
     `rows` are gradflow.csv rows of one measurement (columns direction, sentence, distance, norm;
-    with run_dir, the sentences of several runs are pooled, each (run, sentence) one unit).
-    decay = exp(slope) of the least-squares fit of log ‖∂L/∂h_t‖ on the distance over every
-    sentence and every distance all sentences reach, i.e. the factor the gradient norm changes by
-    per step (< 1 vanishing, > 1 exploding). ci_lo/ci_hi: 95% percentile bootstrap of that decay,
-    resampling sentences (`resamples` times, fixed seed). A sentence with a zero norm (no path to
-    the loss, log undefined) is left out.
+    with run_dir, several runs: the seeds of one configuration). decay = exp(slope) of the
+    least-squares fit of log ‖∂L/∂h_t‖ on the distance, from GRADFLOW_FIT_FROM to the largest
+    distance every sentence reaches, of the mean log-norm profile: the mean over runs of each
+    run's mean over its sentences; the factor the gradient norm changes by per step (< 1
+    vanishing, > 1 exploding) once the first steps' transient has passed. ci_lo/ci_hi: 95%
+    percentile bootstrap resampling the runs (seeds), then the sentences, `resamples` times with
+    a fixed seed: one draw of sentence ids for all drawn runs, since every run measures the same
+    fixed sample of sentences (a run missing some weighs its own by the draw). A sentence with a
+    zero norm (no path to the loss, log undefined) is left out.
     """
-    columns = ["direction", "decay", "ci_lo", "ci_hi", "sentences", "max_distance"]
+    columns = ["direction", "decay", "ci_lo", "ci_hi", "sentences", "min_distance", "max_distance"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
     units = [c for c in ("run_dir", "sentence") if c in rows]
     found = []
     for direction, group in rows.groupby("direction", sort=False):
         table = group.pivot_table(index=units, columns="distance", values="norm").dropna(axis=1)
+        table = table.loc[:, table.columns >= GRADFLOW_FIT_FROM]
         with np.errstate(divide="ignore"):
             logs = np.log(table.to_numpy(float))
-        logs = logs[np.isfinite(logs).all(axis=1)]
+        kept = np.isfinite(logs).all(axis=1)
         distance = table.columns.to_numpy(float)
         row = dict(direction=direction, decay=math.nan, ci_lo=math.nan, ci_hi=math.nan,
-                   sentences=len(logs), max_distance=int(distance.max()) if len(distance) else 0)
-        if len(logs) and len(distance) >= 2:
-            row["decay"] = float(_decay(logs.mean(axis=0), distance))
-            if len(logs) >= 2:
-                draws = np.random.default_rng(seed).integers(0, len(logs), (resamples, len(logs)))
-                resampled = _decay(logs[draws].mean(axis=1), distance)
+                   sentences=int(kept.sum()), min_distance=int(distance.min()) if len(distance) else 0,
+                   max_distance=int(distance.max()) if len(distance) else 0)
+        if kept.any() and len(distance) >= 2:
+            runs, sentences, cube, present = _by_run(table.index[kept], logs[kept], units)
+            ones = np.ones((1, len(runs))), np.ones((1, len(sentences)))
+            row["decay"] = float(_decay(_profile(*ones, cube, present)[0], distance))
+            if kept.sum() >= 2:
+                rng = np.random.default_rng(seed)
+                run_draws = rng.multinomial(len(runs), np.full(len(runs), 1 / len(runs)), resamples)
+                sentence_draws = rng.multinomial(len(sentences), np.full(len(sentences), 1 / len(sentences)),
+                                                 resamples)
+                profiles = _profile(run_draws, sentence_draws, cube, present)
+                resampled = _decay(profiles[np.isfinite(profiles).all(axis=1)], distance)
                 row["ci_lo"], row["ci_hi"] = np.percentile(resampled, [2.5, 97.5]).tolist()
         found.append(row)
     order = sorted(found, key=lambda r: (r["direction"] != "forward", r["direction"]))
     return pd.DataFrame(order, columns=columns)
+
+
+def _by_run(index: pd.Index, logs: np.ndarray, units: list[str]):
+    """(run ids, sentence ids, log-norms [R, S, D] with 0 where absent, present [R, S])."""
+    frame = index.to_frame(index=False)
+    run = frame["run_dir"] if "run_dir" in units else pd.Series(0, index=frame.index)
+    sentence = frame["sentence"] if "sentence" in units else pd.Series(range(len(frame)))
+    runs, r = np.unique(run.to_numpy(), return_inverse=True)
+    sentences, s = np.unique(sentence.to_numpy(), return_inverse=True)
+    cube = np.zeros((len(runs), len(sentences), logs.shape[1]))
+    present = np.zeros((len(runs), len(sentences)))
+    cube[r, s], present[r, s] = logs, 1.0
+    return runs, sentences, cube, present
+
+
+def _profile(run_weights: np.ndarray, sentence_weights: np.ndarray, cube: np.ndarray,
+             present: np.ndarray) -> np.ndarray:
+    """Mean log-norm profiles [B, D]: each run's sentence mean weighted by sentence_weights [B, S],
+    then the runs' mean weighted by run_weights [B, R] (a run none of whose sentences was drawn
+    drops out of that draw; NaN when no drawn run is left)."""
+    totals = np.einsum("bs,rsd->brd", sentence_weights, cube)
+    counts = np.einsum("bs,rs->br", sentence_weights, present)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = totals / counts[..., None]
+    weights = run_weights * (counts > 0)
+    return np.einsum("br,brd->bd", weights, np.nan_to_num(means)) / weights.sum(axis=1, keepdims=True)
 
 
 def _decay(mean_logs: np.ndarray, distance: np.ndarray) -> np.ndarray:

@@ -5,6 +5,17 @@ squares of a term is type II (Langsrud 2003): the drop in residual sum of square
 added to the model of every term not *above* it (terms the caller marks as containing it, e.g. its
 interactions). Degrees of freedom are rank differences, so aliased or rank-deficient designs
 (missing cells, conditional factors) give the df they really have, never a made-up one.
+
+`type2` tests with the pooled residual variance, which assumes every configuration's runs spread
+alike; seeds of sweeps do not (one cell's SD 0.8, another's 10.2), and then it rejects true
+nulls far too often. `robust` tests the same type-II hypotheses without that assumption: with Q an
+orthonormal basis of the term's columns after the terms below it, the type-II SS is |Q'y|², and
+Q'y has covariance Q' diag(σ²_i) Q, estimated from the full model's residuals e_i as
+e_i² / (1 - h_ii) (HC2, unbiased for cell-means designs: it is Welch's per-cell variance; MacKinnon
+& White 1985, *J. Econometrics* 29:305). The Wald statistic (Q'y)' V⁻¹ (Q'y) is referred to F(df, ν)
+after Johansen's Welch-James correction (Johansen 1980, *Biometrika* 67:85), each cell
+(configuration) holding a variance estimate on n_c - 1 df: for a 1-df term Welch's t² against
+Satterthwaite's df (Welch 1947).
 """
 
 from __future__ import annotations
@@ -58,9 +69,10 @@ def betainc(a: float, b: float, x: float) -> float:
     return front * f
 
 
-def f_sf(f: float, df1: int, df2: int) -> float:
-    """P(F > f) for an F(df1, df2) variable (via the incomplete beta function)."""
-    if math.isnan(f) or df1 < 1 or df2 < 1:
+def f_sf(f: float, df1: int, df2: float) -> float:
+    """P(F > f) for an F(df1, df2) variable (via the incomplete beta function; df2 may be
+    fractional, as a Satterthwaite df is)."""
+    if math.isnan(f) or df1 < 1 or not df2 > 0:
         return math.nan
     if f <= 0:
         return 1.0
@@ -93,3 +105,62 @@ def type2(y, terms: list[Term]) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     table.insert(3, "eta_sq", table["ss"] / total if total > 0 else math.nan)
     return table
+
+
+def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """An orthonormal basis [n, rank] of the column space of `columns`."""
+    if columns.shape[1] == 0:
+        return columns
+    u, sv, _ = np.linalg.svd(columns, full_matrices=False)
+    return u[:, sv > tol * max(sv.max(), 1.0)]
+
+
+def robust(y, terms: list[Term], cells) -> pd.DataFrame:
+    """One row per term: f, df_den, p of the heteroscedasticity-robust test of its type-II
+    hypothesis (module docstring); `cells` [n] labels the configuration of each run (its
+    variance is estimated from its own runs). A run the model fits exactly (leverage 1: a
+    configuration of one run in a saturated model) carries no residual; it gets the mean variance
+    of the others. A term without df or a model without residual df gets no test."""
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    ones = np.ones((n, 1))
+    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
+    leverage = (full ** 2).sum(axis=1)
+    residual = y - full @ (full.T @ y)
+    rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
+    residual[np.abs(residual) < rounding] = 0.0
+    exact = leverage > 1 - 1e-9
+    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
+    if exact.any() and (~exact).any():
+        omega[exact] = omega[~exact].mean()
+    codes = pd.factorize(pd.Series(list(cells)).astype(str))[0]
+    cell_df = np.maximum(np.bincount(codes) - 1, 1)
+    df_res = n - full.shape[1]
+    rows = []
+    for term in terms:
+        row = dict(term=term.name, f=math.nan, df_den=math.nan, p=math.nan)
+        base = _basis(np.column_stack([ones] + [t.columns for t in terms
+                                                if t.name != term.name and t.name not in term.above]))
+        q = _basis(term.columns - base @ (base.T @ term.columns))
+        if q.shape[1] and df_res > 0:
+            z = q.T @ y
+            variance = (q * omega[:, None]).T @ q
+            df = q.shape[1]
+            if not variance.any():     # no spread at all: any difference is exact
+                moved = bool((np.abs(z) > rounding).any())
+                row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
+                rows.append(row)
+                continue
+            inverse = np.linalg.pinv(variance)
+            wald = float(z @ inverse @ z)
+            # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
+            # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
+            shares = [inverse @ ((q[codes == cell] * omega[codes == cell, None]).T @ q[codes == cell])
+                      for cell in range(len(cell_df))]
+            a = sum((np.trace(m @ m) + np.trace(m) ** 2) / (2 * k) for m, k in zip(shares, cell_df))
+            c = df + 2 * a - 6 * a / (df + 2)
+            nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
+            f = wald / c
+            row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -6,8 +6,8 @@ attention) is set on part of the runs, its domain; it is analysed there only, ne
 runs where it does not exist.
 
 - importance: one least-squares model of the metric on every run (main effects, every estimable
-  two-way interaction, the seed as an additive block), type-II sums of squares (anova.py);
-  eta_sq = SS / total SS. A conditional factor is coded within its domain and tested after the
+  two-way interaction; seeds are no block), type-II sums of squares (anova.py); eta_sq = SS /
+  total SS; F and p robust to configurations whose seeds spread unequally (anova.robust). A conditional factor is coded within its domain and tested after the
   factors it depends on. When runs/<study>/study.db exists, Optuna's PED-ANOVA importance of each
   swept parameter is added beside it (read-only).
 - marginal means: per level, the mean of the per-configuration means (each over its seeds), over
@@ -182,28 +182,33 @@ def design(data: pd.DataFrame, factors: list[Factor], interactions: bool,
 
 
 def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> pd.DataFrame:
-    """The type-II ANOVA table of the metric `y`, factors first, by eta_sq; appends design notes."""
-    seeds = data["seed"].astype(str) if "seed" in data else pd.Series("", index=data.index)
+    """The type-II ANOVA table of the metric `y`, factors first, by eta_sq; appends design notes.
+
+    SS and η² are type II (anova.type2); F, its denominator df (df_den) and p are the
+    heteroscedasticity-robust test of the same hypothesis (anova.robust), each configuration's
+    runs their own variance. Seeds are no block: seed 1 of one configuration shares nothing with
+    seed 1 of another (as in the seed test)."""
     configs = data[[f.name for f in factors]].fillna(NOT_SET).astype(str).agg("|".join, axis=1)
-    # a seed is a block when it recurs across configurations (same number, same data order)
-    seed_block = seeds.nunique() > 1 and (configs.groupby(seeds).nunique() > 1).any()
-    terms = design(data, factors, interactions=True, seed_block=seed_block)
+    terms = design(data, factors, interactions=True, seed_block=False)
     table = anova.type2(data["y"], [t for t, _, _ in terms])
     residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
     if residual_df < 1 and any(kind == "interaction" for _, kind, _ in terms):
-        terms = design(data, factors, interactions=False, seed_block=seed_block)
+        terms = design(data, factors, interactions=False, seed_block=False)
         table = anova.type2(data["y"], [t for t, _, _ in terms])
         residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
         notes.append("Two-way interactions not fitted: with them no residual degrees of freedom "
                      "would remain (too few seeds per configuration).")
     if residual_df < 1:
         notes.append("No residual degrees of freedom (one run per configuration): no F-tests.")
+    tests = anova.robust(data["y"], [t for t, _, _ in terms], configs).set_index("term")
+    named = table["term"].isin(tests.index)
+    for column in ("f", "p"):
+        table.loc[named, column] = table.loc[named, "term"].map(tests[column])
+    table.insert(table.columns.get_loc("f") + 1, "df_den", table["term"].map(tests["df_den"]))
     kinds = {t.name: kind for t, kind, _ in terms}
     table.insert(1, "kind", table["term"].map(kinds).fillna(table["term"]))
     wheres = {t.name: _where(data, mask, factors) for t, _, mask in terms}
     table.insert(2, "where", table["term"].map(wheres).fillna("all runs"))
-    if seed_block:
-        notes.append("The seed enters as an additive block: seed numbers recur across configurations.")
     aliased = table.loc[(table["df"] == 0) & table["kind"].isin(["factor", "interaction"]), "term"]
     if len(aliased):
         notes.append(f"No degrees of freedom left (aliased with other terms): {', '.join(aliased)}.")

@@ -23,9 +23,13 @@ from lit_attention.analysis.plots import paper_style, save  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
 
 ETA = "η²"
+NU = "ν"        # the robust F's denominator degrees of freedom
 ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
-                "(main effects, every estimable two-way interaction, the seed as a block when seed numbers "
-                "recur); η² = SS / total SS; F = (SS/df) / residual mean square, p from the F distribution, "
+                "(main effects, every estimable two-way interaction; seeds are no block: seed numbers are "
+                "not paired across configurations); η² = SS / total SS; F: the Wald test of the term's "
+                "type-II hypothesis with each configuration's own variance (HC2: robust to seeds that "
+                "spread unequally, which the pooled residual mean square is not), against F(df, ν) with "
+                "Satterthwaite's ν over the configurations (Welch-type; calibrated: docs/ANALYSIS.md), "
                 "Holm-adjusted over all factor and interaction terms. A conditional factor is coded only "
                 "where it is set (column 'where', if any) and tested after the factors it depends on")
 
@@ -53,6 +57,7 @@ def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, p
                     "SS": [ss_text(x) for x in t["ss"]],
                     ETA: [tables.number(x, 3) for x in t["eta_sq"]],
                     "F": [tables.number(x, 2) for x in t["f"]],
+                    NU: [tables.number(x, 1) for x in t["df_den"]],
                     "p (Holm)": [p_text(x) for x in t["p_holm"]]})
     if "ped_anova" in t:
         columns["PED-ANOVA"] = [tables.number(x, 3) for x in t["ped_anova"]]
@@ -104,15 +109,14 @@ def _term(effects: Effects, name: str) -> pd.Series | None:
 
 
 def term_text(effects: Effects, name: str) -> str:
-    """'η² = 0.41, F(2, 30) = 12.3, p < 0.001' for a term of the ANOVA (or why there is none)."""
+    """'η² = 0.41, F(2, 17.3) = 12.3, p < 0.001' for a term of the ANOVA (or why there is none)."""
     row = _term(effects, name)
     if row is None:
         return "no interaction term (nested or not estimable)"
-    residual = int(effects.importance.loc[effects.importance["term"] == "residual", "df"].iloc[0])
     if pd.isna(row["f"]):
         return f"{ETA} = {row['eta_sq']:.3f} (no F-test)"
     p = p_text(row["p_holm"])
-    return (f"{ETA} = {row['eta_sq']:.3f}, F({int(row['df'])}, {residual}) = {row['f']:.2f}, "
+    return (f"{ETA} = {row['eta_sq']:.3f}, F({int(row['df'])}, {row['df_den']:.1f}) = {row['f']:.2f}, "
             f"p (Holm) {p if p.startswith('<') else '= ' + p}")
 
 
@@ -137,7 +141,7 @@ def captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
 
 
 def latex(cells, best, caption: str, label: str) -> str:
-    return tables.to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$")
+    return tables.to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$")
 
 
 def stem_name(key: str) -> str:

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from cycler import cycler  # noqa: E402
 
-from lit_attention.analysis.aggregate import last_gradflow, usable  # noqa: E402
+from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
 from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
                                            metric_range, split_of)
 from lit_attention.files import atomic_write  # noqa: E402
@@ -136,8 +136,8 @@ def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
 def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
                   metric: str = "val_bleu") -> list[Path]:
     """‖∂L/∂h_t‖ by distance to the loss (log scale) at each run's last measured step, one line per
-    configuration and direction: geometric mean over sentences (pooled over seeds, as the decay fit
-    of the tables), band: interquartile range over sentences."""
+    configuration and direction: geometric mean over sentences (pooled over seeds), band:
+    interquartile range over sentences; a dotted line where the tables' decay/step fit starts."""
     if gradflow.empty:
         return []
     data = last_gradflow(_with_config(gradflow, runs, keys, metric))
@@ -151,6 +151,9 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
                         label=f"{config}, {direction}")
         ax.fill_between(logs.mean().index, np.exp(logs.quantile(0.25)), np.exp(logs.quantile(0.75)),
                         color=line.get_color(), alpha=0.15)
+    ax.axvline(GRADFLOW_FIT_FROM, color="0.5", linestyle=":", linewidth=1)
+    ax.text(GRADFLOW_FIT_FROM, 1, " decay/step fitted from here", transform=ax.get_xaxis_transform(),
+            va="top", fontsize="small", color="0.4")
     ax.set_yscale("log")
     ax.set_title(rf"{GRAD_NORM} by distance to the loss")
     ax.set_xlabel(r"distance to the loss (steps: forward $m-1-t$, backward $t$)")

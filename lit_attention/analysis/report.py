@@ -4,7 +4,7 @@ Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per confi
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
 unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
-with --trials expected_max.csv and its figure; with --improvement improvement.csv; report-files.json
+with --trials expected_max.csv/.md and its figure; with --improvement improvement.csv/.md; report-files.json
 lists them, so that the next report into DIR removes those it does not write.
 Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
@@ -300,7 +300,7 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     column = None if sentence_metric in ss.METRICS else args.metric
     if column and args.split:
         raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {args.metric} is "
-                            "tested on the runs' values over seeds")
+                            "tested on the runs' values over seeds (and its own split's token blocks)")
     used = runs[agg_mod.usable(runs, args.metric)]      # the runs the table averages
     split = hyps_split(used, args.split, args.metric)
     if column is None and args.split is None and tables.split_of(args.metric) not in (None, split):
@@ -473,11 +473,13 @@ def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> t
     if trials is not None:
         atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
         printed.append(expected_max.markdown(trials, trial_keys, args.metric, better, args.digits))
+        atomic_write(out / "expected_max.md", printed[-1])
         if not args.no_figures:
             figures += plots.plot_expected_max(trials, trial_keys, args.metric, out / "expected_max")
     if improved is not None:
         atomic_write(out / "improvement.csv", improved.to_csv(index=False))
         printed.append(improvement.markdown(improved, args.metric, baseline, better, digits=args.digits))
+        atomic_write(out / "improvement.md", printed[-1])
     return printed, figures
 
 

@@ -15,9 +15,11 @@ For comparisons of single runs, sacreBLEU PairedTest's sentence-level tests stay
 sacreBLEU's), Holm-corrected over the comparisons. They see test-set variance only.
 
 All tests run on cached sentence statistics (sentence_stats.py) with one seeded draw of
-resampled test sets shared by every comparison (resampling.py). A table of another metric (e.g.
-perplexity) is tested on the per-run values of the summaries: seeds are then the only resampled
-factor.
+resampled test sets shared by every comparison (resampling.py). A language model's perplexity or
+loss is tested the same way with contiguous blocks of its test tokens in place of sentences
+(token_blocks.py), when every run recorded its per-token losses; another metric, or runs without
+them, is tested on the per-run values of the summaries: seeds are then the only resampled factor
+(the caption says why).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from lit_attention import registry
 from lit_attention.analysis import resampling
 from lit_attention.analysis import seed_test as sb
 from lit_attention.analysis import sentence_stats as ss
+from lit_attention.analysis import token_blocks
 from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.tracking.schema import Status, hyps_file, refs_file
@@ -77,7 +80,8 @@ def hypotheses(test: str, n_comparisons: int) -> int:
 
 def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TEST,
            comparisons: int | None = None, values: str | None = None, metric: str = "bleu",
-           split: str = "test", pooled: dict | None = None) -> str:
+           split: str = "test", pooled: dict | None = None, blocks: dict | None = None,
+           no_blocks: str | None = None) -> str:
     """How the p-values were obtained, for the table caption: test, resamples, correction."""
     tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
     if test != DEFAULT_TEST:
@@ -93,14 +97,25 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
                  f"{pooled['high']:.2f})")
     else:
         seeds = "each arm's own seed variance, as in Welch's test"
-    if values:
+    if values and blocks:
+        text = SPLITS.get(blocks["split"], blocks["split"])
+        variance = (f"from the seeds ({seeds}, from the runs' {values}) plus the {text} text (the "
+                    f"covariance of distinct runs' {values} over {n_samples:,} bootstrap draws of "
+                    f"its {blocks['tokens']:,} tokens cut into {blocks['blocks']} contiguous blocks "
+                    f"of ≈{blocks['tokens'] / blocks['blocks']:,.0f}, seed {seed}, one draw for every "
+                    f"run: paired; neighbouring tokens are not independent)")
+    elif values:
         variance = f"from the seeds only: the spread of the {values} values, {seeds}"
+        if no_blocks:
+            variance += (f" (the evaluated text's own variance is left out: {no_blocks}; a "
+                         f"difference may hold for this text only)")
     else:
         variance = (f"from the seeds ({seeds}, from the runs' corpus {name}) plus the "
                     f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
                     f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
                     f"one draw for every run: paired; recomputed from cached sentence statistics)")
-    return (f"{'test over seeds' if values else TESTS[test]}: the difference of the seed means "
+    title = "test over seeds × token blocks" if blocks else "test over seeds" if values else TESTS[test]
+    return (f"{title}: the difference of the seed means "
             f"over its standard error, the variance {variance}, against Student's t with "
             f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
             f"in the direction of Δ, Holm-corrected over both directions{family}")
@@ -109,7 +124,8 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
 def method_of(result: pd.DataFrame) -> str:
     """method() of a compare_to_baseline result."""
     return method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
-                                                    "values", "metric", "split", "pooled")})
+                                                    "values", "metric", "split", "pooled", "blocks",
+                                                    "no_blocks")})
 
 
 # ---- p-values from resampled scores -----------------------------------------------------------
@@ -305,6 +321,7 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     result["equivalent"] = result["p_equivalent_holm"] < ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
                         values=column, metric=metric, split=split,
+                        blocks=source.block_info, no_blocks=source.no_blocks,
                         baseline_untested=int(is_base.sum()) - len(base),
                         pooled=pooled if test == DEFAULT_TEST else None, equivalence=equivalence)
     if testable and test != DEFAULT_TEST and holm_floor(n_hypotheses, n_samples) >= RESOLVE:
@@ -447,6 +464,11 @@ class _Source:
     def __init__(self, store: RunStats, runs: pd.DataFrame, column: str | None, is_base: pd.Series):
         self.store, self.column = store, column
         self.values = pd.to_numeric(runs.set_index("run_dir")[column], errors="coerce") if column else None
+        # a language model's loss or perplexity: resampled over contiguous blocks of its tokens
+        # when every tested run recorded them (token_blocks.py); else over seeds only, and why
+        self.lm = token_blocks.parse(column) if column else None
+        self.blocks: dict[str, np.ndarray] = {}
+        self.no_blocks: str | None = None
         with_refs = [d for d in runs.loc[is_base, "run_dir"] if store.refs(d).is_file()]
         with_refs += [d for d in runs.loc[~is_base, "run_dir"] if store.refs(d).is_file()]
         self.refs_run = with_refs[0] if with_refs else None   # the baseline's references first
@@ -467,6 +489,40 @@ class _Source:
         self.n_samples, self.seed = n_samples, seed
         if not self.column:
             _fill_caches(self.store, [(d, self.refs_from(d)) for d in run_dirs])
+        elif self.lm and run_dirs:
+            self._load_blocks(run_dirs)
+
+    def _load_blocks(self, run_dirs: list[str]) -> None:
+        """Every run's block statistics and the family's draw of blocks, or `no_blocks` saying
+        why the test falls back to the seeds alone."""
+        split, kind = self.lm
+        losses = {d: token_blocks.load(d, split) for d in run_dirs}
+        missing = [d for d, nll in losses.items() if nll is None]
+        lengths = {len(nll) for nll in losses.values() if nll is not None}
+        stale = [d for d, nll in losses.items() if nll is not None and len(nll) and not math.isclose(
+            float(token_blocks.score(kind, np.array([nll.sum(dtype=np.float64), len(nll)]))),
+            self.values[d], rel_tol=token_blocks.AGREE)]
+        if missing:
+            self.no_blocks = (f"{len(missing)} of the {len(run_dirs)} runs recorded no per-token "
+                              f"losses of the {SPLITS.get(split, split)} tokens")
+        elif len(lengths) > 1:
+            self.no_blocks = (f"the runs scored different numbers of {SPLITS.get(split, split)} "
+                              f"tokens ({', '.join(map(str, sorted(lengths)))}): not one text")
+        elif stale:
+            self.no_blocks = f"{len(stale)} runs' per-token losses do not give their {self.column}"
+        if self.no_blocks:
+            return
+        n_blocks = token_blocks.count(lengths.pop())
+        self.blocks = {d: token_blocks.cut(nll, n_blocks) for d, nll in losses.items()}
+        self.draw = resampling.draw("bootstrap", n_blocks, self.n_samples, self.seed)
+
+    @property
+    def block_info(self) -> dict | None:
+        """What the caption says of the blocks: their number and mean length (None: no blocks)."""
+        if not self.blocks:
+            return None
+        tokens = next(iter(self.blocks.values()))[:, 1]
+        return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
 
     def _stats(self, run_dirs: list[str]) -> np.ndarray:
         """[runs, N, K] statistics against one set of references (AnalysisError otherwise)."""
@@ -491,22 +547,30 @@ class _Source:
 
     @property
     def n_sentences(self) -> float:
-        """The sentences the variance's sentence part was estimated from (inf: values, none)."""
-        return math.inf if self.column or self.draw is None else self.draw.n_sentences
+        """The sentences (or token blocks) the variance's sentence part was estimated from
+        (inf: values without blocks, none)."""
+        if (self.column and not self.blocks) or self.draw is None:
+            return math.inf
+        return self.draw.n_sentences
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
-        resampled covariance of distinct runs (seed_test.sentence_variance); 0 for values."""
-        if self.column:
+        resampled covariance of distinct runs (seed_test.sentence_variance); 0 for values
+        without token blocks."""
+        if self.column and not self.blocks:
             return 0.0
         covariance = sb.resampled_covariance(np.hstack([scores, base_scores]))
-        return float(sb.sentence_variance(covariance, scores.shape[1]))
+        part = float(sb.sentence_variance(covariance, scores.shape[1]))
+        return token_blocks.unbiased(part, self.draw.n_sentences) if self.blocks else part
 
     def scores(self, run_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """([B, n] each run's score on each resample (a value: the same on every resample),
         [n] the observed scores)."""
         if self.column:
             observed = self.observed(run_dirs)
+            if self.blocks:
+                stats = np.stack([self.blocks[d] for d in run_dirs])
+                return token_blocks.resampled(self.lm[1], self.draw.weights, stats), observed
             return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
         stats = self._stats(run_dirs)
         if self.draw is None or self.draw.n_sentences != stats.shape[1]:

@@ -98,10 +98,13 @@ def sliding_windows(stream: torch.Tensor, window: int, stride: int) -> tuple[tor
 
 
 class WindowBatches(IterableDataset):
-    """``{"tokens": [B, W], "targets": [B, W]}`` batches of evaluation windows, in stream order."""
+    """``{"tokens": [B, W], "targets": [B, W], "window_index": [B]}`` batches of evaluation windows, in
+    stream order; ``window_index`` is each row's index among all the split's windows (``first`` is the
+    index of this rank's first), so per-token losses gathered from every rank can be put back in
+    stream order."""
 
-    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor, batch_size: int):
-        self.tokens, self.targets, self.batch_size = tokens, targets, batch_size
+    def __init__(self, tokens: torch.Tensor, targets: torch.Tensor, batch_size: int, first: int = 0):
+        self.tokens, self.targets, self.batch_size, self.first = tokens, targets, batch_size, first
 
     def __len__(self) -> int:
         return math.ceil(self.tokens.shape[0] / self.batch_size)
@@ -109,7 +112,8 @@ class WindowBatches(IterableDataset):
     def __iter__(self):
         for start in range(0, self.tokens.shape[0], self.batch_size):
             end = start + self.batch_size
-            yield {"tokens": self.tokens[start:end], "targets": self.targets[start:end]}
+            yield {"tokens": self.tokens[start:end], "targets": self.targets[start:end],
+                   "window_index": torch.arange(self.first + start, self.first + min(end, len(self.tokens)))}
 
 
 class LMDataModule(LightningDataModule):
@@ -271,7 +275,7 @@ class LMDataModule(LightningDataModule):
         tokens = torch.cat([tokens, tokens.new_full((extra, tokens.shape[1]), PAD)])
         targets = torch.cat([targets, targets.new_full((extra, targets.shape[1]), PAD)])
         mine = slice(rank * per_rank, (rank + 1) * per_rank)
-        return WindowBatches(tokens[mine], targets[mine], B)
+        return WindowBatches(tokens[mine], targets[mine], B, first=mine.start)
 
     def _loader(self, split: str) -> DataLoader:
         return DataLoader(self.batches(split), batch_size=None, num_workers=self.hparams.num_workers)

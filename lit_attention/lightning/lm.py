@@ -9,7 +9,8 @@ protocol (sliding window W, stride S; see lit_attention.data.lm), scored from a 
 every family, so each token is predicted from the same at most W preceding tokens whatever the
 model. Perplexity is exp(summed NLL of the scored (non-PAD) targets / their count), with the sums
 reduced over DDP ranks: the same number for every batch size and device count. The protocol goes
-into summary.json as ``eval_protocol``.
+into summary.json as ``eval_protocol``, and each scored token's NLL, in stream order, into the run
+store (schema.token_nll_file): the analysis tests perplexities over contiguous blocks of them.
 
 The n-gram family has no gradient: it counts the data module's training stream when fitting
 starts (or when evaluation needs it), then the training epoch is skipped; `fit` refuses the
@@ -21,15 +22,17 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from lit_attention import registry
+from lit_attention.data.vocab import PAD
 from lit_attention.lightning.base import Inert, SequenceModule, check_values
 from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
-from lit_attention.metrics import token_nll
+from lit_attention.lightning.totals import TokenLosses
 from lit_attention.models.base import count_parameters, match_width
 from lit_attention.models.lm import build_lm, detach_state
 
@@ -95,6 +98,8 @@ class LanguageModelModule(SequenceModule):
         self.net = None
         # n-gram: no optimizer, its one epoch is skipped (on_train_batch_start) after counting
         self._state = {}           # training state carried across batches ("train")
+        # split -> [T] float32 NLL of each scored token, in stream order (the block test's data)
+        self.token_losses: dict[str, np.ndarray] = {}
 
     @classmethod
     def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
@@ -206,9 +211,21 @@ class LanguageModelModule(SequenceModule):
 
     # -- evaluation --------------------------------------------------------------------------
 
+    def evaluation_start(self, split: str) -> None:
+        self.eval_totals["losses"] = TokenLosses().to(self.device)
+
     def evaluate(self, split: str, batch):
         logits, _ = self.net(batch["tokens"])          # a fresh state for every window
-        return token_nll(logits, batch["targets"])     # PAD targets (context only) do not count
+        targets = batch["targets"]
+        nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1),
+                              ignore_index=PAD, reduction="none").view(targets.shape)
+        scored = targets != PAD                        # PAD targets (context only) do not count
+        if "window_index" in batch:
+            self.eval_totals["losses"].update(batch["window_index"], nll, scored)
+        return nll.sum(), scored.sum()
 
     def evaluation_end(self, split: str) -> None:
         self.eval_extras[split] = {"eval_protocol": getattr(self._datamodule(), "eval_protocol", None)}
+        losses = self.eval_totals["losses"].compute()
+        if losses.numel():
+            self.token_losses[split] = losses.numpy()

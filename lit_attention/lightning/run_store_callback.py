@@ -17,7 +17,7 @@ from lit_attention.tracking import machine_speed
 from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, atomic_write, git_commit, package_versions
 from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, now_iso,
-                                           refs_file)
+                                           refs_file, token_nll_file)
 
 
 def _split(stage) -> str:
@@ -160,6 +160,9 @@ class RunStoreCallback(Callback):
             fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
             fields[f"{split}_sacrebleu_signature"] = pl_module.sacrebleu_signature
             fields[f"{split}_chrf_signature"] = pl_module.chrf_signature
+        losses = getattr(pl_module, "token_losses", {}).get(split)
+        if losses is not None:
+            self.run_dir.write_array(token_nll_file(split), losses)
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
             fields.update(steps=trainer.global_step, epochs=trainer.current_epoch, heartbeat_at=now_iso())

@@ -4,7 +4,8 @@
 total tokens) over every rank, not a mean of per-rank perplexities. Lightning's ``self.log(...,
 sync_dist=True, reduce_fx="sum")`` is no substitute: it sums Python numbers in float32 (logging
 2**24 and 1 gives 16777216.0) and hands the module no reduced value to form the ratio from.
-``Hypotheses`` gathers decoded token ids by example index from every rank.
+``Hypotheses`` gathers decoded token ids by example index from every rank, ``TokenLosses`` a
+language model's per-token NLL by (window, position), so it comes back in stream order.
 
 Both are made afresh for every evaluation epoch and are no children of the module: nothing of
 them goes into checkpoints, and ``module.to(dtype)`` (bf16-true) cannot cast the float64 sums.
@@ -64,3 +65,30 @@ class Hypotheses(Metric):
         index, width, ids = (dim_zero_cat(state) for state in (self.index, self.width, self.ids))
         rows = torch.split(ids, width.tolist())
         return {i: row.tolist() for i, row in zip(index.tolist(), rows)}, float(self.seconds)
+
+
+class TokenLosses(Metric):
+    """The NLL of every scored target token, keyed by its place in the evaluation windows
+    (window index x window width + position), gathered from every DDP rank."""
+
+    full_state_update = False
+
+    def __init__(self):
+        super().__init__()
+        self.add_state("key", [], dist_reduce_fx="cat")    # [T] window * width + position
+        self.add_state("nll", [], dist_reduce_fx="cat")    # [T] float32 NLL of that token
+        self.update(torch.empty(0, dtype=torch.long), torch.empty(0, 0), torch.empty(0, 0, dtype=torch.bool))
+
+    def update(self, window: torch.Tensor, nll: torch.Tensor, scored: torch.Tensor) -> None:
+        """``window``: [B] window indices; ``nll``: [B, W] per-position NLL; ``scored``: [B, W]
+        the positions whose target counts (not PAD)."""
+        width = nll.size(1)
+        key = window[:, None].to(nll.device) * width + torch.arange(width, device=nll.device)
+        self.key.append(key[scored])
+        self.nll.append(nll.detach().float()[scored])
+
+    def compute(self) -> torch.Tensor:
+        """[T] float32: the scored tokens' NLL in stream order (each target is scored once, by
+        the first window that scores it, and windows follow the stream)."""
+        key, nll = dim_zero_cat(self.key), dim_zero_cat(self.nll)
+        return nll[torch.argsort(key)].cpu()

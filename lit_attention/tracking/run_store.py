@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -65,6 +66,12 @@ class RunDir:
 
     def write_lines(self, relpath: str, lines: list[str]) -> None:
         atomic_write(self.path / relpath, "".join(schema.as_line(line) + "\n" for line in lines))
+
+    def write_array(self, relpath: str, array) -> None:
+        """A numpy array as a .npy file (atomically)."""
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        atomic_write(self.path / relpath, buffer.getvalue())
 
     def stop_requested(self) -> tuple[schema.Status, str] | None:
         """(status to end as, reason) once the run's STOP file exists."""

@@ -7,7 +7,8 @@ read it; nothing else spells these names or reads summary.json itself.
       metrics.csv     METRICS    one row per logged step: METRICS_COLUMNS, then the metrics
       summary.json    SUMMARY    an object of fields (FIELDS), with `version` and `status`
       hyps/           HYPS       hyps_file(split), refs_file(split): one sentence per line;
-                                 stats_cache_file(split, metric): the analysis' cache
+                                 stats_cache_file(split, metric): the analysis' cache;
+                                 token_nll_file(split): a language model's per-token NLL
       gradflow.csv    GRADFLOW   GRADFLOW_COLUMNS
       attention/      ATTENTION  heatmaps of a few validation sentences (png + json)
       checkpoints/    CHECKPOINTS  best.ckpt, last.ckpt (LAST_CHECKPOINT)
@@ -62,6 +63,12 @@ def hyps_file(split: str) -> str:
 def refs_file(split: str) -> str:
     """hyps/<split>.ref.txt: the references, line i for line i of the hypotheses."""
     return f"{HYPS}/{split}.ref.txt"
+
+
+def token_nll_file(split: str) -> str:
+    """hyps/<split>.nll.npy: a language model's NLL (nats, float32) of every scored target token
+    of the split, in stream order; their mean is <split>_loss."""
+    return f"{HYPS}/{split}.nll.npy"
 
 
 # Every character str.splitlines() ends a line at (\r\n counts as one, like \n alone).

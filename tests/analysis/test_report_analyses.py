@@ -52,3 +52,22 @@ def test_a_runs_dir_after_trials_is_named_not_taken_for_a_key(tmp_path):
     result = cli_in_process("report", "--trials", tmp_path)
     assert result.returncode == 2
     assert f"--trials took {tmp_path} as a KEY: put RUNS_DIR before --trials" in result.stderr
+
+
+@pytest.mark.parametrize("store,family,trials", [("demo", "rnn", 6), ("lm-lr", "transformer", 9)])
+def test_report_trials_and_improvement_on_committed_stores(tmp_path, store, family, trials):
+    """issue 33's 'done when': both run on results/demo and on a committed sweep that varies
+    hyperparameters (results/lm-lr: learning rates x seeds, lower perplexity is better)."""
+    from conftest import REPO
+    from lit_attention.analysis import report
+    out = tmp_path / store
+    metric = ["--metric", "val_ppl"] if store == "lm-lr" else []
+    baseline = ["--baseline", "family=rnn", "model.lr=0.01"] if store == "lm-lr" else []
+    assert report.main([str(REPO / "results" / store), "--out", str(out), "--no-figures", "--trials",
+                        "--improvement", *metric, *baseline]) == 0
+    curve = pd.read_csv(out / "expected_max.csv").set_index(["model.family", "trials"])["expected_max"]
+    best_of = curve.loc[family] if store == "demo" else -curve.loc[family]    # lower perplexity is better
+    assert best_of.is_monotonic_increasing and best_of.loc[trials] == best_of.max()
+    improved = pd.read_csv(out / "improvement.csv")
+    assert improved["baseline"].sum() == 1
+    assert improved.loc[~improved["baseline"], "p_improvement"].between(0, 1).all()

@@ -178,6 +178,9 @@ def test_evaluation_windows_split_over_ranks_and_batches_score_the_stream_once(t
     assert all(b["tokens"].shape == b["targets"].shape == (batch_size, 16) for r in ranks for b in r)
     scored = torch.cat([b["targets"][b["targets"] != PAD] for r in ranks for b in r])
     assert torch.equal(scored, dm.streams["val"][1:])
+    # each row's window index, across ranks: 0, 1, 2, ... (padding windows after the last)
+    windows = torch.cat([b["window_index"] for r in ranks for b in r])
+    assert torch.equal(windows, torch.arange(len(windows)))
 
 
 def test_evaluation_protocol_defaults_to_the_training_context_with_half_stride(tmp_path):

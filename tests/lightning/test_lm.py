@@ -5,6 +5,7 @@ import json
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +18,7 @@ from lit_attention.data.synthetic import generate
 from lit_attention.data.vocab import PAD
 from lit_attention.lightning.lm import LanguageModelModule
 from lit_attention.models.base import at_width
+from lit_attention.tracking.schema import token_nll_file
 
 FAMILIES = [("ngram", {"order": 3}), ("window", {}), ("rnn", {"cell": "lstm"}),
             ("transformer", {"positional": "sinusoidal"})]
@@ -157,6 +159,9 @@ def test_every_family_scores_each_token_once_from_its_window_alone(family, optio
     assert nll == pytest.approx(expected, abs=1e-5)
     assert result["val_loss"] == pytest.approx(sum(expected) / len(expected), rel=1e-5)
     assert result["val_ppl"] == pytest.approx(math.exp(sum(expected) / len(expected)), rel=1e-5)
+    # what the run store keeps for the block test: each token's NLL, in stream order
+    assert module.token_losses["val"].dtype == np.float32
+    assert module.token_losses["val"].tolist() == pytest.approx(expected, abs=1e-5)
 
 
 @pytest.fixture
@@ -304,6 +309,8 @@ def test_the_run_store_records_the_evaluation_protocol(tmp_path):
     summary = json.loads((tmp_path / "default" / "lm" / "summary.json").read_text())
     assert summary["eval_protocol"] == "sliding window 16, stride 8"
     assert math.isfinite(summary["val_ppl"])
+    losses = np.load(tmp_path / "default" / "lm" / token_nll_file("val"))    # the block test's data
+    assert losses.mean(dtype=np.float64) == pytest.approx(summary["val_loss"], rel=1e-5)
 
 
 @pytest.mark.parametrize("family,options,message", [

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import gloo_ranks
-from lit_attention.lightning.totals import Hypotheses, TokenNLL
+from lit_attention.lightning.totals import Hypotheses, TokenLosses, TokenNLL
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +39,12 @@ def test_hypotheses_gather_every_ranks_rows_by_example_index(ranks, scenario):
         assert seconds == slowest
 
 
+@pytest.mark.slow
+def test_token_losses_come_back_from_every_rank_in_stream_order(ranks):
+    for rank in ranks:
+        assert rank["losses"] == [1, 2, 3, 4, 5, 6, 7]
+
+
 def test_without_a_process_group_the_totals_are_this_process_alone():
     totals, hyps = TokenNLL(), Hypotheses()
     assert hyps.compute() == ({}, 0.0)
@@ -46,3 +52,7 @@ def test_without_a_process_group_the_totals_are_this_process_alone():
     hyps.update(torch.tensor([1]), torch.tensor([[4, 3]]), 0.25)
     assert totals.compute() == (2.0, 5)
     assert hyps.compute() == ({1: [4, 3]}, 0.25)
+    losses = TokenLosses()
+    assert losses.compute().tolist() == []
+    losses.update(torch.tensor([1, 0]), torch.tensor([[9., 3.], [1., 2.]]), torch.tensor([[0, 1], [1, 1]]).bool())
+    assert losses.compute().tolist() == [1, 2, 3], "window 0 before window 1, whatever the batch order"
