@@ -60,6 +60,7 @@ CHOICE_LITERAL_ALLOWED = {
     ("lit_attention/data/tokenizers.py", "unigram"): "SentencePiece's own name of its model type",
     **{(f"lit_attention/{path}", "sum"): "torch's reduction"
        for path in ("diagnostics/gradflow.py", "lightning/budget.py", "lightning/totals.py", "metrics.py")},
+    ("lit_attention/lightning/lm.py", "none"): "torch's reduction (per-token losses)",
     ("lit_attention/sweep/placement.py", "none"): "a sweep's word for no GPUs",
     ("lit_attention/sweep/schema.py", "none"): "a sweep's word for no pruner",
 }

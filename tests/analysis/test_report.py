@@ -332,10 +332,11 @@ def test_files_of_an_earlier_report_that_this_one_did_not_write_are_removed_and_
     assert {p.name for p in out.iterdir()} == first | {"notes.md"}          # bad input: nothing lost
     assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert f"removed 1 file of the earlier report in {out} that this one did not write: significance.csv" in err
+    assert (f"removed 2 files of the earlier report in {out} that this one did not write: expected_max.md, "
+            "significance.csv") in err, err
     assert (f"note: 2 files in {out} are not from this report, left as they are (no earlier report wrote them, "
             f"or they changed since): expected_max.csv, notes.md") in err, err
-    assert {p.name for p in out.iterdir()} == first - {"significance.csv"} | {"notes.md"}
+    assert {p.name for p in out.iterdir()} == first - {"significance.csv", "expected_max.md"} | {"notes.md"}
     assert (out / "notes.md").read_text() == "mine" and "# checked" in (out / "expected_max.csv").read_text()
     assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
     assert "removed" not in capsys.readouterr().err                 # the same report again: nothing stale
