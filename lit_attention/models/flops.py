@@ -6,6 +6,17 @@ products, convolutions). Elementwise work, softmax, norms, embedding look-ups an
 do not count, as usual in MFU accounting. Attention counts the whole query x key square, also
 when it is causal (torch's own formula; the explicit-mask path does compute all of it).
 
+Counting under FlopCounterMode (a dispatch mode: a Python call for every forward and backward
+kernel) slows a step 2-3x, which shows when a step is cheap: every new batch shape is counted,
+and token batches change shape nearly every step (on an H200, 10 of the 49 ms that `fit` took a
+step over 150 steps; issue 38). So a new shape is counted by ``MatmulFlops``, a function mode that
+sees only the forward pass's torch calls: each matrix product (``F.linear``, ``@``, ``mm``,
+``bmm``, ``addmm``, ``baddbmm``, a two-operand ``einsum``, ``scaled_dot_product_attention``) counts its forward FLOPs, and
+its backward as one more product of the same size for each operand that needs a gradient (two
+for attention, whose backward kernels form all four products, as torch's formula counts them).
+The first counted step of a run is counted both ways; if the two differ (a product the function
+mode does not know), the run counts every new shape under FlopCounterMode, and says so once.
+
 FlopCounterMode alone undercounts two kinds of layer here (torch 2.13), so they are filled in:
 
 - the fused CPU attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu`` and its
@@ -33,11 +44,15 @@ FlopCounterMode's count of the unrolled kernels exactly (tests/models/test_flops
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any, Hashable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
@@ -61,6 +76,91 @@ ATTENTION_FORMULAS = {op: formula for op, formula in (
     (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None), _attention_forward),
     (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None),
      _attention_backward)) if op is not None}
+
+
+def _product(a: torch.Size, b: torch.Size) -> int:
+    """FLOPs of ``a @ b`` under matmul's broadcasting: 2 * batch * n * k * m (1-D operands as
+    torch.matmul treats them)."""
+    a = (1, *a) if len(a) == 1 else tuple(a)
+    b = (*b, 1) if len(b) == 1 else tuple(b)
+    batch = math.prod(torch.broadcast_shapes(a[:-2], b[:-2]))
+    return 2 * batch * a[-2] * a[-1] * b[-1]
+
+
+def _grads(*tensors) -> int:
+    """How many of ``tensors`` the backward pass will form a gradient for."""
+    if not torch.is_grad_enabled():
+        return 0
+    return sum(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _linear(input, weight, bias=None, **_):
+    flops = 2 * input.numel() // input.shape[-1] * weight.shape[0] * weight.shape[1]
+    return flops * (1 + _grads(input, weight))
+
+
+def _matmul(a, b, **_):
+    return _product(a.shape, b.shape) * (1 + _grads(a, b))
+
+
+def _rmatmul(b, a, **_):
+    return _matmul(a, b)
+
+
+def _addmm(input, a, b, **_):
+    return _matmul(a, b)
+
+
+def _einsum(equation, *operands):
+    """A product of two operands: 2 x the product of the sizes of every index that is kept or
+    shared (an index of one operand only that is summed away is a reduction, not a product).
+    Other forms (three operands, an ellipsis) count 0: the first step's check then finds the
+    difference."""
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    inputs, _, output = equation.replace(" ", "").partition("->")
+    terms = inputs.split(",")
+    if len(operands) != 2 or "." in equation or not _:
+        return 0
+    sizes = {i: n for term, t in zip(terms, operands) for i, n in zip(term, t.shape)}
+    kept = set(output) | (set(terms[0]) & set(terms[1]))
+    return 2 * math.prod(sizes[i] for i in kept) * (1 + _grads(*operands))
+
+
+def _attention(q, k, v, *args, **kwargs):
+    batch = math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+    t, s, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    forward = 2 * batch * t * s * d + 2 * batch * t * s * dv
+    return forward * (3 if _grads(q, k, v) else 1)
+
+
+# torch function -> FLOPs of its forward and (predicted) backward matrix products
+PRODUCTS = {
+    F.linear: _linear,
+    torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
+    torch.Tensor.__rmatmul__: _rmatmul,
+    torch.mm: _matmul, torch.Tensor.mm: _matmul, torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
+    torch.addmm: _addmm, torch.Tensor.addmm: _addmm, torch.baddbmm: _addmm, torch.Tensor.baddbmm: _addmm,
+    torch.einsum: _einsum,
+    F.scaled_dot_product_attention: _attention,
+}
+
+
+class MatmulFlops(TorchFunctionMode):
+    """While active: ``flops``, the training FLOPs of the matrix products called (formula: module
+    doc), except inside recurrent modules (``paused``), which are counted by formula."""
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+        self.paused = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        formula = PRODUCTS.get(func)
+        if formula is not None and not self.paused:
+            self.flops += formula(*args, **kwargs)
+        return func(*args, **kwargs)
 
 
 def _flag(value: Any) -> bool:
@@ -120,10 +220,11 @@ class TrainingFlopCounter:
         flops = counter.stop()            # after the backward pass
         counter.remove()                  # detaches its hooks
 
-    The first step of every key runs under FlopCounterMode (7-30 % slower on the reference
-    models); later steps with that key reuse its count. 1,200 Multi30k steps of 4,096-token
-    batches have 104 distinct shapes, a third of them in the first epoch. Recurrent calls are
-    counted by formula on every step: a packed encoder's work depends on the lengths.
+    The first step of every key is counted by ``MatmulFlops`` (the run's first one under
+    FlopCounterMode too, as a check: module doc); later steps with that key reuse its count.
+    1,200 Multi30k steps of 4,096-token batches have 104 distinct shapes, a third of them in the
+    first epoch. Recurrent calls are counted by formula on every step: a packed encoder's work
+    depends on the lengths.
     """
 
     def __init__(self, module: nn.Module):
@@ -131,6 +232,9 @@ class TrainingFlopCounter:
         self._key: Hashable = None
         self._counting = False
         self._mode: FlopCounterMode | None = None
+        self._fast: MatmulFlops | None = None
+        self.checked = False     # the function mode's count was compared with FlopCounterMode's
+        self.fast = True         # ... and agreed (else every new key runs under FlopCounterMode)
         self._recurrent = 0   # this step's recurrent FLOPs (formula)
         self._seen = 0        # the part of them FlopCounterMode counted too (unrolled kernels)
         self._mark = 0
@@ -149,23 +253,41 @@ class TrainingFlopCounter:
             raise RuntimeError("TrainingFlopCounter.start: the previous step was not stopped")
         self._key, self._counting, self._recurrent, self._seen = key, True, 0, 0
         if key not in self.cached:
-            self._mode = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
-            self._mode.__enter__()
+            if not self.checked or not self.fast:
+                self._mode = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
+                self._mode.__enter__()
+            if self.fast:
+                self._fast = MatmulFlops()
+                self._fast.__enter__()
 
     def stop(self) -> int:
         """The FLOPs of the step since ``start``."""
         key, self._counting = self._key, False
+        fast = None
+        if self._fast is not None:
+            mode, self._fast = self._fast, None
+            mode.__exit__(None, None, None)
+            fast = self.cached[key] = mode.flops
         if self._mode is not None:
             mode, self._mode = self._mode, None
             mode.__exit__(None, None, None)
             self.cached[key] = mode.get_total_flops() - self._seen
+            if fast is not None and not self.checked:
+                self.checked = True
+                if fast != self.cached[key]:
+                    self.fast = False
+                    print(f"note: the matrix-product count ({fast} FLOPs) differs from FlopCounterMode's "
+                          f"({self.cached[key]}) on the first step: every new batch shape is counted "
+                          "under FlopCounterMode (slower)", file=sys.stderr)
         return self.cached[key] + self._recurrent
 
     def cancel(self) -> None:
         """Abandon the current step (an exception interrupted it)."""
+        if self._fast is not None:
+            self._fast.__exit__(None, None, None)
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-        self._counting, self._mode = False, None
+        self._counting, self._mode, self._fast = False, None, None
 
     def remove(self) -> None:
         self.cancel()
@@ -176,8 +298,12 @@ class TrainingFlopCounter:
     def _before_rnn(self, module, args, kwargs) -> None:
         if self._mode is not None:
             self._mark = self._mode.get_total_flops()
+        if self._fast is not None:
+            self._fast.paused += 1
 
     def _after_rnn(self, module, args, kwargs, output) -> None:
+        if self._fast is not None:
+            self._fast.paused -= 1
         if not self.counting:
             return
         input = args[0] if args else kwargs["input"]

@@ -7,6 +7,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 from torch.utils.flop_counter import FlopCounterMode
 
+from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.models import build_seq2seq
 from lit_attention.models.flops import ATTENTION_FORMULAS, TrainingFlopCounter, batch_key, recurrent_flops
@@ -136,12 +137,15 @@ def test_the_fused_training_loss_counts_the_products_of_logits_then_loss(family,
     assert counted(loss(fused=True)) == counted(loss(fused=False)) > 3 * 2 * B * T * 16 * V
 
 
-SEQ2SEQ = [dict(family="transformer"), dict(family="transformer", scoring="additive", positional="shaw"),
+SEQ2SEQ = [*[dict(family="transformer", positional=positional, scoring=scoring)
+             for positional, scoring in registry.transformer_variants()],
            *[dict(family="rnn", cell=cell, attention=attention, scoring="general")
-             for cell in ("lstm", "gru", "elman-tanh") for attention in ("none", "bahdanau", "luong")]]
+             for cell in ("lstm", "gru", "elman-tanh") for attention in ("none", "bahdanau", "luong")],
+           *[dict(family="rnn", cell="gru", attention="luong", scoring=scoring, bidirectional=False)
+             for scoring in registry.SCORING if scoring != "general"]]
 
 
-@pytest.mark.parametrize("options", SEQ2SEQ, ids=lambda o: "-".join(o.values()))
+@pytest.mark.parametrize("options", SEQ2SEQ, ids=lambda o: "-".join(map(str, o.values())))
 def test_counter_equals_a_full_count_also_from_its_cache(options):
     """The counter (fused kernels on, cache per shape) gives FlopCounterMode's full count, also for
     a later batch of the same shape whose packed source lengths differ."""
@@ -166,7 +170,56 @@ def test_counter_equals_a_full_count_also_from_its_cache(options):
         step()
         assert counter.stop() == counted(step) > 0
     assert len(counter.cached) == 2
+    assert counter.checked and counter.fast   # the new shape was counted by the function mode
     counter.remove()
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_the_function_mode_counts_the_fused_training_loss_and_autocast(autocast):
+    torch.manual_seed(0)
+    V = 50
+    net = build_seq2seq("transformer", V, V, d_model=16, heads=2, ffn=32, enc_layers=1, dec_layers=1, dropout=0.0)
+    counter = TrainingFlopCounter(net)
+    for rows, width in ((3, 7), (4, 9)):
+        src, tgt = torch.randint(4, V, (rows, width)), torch.randint(4, V, (rows, width - 1))
+
+        def step():
+            net.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                decoder_loss(net(src, tgt[:, :-1]), tgt[:, 1:], 0.1, ignore_index=PAD).backward()
+
+        counter.start(batch_key((src, tgt)))
+        step()
+        assert counter.stop() == counted(step) > 0
+    assert counter.checked and counter.fast
+
+
+def test_a_product_the_function_mode_does_not_know_makes_every_new_shape_count_in_full(capsys):
+    """A three-operand einsum is no product the function mode knows: the first step's check finds
+    the two counts differ, says so, and the run counts every new shape under FlopCounterMode."""
+    class Einsum(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 8))
+            self.u = nn.Parameter(torch.randn(8, 8))
+
+        def forward(self, x):
+            return torch.einsum("btd,de,ef->btf", x, self.w, self.u)
+
+    net = Einsum()
+    counter = TrainingFlopCounter(net)
+    for rows in (2, 3):
+        x = torch.randn(rows, 5, 8)
+
+        def step():
+            net.zero_grad()
+            net(x).sum().backward()
+
+        counter.start(batch_key(x))
+        step()
+        assert counter.stop() == counted(step) > 0
+    assert counter.checked and not counter.fast
+    assert "counted under FlopCounterMode" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("family", ["transformer", "rnn", "window"])
@@ -177,9 +230,9 @@ def test_counter_counts_language_models_with_carried_state(family):
     lm = build_lm(family, 30, d_model=16, dropout=0.0, **sizes)
     counter = TrainingFlopCounter(lm)
     state = None
-    for _ in range(2):
-        tokens = torch.randint(4, 30, (2, 6))
-        carried = state
+    for width in (6, 6, 5):   # the third a new shape: counted by the function mode
+        tokens = torch.randint(4, 30, (2, width))
+        carried = state if state is None or width == 6 else None
 
         def step():
             lm.zero_grad()
@@ -191,6 +244,7 @@ def test_counter_counts_language_models_with_carried_state(family):
         state = step()
         state = detach_state(state)
         assert counter.stop() == counted(step) > 0
+    assert counter.checked and counter.fast
 
 
 def test_any_hashable_is_a_key_none_included():
