@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
-           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput"]
+           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -63,8 +63,9 @@ SUMMARIES = {
                     r"goal >= (?P<goal>N): (?P<met>met|NOT met)",
     # without a CUDA GPU (every machine the suite runs on so far): it says so and exits 0
     "gpu_throughput": r"(?:not measured: no CUDA GPU on this machine"
-                      r"|(?P<card>[^:]+): fit/plain fp32 (?P<fit_fp32>N), bf16 (?P<fit_bf16>N); "
-                      r"bf16/fp32 under fit (?P<bf16_ratio>N)(?:; compiled/eager plain (?P<compiled>N))?)",
+                      r"|(?P<card>[^:]+): fit/plain fp32 (?P<fit_fp32>N)(?:; [\w/ ]+ -?[0-9.]+)*)",
+    "gpu_fit_attribution": r"(?:not measured: no CUDA GPU on this machine"
+                           r"|(?P<card>[^:]+): fit (?P<fit>N)(?:; [\w, ]+ -?[0-9.]+)*)",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
 GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",),   # min of these vs goal
