@@ -238,7 +238,7 @@ def paired_test_seconds(study: Path, samples: int, n_pairs: int) -> tuple[float,
 
 def extraction_us_per_sentence(refs: list[str], metric: str) -> float:
     """Sentence statistics of distinct hypotheses (references already seen): us per sentence."""
-    from lit_attention.analysis import sentence_stats
+    from lit_attention.tracking import sentence_stats
     extractor = sentence_stats.Extractor()
     extractor.corpus(refs, refs, [metric])
     hyps = [v[-1] for v in variants(refs, 2, seed=99)]

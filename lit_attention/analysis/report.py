@@ -24,7 +24,7 @@ import pandas as pd
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
 from lit_attention.analysis import significance, tables
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.tracking import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION

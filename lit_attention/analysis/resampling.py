@@ -3,7 +3,7 @@
 A draw is a matrix over B resamples and the N sentences of a test set:
     bootstrap    [B, N] counts: how often sentence n is in resample b (N draws with replacement)
     permutation  [B, N] 0/1:    whether sentence n is swapped between the two systems of a pair
-Applied to the sentence statistics of R runs ([R, N, K], sentence_stats.py) it gives resampled
+Applied to the sentence statistics of R runs ([R, N, K], tracking/sentence_stats.py) it gives resampled
 corpus statistics [B, R, K] by one matrix product, and metric scores [B, R] elementwise. Every run
 sees the same draw, so any two runs are compared on the same resampled test sets (paired), and
 a family of comparisons costs a few matrix products instead of B Python-level scorings per pair.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lit_attention.analysis.sentence_stats import SCORES
+from lit_attention.tracking.sentence_stats import SCORES
 
 KINDS = ("bootstrap", "permutation")
 CHUNK_BYTES = 16 * 2 ** 20    # bound on the float32 product of one chunk of runs

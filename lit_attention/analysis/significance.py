@@ -14,7 +14,7 @@ For comparisons of single runs, sacreBLEU PairedTest's sentence-level tests stay
 (`bootstrap`: paired bootstrap `bs`, `permutation`: approximate randomization `ar`; two-sided, as
 sacreBLEU's), Holm-corrected over the comparisons. They see test-set variance only.
 
-All tests run on cached sentence statistics (sentence_stats.py) with one seeded draw of
+All tests run on cached sentence statistics (tracking/sentence_stats.py) with one seeded draw of
 resampled test sets shared by every comparison (resampling.py). A language model's perplexity or
 loss is tested the same way with contiguous blocks of its test tokens in place of sentences
 (token_blocks.py), when every run recorded its per-token losses; another metric, or runs without
@@ -35,7 +35,7 @@ import pandas as pd
 from lit_attention import registry
 from lit_attention.analysis import resampling
 from lit_attention.analysis import seed_test as sb
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.tracking import sentence_stats as ss
 from lit_attention.analysis import token_blocks
 from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
 from lit_attention.analysis.load import AnalysisError

@@ -13,7 +13,7 @@ from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.lightning.stop_point import inside_validation, signal_name
 from lit_attention.models import sdpa_backends
 from lit_attention.registry import FILES_TASK
-from lit_attention.tracking import machine_speed
+from lit_attention.tracking import machine_speed, sentence_stats
 from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, atomic_write, git_commit, package_versions
 from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, now_iso,
@@ -170,6 +170,13 @@ class RunStoreCallback(Callback):
             fields[f"{split}_error"] = None     # an earlier failed evaluation of this split is superseded
         self.run_dir.update_summary(**fields)
 
+    def _write_sentence_stats(self, split: str) -> None:
+        """The split's BLEU/chrF statistics per sentence, cached beside its hypotheses (once the
+        last of them is written: at the end of fit for validation), so that a sweep's first report
+        reads them instead of computing them, and a W&B run store carries them."""
+        if (self.run_dir.path / hyps_file(split)).is_file():
+            sentence_stats.load_or_compute(self.run_dir.path, split)
+
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.sanity_checking:
             return
@@ -187,6 +194,7 @@ class RunStoreCallback(Callback):
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
             self._record_eval(trainer, pl_module, "test")
+            self._write_sentence_stats("test")
             if self.run_dir.read_summary().status in (None, Status.RUNNING):
                 self.run_dir.update_summary(status=Status.FINISHED, finished_at=now_iso())
             _push_to_wandb(trainer, self.run_dir.read_summary())
@@ -211,6 +219,7 @@ class RunStoreCallback(Callback):
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None,
             **machine_speed.summarise(self._machine_gflops), **pl_module.describe())
+        self._write_sentence_stats("val")
         _push_to_wandb(trainer, summary)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:

@@ -108,7 +108,7 @@ def test_corpus_bleu_through_the_bootstrap_is_calibrated_too():
     from analysis_stores import references
 
     from lit_attention.analysis import resampling
-    from lit_attention.analysis import sentence_stats as ss
+    from lit_attention.tracking import sentence_stats as ss
     n_sentences, experiments = 200, 3000
     refs = references(n_sentences, seed=9)
     rng = np.random.default_rng(5)

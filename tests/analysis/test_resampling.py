@@ -8,7 +8,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
 from lit_attention.analysis import resampling
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.tracking import sentence_stats as ss
 
 
 def random_stats(runs: int, n: int, seed: int = 0) -> np.ndarray:

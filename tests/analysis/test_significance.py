@@ -18,7 +18,7 @@ from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
 from lit_attention.analysis import aggregate, load, report, resampling, significance, student_t, tables
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.tracking import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 
 B = 1000

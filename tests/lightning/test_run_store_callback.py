@@ -5,6 +5,7 @@ import json
 import pytest
 
 from conftest import CONFIGS, cli_in_process, write_lines
+from lit_attention.tracking import sentence_stats as ss
 from lit_attention.tracking.run_store import git_commit
 
 pytestmark = pytest.mark.slow
@@ -36,6 +37,8 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     run_dir = tmp_path / "default" / "r"
     trained = summary(run_dir)
     assert trained["status"] == "finished"
+    # issue 33: a run caches its sentence statistics where it writes its hypotheses (val: at the end of fit)
+    assert all(ss.cache_path(run_dir, "val", metric).is_file() for metric in ss.METRICS)
     kept = ("status", "error", "finished_at", "steps", "epochs", "git_commit", "versions", "val_loss",
             "train_flops")
     test = ["test", *common, "--ckpt_path", run_dir / "checkpoints" / "best.ckpt"]
@@ -55,5 +58,8 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     assert f"run directory: {run_dir} (test finished)" in tested.stderr
     after = summary(run_dir)
     assert after["test_error"] is None and after["test_loss"] > 0
+    assert all(ss.cache_path(run_dir, "test", metric).is_file() for metric in ss.METRICS)
+    cached = ss.load_or_compute(run_dir, "test")           # read from the cache, equal to sacreBLEU's
+    assert ss.corpus_score("bleu", cached.bleu) == pytest.approx(after["test_bleu"], abs=1e-9)
     assert after["test_git_commit"] == git_commit()
     assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}

@@ -66,7 +66,7 @@ BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\
 def test_a_hyps_file_has_one_line_per_sentence_whatever_line_separator_a_sentence_holds(tmp_path):
     """Issue 35, case 13: a test line holding U+2028 or U+0085 gave 42 lines to a reader
     splitting with str.splitlines() where 40 sentences were written."""
-    from lit_attention.analysis import sentence_stats as ss
+    from lit_attention.tracking import sentence_stats as ss
     from lit_attention.analysis.load import read_hyps
     from lit_attention.tracking.run_store import RunDir
     sentences = [f"a{br}b c" for br in BREAKS] + ["plain"]
@@ -80,7 +80,7 @@ def test_a_hyps_file_has_one_line_per_sentence_whatever_line_separator_a_sentenc
 
 def test_a_hyps_file_written_before_is_split_at_newlines_only(tmp_path):
     """A run store written by the old writer (only \\n replaced) still reads one sentence a line."""
-    from lit_attention.analysis import sentence_stats as ss
+    from lit_attention.tracking import sentence_stats as ss
     from lit_attention.analysis.load import read_hyps
     text = "".join(f"a{br}b\n" for br in BREAKS if br not in ("\n", "\r\n", "\r")) + "last\n"
     (tmp_path / "hyps").mkdir()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.tracking import sentence_stats as ss
 
 EDGE = [  # (hypothesis, reference)
     ("", "A man sleeps."),                       # empty hypothesis
