@@ -64,9 +64,12 @@ def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
 
 # What was measured fastest on a GPU (issue 38: the reference Transformer, an H200, torch 2.11):
 # bf16-mixed ran at 0.85x fp32 even with cuDNN attention off (a 6M-parameter step is launch-bound:
-# autocast adds casts, the matmuls were not the bottleneck). Change it when a measurement says so.
+# autocast adds casts, the matmuls were not the bottleneck); again on 2026-11-27 with cuDNN
+# attention never chosen: 0.90x under `fit`, 0.83x in a plain loop (bench/gpu_throughput.py).
+# Change it when a measurement says so.
 GPU_PRECISION = ("32-true", "measured fastest on a GPU for the reference Transformer (bf16-mixed ran "
-                 "0.85x fp32 on an H200: the step is launch-bound, bf16 adds casts; docs/BENCHMARKS.md)")
+                 "0.90x fp32 under fit on an H200: the step is launch-bound, bf16 adds casts; "
+                 "docs/BENCHMARKS.md)")
 
 
 def default_precision(flags: set[str], cuda_bf16: bool | None = None) -> tuple[str, str]:
