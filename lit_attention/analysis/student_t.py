@@ -20,15 +20,18 @@ STEPS = 300          # continued-fraction terms; converged well before for the Î
 def _betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
     """Regularized incomplete beta I_x(a, b) elementwise (arrays of one shape, 0 < x < 1)."""
     swap = x > (a + 1) / (a + b + 2)              # the fraction converges fast on this side only
-    a, b, x = np.where(swap, b, a), np.where(swap, a, b), np.where(swap, 1 - x, x)
-    log_gamma = np.vectorize(lgamma, otypes=[float])
-    front = np.exp(log_gamma(a + b) - log_gamma(a) - log_gamma(b)
+    a, b, x = (np.ravel(v) for v in (np.where(swap, b, a), np.where(swap, a, b), np.where(swap, 1 - x, x)))
+    front = np.exp(_log_gamma(a + b) - _log_gamma(a) - _log_gamma(b)
                    + a * np.log(x) + b * np.log1p(-x)) / a
     c = np.ones_like(x)
     d = 1 - (a + b) * x / (a + 1)
     d = 1 / np.where(np.abs(d) < TINY, TINY, d)
     f = d.copy()
+    value = np.empty_like(x)
+    left = np.arange(x.size)                      # the elements whose fraction has not converged
     for m in range(1, STEPS):
+        if not left.size:
+            break
         for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
                           -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
             d = 1 + numerator * d
@@ -36,10 +39,19 @@ def _betainc(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
             c = 1 + numerator / c
             c = np.where(np.abs(c) < TINY, TINY, c)
             f *= c * d
-        if np.all(np.abs(c * d - 1) < 1e-14):
-            break
-    value = front * f
+        done = np.abs(c * d - 1) < 1e-14
+        if done.any():                            # converged elements leave the arrays
+            value[left[done]] = f[done]
+            going = ~done
+            left, a, b, x, c, d, f = (v[going] for v in (left, a, b, x, c, d, f))
+    value[left] = f
+    value = (front * value).reshape(swap.shape)
     return np.where(swap, 1 - value, value)
+
+
+def _log_gamma(values: np.ndarray) -> np.ndarray:
+    """log Î“ elementwise (math.lgamma: numpy has none; a 1-d array)."""
+    return np.fromiter(map(lgamma, values.tolist()), dtype=float, count=values.size)
 
 
 def sf(t, df) -> np.ndarray:

@@ -34,3 +34,15 @@ def test_edges():
     assert student_t.sf([0.0, np.inf, -np.inf], 3).tolist() == [0.5, 0.0, 1.0]
     assert student_t.sf(1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
     assert student_t.cdf(-1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
+
+
+def test_tails_of_one_and_two_df_match_their_closed_forms_to_1e_12_relative():
+    """On a grid from the centre to far in both tails: P(T > t) = atan2(1, t)/π for ν = 1 and
+    1/(s(s + t)) with s = √(2 + t²) for ν = 2 (t > 0; written without cancellation)."""
+    t = np.geomspace(1e-3, 1e3, 241)
+    s = np.sqrt(2 + t * t)
+    for df, upper in ((1, np.arctan2(1, t) / np.pi), (2, 1 / (s * (s + t)))):
+        assert student_t.sf(t, df) == pytest.approx(upper, rel=1e-12)
+        assert student_t.sf(-t, df) == pytest.approx(1 - upper, rel=1e-12)
+        grid = np.stack([t, -t])        # any shape, one df per element
+        assert student_t.sf(grid, np.full(grid.shape, df)) == pytest.approx(np.stack([upper, 1 - upper]), rel=1e-12)
