@@ -181,3 +181,21 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
             "leave it unset (remove it from the config)") in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_one_checker_parses_every_argument_list_as_a_check_of_its_own_would():
+    """The sweep driver checks its trials with one parser (lit_attention/sweep/driver.py): nothing
+    one list sets leaks into the next, and a refused list leaves the checker working."""
+    from lit_attention.lightning.cli import check_training_args, training_args_checker
+    check = training_args_checker()
+    copy = ["fit", "--config", str(CONFIGS / "copy.yaml")]
+    first = check([*copy, "--model.heads", "2", "--trainer.max_epochs", "3"])
+    assert first.fit.model.init_args.heads == 2 and first.fit.trainer.max_epochs == 3
+    with pytest.raises(ConfigError) as err:
+        check([*copy, "--model.heads", "abc"])
+    assert str(err.value) == str(parse_error("--config", CONFIGS / "copy.yaml", "--model.heads", "abc"))
+    assert check(copy) == check_training_args(copy)
+    assert check(copy).fit.model.init_args.heads != 2 and check(copy).fit.trainer.max_epochs != 3
+    ngram = ["fit", "--config", str(NGRAM), "--trainer.precision", "bf16-mixed"]
+    with pytest.raises(ConfigError, match="option trainer.precision has no effect here"):
+        check(ngram)
