@@ -3,7 +3,8 @@
 Welch–Satterthwaite degrees of freedom are not integers, and a calibration simulation tests
 hundreds of thousands of comparisons at once, so the tail probability is the regularized
 incomplete beta function evaluated elementwise (its continued fraction, Numerical Recipes 6.4,
-with Lentz's method on whole arrays), and the quantile inverts it by bisection.
+with Lentz's method on whole arrays, an element leaving once converged), and the quantile
+inverts it by Newton's method inside a bisection bracket.
 
     P(T > t) = I_x(ν/2, 1/2) / 2  with  x = ν / (ν + t²),  for t >= 0
 """
