@@ -18,8 +18,9 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         finished runs matching every KEY=VALUE
     <!-- figures results/demo --metric val_bleu -> figures/demo -->
                                                         the report's PNG figures, copied to
-                                                        docs/figures/demo (not compared by --check:
-    <!-- end -->                                        image bytes vary with matplotlib versions)
+                                                        docs/figures/demo (not compared by --check,
+    <!-- end -->                                        which does not draw them: image bytes vary
+                                                        with matplotlib versions)
     <!-- sig results/demo --metric val_bleu :: model.scoring=dot delta_hi digits=1 -->45.4<!-- end -->
                                                         one statistic of the report's test against
                                                         its baseline (significance.csv): delta,
@@ -101,7 +102,10 @@ def figures(spec: str, scratch: Path, docs: Path | None) -> str:
     if not target:
         raise ReproduceError(f"figures marker needs '-> DIR': {spec!r}")
     store, *options = shlex.split(report_part)
-    out = _report([_store(store), *options], scratch / "figures")
+    from lit_attention.analysis import plots
+    # --check compares the links only: the figures are made, but not drawn into files
+    with plots.undrawn() if docs is None else contextlib.nullcontext():
+        out = _report([_store(store), *options], scratch / "figures")
     names = sorted(p.name for p in out.glob("*.png"))
     if docs is not None:
         destination = docs / target.strip()

@@ -1,5 +1,7 @@
 """The one strict-key check: nearest valid name by spelling, or a synonym from other toolkits."""
 
+import functools
+
 import pytest
 
 from conftest import CONFIGS, cli_in_process, unset_family_options
@@ -37,11 +39,18 @@ def test_check_keys_names_the_first_unknown_key_in_one_line():
 
 # -- former names (registry.RENAMED) and options of another family, through the training CLI -----
 
+@functools.cache
+def checker():
+    """lit_attention.lightning.cli.check_training_args with one parser for this module's tests
+    (building the parser costs about what a parse costs; see the last test of this module)."""
+    from lit_attention.lightning.cli import training_args_checker
+    return training_args_checker()
+
+
 def parse_error(*args) -> ConfigError:
     """The ConfigError `lit-attention fit ARGS` stops with (parsed in this process, nothing run)."""
-    from lit_attention.lightning.cli import check_training_args
     with pytest.raises(ConfigError) as err:
-        check_training_args(["fit", *map(str, args)])
+        checker()(["fit", *map(str, args)])
     assert err.value.exit_code == 2
     return err.value
 
@@ -76,8 +85,7 @@ def test_an_option_of_another_family_is_a_config_error(config, args, message):
 
 
 def test_switching_family_works_once_the_configs_family_options_are_unset():
-    from lit_attention.lightning.cli import check_training_args
-    check_training_args(["fit", "--config", str(CONFIGS / "toy-mt.yaml"),
+    checker()(["fit", "--config", str(CONFIGS / "toy-mt.yaml"),
                          *unset_family_options(CONFIGS / "toy-mt.yaml"), "--model.family", "rnn"])
 
 
@@ -113,21 +121,19 @@ def test_every_gradient_setting_has_a_case_here():
 
 @pytest.mark.parametrize("setting", GRADIENT_VALUES)
 def test_a_gradient_setting_is_refused_for_the_ngram_and_taken_by_a_trained_family(setting):
-    from lit_attention.lightning.cli import check_training_args
     err = parse_error("--config", NGRAM, f"--{setting}", GRADIENT_VALUES[setting])
     assert str(err) == f"option {setting} has no effect here: {NO_GRADIENT}: leave it unset (remove it from the config)"
-    check_training_args(["fit", "--config", str(NGRAM), *unset_family_options(NGRAM), "--model.family", "rnn",
+    checker()(["fit", "--config", str(NGRAM), *unset_family_options(NGRAM), "--model.family", "rnn",
                          f"--{setting}", GRADIENT_VALUES[setting]])
 
 
 def test_a_precision_is_refused_for_the_ngram_except_fp32():
-    from lit_attention.lightning.cli import check_training_args
     err = parse_error("--config", NGRAM, "--trainer.precision", "bf16-mixed")
     assert str(err) == ("option trainer.precision has no effect here: language-model family 'ngram' counts in "
                         "exact integers and scores in fp32: leave it unset (remove it from the config, or set "
                         "it to 32-true or 32)")
     for harmless in ("32-true", "32"):
-        check_training_args(["fit", "--config", str(NGRAM), "--trainer.precision", harmless])
+        checker()(["fit", "--config", str(NGRAM), "--trainer.precision", harmless])
 
 
 def test_a_gradient_setting_in_a_config_file_is_refused_too(tmp_path):
@@ -141,38 +147,35 @@ def test_a_gradient_setting_in_a_config_file_is_refused_too(tmp_path):
 
 def test_a_setting_at_its_default_asks_for_nothing_and_validate_test_check_nothing():
     """So a run's config.yaml, which spells every default, reads back."""
-    from lit_attention.lightning.cli import check_training_args
     defaults = ["--model.lr", "0.001", "--model.betas", "[0.9, 0.99]", "--trainer.gradient_clip_val", "1.0",
                 "--budget.steps", "null", "--diagnostics.heatmaps", "4"]
-    check_training_args(["fit", "--config", str(NGRAM), *defaults])
-    check_training_args(["test", "--config", str(NGRAM), "--model.lr", "0.01"])
+    checker()(["fit", "--config", str(NGRAM), *defaults])
+    checker()(["test", "--config", str(NGRAM), "--model.lr", "0.01"])
 
 
 @pytest.mark.parametrize("option,value", [("gradflow_every", "10"), ("gradflow_sentences", "8"),
                                           ("gradflow_distance", "5"), ("heatmaps", "0")])
 def test_encoder_decoder_diagnostics_are_refused_for_a_language_model(option, value):
-    from lit_attention.lightning.cli import check_training_args
     from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
     assert option in ENCODER_DECODER_OPTIONS
     err = parse_error("--config", CONFIGS / "lm-toy.yaml", f"--diagnostics.{option}", value)
     assert str(err) == (f"option diagnostics.{option} has no effect here: a language model has no encoder: "
                         "gradient flow and attention heatmaps are measured on encoder-decoders: leave it "
                         "unset (remove it from the config)")
-    check_training_args(["fit", "--config", str(CONFIGS / "copy.yaml"), f"--diagnostics.{option}", value])
+    checker()(["fit", "--config", str(CONFIGS / "copy.yaml"), f"--diagnostics.{option}", value])
 
 
 def test_heatmaps_of_a_model_without_attention_are_refused_but_switching_them_off_is_not():
     """A sweep over attention arms may share `heatmaps: 0`; asking the none arm for 8 is refused."""
-    from lit_attention.lightning.cli import check_training_args
     copy = CONFIGS / "copy.yaml"
     rnn = ["--config", str(copy), *unset_family_options(copy), "--model.family", "rnn"]
     err = parse_error(*rnn, "--model.attention", "none", "--diagnostics.heatmaps", "8")
     assert str(err) == ("option diagnostics.heatmaps has no effect here: a model with attention none has no "
                         "attention weights to draw: leave it unset (remove it from the config, or set it to 0)")
     for value in ("0", "4"):                       # off, and the default (a run's config.yaml spells it)
-        check_training_args(["fit", *rnn, "--model.attention", "none", "--diagnostics.heatmaps", value])
-    check_training_args(["fit", *rnn, "--model.attention", "bahdanau", "--diagnostics.heatmaps", "8"])
-    check_training_args(["fit", *rnn, "--diagnostics.heatmaps", "8"])          # the family's default attends
+        checker()(["fit", *rnn, "--model.attention", "none", "--diagnostics.heatmaps", value])
+    checker()(["fit", *rnn, "--model.attention", "bahdanau", "--diagnostics.heatmaps", "8"])
+    checker()(["fit", *rnn, "--diagnostics.heatmaps", "8"])          # the family's default attends
 
 
 def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
@@ -181,3 +184,21 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     assert (f"lit-attention fit: error: option model.lr has no effect here: {NO_GRADIENT}: "
             "leave it unset (remove it from the config)") in result.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_one_checker_parses_every_argument_list_as_a_check_of_its_own_would():
+    """The sweep driver checks its trials with one parser (lit_attention/sweep/driver.py): nothing
+    one list sets leaks into the next, and a refused list leaves the checker working."""
+    from lit_attention.lightning.cli import check_training_args, training_args_checker
+    check = training_args_checker()
+    copy = ["fit", "--config", str(CONFIGS / "copy.yaml")]
+    first = check([*copy, "--model.heads", "2", "--trainer.max_epochs", "3"])
+    assert first.fit.model.init_args.heads == 2 and first.fit.trainer.max_epochs == 3
+    with pytest.raises(ConfigError) as err:
+        check([*copy, "--model.heads", "abc"])
+    assert str(err.value) == str(parse_error("--config", CONFIGS / "copy.yaml", "--model.heads", "abc"))
+    assert check(copy) == check_training_args(copy)
+    assert check(copy).fit.model.init_args.heads != 2 and check(copy).fit.trainer.max_epochs != 3
+    ngram = ["fit", "--config", str(NGRAM), "--trainer.precision", "bf16-mixed"]
+    with pytest.raises(ConfigError, match="option trainer.precision has no effect here"):
+        check(ngram)

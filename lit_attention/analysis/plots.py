@@ -9,6 +9,8 @@ written, or [] when the run stores hold no data for that figure. Every figure is
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import io
 import json
@@ -58,10 +60,29 @@ def config_labels(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
     return pd.Series(names, index=runs["run_dir"].to_numpy())
 
 
+_UNDRAWN = contextvars.ContextVar("undrawn", default=False)
+
+
+@contextlib.contextmanager
+def undrawn():
+    """Within it, save() writes every figure file empty instead of drawing the figure
+    (analysis/reproduce.py --check compares which figures a report makes, never their pixels)."""
+    token = _UNDRAWN.set(True)
+    try:
+        yield
+    finally:
+        _UNDRAWN.reset(token)
+
+
 def save(fig, stem: Path | str) -> list[Path]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
+    if _UNDRAWN.get():
+        for path in paths:
+            atomic_write(path, b"")
+        plt.close(fig)
+        return paths
     if fig.get_layout_engine() is None:
         fig.tight_layout()
     for path in paths:   # whole files only: a report stopped midway never leaves a figure cut short

@@ -171,7 +171,7 @@ class LitAttentionCLI(LightningCLI):
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
         self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
         if self.parse_only:
-            raise _Parsed(self.config)
+            raise _Parsed(self.config, self)
 
     def instantiate_classes(self):
         try:
@@ -291,7 +291,7 @@ def check_resumable(last: Path) -> None:
 
 
 class _Parsed(Exception):
-    """Raised by a parse-only CLI once the arguments are parsed (carries the config)."""
+    """Raised by a parse-only CLI once the arguments are parsed (carries the config and the CLI)."""
 
 
 def decoding_settings(cfg) -> dict:
@@ -374,25 +374,40 @@ def check_training_args(argv: list[str]):
     Raises ConfigError with the message the command would print (the sweep driver checks every
     trial's arguments with it before the first trial starts).
     """
+    return training_args_checker()(argv)
+
+
+def training_args_checker():
+    """`check_training_args` for many argument lists: one function that builds the parser once
+    (building it costs about what a parse costs) and parses each list it is given with it."""
     class ParseOnly(LitAttentionCLI):
         parse_only = True
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "args given while sys.argv differs": intended here
-        try:
-            ParseOnly(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                      save_config_callback=None, args=list(argv), parser_kwargs=PARSER_KWARGS,
-                      auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS)
-        except _Parsed as parsed:
-            config = parsed.args[0]
-    sub = config["subcommand"]
-    model = config[sub].get("model")
-    if model is not None and model.get("class_path"):
-        try:  # the model's own checks (registry combinations); cheap: no network is built here
-            class_at(model.class_path)(**model.init_args.as_dict())
-        except Exception as exc:
-            raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
-    return config
+    built = []   # the parse-only CLI, once one has parsed
+
+    def check(argv: list[str]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "args given while sys.argv differs": intended here
+            try:
+                if built:
+                    built[0].parse_arguments(built[0].parser, list(argv))
+                else:
+                    ParseOnly(LightningModule, LightningDataModule, subclass_mode_model=True,
+                              subclass_mode_data=True, save_config_callback=None, args=list(argv),
+                              parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
+                              trainer_defaults=TRAINER_DEFAULTS)
+            except _Parsed as parsed:
+                config = parsed.args[0]
+                built[:] = [parsed.args[1]]
+        sub = config["subcommand"]
+        model = config[sub].get("model")
+        if model is not None and model.get("class_path"):
+            try:  # the model's own checks (registry combinations); cheap: no network is built here
+                class_at(model.class_path)(**model.init_args.as_dict())
+            except Exception as exc:
+                raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+        return config
+    return check
 
 
 def choose_precision(accelerator) -> tuple[str, str]:

@@ -71,9 +71,10 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
     stops the sweep here, naming the sweep key. Raises SweepError; writes nothing.
     """
-    from lit_attention.lightning.cli import check_training_args
+    from lit_attention.lightning.cli import training_args_checker
     from lit_attention.config_check import ConfigError
 
+    check_training_args = training_args_checker()
     prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
     for cell in sp.probe_cells(sweep.space) or [{}]:
         base = sweep.base_for(cell)

@@ -174,3 +174,15 @@ def test_bleu_by_length_points_are_not_joined_and_the_bars_say_what_they_are(dem
     assert data_lines and all(line.get_linestyle() == "None" for line in data_lines)
     assert ax.get_ylabel() == "BLEU (mean over 2 seeds; bars: ±1 std over seeds)"
     assert ax.get_legend() is None and len(figures[0].legends) == 1
+
+
+def test_an_undrawn_figure_is_made_and_named_but_written_empty(tmp_path, figures):
+    agg = pd.DataFrame({"model.attention": ["none", "luong"], "mean": [57.5, 90.0], "std": [15.0, 9.0],
+                        "ci_lo": [40.0, 80.0], "ci_hi": [70.0, 99.0]})
+    drawn = plots.plot_ablation_bars(agg, ["model.attention"], "val_bleu", tmp_path / "drawn" / "bars")
+    with plots.undrawn():
+        undrawn = plots.plot_ablation_bars(agg, ["model.attention"], "val_bleu", tmp_path / "undrawn" / "bars")
+    assert [p.name for p in undrawn] == [p.name for p in drawn] == ["bars.png", "bars.pdf"]
+    assert all(p.stat().st_size == 0 for p in undrawn) and all(p.stat().st_size > 0 for p in drawn)
+    assert len(figures) == 2 and figures[1].axes[0].get_ylabel() == "Validation BLEU"   # made all the same
+    assert plots.plot_ablation_bars(agg, ["model.attention"], "val_bleu", tmp_path / "after")[0].stat().st_size > 0

@@ -34,3 +34,26 @@ def test_edges():
     assert student_t.sf([0.0, np.inf, -np.inf], 3).tolist() == [0.5, 0.0, 1.0]
     assert student_t.sf(1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
     assert student_t.cdf(-1.959964, np.inf) == pytest.approx(0.025, abs=1e-7)
+
+
+def test_tails_of_one_and_two_df_match_their_closed_forms_to_1e_12_relative():
+    """On a grid from the centre to far in both tails: P(T > t) = atan2(1, t)/π for ν = 1 and
+    1/(s(s + t)) with s = √(2 + t²) for ν = 2 (t > 0; written without cancellation)."""
+    t = np.geomspace(1e-3, 1e3, 241)
+    s = np.sqrt(2 + t * t)
+    for df, upper in ((1, np.arctan2(1, t) / np.pi), (2, 1 / (s * (s + t)))):
+        assert student_t.sf(t, df) == pytest.approx(upper, rel=1e-12)
+        assert student_t.sf(-t, df) == pytest.approx(1 - upper, rel=1e-12)
+        grid = np.stack([t, -t])        # any shape, one df per element
+        assert student_t.sf(grid, np.full(grid.shape, df)) == pytest.approx(np.stack([upper, 1 - upper]), rel=1e-12)
+
+
+def test_quantiles_of_one_and_two_df_match_their_closed_forms_to_1e_12():
+    """tan(π(p - 1/2)) for ν = 1 (as ±1/tan(π min(p, 1 - p)): exact to rounding far in the tails)
+    and (2p - 1)/√(2p(1 - p)) for ν = 2, within 1e-12 (relative above 1)."""
+    p = np.array([1e-6, 0.01, 0.025, 0.2, 0.5, 0.6, 0.8, 0.9, 0.975, 0.995, 0.9999])
+    with np.errstate(divide="ignore"):
+        cauchy = np.where(p == 0.5, 0.0, np.sign(p - 0.5) / np.tan(np.pi * np.minimum(p, 1 - p)))
+    for df, exact in ((1, cauchy), (2, (2 * p - 1) / np.sqrt(2 * p * (1 - p)))):
+        found = student_t.quantile(p, df)
+        assert np.all(np.abs(found - exact) <= 1e-12 * np.maximum(1, np.abs(exact)))
