@@ -5,7 +5,7 @@ Only finished runs with a finite value for the metric are averaged; failed, prun
 metric that is inf, NaN or not a number), finished without the metric (missing) and other runs are
 counted per configuration (n_failed, n_pruned, n_invalid, n_missing, n_other) and their ids listed,
 never averaged in. Cost and gradient means use finite values only. The t-interval is clipped to
-the range the metric can take (registry.METRICS): with 2 seeds it is mean ± 12.7·s/√2, which
+the range the metric can take (metric_facts): with 2 seeds it is mean ± 12.7·s/√2, which
 would otherwise put BLEU intervals past 100.
 """
 
@@ -20,11 +20,11 @@ import pandas as pd
 from lit_attention import registry
 from lit_attention.analysis import load
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
+from lit_attention.analysis.metric_facts import metric_range
 from lit_attention.tracking.schema import Status
 
 CONFIDENCE = 0.95
 CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
-SPLITS = {"val": "validation", "test": "test", "train": "training"}   # metric prefixes
 # Per-run quantities averaged per configuration beside the metric: what training cost, never
 # the budget it was given (that is `budget`, and `n_under_budget` counts runs that fell short).
 COSTS = ("params", "steps", "train_seconds", "train_flops", "tokens_per_second", "machine_gflops")
@@ -75,17 +75,6 @@ def t_quantile(confidence: float, df: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if t_coverage(mid, df) < confidence else (lo, mid)
     return (lo + hi) / 2
-
-
-def base_metric(metric: str) -> str:
-    """'val_bleu' -> 'bleu': the metric without its split prefix."""
-    prefix, _, rest = metric.partition("_")
-    return rest if prefix in SPLITS and rest else metric
-
-
-def metric_range(metric: str) -> tuple[float | None, float | None]:
-    """The lowest and highest value the metric can take (None: unbounded)."""
-    return registry.METRICS.get(base_metric(metric), (None, (None, None)))[1]
 
 
 def clip(value: float, bounds: tuple[float | None, float | None]) -> float:

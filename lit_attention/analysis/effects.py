@@ -31,7 +31,8 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import anova, load
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.significance import holm
-from lit_attention.analysis.tables import label, metric_range
+from lit_attention.analysis.metric_facts import metric_range
+from lit_attention.analysis.tables import label
 
 SEED_TERM = "seed (block)"
 NOT_SET = "–"
@@ -70,7 +71,7 @@ class Effects:
 
 
 def bounds(metric: str) -> tuple[float, float] | None:
-    """The metric's range (registry.METRICS) when it is bounded on both sides, else None."""
+    """The metric's range (metric_facts) when it is bounded on both sides, else None."""
     low, high = metric_range(metric)
     return None if low is None or high is None else (low, high)
 

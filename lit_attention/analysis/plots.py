@@ -26,8 +26,8 @@ import pandas as pd  # noqa: E402
 from cycler import cycler  # noqa: E402
 
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
-from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
-                                           metric_range, split_of)
+from lit_attention.analysis.metric_facts import SPLITS, metric_name, metric_range, split_of  # noqa: E402
+from lit_attention.analysis.tables import key_label, label  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
@@ -256,7 +256,7 @@ def log_axis(y: str) -> bool:
 def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, runs: pd.DataFrame | None = None,
                        marks: list[str] | None = None) -> list[Path]:
     """One bar per configuration: mean of `metric`, whiskers = its 95% CI (none when n < 2), both
-    clipped to the metric's range (registry.METRICS), and the axis within it; a dot per seed (the
+    clipped to the metric's range (metric_facts), and the axis within it; a dot per seed (the
     averaged runs of ``runs``) and the table's ▲/▼ (``marks``, one per row of ``agg``) above it."""
     if agg.empty:
         return []

@@ -23,8 +23,7 @@ import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
-from lit_attention.analysis import significance, tables
-from lit_attention.analysis import sentence_stats as ss
+from lit_attention.analysis import metric_facts, significance, tables
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
@@ -193,7 +192,7 @@ def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
 
 def signature(runs: pd.DataFrame, metric: str) -> str | None:
     """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
-    column = "chrf_signature" if "chrf" in metric else "sacrebleu_signature"
+    column = metric_facts.signature_field(metric)
     if column not in runs:
         return None
     return "; ".join(sorted(set(runs[column].dropna()))) or None
@@ -211,12 +210,12 @@ def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
 def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     """How the hypotheses behind a BLEU/chrF metric were decoded: a recorded `decoding` field,
     else greedy for validation (always) and the config's beam for test; None for other metrics."""
-    if tables.metric_name(metric) not in ("BLEU", "chrF"):
+    if not metric_facts.from_hypotheses(metric):
         return None
     used = runs[agg_mod.usable(runs, metric)]
     if "decoding" in used and used["decoding"].notna().any():
         return "; ".join(sorted(set(used["decoding"].dropna().astype(str))))
-    if tables.split_of(metric) == "val":
+    if metric_facts.split_of(metric) == "val":
         return "greedy decoding"
     if "config.model.beam_size" not in used or used["config.model.beam_size"].isna().all():
         return None
@@ -233,7 +232,7 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
     else test, else val."""
     if wanted:
         return wanted
-    stored = [split for split in dict.fromkeys([tables.split_of(metric or ""), "test"]) if split
+    stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
               and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
     return stored[0] if stored else "val"
 
@@ -296,14 +295,14 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     outside = [k for k in chosen if k not in keys]
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
-    sentence_metric = agg_mod.base_metric(args.metric)
-    column = None if sentence_metric in ss.METRICS else args.metric
+    sentence_metric = metric_facts.base_metric(args.metric)
+    column = None if metric_facts.from_hypotheses(args.metric) else args.metric
     if column and args.split:
         raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {args.metric} is "
                             "tested on the runs' values over seeds (and its own split's token blocks)")
     used = runs[agg_mod.usable(runs, args.metric)]      # the runs the table averages
     split = hyps_split(used, args.split, args.metric)
-    if column is None and args.split is None and tables.split_of(args.metric) not in (None, split):
+    if column is None and args.split is None and metric_facts.split_of(args.metric) not in (None, split):
         print(f"note: the test resamples the {split} hypotheses (the only ones stored); the table "
               f"shows {args.metric}", file=sys.stderr)
     sig = significance.compare_to_baseline(
@@ -311,7 +310,7 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
         metric=sentence_metric if column is None else "bleu", n_samples=args.samples,
         seed=significance.SEED if args.resample_seed is None else args.resample_seed,
         test=args.test or significance.DEFAULT_TEST, column=column,
-        higher_is_better=tables.higher_is_better(args.metric), pool_seeds=bool(args.pool_seeds),
+        higher_is_better=metric_facts.higher_is_better(args.metric), pool_seeds=bool(args.pool_seeds),
         equivalence=args.equivalence)
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
@@ -387,7 +386,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
 def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
     """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
     limit = tables.width_limit(args.wide)
-    cells, best, left_out = tables.choose_columns(cells, best, tables.metric_label(args.metric),
+    cells, best, left_out = tables.choose_columns(cells, best, metric_facts.metric_label(args.metric),
                                                   args.columns, limit)
     if left_out and args.columns is None:
         print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if args.wide else 'column'} "
@@ -400,7 +399,7 @@ def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
 def keys_fit(args, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
     """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
     --columns asked for): the other statistics then make room for the keys."""
-    metric = tables.metric_label(args.metric)
+    metric = metric_facts.metric_label(args.metric)
     wanted = args.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
     cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
     return tables.tabular_width(cells, best) <= tables.width_limit(args.wide)
@@ -435,7 +434,7 @@ def factor_effects(args, runs: pd.DataFrame) -> tuple:
     """--effects: (effects, interaction pairs) of every swept factor (effects.py), or (None, [])."""
     if not args.effects:
         return None, []
-    found = effects.analyse(runs, args.metric, tables.higher_is_better(args.metric))
+    found = effects.analyse(runs, args.metric, metric_facts.higher_is_better(args.metric))
     return found, effects.resolve_pairs(found, runs, args.interactions)
 
 
@@ -444,7 +443,7 @@ def trial_curves(args, runs: pd.DataFrame) -> tuple:
     if args.trials is None:
         return None, []
     keys = [load.resolve_key(runs, k) for k in args.trials] or [k for k in ("model.family",) if k in runs]
-    better = tables.higher_is_better(args.metric)
+    better = metric_facts.higher_is_better(args.metric)
     return expected_max.expected_max_table(runs, keys, args.metric, better), keys
 
 
@@ -463,13 +462,13 @@ def improvement_vs_baseline(args, runs: pd.DataFrame, agg: pd.DataFrame, keys: l
                             f"{len(chosen)}")
     seed = significance.SEED if args.resample_seed is None else args.resample_seed
     return improvement.improvement_table(runs, config, chosen.iloc[0].to_dict(), args.metric,
-                                         tables.higher_is_better(args.metric), seed=seed)
+                                         metric_facts.higher_is_better(args.metric), seed=seed)
 
 
 def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> tuple[list, list]:
     """expected_max.csv (+ figure) and improvement.csv; returns (Markdown tables, figure files)."""
     printed, figures = [], []
-    better = tables.higher_is_better(args.metric)
+    better = metric_facts.higher_is_better(args.metric)
     if trials is not None:
         atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
         printed.append(expected_max.markdown(trials, trial_keys, args.metric, better, args.digits))
@@ -538,7 +537,7 @@ def _report(args, out: Path, state: dict) -> int:
     figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols, sig)
     if found is not None:
         effect_tables, effect_figures = effects_output.write_effects(
-            found, out, pairs, tables.higher_is_better(args.metric), args.digits, not args.no_figures)
+            found, out, pairs, metric_facts.higher_is_better(args.metric), args.digits, not args.no_figures)
         printed, figures = printed + effect_tables, figures + effect_figures
     analysis_tables, analysis_figures = write_analyses(args, out, trials, trial_keys, improved, baseline)
     printed, figures = printed + analysis_tables, figures + analysis_figures

@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention import registry
 from lit_attention.analysis import resampling
 from lit_attention.analysis import seed_test as sb
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis import token_blocks
-from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
+from lit_attention.analysis.aggregate import clip
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.analysis.metric_facts import SPLITS, metric_name, metric_range
 from lit_attention.tracking.schema import Status, hyps_file, refs_file
 
 N_SAMPLES = 10_000          # the seed test's; sentence tests: at least, more for many comparisons
@@ -88,7 +88,7 @@ def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TES
         return (f"{TESTS[test]} of one run against the baseline's run, two-sided, {n_samples:,} "
                 f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
                 "not training randomness")
-    name = registry.METRICS.get(metric, (metric,))[0]
+    name = metric_name(metric)
     family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
               else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({hypotheses(test, comparisons)} hypotheses)")
     if pooled:

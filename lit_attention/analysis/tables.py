@@ -17,7 +17,8 @@ import pandas as pd
 
 from lit_attention import registry
 from lit_attention.analysis import latex_width, load
-from lit_attention.analysis.aggregate import SPLITS, GRADFLOW_METHOD, metric_range, usable  # noqa: F401
+from lit_attention.analysis.aggregate import GRADFLOW_METHOD, usable
+from lit_attention.analysis.metric_facts import SPLITS, higher_is_better, metric_label, metric_range, split_of
 from lit_attention.analysis.load import AnalysisError
 
 BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseline
@@ -27,7 +28,6 @@ P_COLUMN = "p (Holm)"
 MDE_COLUMN = "MDE"              # the difference the test detects with 80 % power
 EQUIVALENT = "≈"
 GRADFLOW_COLUMN = "‖∂L/∂h_t‖ decay/step [95% CI]"
-LOWER_IS_BETTER = ("loss", "ppl", "ter")
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
                  "^": r"\textasciicircum{}", "|": r"\textbar{}", "<": r"\textless{}",
@@ -38,30 +38,6 @@ LATEX_UNICODE = {"±": r"$\pm$", "†": r"$^{\dagger}$", "–": "--", "√": r"$
                  "·": r"$\cdot$", "‖": r"$\|$", "×": r"$\times$", "≤": r"$\leq$",
                  "∂": r"$\partial$", "α": r"$\alpha$", EQUIVALENT: r"$\approx$"}
 ARROWS = {"↑": r"$\uparrow$", "↓": r"$\downarrow$"}
-
-
-def higher_is_better(metric: str) -> bool:
-    return not any(word in metric.lower() for word in LOWER_IS_BETTER)
-
-
-def split_of(metric: str) -> str | None:
-    """'val_bleu' -> 'val'; None for a metric without a split prefix."""
-    prefix = metric.split("_", 1)[0]
-    return prefix if prefix in SPLITS and "_" in metric else None
-
-
-def _base(metric: str) -> str:
-    return metric.split("_", 1)[1] if split_of(metric) else metric
-
-
-def metric_name(metric: str) -> str:
-    """The registry's name of a metric without its split: 'test_chrf' -> 'chrF'."""
-    return registry.METRICS.get(_base(metric), (_base(metric),))[0]
-
-
-def metric_label(metric: str) -> str:
-    """A metric's column header: its name and which way is better ('BLEU ↑', 'PPL ↓')."""
-    return f"{metric_name(metric)} {'↑' if higher_is_better(metric) else '↓'}"
 
 
 def key_label(key) -> str:

@@ -8,19 +8,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lit_attention.analysis import aggregate, tables
+from lit_attention.analysis import aggregate, metric_facts, tables
 
 
 def test_t_intervals_stay_inside_the_metric_range():
     # two seeds far apart: mean ± 12.7·s/√2 is [-135, 250] unclipped (the old demo bar chart axis)
-    wide = aggregate.seed_stats([5.0, 95.0], aggregate.metric_range("val_bleu"))
+    wide = aggregate.seed_stats([5.0, 95.0], metric_facts.metric_range("val_bleu"))
     assert (wide["ci_lo"], wide["ci_hi"]) == (0.0, 100.0) and wide["mean"] == 50.0
     rng = np.random.default_rng(0)
     for _ in range(200):
         values = rng.uniform(0, 100, size=rng.integers(2, 6))
-        stats = aggregate.seed_stats(values, aggregate.metric_range("test_chrf"))
+        stats = aggregate.seed_stats(values, metric_facts.metric_range("test_chrf"))
         assert 0.0 <= stats["ci_lo"] <= stats["mean"] <= stats["ci_hi"] <= 100.0
-    ppl = aggregate.seed_stats([1.1, 9.0], aggregate.metric_range("val_ppl"))
+    ppl = aggregate.seed_stats([1.1, 9.0], metric_facts.metric_range("val_ppl"))
     assert ppl["ci_lo"] == 1.0 and ppl["ci_hi"] > 9.0           # PPL >= 1, no upper bound
     assert aggregate.seed_stats([3.0, 4.0]) == aggregate.seed_stats([3.0, 4.0], (None, None))
 

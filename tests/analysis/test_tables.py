@@ -78,12 +78,6 @@ def test_headers_are_the_registry_labels_and_the_metric_with_its_direction():
     assert grid.index.names == ["Cell"] and grid.columns.names == ["Attention"]
 
 
-def test_metric_names_and_ranges_come_from_the_registry():
-    assert tables.metric_label("test_chrf") == "chrF ↑" and tables.metric_label("val_loss") == "Loss ↓"
-    assert tables.metric_range("val_bleu") == (0.0, 100.0) and tables.metric_range("val_ppl") == (1.0, None)
-    assert tables.metric_range("steps") == (None, None) and tables.metric_label("steps") == "steps ↑"
-
-
 def test_latex_has_one_header_row_blank_repeats_and_a_spanning_pivot_header():
     agg = _agg({"model.family": ["rnn", "rnn", "transformer"], "model.scoring": ["additive", "dot", "dot"]})
     keys = ["model.family", "model.scoring"]
