@@ -23,7 +23,7 @@ import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
-from lit_attention.analysis import metric_facts, significance, tables
+from lit_attention.analysis import captions, columns, metric_facts, significance, tables
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
@@ -74,10 +74,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
-                   help="the columns of table.tex/table.md beside the configuration keys, in this "
-                        "order: mean (the metric), ci, n, p, delta, mde, equivalent, excluded, params, time, speed, gflops, "
-                        "grad_norm, clip, ... or all; default: the metric, then ci, n, p, ... as "
-                        "long as table.tex fits one column of a two-column paper (table.md: all)")
+                   help=columns.columns_help())
     p.add_argument("--wide", action="store_true",
                    help="table.tex as a table* that fits the text width of a two-column paper")
     p.add_argument("--label", default=None,
@@ -324,20 +321,20 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
     keys = rows + cols
 
     def caption(shown=None, legend=None) -> str:
-        return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
+        return captions.caption_text(args.metric, agg, captions.CI_METHOD, signature(runs, args.metric),
                                    significance.method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, args.metric),
                                    unreadable=len(skipped),
-                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs), legend),
+                                   notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),
                                    decoding=decoding(runs, args.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
                                                and not sig.attrs["values"] else None),
                                    marked=sig is None or sig.attrs["test"] == significance.DEFAULT_TEST,
                                    shown=shown)
-    summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
+    summary = tables.labelled(*columns.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
                               args.metric)
     also = list(also)
-    legend = tables.differences_note(agg, keys, also)
+    legend = captions.differences_note(agg, keys, also)
     table_legend = None
     if also:
         wider = tables.with_keys(*summary, agg, keys, also)
@@ -386,7 +383,7 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
 def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
     """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
     limit = tables.width_limit(args.wide)
-    cells, best, left_out = tables.choose_columns(cells, best, metric_facts.metric_label(args.metric),
+    cells, best, left_out = columns.choose_columns(cells, best, metric_facts.metric_label(args.metric),
                                                   args.columns, limit)
     if left_out and args.columns is None:
         print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if args.wide else 'column'} "
@@ -400,8 +397,8 @@ def keys_fit(args, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
     """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
     --columns asked for): the other statistics then make room for the keys."""
     metric = metric_facts.metric_label(args.metric)
-    wanted = args.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
-    cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
+    wanted = args.columns or [n for n in ("mean", "ci", "n") if n in columns.column_names(cells, metric)]
+    cells, best, _ = columns.choose_columns(cells, best, metric, wanted)
     return tables.tabular_width(cells, best) <= tables.width_limit(args.wide)
 
 
