@@ -35,9 +35,8 @@ ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares mo
 
 
 def p_text(p) -> str:
-    if p is None or pd.isna(p):
-        return ""
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
+    """A Holm-adjusted p of the F-test (tables.p_text: from F, no resampling floor); '' for none."""
+    return "" if p is None or pd.isna(p) else tables.p_text(p, p, math.inf)
 
 
 def ss_text(x) -> str:
@@ -109,7 +108,7 @@ def _term(effects: Effects, name: str) -> pd.Series | None:
 
 
 def term_text(effects: Effects, name: str) -> str:
-    """'η² = 0.41, F(2, 17.3) = 12.3, p < 0.001' for a term of the ANOVA (or why there is none)."""
+    """'η² = 0.41, F(2, 17.3) = 12.3, p (Holm) <0.001' for a term of the ANOVA (or why there is none)."""
     row = _term(effects, name)
     if row is None:
         return "no interaction term (nested or not estimable)"
