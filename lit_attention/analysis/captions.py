@@ -118,7 +118,7 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     split = SPLITS.get(split_of(metric))
     what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
-             f"configuration{'; ' + ci_method + range_text(metric) if has('95% CI') else ''}. Best value per "
+             f"configuration{'; ' + ci_method + range_text(metric) if has(HEADER['ci']) else ''}. Best value per "
              "column in bold."]
     failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
     invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0

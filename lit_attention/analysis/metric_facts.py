@@ -3,8 +3,9 @@ after its split ('val_bleu' -> split 'val', metric 'bleu'), and the one parser o
 
 A row gives the name tables and figures print, the range its values can take (what intervals and
 bars are clipped to; None: unbounded), which way is better, whether it is scored from stored
-hypotheses sentence by sentence (a BLEU/chrF test resamples them), and the summary field holding
-its sacreBLEU signature. A metric without a row (val_acc) keeps its own name, no range, and is
+hypotheses sentence by sentence (a BLEU/chrF test resamples them) or from the per-token losses
+of the test text (a language model's test resamples blocks of them), whether its curves need a
+log axis, and the summary field holding its sacreBLEU signature. A metric without a row (val_acc) keeps its own name, no range, and is
 better when higher unless its name says loss, ppl or ter.
 """
 
@@ -22,6 +23,8 @@ class Metric:
     high: float | None
     higher_is_better: bool
     from_hypotheses: bool = False               # scored per sentence from stored hypotheses
+    from_token_losses: bool = False             # a function of the mean per-token NLL
+    log_axis: bool = False                      # its curves span orders of magnitude
     signature: str = "sacrebleu_signature"      # the summary field of the scores' signature
 
 
@@ -29,11 +32,13 @@ METRICS = {
     "bleu": Metric("BLEU", 0.0, 100.0, higher_is_better=True, from_hypotheses=True),
     "chrf": Metric("chrF", 0.0, 100.0, higher_is_better=True, from_hypotheses=True,
                    signature="chrf_signature"),
-    "ppl": Metric("PPL", 1.0, None, higher_is_better=False),
-    "loss": Metric("Loss", 0.0, None, higher_is_better=False),
+    "ppl": Metric("PPL", 1.0, None, higher_is_better=False, from_token_losses=True, log_axis=True),
+    "loss": Metric("Loss", 0.0, None, higher_is_better=False, from_token_losses=True, log_axis=True),
 }
 # The metrics sentence_stats scores from hypotheses, sentence by sentence.
 SENTENCE_LEVEL = tuple(name for name, row in METRICS.items() if row.from_hypotheses)
+# The metrics token_blocks scores from per-token losses.
+TOKEN_LEVEL = tuple(name for name, row in METRICS.items() if row.from_token_losses)
 LOWER_IS_BETTER = ("loss", "ppl", "ter")   # words that make a metric without a row lower-is-better
 
 
@@ -86,6 +91,12 @@ def from_hypotheses(metric: str) -> bool:
     sentence by sentence by a test."""
     found = row(metric)
     return bool(found and found.from_hypotheses)
+
+
+def log_axis(metric: str) -> bool:
+    """Whether the metric's curves are drawn on a log axis (perplexity, loss)."""
+    found = row(metric)
+    return bool(found and found.log_axis)
 
 
 def signature_field(metric: str) -> str:

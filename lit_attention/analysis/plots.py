@@ -26,6 +26,7 @@ import pandas as pd  # noqa: E402
 from cycler import cycler  # noqa: E402
 
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
+from lit_attention.analysis import metric_facts  # noqa: E402
 from lit_attention.analysis.metric_facts import SPLITS, metric_name, metric_range, split_of  # noqa: E402
 from lit_attention.analysis.tables import key_label, label  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
@@ -227,7 +228,7 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
         if len(curves) > 1:
             ax.fill_between(band.index, band["low"], band["high"], color=line.get_color(),
                             alpha=0.2, linewidth=0)
-    if log_axis(y):
+    if metric_facts.log_axis(y):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))      # 20, not 2×10¹
         ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
@@ -245,11 +246,6 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
 def legend_below(ax, title: str) -> None:
     """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
-
-
-def log_axis(y: str) -> bool:
-    """Perplexity and loss curves span orders of magnitude: a log axis."""
-    return any(word in y for word in ("ppl", "loss"))
 
 
 @paper_style
