@@ -1,6 +1,6 @@
 """Every sentence of a summary or pivot table's caption: what the numbers are (metric, split,
-decoding, n, the interval and its method, exclusions, budgets), the test against the baseline and
-its columns, what the test left out, what the rows also differ in, and how the gradient flow was
+decoding, n, the interval and its method, exclusions, budgets), the test against the baseline (how
+its p-values were obtained: test_method) and its columns, what the test left out, what the rows also differ in, and how the gradient flow was
 measured. The table's columns are columns.py's rows; their headers are named from there.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pandas as pd
 
 from lit_attention import registry
-from lit_attention.analysis import load
+from lit_attention.analysis import load, significance
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, GRADFLOW_RESAMPLES
 from lit_attention.analysis.columns import HEADER, gradflow_cells
-from lit_attention.analysis.metric_facts import SPLITS, metric_label, metric_range, split_of
+from lit_attention.analysis.metric_facts import SPLITS, metric_label, metric_name, metric_range, split_of
 from lit_attention.analysis.tables import BETTER, EQUIVALENT, WORSE, key_label, label
 
 CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
@@ -171,3 +171,53 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     if any(gradflow_cells(agg)) and (shown is None or GRADFLOW_COLUMN in shown):
         parts.append(GRADFLOW_METHOD + ".")
     return " ".join(parts)
+
+
+def test_method(n_samples: int = significance.N_SAMPLES, seed: int = significance.SEED,
+                test: str = significance.DEFAULT_TEST, comparisons: int | None = None,
+                values: str | None = None, metric: str = "bleu", split: str = "test",
+                pooled: dict | None = None, blocks: dict | None = None, no_blocks: str | None = None) -> str:
+    """How the p-values were obtained, for the table caption: test, resamples, correction."""
+    tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
+    if test != significance.DEFAULT_TEST:
+        return (f"{significance.TESTS[test]} of one run against the baseline's run, two-sided, {n_samples:,} "
+                f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
+                "not training randomness")
+    name = metric_name(metric)
+    family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
+              else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({significance.hypotheses(test, comparisons)} hypotheses)")
+    if pooled:
+        seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
+                 f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
+                 f"{pooled['high']:.2f})")
+    else:
+        seeds = "each arm's own seed variance, as in Welch's test"
+    if values and blocks:
+        text = SPLITS.get(blocks["split"], blocks["split"])
+        variance = (f"from the seeds ({seeds}, from the runs' {values}) plus the {text} text (the "
+                    f"covariance of distinct runs' {values} over {n_samples:,} bootstrap draws of "
+                    f"its {blocks['tokens']:,} tokens cut into {blocks['blocks']} contiguous blocks "
+                    f"of ≈{blocks['tokens'] / blocks['blocks']:,.0f}, seed {seed}, one draw for every "
+                    f"run: paired; neighbouring tokens are not independent)")
+    elif values:
+        variance = f"from the seeds only: the spread of the {values} values, {seeds}"
+        if no_blocks:
+            variance += (f" (the evaluated text's own variance is left out: {no_blocks}; a "
+                         f"difference may hold for this text only)")
+    else:
+        variance = (f"from the seeds ({seeds}, from the runs' corpus {name}) plus the "
+                    f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
+                    f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
+                    f"one draw for every run: paired; recomputed from cached sentence statistics)")
+    title = "test over seeds × token blocks" if blocks else "test over seeds" if values else significance.TESTS[test]
+    return (f"{title}: the difference of the seed means "
+            f"over its standard error, the variance {variance}, against Student's t with "
+            f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
+            f"in the direction of Δ, Holm-corrected over both directions{family}")
+
+
+def test_method_of(result: pd.DataFrame) -> str:
+    """test_method() of a significance.compare_to_baseline result."""
+    return test_method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
+                                                         "values", "metric", "split", "pooled", "blocks",
+                                                         "no_blocks")})

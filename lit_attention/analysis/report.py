@@ -355,7 +355,7 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
 
     def caption(shown=None, legend=None) -> str:
         return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
-                                   significance.method_of(sig) if sig is not None else None,
+                                   captions.test_method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, request.metric),
                                    unreadable=len(skipped),
                                    notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),

@@ -13,7 +13,7 @@ import pytest
 
 from analysis_stores import write_run
 from lit_attention.analysis import block_calibration, calibration, load, report, resampling, seed_test
-from lit_attention.analysis import significance, token_blocks
+from lit_attention.analysis import captions, significance, token_blocks
 from lit_attention.tracking.schema import token_nll_file
 
 TOKENS = 3000
@@ -82,7 +82,7 @@ def test_the_test_adds_the_texts_variance_from_blocks_of_tokens(tmp_path):
     seeds_only = seed_test.compare(ppl["rnn"], ppl["ngram"])
     assert row["se"] > 3 * float(seeds_only.se), "the text's variance dominates 3 seeds this close"
     assert row["df"] < 2 * token_blocks.BLOCKS
-    text = significance.method_of(result)
+    text = captions.test_method_of(result)
     assert f"{TOKENS:,} tokens cut into {token_blocks.BLOCKS} contiguous blocks of ≈100" in text
 
 
@@ -94,7 +94,7 @@ def test_without_every_runs_token_losses_it_says_what_it_leaves_out(tmp_path):
     assert result.attrs["blocks"] is None
     assert result.attrs["no_blocks"] == "1 of the 6 runs recorded no per-token losses of the test tokens"
     assert result.iloc[0]["se"] < full["se"]
-    assert "the evaluated text's own variance is left out: 1 of the 6 runs" in significance.method_of(result)
+    assert "the evaluated text's own variance is left out: 1 of the 6 runs" in captions.test_method_of(result)
 
 
 def test_token_losses_that_do_not_give_the_summarys_value_are_not_used(tmp_path):
