@@ -1,6 +1,6 @@
 """Tests of every configuration of a table against a baseline, with Holm's correction.
 
-The default test treats seeds as the random factor (seed_test.py): the difference of seed
+The default test treats seeds as the random factor (seeds_x_sentences.py): the difference of seed
 means, its variance from the seeds (the spread of the runs' corpus scores, per arm or pooled over
 the arms of the table) plus the test sentences (the bootstrap covariance of distinct runs'
 scores, paired), referred to Student's t with Satterthwaite's degrees of freedom; one-sided in
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from lit_attention.analysis import resampling
-from lit_attention.analysis import seed_test as sb
+from lit_attention.analysis import seeds_x_sentences as sb
 from lit_attention.analysis import sentence_stats as ss
 from lit_attention.analysis import token_blocks
 from lit_attention.analysis.aggregate import clip
@@ -302,7 +302,7 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
                width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
-    """The seeds x sentences test (seed_test.py) of every configuration against the baseline;
+    """The seeds x sentences test (seeds_x_sentences.py) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
@@ -505,7 +505,7 @@ class _Source:
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
-        resampled covariance of distinct runs (seed_test.sentence_variance); 0 for values
+        resampled covariance of distinct runs (seeds_x_sentences.sentence_variance); 0 for values
         without token blocks."""
         if self.column and not self.blocks:
             return 0.0
