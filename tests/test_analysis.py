@@ -383,7 +383,7 @@ def test_report_writes_beside_the_runs_by_default(study, tmp_path, capsys):
 def test_wandb_runs_convert_to_the_run_store_shape():
     from wandb.apis.public import Run
 
-    from lit_attention.analysis.wandb_export import history_frame, run_row
+    from lit_attention.analysis.wandb_import import history_frame, run_row
 
     def wandb_run(run_id, state, summary):
         config = {"seed_everything": {"value": 1, "desc": None},

@@ -270,15 +270,15 @@ def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, l
     runs; the request names the run stores fetched from W&B as its runs_dir, if any."""
     skipped = []
     if request.wandb:
-        from lit_attention.analysis import wandb_export
+        from lit_attention.analysis import wandb_import
         stores = request.out / WANDB_STORES
-        if wandb_export.fetch_run_stores(request.wandb, request.group, stores):
+        if wandb_import.fetch_run_stores(request.wandb, request.group, stores):
             request = dataclasses.replace(request, runs_dir=str(stores))   # from here on a local run store
         else:
             print("note: some W&B runs carry no run-store artifact (logged before it existed): "
                   "their summaries and curves only, no test, no hypothesis-based figures", file=sys.stderr)
     if request.wandb and request.runs_dir is None:
-        runs, metrics = wandb_export.load_wandb(request.wandb, request.group, request.metric)
+        runs, metrics = wandb_import.load_wandb(request.wandb, request.group, request.metric)
     else:
         runs, skipped = load.scan_runs(request.runs_dir)
         if request.wandb and request.group:
