@@ -1,6 +1,6 @@
 """Analysis on FIXTURE run stores (tests/analysis_stores.py): aggregation, exclusion of failed and
 pruned runs, significance, LaTeX/Markdown tables, plots, W&B conversion, the report command.
-Real training runs feeding the report are tested in test_analysis_real_runs.py."""
+Real training runs feeding the report are tested in analysis/test_report_on_real_runs.py."""
 
 from __future__ import annotations
 
