@@ -209,16 +209,6 @@ LABELS = {
     "model.delta": "Delta", "model.discount": "Discount", "model.window": "Window",
 }
 
-# Metrics by what follows the split in a summary field (val_bleu -> bleu): the name tables and
-# figures give it, and the range its values can take (None: unbounded), to which bars are clipped.
-METRICS = {
-    "bleu": ("BLEU", (0.0, 100.0)),
-    "chrf": ("chrF", (0.0, 100.0)),
-    "ppl": ("PPL", (1.0, None)),
-    "loss": ("Loss", (0.0, None)),
-}
-
-
 def check(name: str, value: str, valid) -> str:
     """Return ``value`` if it is one of ``valid``, else raise with the list of valid choices."""
     if value not in tuple(valid):   # a tuple: an unhashable value is refused like any other

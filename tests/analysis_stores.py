@@ -1,6 +1,6 @@
 """FIXTURE run stores for the analysis tests: small hand-built runs/<group>/<run_id>/ directories
 in the run-store format (docs/ARCHITECTURE.md). Real training runs are in
-test_analysis_real_runs.py; these cover what short real runs do not produce (failed/pruned runs,
+analysis/test_report_on_real_runs.py; these cover what short real runs do not produce (failed/pruned runs,
 gradient-flow tables, length buckets, attention maps, many configurations)."""
 
 from __future__ import annotations

@@ -247,7 +247,7 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert config["budget"] == {"steps": None, "tokens": None, "flops": None}
     assert config["data"]["init_args"]["task"] == "copy" and config["tracking"] == "wandb"
     # and the run store itself, as the run's artifact: what `report --wandb` reads back
-    from lit_attention.analysis.wandb_export import fetch_run_stores
+    from lit_attention.analysis.wandb_import import fetch_run_stores
     assert fetch_run_stores(str(run_dir / "wandb"), None, tmp_path / "fetched")
     (fetched,) = (tmp_path / "fetched").iterdir()
     assert json.loads((fetched / "summary.json").read_text()) == summary

@@ -5,7 +5,7 @@ Only finished runs with a finite value for the metric are averaged; failed, prun
 metric that is inf, NaN or not a number), finished without the metric (missing) and other runs are
 counted per configuration (n_failed, n_pruned, n_invalid, n_missing, n_other) and their ids listed,
 never averaged in. Cost and gradient means use finite values only. The t-interval is clipped to
-the range the metric can take (registry.METRICS): with 2 seeds it is mean ± 12.7·s/√2, which
+the range the metric can take (metric_facts): with 2 seeds it is mean ± 12.7·s/√2, which
 would otherwise put BLEU intervals past 100.
 """
 
@@ -20,11 +20,10 @@ import pandas as pd
 from lit_attention import registry
 from lit_attention.analysis import load
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
+from lit_attention.metric_facts import metric_range
 from lit_attention.tracking.schema import Status
 
 CONFIDENCE = 0.95
-CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
-SPLITS = {"val": "validation", "test": "test", "train": "training"}   # metric prefixes
 # Per-run quantities averaged per configuration beside the metric: what training cost, never
 # the budget it was given (that is `budget`, and `n_under_budget` counts runs that fell short).
 COSTS = ("params", "steps", "train_seconds", "train_flops", "tokens_per_second", "machine_gflops")
@@ -33,16 +32,6 @@ GRADIENT = ("grad_norm_median", "clip_fraction")
 # Gradient flow through time: one fit per configuration and direction, over its seeds.
 GRADFLOW_RESAMPLES = 1000
 GRADFLOW_FIT_FROM = 4       # distances 0-3 hold a transient (a rise or a fast drop), not the decay
-GRADFLOW_METHOD = ("‖∂L/∂h_t‖ decay/step: exp of the least-squares slope of the mean log ‖∂L/∂h_t‖ "
-                   "(the total derivative of the loss w.r.t. the encoder state h_t; mean over seeds of "
-                   f"each seed's mean over sentences) on the distance to the loss, from distance "
-                   f"{GRADFLOW_FIT_FROM} (the first steps are a transient) to the largest every "
-                   "sentence reaches, at each run's last measured step, on the same fixed sample of "
-                   "validation sentences, per direction (forward: distance m-1-t to the end of the "
-                   "source; backward: distance t; undirected: a Transformer's first encoder layer "
-                   "input, distance m-1-t); [ ]: 95% percentile bootstrap resampling seeds, then "
-                   f"sentences, {GRADFLOW_RESAMPLES:,} resamples (with 2-3 seeds it is too narrow: "
-                   "a bootstrap sees only the seeds there are)")
 
 
 def t_coverage(t: float, df: int) -> float:
@@ -75,17 +64,6 @@ def t_quantile(confidence: float, df: int) -> float:
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if t_coverage(mid, df) < confidence else (lo, mid)
     return (lo + hi) / 2
-
-
-def base_metric(metric: str) -> str:
-    """'val_bleu' -> 'bleu': the metric without its split prefix."""
-    prefix, _, rest = metric.partition("_")
-    return rest if prefix in SPLITS and rest else metric
-
-
-def metric_range(metric: str) -> tuple[float | None, float | None]:
-    """The lowest and highest value the metric can take (None: unbounded)."""
-    return registry.METRICS.get(base_metric(metric), (None, (None, None)))[1]
 
 
 def clip(value: float, bounds: tuple[float | None, float | None]) -> float:

@@ -14,7 +14,7 @@ of run r of arm a at token t is
 
 A run's score is its mean NLL (the loss; perplexity is its exponential). The test gets what the
 report gets: each run's score and the bootstrap covariance of the runs' scores over draws of
-BLOCKS contiguous blocks (exact for equal blocks: seed_test.bootstrap_covariance of the block
+BLOCKS contiguous blocks (exact for equal blocks: seeds_x_sentences.bootstrap_covariance of the block
 means). For comparison, the same test with every token its own block (an i.i.d. bootstrap over
 tokens) sees only about 1/Q of σ²_text and rejects far more true nulls when the text matters.
 """
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lit_attention.analysis import seed_test, token_blocks
+from lit_attention.analysis import seeds_x_sentences, token_blocks
 from lit_attention.analysis.calibration import EXPERIMENTS, POWER_AT, RATIOS, SEED, SEEDS, rejected
 
 BLOCK_TOKENS = 60          # tokens per block: T = BLOCKS x BLOCK_TOKENS
@@ -75,19 +75,19 @@ def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS,
         block_means = x.reshape(e, 2 * n_seeds, blocks, block_tokens).mean(axis=-1)
         for name, units in (("blocks", block_means), ("tokens", x)):
             part = token_blocks.unbiased(
-                seed_test.sentence_variance(seed_test.bootstrap_covariance(units), n_seeds), units.shape[-1])
+                seeds_x_sentences.sentence_variance(seeds_x_sentences.bootstrap_covariance(units), n_seeds), units.shape[-1])
             found[name].append((system, base, part, units.shape[-1]))
     results = {}
     for name, parts in found.items():
         system, base, part = (np.concatenate([p[i] for p in parts]) for i in range(3))
-        results[name] = seed_test.compare(system, base, part, parts[0][3])
+        results[name] = seeds_x_sentences.compare(system, base, part, parts[0][3])
     true_sd = np.sqrt(2 * ratio * text_var / n_seeds + 2 * text_var)
     return results["blocks"], results["tokens"], true_sd
 
 
 def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int = SEED, **options) -> Rates:
     blocks, tokens, true_sd = simulate(n_seeds, ratio, experiments, seed=seed, **options)
-    planted = seed_test.Result(blocks.delta + POWER_AT * true_sd, blocks.se, blocks.df,
+    planted = seeds_x_sentences.Result(blocks.delta + POWER_AT * true_sd, blocks.se, blocks.df,
                                blocks.seed_part, blocks.sentence_part)
     return Rates(float(rejected(blocks).mean()), float(rejected(planted).mean()),
                  float(np.median(blocks.detectable()) / true_sd), float(rejected(tokens).mean()))

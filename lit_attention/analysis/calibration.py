@@ -1,4 +1,4 @@
-"""Calibration of the seed x sentence test (seed_test.py) by simulation with known truth.
+"""Calibration of the seed x sentence test (seeds_x_sentences.py) by simulation with known truth.
 
 Each simulated experiment scores two arms on the same N test sentences, n seeds each; the score
 of run r of arm a on sentence i is additive (a corpus score is their mean):
@@ -11,7 +11,7 @@ of run r of arm a on sentence i is additive (a corpus score is their mean):
                           variance between runs of one arm on one test set, is ratio · σ²_sent
 
 The test gets what the report gets: each run's score on the whole test set and the bootstrap
-covariance of the runs' scores (exact for additive scores: seed_test.bootstrap_covariance).
+covariance of the runs' scores (exact for additive scores: seeds_x_sentences.bootstrap_covariance).
 `rates` gives the share of experiments rejecting at α (two-sided: Holm over both directions of
 one comparison) with no effect, and with an effect of `power_at` true standard deviations of Δ.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lit_attention.analysis import seed_test
+from lit_attention.analysis import seeds_x_sentences
 
 SEEDS = (2, 3, 5, 10)
 RATIOS = (0.1, 0.3, 1.0, 3.0, 10.0)
@@ -42,7 +42,7 @@ class Rates:
 
 def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, n_sentences: int = SENTENCES,
              seed: int = SEED, pooled_arms: int | None = None):
-    """(seed_test.Result of every experiment with no effect, true sd of Δ)."""
+    """(seeds_x_sentences.Result of every experiment with no effect, true sd of Δ)."""
     rng = np.random.default_rng([seed, n_seeds, int(ratio * 1000), pooled_arms or 0])
     sentence_var = 1.0 / n_sentences                     # Var(d̄_a) with Var(d) = 1
     run_sentence_var = min(1.0, ratio / 2)               # Var(g): part of the seed variance
@@ -54,7 +54,7 @@ def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, n_sente
          + rng.normal(0, np.sqrt(seed_var), (experiments, 2, n_seeds, 1)))
     runs = x.reshape(experiments, 2 * n_seeds, n_sentences)
     scores = runs.mean(axis=-1)                                       # [E, 2n]
-    sentence_part = seed_test.sentence_variance(seed_test.bootstrap_covariance(runs), n_seeds)
+    sentence_part = seeds_x_sentences.sentence_variance(seeds_x_sentences.bootstrap_covariance(runs), n_seeds)
     system, base = scores[:, :n_seeds], scores[:, n_seeds:]
     pooled = None
     if pooled_arms:
@@ -64,12 +64,12 @@ def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, n_sente
         own = ((system - system.mean(1, keepdims=True)) ** 2).sum(1) + ((base - base.mean(1, keepdims=True)) ** 2).sum(1)
         df = pooled_arms * (n_seeds - 1)
         pooled = ((own + other) / df, np.full(experiments, df))
-    result = seed_test.compare(system, base, sentence_part, n_sentences, pooled=pooled)
+    result = seeds_x_sentences.compare(system, base, sentence_part, n_sentences, pooled=pooled)
     true_sd = np.sqrt(2 * ratio * sentence_var / n_seeds + 2 * sentence_var)
     return result, true_sd
 
 
-def rejected(result: seed_test.Result, alpha: float = seed_test.ALPHA) -> np.ndarray:
+def rejected(result: seeds_x_sentences.Result, alpha: float = seeds_x_sentences.ALPHA) -> np.ndarray:
     """Holm over the two one-sided hypotheses of one comparison: 2·min(p_up, p_down) < α."""
     return 2 * np.minimum(result.p_up(), result.p_down()) < alpha
 
@@ -77,7 +77,7 @@ def rejected(result: seed_test.Result, alpha: float = seed_test.ALPHA) -> np.nda
 def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int = SEED,
           pooled_arms: int | None = None) -> Rates:
     result, true_sd = simulate(n_seeds, ratio, experiments, seed=seed, pooled_arms=pooled_arms)
-    planted = seed_test.Result(result.delta + POWER_AT * true_sd, result.se, result.df,
+    planted = seeds_x_sentences.Result(result.delta + POWER_AT * true_sd, result.se, result.df,
                                result.seed_part, result.sentence_part)
     return Rates(float(rejected(result).mean()), float(rejected(planted).mean()),
                  float(np.median(result.detectable()) / true_sd))

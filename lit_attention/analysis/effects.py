@@ -31,16 +31,13 @@ from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import anova, load
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.significance import holm
-from lit_attention.analysis.tables import label, metric_range
+from lit_attention.metric_facts import metric_range
+from lit_attention.analysis.tables import label
 
 SEED_TERM = "seed (block)"
 NOT_SET = "–"
 # Metrics on a 0-100 scale: confidence limits are clipped to it.
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
-MARGINAL_METHOD = ("mean of the per-configuration means (each over its seeds); 95% CI: Student-t "
-                   "over those configuration means, mean ± t(0.975, k-1)·s/√k, so it covers seed "
-                   "noise and the spread over the other factors (over the seeds of the one "
-                   "configuration when a level has only one)")
 
 
 @dataclass(frozen=True)
@@ -69,8 +66,17 @@ class Effects:
         return next(f for f in self.factors if f.name == name)
 
 
+def term_row(effects: Effects, name: str) -> pd.Series | None:
+    """The ANOVA row of a term; an interaction A × B is found under either order of its factors
+    (the model names it in factor order, a pair from --interactions or the ranking may be B × A)."""
+    first, sep, second = name.partition(" × ")
+    names = {name, pair_name(second, first)} if sep else {name}
+    rows = effects.importance[effects.importance["term"].isin(names)]
+    return rows.iloc[0] if len(rows) else None
+
+
 def bounds(metric: str) -> tuple[float, float] | None:
-    """The metric's range (registry.METRICS) when it is bounded on both sides, else None."""
+    """The metric's range (metric_facts) when it is bounded on both sides, else None."""
     low, high = metric_range(metric)
     return None if low is None or high is None else (low, high)
 
@@ -231,7 +237,7 @@ def _context(factor_set: list[Factor], mask: np.ndarray, exclude: tuple[str, ...
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
-    the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
+    the other factors of their common domain (see captions.MARGINAL_METHOD); CIs clipped to `limits`."""
     mask = np.logical_and.reduce([next(f for f in factors if f.name == k).mask for k in keys])
     inside = data[mask]
     context = _context(factors, mask, keys, data)

@@ -17,28 +17,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from lit_attention.analysis import tables  # noqa: E402
-from lit_attention.analysis.effects import (MARGINAL_METHOD, Effects, bounds, interaction_means,  # noqa: E402
-                                            pair_name)
+from lit_attention.analysis.captions import ETA, NU, anova_p_text, effects_captions, term_text  # noqa: E402
+from lit_attention.analysis.effects import Effects, interaction_means, pair_name, term_row  # noqa: E402
 from lit_attention.analysis.plots import paper_style, save  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
-
-ETA = "η²"
-NU = "ν"        # the robust F's denominator degrees of freedom
-ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
-                "(main effects, every estimable two-way interaction; seeds are no block: seed numbers are "
-                "not paired across configurations); η² = SS / total SS; F: the Wald test of the term's "
-                "type-II hypothesis with each configuration's own variance (HC2: robust to seeds that "
-                "spread unequally, which the pooled residual mean square is not), against F(df, ν) with "
-                "Satterthwaite's ν over the configurations (Welch-type; calibrated: docs/ANALYSIS.md), "
-                "Holm-adjusted over all factor and interaction terms. A conditional factor is coded only "
-                "where it is set (column 'where', if any) and tested after the factors it depends on")
-
-
-def p_text(p) -> str:
-    if p is None or pd.isna(p):
-        return ""
-    return "< 0.001" if p < 0.001 else f"{p:.3f}"
-
 
 def ss_text(x) -> str:
     """Sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209."""
@@ -58,7 +40,7 @@ def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, p
                     ETA: [tables.number(x, 3) for x in t["eta_sq"]],
                     "F": [tables.number(x, 2) for x in t["f"]],
                     NU: [tables.number(x, 1) for x in t["df_den"]],
-                    "p (Holm)": [p_text(x) for x in t["p_holm"]]})
+                    "p (Holm)": [anova_p_text(x) for x in t["p_holm"]]})
     if "ped_anova" in t:
         columns["PED-ANOVA"] = [tables.number(x, 3) for x in t["ped_anova"]]
     cells = pd.DataFrame(columns, index=pd.Index(t["term"].tolist(), name="term"))
@@ -99,47 +81,6 @@ def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
 
 
-def _term(effects: Effects, name: str) -> pd.Series | None:
-    """The ANOVA row of a term; an interaction A × B is found under either order of its factors
-    (the model names it in factor order, a pair from --interactions or the ranking may be B × A)."""
-    first, sep, second = name.partition(" × ")
-    names = {name, pair_name(second, first)} if sep else {name}
-    rows = effects.importance[effects.importance["term"].isin(names)]
-    return rows.iloc[0] if len(rows) else None
-
-
-def term_text(effects: Effects, name: str) -> str:
-    """'η² = 0.41, F(2, 17.3) = 12.3, p < 0.001' for a term of the ANOVA (or why there is none)."""
-    row = _term(effects, name)
-    if row is None:
-        return "no interaction term (nested or not estimable)"
-    if pd.isna(row["f"]):
-        return f"{ETA} = {row['eta_sq']:.3f} (no F-test)"
-    p = p_text(row["p_holm"])
-    return (f"{ETA} = {row['eta_sq']:.3f}, F({int(row['df'])}, {row['df_den']:.1f}) = {row['f']:.2f}, "
-            f"p (Holm) {p if p.startswith('<') else '= ' + p}")
-
-
-def captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
-    metric = effects.metric
-    design = " ".join(effects.notes)
-    limits = bounds(metric)
-    clipped = f" CIs clipped to the metric's range [{limits[0]:g}, {limits[1]:g}]." if limits else ""
-    importance = f"Importance of each factor for {metric}: {ANOVA_METHOD}. {design}"
-    if effects.ped_note:
-        importance += " " + effects.ped_note
-    marginal = (f"Marginal means of {metric}: per level, the {MARGINAL_METHOD}. Matched: only the "
-                "combinations of the other factors present at every level of the factor are averaged "
-                "('all': every combination; 'k of K': K-k left out for missing cells; 'unmatched': the "
-                "levels share no combination, e.g. nested factors, so plain means). Best level per "
-                f"factor in bold.{clipped} {design}")
-    tests = "; ".join(f"{pair_name(a, b)}: {term_text(effects, pair_name(a, b))}" for a, b in pairs)
-    interactions = (f"Two-way interaction means of {metric}: per pair of levels, the {MARGINAL_METHOD}, "
-                    f"matched over the other factors as in the marginal means.{clipped} Interaction terms of the "
-                    f"type-II ANOVA of the importance table: {tests}.")
-    return {"importance": importance, "marginal": marginal, "interactions": interactions}
-
-
 def latex(cells, best, caption: str, label: str) -> str:
     return tables.to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$")
 
@@ -173,7 +114,7 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
                     linestyle="-" if numeric(f.levels) else "none")   # no line between categories
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
         ax.set_xlim(-0.5, len(m) - 0.5)
-        row = _term(effects, f.name)
+        row = term_row(effects, f.name)
         eta = f"{ETA} = {row['eta_sq']:.2f}" if row is not None else ""
         ax.set_title(f"{f.name}\n{eta}" + ("" if not f.conditional else f" ({f.where})"), fontsize="small")
         ax.grid(alpha=0.3, axis="y")
@@ -207,7 +148,7 @@ def plot_interaction(effects: Effects, a: str, b: str, means: pd.DataFrame, stem
 def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], higher_is_better: bool,
                   digits: int = 1, figures: bool = True) -> tuple[list[str], list[Path]]:
     """Every effects table and figure; returns (Markdown tables to print, figure files)."""
-    text = captions(effects, pairs)
+    text = effects_captions(effects, pairs)
     atomic_write(out / "effects_importance.csv", effects.importance.to_csv(index=False))
     atomic_write(out / "effects_marginal.csv", effects.marginal.to_csv(index=False))
     means = {(a, b): interaction_means(effects, a, b) for a, b in pairs}

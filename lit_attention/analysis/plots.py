@@ -28,8 +28,9 @@ import pandas as pd  # noqa: E402
 from cycler import cycler  # noqa: E402
 
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
-from lit_attention.analysis.tables import (SPLITS, key_label, label, metric_name,  # noqa: E402
-                                           metric_range, split_of)
+from lit_attention import metric_facts  # noqa: E402
+from lit_attention.metric_facts import SPLITS, metric_name, metric_range, split_of  # noqa: E402
+from lit_attention.analysis.tables import key_label, label  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
@@ -248,7 +249,7 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
         if len(curves) > 1:
             ax.fill_between(band.index, band["low"], band["high"], color=line.get_color(),
                             alpha=0.2, linewidth=0)
-    if log_axis(y):
+    if metric_facts.log_axis(y):
         ax.set_yscale("log")
         ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))      # 20, not 2×10¹
         ax.yaxis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
@@ -268,16 +269,11 @@ def legend_below(ax, title: str) -> None:
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
 
 
-def log_axis(y: str) -> bool:
-    """Perplexity and loss curves span orders of magnitude: a log axis."""
-    return any(word in y for word in ("ppl", "loss"))
-
-
 @paper_style
 def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, runs: pd.DataFrame | None = None,
                        marks: list[str] | None = None) -> list[Path]:
     """One bar per configuration: mean of `metric`, whiskers = its 95% CI (none when n < 2), both
-    clipped to the metric's range (registry.METRICS), and the axis within it; a dot per seed (the
+    clipped to the metric's range (metric_facts), and the axis within it; a dot per seed (the
     averaged runs of ``runs``) and the table's ▲/▼ (``marks``, one per row of ``agg``) above it."""
     if agg.empty:
         return []

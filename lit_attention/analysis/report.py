@@ -13,18 +13,20 @@ inf/NaN, gets one warning line on stderr and is counted, never averaged.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
-from lit_attention.analysis import significance, tables
-from lit_attention.tracking import sentence_stats as ss
+from lit_attention import metric_facts
+from lit_attention.analysis import captions, columns, significance, tables
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
@@ -35,7 +37,36 @@ from lit_attention.tracking.schema import hyps_file
 WANDB_STORES = "wandb-runs"   # under --out: the run stores fetched from W&B
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
+@dataclass(frozen=True)
+class Request:
+    """What one report is asked for: the options of `lit-attention report`, checked (parse_args)."""
+    runs_dir: str | None            # None: read W&B (then load_input's request names the stores)
+    out: Path
+    metric: str
+    rows: list[str] | None
+    cols: list[str] | None
+    baseline: list[str] | None      # KEY=VALUE pairs; ['off']: no test; None: the default
+    where: list[str] | None
+    split: str | None
+    samples: int | None
+    test: str | None
+    pool_seeds: bool | None
+    equivalence: float | None
+    resample_seed: int | None
+    digits: int
+    columns: list[str] | None
+    wide: bool
+    label: str | None
+    no_figures: bool
+    wandb: str | None
+    group: str | None
+    effects: bool
+    interactions: list[str] | None
+    trials: list[str] | None        # None: no --trials; []: by family
+    improvement: bool
+
+
+def parse_args(argv: list[str]) -> Request:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
     p.add_argument("--out", default=None,
@@ -75,10 +106,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
-                   help="the columns of table.tex/table.md beside the configuration keys, in this "
-                        "order: mean (the metric), ci, n, p, delta, mde, equivalent, excluded, params, time, speed, gflops, "
-                        "grad_norm, clip, ... or all; default: the metric, then ci, n, p, ... as "
-                        "long as table.tex fits one column of a two-column paper (table.md: all)")
+                   help=columns.columns_help())
     p.add_argument("--wide", action="store_true",
                    help="table.tex as a table* that fits the text width of a two-column paper")
     p.add_argument("--label", default=None,
@@ -123,7 +151,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         if args.wandb:
             p.error("give --out DIR with --wandb")
         args.out = str(Path(args.runs_dir) / "report")
-    return args
+    return Request(**{**vars(args), "out": Path(args.out)})
 
 
 def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
@@ -193,7 +221,7 @@ def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
 
 def signature(runs: pd.DataFrame, metric: str) -> str | None:
     """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
-    column = "chrf_signature" if "chrf" in metric else "sacrebleu_signature"
+    column = metric_facts.signature_field(metric)
     if column not in runs:
         return None
     return "; ".join(sorted(set(runs[column].dropna()))) or None
@@ -211,12 +239,12 @@ def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
 def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     """How the hypotheses behind a BLEU/chrF metric were decoded: a recorded `decoding` field,
     else greedy for validation (always) and the config's beam for test; None for other metrics."""
-    if tables.metric_name(metric) not in ("BLEU", "chrF"):
+    if not metric_facts.from_hypotheses(metric):
         return None
     used = runs[agg_mod.usable(runs, metric)]
     if "decoding" in used and used["decoding"].notna().any():
         return "; ".join(sorted(set(used["decoding"].dropna().astype(str))))
-    if tables.split_of(metric) == "val":
+    if metric_facts.split_of(metric) == "val":
         return "greedy decoding"
     if "config.model.beam_size" not in used or used["config.model.beam_size"].isna().all():
         return None
@@ -233,61 +261,62 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
     else test, else val."""
     if wanted:
         return wanted
-    stored = [split for split in dict.fromkeys([tables.split_of(metric or ""), "test"]) if split
+    stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
               and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
     return stored[0] if stored else "val"
 
 
-def load_input(args) -> tuple[pd.DataFrame, pd.DataFrame, list]:
-    """(runs, metrics, skipped): skipped lists (run dir, what is wrong) of unreadable runs."""
+def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, list]:
+    """(request, runs, metrics, skipped): skipped lists (run dir, what is wrong) of unreadable
+    runs; the request names the run stores fetched from W&B as its runs_dir, if any."""
     skipped = []
-    if args.wandb:
-        from lit_attention.analysis import wandb_export
-        stores = Path(args.out) / WANDB_STORES
-        if wandb_export.fetch_run_stores(args.wandb, args.group, stores):
-            args.runs_dir = str(stores)   # from here on a local run store like any other
+    if request.wandb:
+        from lit_attention.analysis import wandb_import
+        stores = request.out / WANDB_STORES
+        if wandb_import.fetch_run_stores(request.wandb, request.group, stores):
+            request = dataclasses.replace(request, runs_dir=str(stores))   # from here on a local run store
         else:
             print("note: some W&B runs carry no run-store artifact (logged before it existed): "
                   "their summaries and curves only, no test, no hypothesis-based figures", file=sys.stderr)
-    if args.wandb and args.runs_dir is None:
-        runs, metrics = wandb_export.load_wandb(args.wandb, args.group, args.metric)
+    if request.wandb and request.runs_dir is None:
+        runs, metrics = wandb_import.load_wandb(request.wandb, request.group, request.metric)
     else:
-        runs, skipped = load.scan_runs(args.runs_dir)
-        if args.wandb and args.group:
-            runs = runs[runs["group"] == args.group]
+        runs, skipped = load.scan_runs(request.runs_dir)
+        if request.wandb and request.group:
+            runs = runs[runs["group"] == request.group]
         for _, problem in skipped:
             load.warn(f"skipped run: {problem}")
-        metrics = pd.DataFrame() if args.no_figures else load.load_metrics(runs)
-    if args.where:
-        runs = runs[significance.matches(runs, selector(runs, args.where))]
+        metrics = pd.DataFrame() if request.no_figures else load.load_metrics(runs)
+    if request.where:
+        runs = runs[significance.matches(runs, selector(runs, request.where))]
         if runs.empty:
-            raise AnalysisError(f"no run matches --where {' '.join(args.where)}")
+            raise AnalysisError(f"no run matches --where {' '.join(request.where)}")
         if not metrics.empty:
             metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
-    if args.metric not in runs:
+    if request.metric not in runs:
         statuses = runs["status"].value_counts() if "status" in runs else pd.Series(dtype=int)
         counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
         later = ("; a run records it at its first validation: report again then"
                  if "running" in statuses else "")
-        raise AnalysisError(f"metric {args.metric!r} is in no run summary yet ({len(runs)} run"
+        raise AnalysisError(f"metric {request.metric!r} is in no run summary yet ({len(runs)} run"
                             f"{'s' * (len(runs) != 1)}: {counts}){later}")
-    runs = runs if args.no_figures else agg_mod.add_gradient_stats(runs)
-    for run_dir, column, value in agg_mod.invalid_values(runs, [args.metric]):
+    runs = runs if request.no_figures else agg_mod.add_gradient_stats(runs)
+    for run_dir, column, value in agg_mod.invalid_values(runs, [request.metric]):
         why = schema.invalid_number(column, value) or "not a finite number"
         load.warn(f"{run_dir}: {column} is {value!r}, {why}; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
         load.warn(f"{run_dir}: {column} is {value!r}; left out of the {column} mean")
-    return runs, metrics, skipped
+    return request, runs, metrics, skipped
 
 
-def significance_vs_baseline(args, runs, agg, keys) -> tuple:
+def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     """(significance table, which agg row is the baseline, baseline text), or Nones."""
-    pairs = default_baseline(agg, keys) if args.baseline is None else args.baseline
+    pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
     if not pairs or pairs == ["off"]:
-        given = [f for f, v in (("--samples", args.samples), ("--test", args.test),
-                                ("--resample-seed", args.resample_seed),
-                                ("--pool-seeds", args.pool_seeds),
-                                ("--equivalence", args.equivalence)) if v is not None]
+        given = [f for f, v in (("--samples", request.samples), ("--test", request.test),
+                                ("--resample-seed", request.resample_seed),
+                                ("--pool-seeds", request.pool_seeds),
+                                ("--equivalence", request.equivalence)) if v is not None]
         if given:
             raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
                                 "choose a baseline with --baseline KEY=VALUE")
@@ -296,75 +325,76 @@ def significance_vs_baseline(args, runs, agg, keys) -> tuple:
     outside = [k for k in chosen if k not in keys]
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
-    sentence_metric = agg_mod.base_metric(args.metric)
-    column = None if sentence_metric in ss.METRICS else args.metric
-    if column and args.split:
-        raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {args.metric} is "
+    sentence_metric = metric_facts.base_metric(request.metric)
+    column = None if metric_facts.from_hypotheses(request.metric) else request.metric
+    if column and request.split:
+        raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {request.metric} is "
                             "tested on the runs' values over seeds (and its own split's token blocks)")
-    used = runs[agg_mod.usable(runs, args.metric)]      # the runs the table averages
-    split = hyps_split(used, args.split, args.metric)
-    if column is None and args.split is None and tables.split_of(args.metric) not in (None, split):
+    used = runs[agg_mod.usable(runs, request.metric)]      # the runs the table averages
+    split = hyps_split(used, request.split, request.metric)
+    if column is None and request.split is None and metric_facts.split_of(request.metric) not in (None, split):
         print(f"note: the test resamples the {split} hypotheses (the only ones stored); the table "
-              f"shows {args.metric}", file=sys.stderr)
+              f"shows {request.metric}", file=sys.stderr)
     sig = significance.compare_to_baseline(
         used, keys, chosen, split=split,
-        metric=sentence_metric if column is None else "bleu", n_samples=args.samples,
-        seed=significance.SEED if args.resample_seed is None else args.resample_seed,
-        test=args.test or significance.DEFAULT_TEST, column=column,
-        higher_is_better=tables.higher_is_better(args.metric), pool_seeds=bool(args.pool_seeds),
-        equivalence=args.equivalence)
+        metric=sentence_metric if column is None else "bleu", n_samples=request.samples,
+        seed=significance.SEED if request.resample_seed is None else request.resample_seed,
+        test=request.test or significance.DEFAULT_TEST, column=column,
+        higher_is_better=metric_facts.higher_is_better(request.metric), pool_seeds=bool(request.pool_seeds),
+        equivalence=request.equivalence)
     text = ", ".join(f"{k}={v}" for k, v in chosen.items())
     return sig, significance.matches(agg, chosen), text
 
 
-def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
+def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
                  skipped=(), also=()) -> list[str]:
     """Every table file; returns the Markdown tables to print. `also`: the configuration fields
     outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
     table.tex still fits (else, and in a pivot, listed in the caption)."""
+    out = request.out
     keys = rows + cols
 
     def caption(shown=None, legend=None) -> str:
-        return tables.caption_text(args.metric, agg, agg_mod.CI_METHOD, signature(runs, args.metric),
-                                   significance.method_of(sig) if sig is not None else None,
-                                   baseline, eval_protocols=eval_protocols(runs, args.metric),
+        return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
+                                   captions.test_method_of(sig) if sig is not None else None,
+                                   baseline, eval_protocols=eval_protocols(runs, request.metric),
                                    unreadable=len(skipped),
-                                   notes=(tables.test_notes(sig, keys), tables.scoring_note(runs), legend),
-                                   decoding=decoding(runs, args.metric),
+                                   notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),
+                                   decoding=decoding(runs, request.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
                                                and not sig.attrs["values"] else None),
                                    marked=sig is None or sig.attrs["test"] == significance.DEFAULT_TEST,
                                    shown=shown)
-    summary = tables.labelled(*tables.summary_table(agg, keys, args.metric, sig, is_base, args.digits),
-                              args.metric)
+    summary = tables.labelled(*columns.summary_table(agg, keys, request.metric, sig, is_base, request.digits),
+                              request.metric)
     also = list(also)
-    legend = tables.differences_note(agg, keys, also)
+    legend = captions.differences_note(agg, keys, also)
     table_legend = None
     if also:
         wider = tables.with_keys(*summary, agg, keys, also)
-        if keys_fit(args, *wider):
+        if keys_fit(request, *wider):
             summary, where = wider, "as columns"
         else:
             table_legend, where = legend, "in the caption (as columns table.tex would not fit)"
         print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
-    fitted = fit_columns(args, *summary)     # before any file: an unknown --columns writes nothing
+    fitted = fit_columns(request, *summary)     # before any file: an unknown --columns writes nothing
     atomic_write(out / "runs.csv", runs.to_csv(index=False))
     unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
                                 "run_dir": str(d), "reason": problem} for d, problem in skipped])
-    atomic_write(out / "excluded.csv", pd.concat([agg_mod.excluded_runs(runs, args.metric), unreadable],
+    atomic_write(out / "excluded.csv", pd.concat([agg_mod.excluded_runs(runs, request.metric), unreadable],
                                                  ignore_index=True).to_csv(index=False))
-    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, args.metric).to_csv(index=False))
+    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, request.metric).to_csv(index=False))
     numeric = agg
     if sig is not None:
         atomic_write(out / "significance.csv", sig.to_csv(index=False))
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
     atomic_write(out / "table.csv", numeric.to_csv(index=False))
 
-    layouts = [("table", args.label, summary)]
+    layouts = [("table", request.label, summary)]
     if cols:
-        grid = tables.labelled(*tables.pivot_table(agg, rows, cols, args.metric, sig, args.digits),
-                               args.metric)
-        layouts.append(("pivot", args.label and f"{args.label}-grid", grid))
+        grid = tables.labelled(*tables.pivot_table(agg, rows, cols, request.metric, sig, request.digits),
+                               request.metric)
+        layouts.append(("pivot", request.label and f"{request.label}-grid", grid))
     printed = []
     for name, tex_label, (cells, best) in layouts:
         shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
@@ -373,57 +403,58 @@ def write_tables(args, out: Path, runs, agg, rows, cols, sig, is_base, baseline,
         if name == "table":
             cells, best = fitted
             shown = list(cells.columns)
-            if args.columns:
+            if request.columns:
                 markdown = tables.to_markdown(cells, best, caption(shown, note))
         else:
-            check_width(args, name, cells, best)
+            check_width(request, name, cells, best)
         atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
-                                                          wide=args.wide))
+                                                          wide=request.wide))
         atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
     return printed
 
 
-def fit_columns(args, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
+def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
     """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
-    limit = tables.width_limit(args.wide)
-    cells, best, left_out = tables.choose_columns(cells, best, tables.metric_label(args.metric),
-                                                  args.columns, limit)
-    if left_out and args.columns is None:
-        print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if args.wide else 'column'} "
+    limit = tables.width_limit(request.wide)
+    cells, best, left_out = columns.choose_columns(cells, best, metric_facts.metric_label(request.metric),
+                                                  request.columns, limit)
+    if left_out and request.columns is None:
+        print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if request.wide else 'column'} "
               f"width of a two-column paper (in table.md and table.csv; choose with --columns"
-              f"{'' if args.wide else ' or --wide'})", file=sys.stderr)
-    check_width(args, "table", cells, best)
+              f"{'' if request.wide else ' or --wide'})", file=sys.stderr)
+    check_width(request, "table", cells, best)
     return cells, best
 
 
-def keys_fit(args, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
+def keys_fit(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
     """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
     --columns asked for): the other statistics then make room for the keys."""
-    metric = tables.metric_label(args.metric)
-    wanted = args.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
-    cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
-    return tables.tabular_width(cells, best) <= tables.width_limit(args.wide)
+    metric = metric_facts.metric_label(request.metric)
+    wanted = request.columns or [n for n in ("mean", "ci", "n") if n in columns.column_names(cells, metric)]
+    cells, best, _ = columns.choose_columns(cells, best, metric, wanted)
+    return tables.tabular_width(cells, best) <= tables.width_limit(request.wide)
 
 
-def check_width(args, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> None:
-    limit = tables.width_limit(args.wide)
+def check_width(request: Request, name: str, cells: pd.DataFrame, best: pd.DataFrame) -> None:
+    limit = tables.width_limit(request.wide)
     width = tables.tabular_width(cells, best)
     if width > limit:
         print(f"warning: {name}.tex is about {width:.0f} pt wide, wider than the "
-              f"{'text' if args.wide else 'column'} width of a two-column paper ({limit:g} pt): "
-              f"{'' if args.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
+              f"{'text' if request.wide else 'column'} width of a two-column paper ({limit:g} pt): "
+              f"{'' if request.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
 
 
-def write_figures(args, out: Path, runs, metrics, agg, keys, sig) -> list[Path]:
-    m = args.metric
+def write_figures(request: Request, runs, metrics, agg, keys, sig) -> list[Path]:
+    out = request.out
+    m = request.metric
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
     # against the step, and against the target tokens seen when the summaries record them
     for x in ("step", "tokens"):
         for y in ("val_ppl", "val_bleu"):
             stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_tokens"))
             figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
-    if args.runs_dir is not None:  # these read files that only run stores hold
+    if request.runs_dir is not None:  # these read files that only run stores hold
         figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,
                                              out / "bleu_by_length", metric=m)
         figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow", metric=m)
@@ -431,27 +462,27 @@ def write_figures(args, out: Path, runs, metrics, agg, keys, sig) -> list[Path]:
     return figures
 
 
-def factor_effects(args, runs: pd.DataFrame) -> tuple:
+def factor_effects(request: Request, runs: pd.DataFrame) -> tuple:
     """--effects: (effects, interaction pairs) of every swept factor (effects.py), or (None, [])."""
-    if not args.effects:
+    if not request.effects:
         return None, []
-    found = effects.analyse(runs, args.metric, tables.higher_is_better(args.metric))
-    return found, effects.resolve_pairs(found, runs, args.interactions)
+    found = effects.analyse(runs, request.metric, metric_facts.higher_is_better(request.metric))
+    return found, effects.resolve_pairs(found, runs, request.interactions)
 
 
-def trial_curves(args, runs: pd.DataFrame) -> tuple:
+def trial_curves(request: Request, runs: pd.DataFrame) -> tuple:
     """--trials: (expected_max.py's table, its family keys), or (None, [])."""
-    if args.trials is None:
+    if request.trials is None:
         return None, []
-    keys = [load.resolve_key(runs, k) for k in args.trials] or [k for k in ("model.family",) if k in runs]
-    better = tables.higher_is_better(args.metric)
-    return expected_max.expected_max_table(runs, keys, args.metric, better), keys
+    keys = [load.resolve_key(runs, k) for k in request.trials] or [k for k in ("model.family",) if k in runs]
+    better = metric_facts.higher_is_better(request.metric)
+    return expected_max.expected_max_table(runs, keys, request.metric, better), keys
 
 
-def improvement_vs_baseline(args, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
+def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
                             is_base) -> pd.DataFrame | None:
     """--improvement: improvement.py's table of every row against the significance test's baseline."""
-    if not args.improvement:
+    if not request.improvement:
         return None
     if is_base is None:
         raise AnalysisError("--improvement compares every row with a baseline: choose one with "
@@ -461,24 +492,25 @@ def improvement_vs_baseline(args, runs: pd.DataFrame, agg: pd.DataFrame, keys: l
     if len(chosen) != 1:
         raise AnalysisError(f"--improvement needs one baseline configuration; the baseline matches "
                             f"{len(chosen)}")
-    seed = significance.SEED if args.resample_seed is None else args.resample_seed
-    return improvement.improvement_table(runs, config, chosen.iloc[0].to_dict(), args.metric,
-                                         tables.higher_is_better(args.metric), seed=seed)
+    seed = significance.SEED if request.resample_seed is None else request.resample_seed
+    return improvement.improvement_table(runs, config, chosen.iloc[0].to_dict(), request.metric,
+                                         metric_facts.higher_is_better(request.metric), seed=seed)
 
 
-def write_analyses(args, out: Path, trials, trial_keys, improved, baseline) -> tuple[list, list]:
+def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> tuple[list, list]:
     """expected_max.csv (+ figure) and improvement.csv; returns (Markdown tables, figure files)."""
+    out = request.out
     printed, figures = [], []
-    better = tables.higher_is_better(args.metric)
+    better = metric_facts.higher_is_better(request.metric)
     if trials is not None:
         atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
-        printed.append(expected_max.markdown(trials, trial_keys, args.metric, better, args.digits))
+        printed.append(expected_max.markdown(trials, trial_keys, request.metric, better, request.digits))
         atomic_write(out / "expected_max.md", printed[-1])
-        if not args.no_figures:
-            figures += plots.plot_expected_max(trials, trial_keys, args.metric, out / "expected_max")
+        if not request.no_figures:
+            figures += plots.plot_expected_max(trials, trial_keys, request.metric, out / "expected_max")
     if improved is not None:
         atomic_write(out / "improvement.csv", improved.to_csv(index=False))
-        printed.append(improvement.markdown(improved, args.metric, baseline, better, digits=args.digits))
+        printed.append(improvement.markdown(improved, request.metric, baseline, better, digits=request.digits))
         atomic_write(out / "improvement.md", printed[-1])
     return printed, figures
 
@@ -492,14 +524,14 @@ def _terminated(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
-    out = Path(args.out)
+    request = parse_args(list(sys.argv[1:] if argv is None else argv))
+    out = request.out
     # Every output is written whole or not at all (files.atomic_write); SIGTERM ends the report
     # between two files, with its exit status and one line.
     handles = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if handles else None
     try:
-        return report(args, out)
+        return report(request)
     except Terminated:
         print(f"lit-attention report: interrupted (SIGTERM): {out} holds whole files only, some of them "
               f"from an earlier report; run the report again", file=sys.stderr)
@@ -509,38 +541,40 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
-def report(args, out: Path) -> int:
+def report(request: Request) -> int:
+    out = request.out
     state: dict = {}   # "earlier": the report files in OUT before this report wrote any
     try:
-        return _report(args, out, state)
+        return _report(request, state)
     except Terminated:   # what this report wrote is recorded, so the next one can replace it
         if "earlier" in state:
             record_outputs(out, state["earlier"], finished=False)
         raise
 
 
-def _report(args, out: Path, state: dict) -> int:
+def _report(request: Request, state: dict) -> int:
+    out = request.out
     try:
-        runs, metrics, skipped = load_input(args)
-        rows, cols = choose_keys(runs, args.rows, args.cols)
+        request, runs, metrics, skipped = load_input(request)
+        rows, cols = choose_keys(runs, request.rows, request.cols)
         also = agg_mod.other_differences(runs, rows + cols)
-        agg = agg_mod.aggregate(runs, rows + cols, args.metric, also)
-        sig, is_base, baseline = significance_vs_baseline(args, runs, agg, rows + cols)
-        found, pairs = factor_effects(args, runs)
-        trials, trial_keys = trial_curves(args, runs)
-        improved = improvement_vs_baseline(args, runs, agg, rows + cols, is_base)
+        agg = agg_mod.aggregate(runs, rows + cols, request.metric, also)
+        sig, is_base, baseline = significance_vs_baseline(request, runs, agg, rows + cols)
+        found, pairs = factor_effects(request, runs)
+        trials, trial_keys = trial_curves(request, runs)
+        improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
         out.mkdir(parents=True, exist_ok=True)
         earlier = state["earlier"] = outputs(out)
-        printed = write_tables(args, out, runs, agg, rows, cols, sig, is_base, baseline, skipped, also)
+        printed = write_tables(request, runs, agg, rows, cols, sig, is_base, baseline, skipped, also)
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    figures = [] if args.no_figures else write_figures(args, out, runs, metrics, agg, rows + cols, sig)
+    figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig)
     if found is not None:
         effect_tables, effect_figures = effects_output.write_effects(
-            found, out, pairs, tables.higher_is_better(args.metric), args.digits, not args.no_figures)
+            found, out, pairs, metric_facts.higher_is_better(request.metric), request.digits, not request.no_figures)
         printed, figures = printed + effect_tables, figures + effect_figures
-    analysis_tables, analysis_figures = write_analyses(args, out, trials, trial_keys, improved, baseline)
+    analysis_tables, analysis_figures = write_analyses(request, trials, trial_keys, improved, baseline)
     printed, figures = printed + analysis_tables, figures + analysis_figures
     print("\n".join(printed))
     excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())

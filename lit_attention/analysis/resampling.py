@@ -9,7 +9,7 @@ sees the same draw, so any two runs are compared on the same resampled test sets
 a family of comparisons costs a few matrix products instead of B Python-level scorings per pair.
 
 Tests built on it: the sentence-level tests of significance.py keep the matrices of resampled
-scores, so p-values come from the same resamples for every pair; the seed test (seed_test.py)
+scores, so p-values come from the same resamples for every pair; the seed test (seeds_x_sentences.py)
 takes the covariance of the runs' resampled scores, its sentence part of the variance.
 
 The draws are sacreBLEU's (PairedTest: `rng.choice(N, (B, N))` for the bootstrap,

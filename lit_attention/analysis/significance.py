@@ -1,6 +1,6 @@
 """Tests of every configuration of a table against a baseline, with Holm's correction.
 
-The default test treats seeds as the random factor (seed_test.py): the difference of seed
+The default test treats seeds as the random factor (seeds_x_sentences.py): the difference of seed
 means, its variance from the seeds (the spread of the runs' corpus scores, per arm or pooled over
 the arms of the table) plus the test sentences (the bootstrap covariance of distinct runs'
 scores, paired), referred to Student's t with Satterthwaite's degrees of freedom; one-sided in
@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention import registry
 from lit_attention.analysis import resampling
-from lit_attention.analysis import seed_test as sb
+from lit_attention.analysis import seeds_x_sentences as sb
 from lit_attention.tracking import sentence_stats as ss
 from lit_attention.analysis import token_blocks
-from lit_attention.analysis.aggregate import SPLITS, clip, metric_range
+from lit_attention.analysis.aggregate import clip
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.metric_facts import SPLITS, metric_range
 from lit_attention.tracking.schema import Status, hyps_file, refs_file
 
 N_SAMPLES = 10_000          # the seed test's; sentence tests: at least, more for many comparisons
@@ -76,56 +76,6 @@ def holm_floor(n_hypotheses: int, n_samples: int) -> float:
 def hypotheses(test: str, n_comparisons: int) -> int:
     """Holm's family size: both directions of each comparison for the one-sided seed test."""
     return 2 * n_comparisons if test == DEFAULT_TEST else n_comparisons
-
-
-def method(n_samples: int = N_SAMPLES, seed: int = SEED, test: str = DEFAULT_TEST,
-           comparisons: int | None = None, values: str | None = None, metric: str = "bleu",
-           split: str = "test", pooled: dict | None = None, blocks: dict | None = None,
-           no_blocks: str | None = None) -> str:
-    """How the p-values were obtained, for the table caption: test, resamples, correction."""
-    tested = "" if comparisons is None else f" over {comparisons} comparison{'s' * (comparisons != 1)}"
-    if test != DEFAULT_TEST:
-        return (f"{TESTS[test]} of one run against the baseline's run, two-sided, {n_samples:,} "
-                f"resamples, seed {seed}, Holm-corrected{tested}; it sees test-set variance only, "
-                "not training randomness")
-    name = registry.METRICS.get(metric, (metric,))[0]
-    family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
-              else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({hypotheses(test, comparisons)} hypotheses)")
-    if pooled:
-        seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
-                 f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
-                 f"{pooled['high']:.2f})")
-    else:
-        seeds = "each arm's own seed variance, as in Welch's test"
-    if values and blocks:
-        text = SPLITS.get(blocks["split"], blocks["split"])
-        variance = (f"from the seeds ({seeds}, from the runs' {values}) plus the {text} text (the "
-                    f"covariance of distinct runs' {values} over {n_samples:,} bootstrap draws of "
-                    f"its {blocks['tokens']:,} tokens cut into {blocks['blocks']} contiguous blocks "
-                    f"of ≈{blocks['tokens'] / blocks['blocks']:,.0f}, seed {seed}, one draw for every "
-                    f"run: paired; neighbouring tokens are not independent)")
-    elif values:
-        variance = f"from the seeds only: the spread of the {values} values, {seeds}"
-        if no_blocks:
-            variance += (f" (the evaluated text's own variance is left out: {no_blocks}; a "
-                         f"difference may hold for this text only)")
-    else:
-        variance = (f"from the seeds ({seeds}, from the runs' corpus {name}) plus the "
-                    f"{SPLITS.get(split, split)} sentences (the covariance of distinct runs' "
-                    f"corpus {name} over {n_samples:,} bootstrap draws of the sentences, seed {seed}, "
-                    f"one draw for every run: paired; recomputed from cached sentence statistics)")
-    title = "test over seeds × token blocks" if blocks else "test over seeds" if values else TESTS[test]
-    return (f"{title}: the difference of the seed means "
-            f"over its standard error, the variance {variance}, against Student's t with "
-            f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
-            f"in the direction of Δ, Holm-corrected over both directions{family}")
-
-
-def method_of(result: pd.DataFrame) -> str:
-    """method() of a compare_to_baseline result."""
-    return method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
-                                                    "values", "metric", "split", "pooled", "blocks",
-                                                    "no_blocks")})
 
 
 # ---- p-values from resampled scores -----------------------------------------------------------
@@ -352,7 +302,7 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
                width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
-    """The seeds x sentences test (seed_test.py) of every configuration against the baseline;
+    """The seeds x sentences test (seeds_x_sentences.py) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
@@ -555,7 +505,7 @@ class _Source:
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
-        resampled covariance of distinct runs (seed_test.sentence_variance); 0 for values
+        resampled covariance of distinct runs (seeds_x_sentences.sentence_variance); 0 for values
         without token blocks."""
         if self.column and not self.blocks:
             return 0.0

@@ -25,17 +25,18 @@ from pathlib import Path
 
 import numpy as np
 
+from lit_attention import metric_facts
 from lit_attention.tracking.schema import token_nll_file
 
 BLOCKS = 30
 MIN_BLOCK_TOKENS = 20     # a shorter text gets fewer blocks, each at least this long
-KINDS = ("ppl", "loss")
+KINDS = metric_facts.TOKEN_LEVEL
 AGREE = 1e-4              # relative: a token file whose mean is not the summary's value is stale
 
 
 def parse(column: str) -> tuple[str, str] | None:
     """(split, kind) of a summary column `<split>_ppl` / `<split>_loss`, else None."""
-    split, _, kind = column.rpartition("_")
+    split, kind = metric_facts.parse(column)
     return (split, kind) if split and kind in KINDS else None
 
 

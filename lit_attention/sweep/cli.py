@@ -14,7 +14,7 @@ import optuna
 
 from lit_attention.files import check_writable
 from lit_attention.registry import TRACKING
-from lit_attention.sweep import driver, progress, testing
+from lit_attention.sweep import driver, evaluate, progress
 from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, gpu_words,
                                            parse_gpus, place, visible_gpus)
 from lit_attention.threads import allowed_cores
@@ -136,15 +136,15 @@ def _usage_error(message: str) -> int:
     return 2
 
 
-def _test_runs(name: str, study_dir: Path, args) -> testing.Tested:
+def _test_runs(name: str, study_dir: Path, args) -> evaluate.Tested:
     """--test and --test-only: every finished run's best checkpoint on its test split."""
     print(f"[{name}] testing the best checkpoint of every finished run", flush=True)
-    tested = testing.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
+    tested = evaluate.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
     print(f"[{name}] {tested.line()}", flush=True)
     return tested
 
 
-def _list_untested(name: str, tested: testing.Tested) -> None:
+def _list_untested(name: str, tested: evaluate.Tested) -> None:
     if tested.failed:
         print(f"[{name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
         for run_id, why in tested.failed:
@@ -170,7 +170,7 @@ def test_only(args) -> int:
     if not study_dir.is_dir():
         return _usage_error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
     tested = _test_runs(sweep.study_name, study_dir, args)
-    reported = report_study(study_dir, testing.test_metric(sweep.objective))
+    reported = report_study(study_dir, evaluate.test_metric(sweep.objective))
     _list_untested(sweep.study_name, tested)
     return 1 if tested.failed or reported != 0 else 0
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     metric, tested = sweep.objective, None
     if args.test:
         tested = _test_runs(sweep.study_name, root / sweep.study_name, args)
-        metric = testing.test_metric(sweep.objective)
+        metric = evaluate.test_metric(sweep.objective)
     if report_study(root / sweep.study_name, metric) != 0:
         print(f"[{sweep.study_name}] the study's own table:", flush=True)
         constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)

@@ -28,6 +28,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.metrics.helpers import extract_all_char_ngrams
 
+from lit_attention import metric_facts
 from lit_attention.files import atomic_write
 from lit_attention.threads import allowed_cores
 from lit_attention.tracking.schema import hyps_file, refs_file, split_lines, stats_cache_file
@@ -36,7 +37,7 @@ MAX_NGRAM = 4        # BLEU
 CHAR_ORDER = 6       # chrF
 BETA = 2
 FORMAT = 1           # bump when the layout of the cached arrays changes
-METRICS = ("bleu", "chrf")
+METRICS = metric_facts.SENTENCE_LEVEL
 WIDTH = {"bleu": 2 + 2 * MAX_NGRAM, "chrf": 3 * CHAR_ORDER}     # statistics per sentence
 
 

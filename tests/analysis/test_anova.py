@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lit_attention.analysis import anova, seed_test
+from lit_attention.analysis import anova, seeds_x_sentences
 
 
 def two_by_two(seeds: int):
@@ -25,7 +25,7 @@ def test_on_two_groups_it_is_welchs_t_test():
     values = np.concatenate([x, y])
     group = np.r_[np.ones(4), np.zeros(3)]
     [row] = anova.robust(values, [anova.Term("g", group[:, None])], group).to_dict("records")
-    welch = seed_test.compare(x, y)                  # seeds only: Welch's t and its df
+    welch = seeds_x_sentences.compare(x, y)                  # seeds only: Welch's t and its df
     assert row["f"] == pytest.approx(float(welch.delta / welch.se) ** 2, rel=1e-9)
     assert row["df_den"] == pytest.approx(float(welch.df), rel=1e-9)
     assert row["p"] == pytest.approx(2 * float(welch.p_up()), rel=1e-6)

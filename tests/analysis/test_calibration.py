@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lit_attention.analysis import calibration, seed_test
+from lit_attention.analysis import calibration, seeds_x_sentences
 
 CELLS = [(n, ratio) for n in calibration.SEEDS for ratio in calibration.RATIOS]
 
@@ -45,7 +45,7 @@ def test_the_minimum_detectable_effect_is_where_power_is_80_percent():
     """Plant the effect the test reports as detectable (its median MDE): found ~80 % of the time."""
     for n, ratio in [(3, 1.0), (10, 3.0)]:
         result, true_sd = calibration.simulate(n, ratio)
-        planted = seed_test.Result(result.delta + np.median(result.detectable()), result.se,
+        planted = seeds_x_sentences.Result(result.delta + np.median(result.detectable()), result.se,
                                    result.df, result.seed_part, result.sentence_part)
         assert 0.7 < calibration.rejected(planted).mean() < 0.9
 
@@ -71,19 +71,19 @@ def test_the_sentence_part_counts_the_shared_sentences_once():
     arm = rng.normal(0, 1, (2, 200))
     runs = np.concatenate([common + arm[0] + rng.normal(0, 0.5, (3, 200)),
                            common + arm[1] + rng.normal(0, 0.5, (2, 200))])
-    exact = seed_test.sentence_variance(seed_test.bootstrap_covariance(runs), 3)
+    exact = seeds_x_sentences.sentence_variance(seeds_x_sentences.bootstrap_covariance(runs), 3)
     d = arm[0] - arm[1]
     assert exact == pytest.approx(d.var() / 200, rel=0.1)    # the arms' sentence effects only
     weights = np.random.default_rng(4).multinomial(200, np.full(200, 1 / 200), size=20_000) / 200
-    estimated = seed_test.sentence_variance(seed_test.resampled_covariance(weights @ runs.T), 3)
+    estimated = seeds_x_sentences.sentence_variance(seeds_x_sentences.resampled_covariance(weights @ runs.T), 3)
     assert estimated == pytest.approx(exact, rel=0.05)
-    own = seed_test.bootstrap_covariance(runs)[0, 0]          # one run's bootstrap variance also
+    own = seeds_x_sentences.bootstrap_covariance(runs)[0, 0]          # one run's bootstrap variance also
     assert own > 4 * exact                                    # holds the sentences every arm shares
 
 
 def test_without_sentence_variance_it_is_welchs_t_test():
     """Equal spreads of 3 seeds: 4 degrees of freedom, and p the t table's."""
-    result = seed_test.compare(np.array([8.7, 9.1, 8.9]), np.array([9.0, 9.4, 9.2]))
+    result = seeds_x_sentences.compare(np.array([8.7, 9.1, 8.9]), np.array([9.0, 9.4, 9.2]))
     assert float(result.df) == pytest.approx(4.0)
     assert float(result.p_down()) == pytest.approx(0.0701, abs=2e-4)    # t = 1.837 on 4 df
     low, high = result.interval()
@@ -92,7 +92,7 @@ def test_without_sentence_variance_it_is_welchs_t_test():
 
 def test_equivalence_needs_the_whole_interval_inside_the_margin():
     """TOST at α: equivalent exactly when the 90 % interval lies within ±margin."""
-    result = seed_test.compare(np.array([10.1, 10.3, 10.2, 10.4]), np.array([10.0, 10.2, 10.1, 10.3]))
+    result = seeds_x_sentences.compare(np.array([10.1, 10.3, 10.2, 10.4]), np.array([10.0, 10.2, 10.1, 10.3]))
     low, high = result.interval(0.90)
     inside = max(abs(float(low)), abs(float(high)))
     assert float(result.equivalence_p(inside * 1.01)) < 0.05 < float(result.equivalence_p(inside * 0.99))
@@ -130,8 +130,8 @@ def test_corpus_bleu_through_the_bootstrap_is_calibrated_too():
             stats = variants[np.arange(n_sentences), chosen].reshape(experiments * 2 * n, n_sentences, -1)
             full = ss.SCORES["bleu"](stats.sum(axis=1)).reshape(experiments, 2 * n)
             resampled = resampling.resampled_scores("bleu", draw, stats).reshape(-1, experiments, 2 * n)
-            part = np.array([seed_test.sentence_variance(seed_test.resampled_covariance(resampled[:, e]), n)
+            part = np.array([seeds_x_sentences.sentence_variance(seeds_x_sentences.resampled_covariance(resampled[:, e]), n)
                              for e in range(experiments)])
-            result = seed_test.compare(full[:, :n], full[:, n:], part, n_sentences)
+            result = seeds_x_sentences.compare(full[:, :n], full[:, n:], part, n_sentences)
             rate = calibration.rejected(result).mean()
             assert 0.03 <= rate <= 0.07, (n, seed_sd, rate, full[:, :n].var(axis=1, ddof=1).mean(), part.mean())

@@ -16,7 +16,7 @@ import pytest
 
 from analysis_stores import write_run
 from conftest import run_cli
-from lit_attention.analysis import aggregate, anova, effects, effects_output, load, report
+from lit_attention.analysis import aggregate, anova, captions, effects, effects_output, load, report, tables
 
 # Planted: heads matters most, depth less, scoring a little, positional encoding not at all, and
 # heads x depth interact (+3 BLEU only for 4 heads with 2 layers).
@@ -234,10 +234,10 @@ def test_tables_and_captions_say_which_method_each_number_comes_from(sweep, tmp_
     assert "type-II sums of squares (Langsrud 2003)" in importance and "Holm-adjusted" in importance
     assert "Student-t over those configuration means" in marginal and "clipped" in marginal
     assert "| model.heads × model.enc_layers | 4 × 2 " in interactions
-    assert "model.heads × model.enc_layers: η² = 0.0" in interactions and "p (Holm) < 0.001" in interactions
+    assert "model.heads × model.enc_layers: η² = 0.0" in interactions and "p (Holm) <0.001" in interactions
     # the same pair asked for in the other order (as the ranking or --interactions may give it)
     # names the same ANOVA term, not "no interaction term"
-    swapped = effects_output.captions(found, [("model.enc_layers", "model.heads")])["interactions"]
+    swapped = captions.effects_captions(found, [("model.enc_layers", "model.heads")])["interactions"]
     assert "model.enc_layers × model.heads: η² = 0.0" in swapped and "no interaction term" not in swapped
     csv = pd.read_csv(tmp_path / "effects_importance.csv")
     assert {"term", "kind", "where", "df", "ss", "eta_sq", "f", "p", "p_holm"} <= set(csv.columns)
@@ -360,3 +360,8 @@ def test_on_the_committed_reverse_store_the_effects_agree_with_the_seed_test(tmp
     attended = seed[seed["model.attention"] == "bahdanau"]
     assert better and (attended["delta"] > 0).all()
     assert not attended["significant"].any()
+
+
+def test_effect_p_values_are_printed_as_the_summary_tables_are():
+    assert captions.anova_p_text(0.0004) == tables.p_text(0.0004, 0.0004, math.inf) == "<0.001"
+    assert captions.anova_p_text(0.0123) == "0.012" and captions.anova_p_text(math.nan) == ""

@@ -10,7 +10,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from lit_attention.analysis import latex_width, tables
+from lit_attention.analysis import columns, latex_width, tables
 
 
 def _tables() -> list[tuple[pd.DataFrame, pd.DataFrame]]:
@@ -21,7 +21,7 @@ def _tables() -> list[tuple[pd.DataFrame, pd.DataFrame]]:
                         "params": [118e3, 142e3, 2.05e6], "train_seconds": [95.0, 1106.0, 13.0],
                         "tokens_per_second": [2430.0, 17.0, 1.2e6], "clip_fraction": [0.0, 0.25, 1.0]})
     keys = ["model.family", "model.attention", "model.scoring"]
-    cells, best = tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu")
+    cells, best = tables.labelled(*columns.summary_table(agg, keys, "val_bleu"), "val_bleu")
     found = [(cells[list(cells.columns[:k])], best[list(cells.columns[:k])]) for k in (1, 3, len(cells.columns))]
     grid = tables.pivot_table(agg, ["model.scoring"], ["model.family"], "val_bleu")
     return found + [tables.labelled(*grid, "val_bleu")]

@@ -17,7 +17,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
-from lit_attention.analysis import aggregate, load, report, resampling, significance, student_t, tables
+from lit_attention.analysis import aggregate, captions, load, report, resampling, significance, student_t, tables
 from lit_attention.tracking import sentence_stats as ss
 from lit_attention.analysis.load import AnalysisError
 
@@ -87,13 +87,13 @@ def test_default_resamples_let_holm_go_below_one_percent():
     assert significance.default_samples(249) == 25_000
     assert significance.default_samples(5000) == significance.MAX_DEFAULT_SAMPLES
     assert significance.holm_floor(5000, significance.resolving_samples(5000)) < 0.01
-    text = significance.method(12_000, 7, "permutation", comparisons=2)
+    text = captions.test_method(12_000, 7, "permutation", comparisons=2)
     assert "approximate randomization" in text and "12,000 resamples" in text and "seed 7" in text
-    text = significance.method(10_000, 12345, "seeds", comparisons=3, split="val")
+    text = captions.test_method(10_000, 12345, "seeds", comparisons=3, split="val")
     for words in ("seeds × sentences", "10,000 bootstrap draws", "validation sentences", "one-sided",
                   "Holm-corrected over both directions of 3 comparisons (6 hypotheses)"):
         assert words in text
-    text = significance.method(10_000, 12345, "seeds", comparisons=2, values="test_ppl")
+    text = captions.test_method(10_000, 12345, "seeds", comparisons=2, values="test_ppl")
     assert "the variance from the seeds only: the spread of the test_ppl values" in text
     assert "sentences" not in text and "draws" not in text
 

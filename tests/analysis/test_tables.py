@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from lit_attention import registry
-from lit_attention.analysis import tables
-from lit_attention.analysis.tables import caption_text, scoring_note
+from lit_attention.analysis import captions, columns, tables
+from lit_attention.analysis.captions import caption_text, scoring_note
 
 
 def _runs(outputs):
@@ -64,30 +64,24 @@ def _agg(keys: dict):
 def test_headers_are_the_registry_labels_and_the_metric_with_its_direction():
     agg = _agg({"model.cell": ["gru", "lstm"], "model.attention": ["none", "luong"], "model.lr": [1, 2]})
     keys = ["model.cell", "model.attention", "model.lr"]
-    cells, best = tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu")
+    cells, best = tables.labelled(*columns.summary_table(agg, keys, "val_bleu"), "val_bleu")
     assert list(cells.index.names) == [registry.LABELS["model.cell"], registry.LABELS["model.attention"], "lr"]
     assert list(cells.columns[:2]) == ["BLEU ↑", "95% CI"]
     latex, markdown = tables.to_latex(cells, best, "c"), tables.to_markdown(cells, best)
     assert r"Cell & Attention & lr & BLEU $\uparrow$ & 95\% CI" in latex
     assert "model." not in latex and "model." not in markdown
     assert markdown.startswith("| Cell   | Attention   | lr   | BLEU ↑")
-    ppl = tables.labelled(*tables.summary_table(agg, keys, "test_ppl"), "test_ppl")[0]
+    ppl = tables.labelled(*columns.summary_table(agg, keys, "test_ppl"), "test_ppl")[0]
     assert ppl.columns[0] == "PPL ↓"
     grid = tables.labelled(*tables.pivot_table(agg, ["model.cell"], ["model.attention"], "val_bleu"),
                            "val_bleu")[0]
     assert grid.index.names == ["Cell"] and grid.columns.names == ["Attention"]
 
 
-def test_metric_names_and_ranges_come_from_the_registry():
-    assert tables.metric_label("test_chrf") == "chrF ↑" and tables.metric_label("val_loss") == "Loss ↓"
-    assert tables.metric_range("val_bleu") == (0.0, 100.0) and tables.metric_range("val_ppl") == (1.0, None)
-    assert tables.metric_range("steps") == (None, None) and tables.metric_label("steps") == "steps ↑"
-
-
 def test_latex_has_one_header_row_blank_repeats_and_a_spanning_pivot_header():
     agg = _agg({"model.family": ["rnn", "rnn", "transformer"], "model.scoring": ["additive", "dot", "dot"]})
     keys = ["model.family", "model.scoring"]
-    latex = tables.to_latex(*tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu"), "c")
+    latex = tables.to_latex(*tables.labelled(*columns.summary_table(agg, keys, "val_bleu"), "val_bleu"), "c")
     lines = latex.splitlines()
     head = lines.index(r"\toprule")
     assert lines[head + 2] == r"\midrule"                       # one header row
@@ -98,32 +92,32 @@ def test_latex_has_one_header_row_blank_repeats_and_a_spanning_pivot_header():
                                                                 "val_bleu"), "val_bleu"), "c", label="t")
     assert r"& \multicolumn{2}{c}{Family} \\" in grid and r"\cmidrule(lr){2-3}" in grid
     assert "Scoring & rnn & transformer" in grid and r"\label{t}" in grid
-    assert r"\begin{table*}" in tables.to_latex(*tables.summary_table(agg, keys, "val_bleu"), "c", wide=True)
+    assert r"\begin{table*}" in tables.to_latex(*columns.summary_table(agg, keys, "val_bleu"), "c", wide=True)
 
 
 def test_columns_are_chosen_by_name_or_by_what_fits_one_column():
     agg = _agg({"model.family": ["rnn", "transformer"], "model.attention": ["bahdanau", None],
                 "model.scoring": ["additive", "scaled_dot"]})
     keys = ["model.family", "model.attention", "model.scoring"]
-    cells, best = tables.labelled(*tables.summary_table(agg, keys, "val_bleu"), "val_bleu")
+    cells, best = tables.labelled(*columns.summary_table(agg, keys, "val_bleu"), "val_bleu")
     assert list(cells.columns) == ["BLEU ↑", "95% CI", "n", "failed/pruned", "params", "train s"]
-    chosen, _, left_out = tables.choose_columns(cells, best, "BLEU ↑", ["mean", "params", "n"])
+    chosen, _, left_out = columns.choose_columns(cells, best, "BLEU ↑", ["mean", "params", "n"])
     assert list(chosen.columns) == ["BLEU ↑", "params", "n"] and "95% CI" in left_out
-    assert list(tables.choose_columns(cells, best, "BLEU ↑", ["train_s", "ci"])[0].columns) == ["train s", "95% CI"]
-    assert tables.choose_columns(cells, best, "BLEU ↑", ["all"])[0].shape == cells.shape
+    assert list(columns.choose_columns(cells, best, "BLEU ↑", ["train_s", "ci"])[0].columns) == ["train s", "95% CI"]
+    assert columns.choose_columns(cells, best, "BLEU ↑", ["all"])[0].shape == cells.shape
     with pytest.raises(ValueError, match=r"unknown --columns bogus; this table has: mean, ci, n"):
-        tables.choose_columns(cells, best, "BLEU ↑", ["mean", "bogus"])
-    fitted, fitted_best, left_out = tables.choose_columns(cells, best, "BLEU ↑")
+        columns.choose_columns(cells, best, "BLEU ↑", ["mean", "bogus"])
+    fitted, fitted_best, left_out = columns.choose_columns(cells, best, "BLEU ↑")
     assert tables.tabular_width(fitted, fitted_best) <= tables.width_limit() == 229.5
     assert list(fitted.columns) == ["BLEU ↑", "n"]               # the interval would not fit
     assert left_out == ["95% CI", "params", "train s"]           # failed/pruned: all 0/0, shown nowhere
     for column in left_out:
         wider = list(fitted.columns) + [column]
         assert tables.tabular_width(cells[wider], best[wider]) > 229.5
-    wide = tables.choose_columns(cells, best, "BLEU ↑", limit=tables.width_limit(wide=True))[0]
+    wide = columns.choose_columns(cells, best, "BLEU ↑", limit=tables.width_limit(wide=True))[0]
     assert list(wide.columns) == ["BLEU ↑", "95% CI", "n", "params", "train s"]
-    two_keys = tables.labelled(*tables.summary_table(agg, keys[::2], "val_bleu"), "val_bleu")
-    assert list(tables.choose_columns(*two_keys, "BLEU ↑")[0].columns) == ["BLEU ↑", "95% CI", "n"]
+    two_keys = tables.labelled(*columns.summary_table(agg, keys[::2], "val_bleu"), "val_bleu")
+    assert list(columns.choose_columns(*two_keys, "BLEU ↑")[0].columns) == ["BLEU ↑", "95% CI", "n"]
 
 
 def test_caption_names_metric_split_decoding_and_the_tested_hypotheses():
@@ -141,9 +135,9 @@ def test_caption_explains_the_gradient_flow_column_only_where_it_is_shown():
     agg = pd.DataFrame({"n": [3], "n_failed": [0], "n_pruned": [0], "n_other": [0],
                         "gradflow_decay_forward": [0.9], "gradflow_decay_forward_lo": [0.8],
                         "gradflow_decay_forward_hi": [0.95]})
-    method = tables.GRADFLOW_METHOD
+    method = captions.GRADFLOW_METHOD
     assert method in caption_text("val_bleu", agg, "CI", None)
-    assert method in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", tables.GRADFLOW_COLUMN])
+    assert method in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", captions.GRADFLOW_COLUMN])
     assert method not in caption_text("val_bleu", agg, "CI", None, shown=["BLEU ↑", "n"])
 
 
@@ -167,6 +161,6 @@ def test_marks_show_direction_and_never_sit_on_one_seed():
     cells, _ = tables.pivot_table(agg.assign(b="x"), ["a"], ["b"], "val_bleu", grid)
     assert cells.loc["up", "x"] == "30.0 ± 1.0▲" and cells.loc["down", "x"] == "10.0 ± 1.0▼"
     assert cells.loc["single", "x"] == "40.0 (n=1)"
-    assert tables.p_cells(agg, ["a"], sig, pd.Series([True, False, False, False])) == [
+    assert columns.p_cells(agg, ["a"], sig, pd.Series([True, False, False, False])) == [
         "baseline", "<0.001", "<0.001", "n=1"]
-    assert tables.delta_cells(agg, ["a"], sig, 1) == ["", "+10.0 [8.0, 12.0]", "-10.0 [-12.0, -8.0]", "+20.0"]
+    assert columns.delta_cells(agg, ["a"], sig, 1) == ["", "+10.0 [8.0, 12.0]", "-10.0 [-12.0, -8.0]", "+20.0"]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from analysis_stores import write_run
-from lit_attention.analysis import block_calibration, calibration, load, report, resampling, seed_test
-from lit_attention.analysis import significance, token_blocks
+from lit_attention.analysis import block_calibration, calibration, load, report, resampling, seeds_x_sentences
+from lit_attention.analysis import captions, significance, token_blocks
 from lit_attention.tracking.schema import token_nll_file
 
 TOKENS = 3000
@@ -79,10 +79,10 @@ def test_the_test_adds_the_texts_variance_from_blocks_of_tokens(tmp_path):
     row = result.iloc[0]
     runs = load.load_runs(store)
     ppl = {f: runs.loc[runs["model.family"] == f, "test_ppl"].to_numpy() for f in ("rnn", "ngram")}
-    seeds_only = seed_test.compare(ppl["rnn"], ppl["ngram"])
+    seeds_only = seeds_x_sentences.compare(ppl["rnn"], ppl["ngram"])
     assert row["se"] > 3 * float(seeds_only.se), "the text's variance dominates 3 seeds this close"
     assert row["df"] < 2 * token_blocks.BLOCKS
-    text = significance.method_of(result)
+    text = captions.test_method_of(result)
     assert f"{TOKENS:,} tokens cut into {token_blocks.BLOCKS} contiguous blocks of ≈100" in text
 
 
@@ -94,7 +94,7 @@ def test_without_every_runs_token_losses_it_says_what_it_leaves_out(tmp_path):
     assert result.attrs["blocks"] is None
     assert result.attrs["no_blocks"] == "1 of the 6 runs recorded no per-token losses of the test tokens"
     assert result.iloc[0]["se"] < full["se"]
-    assert "the evaluated text's own variance is left out: 1 of the 6 runs" in significance.method_of(result)
+    assert "the evaluated text's own variance is left out: 1 of the 6 runs" in captions.test_method_of(result)
 
 
 def test_token_losses_that_do_not_give_the_summarys_value_are_not_used(tmp_path):
@@ -146,10 +146,10 @@ def test_perplexity_through_a_block_draw_is_calibrated_too():
                        + rng.normal(0, seed_sd, (2 * n, 1)))
                 stats = np.stack([token_blocks.cut(x, token_blocks.BLOCKS) for x in nll])
                 ppl = np.exp(nll.mean(axis=1))
-                cov = seed_test.resampled_covariance(token_blocks.resampled("ppl", draw.weights, stats))
-                part = token_blocks.unbiased(seed_test.sentence_variance(cov, n), token_blocks.BLOCKS)
-                p.append(seed_test.compare(ppl[:n], ppl[n:], part, token_blocks.BLOCKS))
-            result = seed_test.Result(*(np.array([getattr(r, f) for r in p]) for f in
+                cov = seeds_x_sentences.resampled_covariance(token_blocks.resampled("ppl", draw.weights, stats))
+                part = token_blocks.unbiased(seeds_x_sentences.sentence_variance(cov, n), token_blocks.BLOCKS)
+                p.append(seeds_x_sentences.compare(ppl[:n], ppl[n:], part, token_blocks.BLOCKS))
+            result = seeds_x_sentences.Result(*(np.array([getattr(r, f) for r in p]) for f in
                                         ("delta", "se", "df", "seed_part", "sentence_part")))
             rate = calibration.rejected(result).mean()
             assert 0.03 <= rate <= 0.07, (n, seed_sd, rate)

@@ -1,6 +1,6 @@
 """Analysis on FIXTURE run stores (tests/analysis_stores.py): aggregation, exclusion of failed and
 pruned runs, significance, LaTeX/Markdown tables, plots, W&B conversion, the report command.
-Real training runs feeding the report are tested in test_analysis_real_runs.py."""
+Real training runs feeding the report are tested in analysis/test_report_on_real_runs.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis_stores import SIGNATURE, corrupt, demo_study, references, write_run
-from lit_attention.analysis import aggregate, load, plots, report, significance, tables
+from lit_attention.analysis import aggregate, captions, columns, load, plots, report, significance, tables
 
 # Two-sided 95% Student-t critical values from printed tables (not computed by the code under test).
 T_TABLE = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 9: 2.2622, 30: 2.0423}
@@ -138,10 +138,10 @@ def test_gradient_stats_from_metrics_and_gradflow(runs):
             for column in (name, f"{name}_lo", f"{name}_hi"):
                 assert row[column] == pytest.approx(decay)
             assert row[f"gradflow_sentences_{direction}"] == 12     # 4 sentences x 3 finished seeds
-    cells, _ = tables.summary_table(agg, KEYS, "val_bleu")
-    assert cells[tables.GRADFLOW_COLUMN].tolist()[0] == (
+    cells, _ = columns.summary_table(agg, KEYS, "val_bleu")
+    assert cells[captions.GRADFLOW_COLUMN].tolist()[0] == (
         "forward 0.900 [0.900, 0.900]; backward 0.900 [0.900, 0.900]")
-    caption = tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, None)
+    caption = captions.caption_text("val_bleu", agg, captions.CI_METHOD, None)
     assert "‖∂L/∂h_t‖ decay/step" in caption and "resampling seeds, then sentences" in caption
 
 
@@ -214,8 +214,8 @@ def _labelled_table():
     agg = pd.DataFrame({"model.drop_rate %": ["0_1", "50%"], "mean": [27.31, 30.04],
                         "std": [0.5, 0.25], "ci_lo": [26.0, 29.0], "ci_hi": [28.6, 31.0],
                         "n": [3, 3], "n_failed": [1, 0], "n_pruned": [0, 2], "n_other": [0, 0]})
-    cells, best = tables.summary_table(agg, ["model.drop_rate %"], "val_bleu")
-    caption = tables.caption_text("val_bleu", agg, aggregate.CI_METHOD, SIGNATURE)
+    cells, best = columns.summary_table(agg, ["model.drop_rate %"], "val_bleu")
+    caption = captions.caption_text("val_bleu", agg, captions.CI_METHOD, SIGNATURE)
     return agg, cells, best, caption
 
 
@@ -383,7 +383,7 @@ def test_report_writes_beside_the_runs_by_default(study, tmp_path, capsys):
 def test_wandb_runs_convert_to_the_run_store_shape():
     from wandb.apis.public import Run
 
-    from lit_attention.analysis.wandb_export import history_frame, run_row
+    from lit_attention.analysis.wandb_import import history_frame, run_row
 
     def wandb_run(run_id, state, summary):
         config = {"seed_everything": {"value": 1, "desc": None},

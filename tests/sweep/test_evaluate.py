@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from conftest import REPO, family_neutral, sweep_in_process
-from lit_attention.sweep import cli, testing
+from lit_attention.sweep import cli, evaluate
 
 TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_tokens": 224,
         "model.d_model": 32, "model.enc_layers": 1, "model.dec_layers": 1,
@@ -23,9 +23,9 @@ TINY = {"data.n_train": 200, "data.n_val": 80, "data.n_test": 40, "data.max_toke
 
 
 def test_the_test_metric_is_the_objectives_counterpart():
-    assert testing.test_metric("val_bleu") == "test_bleu"
-    assert testing.test_metric("val_ppl") == "test_ppl"
-    assert testing.test_metric("bleu") == "bleu"
+    assert evaluate.test_metric("val_bleu") == "test_bleu"
+    assert evaluate.test_metric("val_ppl") == "test_ppl"
+    assert evaluate.test_metric("bleu") == "bleu"
 
 
 def run_store(root: Path, run_id: str, status: str, checkpoint: bool, tested: bool) -> Path:
@@ -46,14 +46,14 @@ def test_only_finished_untested_runs_with_a_checkpoint_are_tested(tmp_path):
     run_store(tmp_path, "failed", "failed", checkpoint=False, tested=False)
     run_store(tmp_path, "tested", "finished", checkpoint=True, tested=True)
     run_store(tmp_path, "lost", "finished", checkpoint=False, tested=False)
-    done = testing.test_study(tmp_path / "study", log=lambda line: None)
+    done = evaluate.test_study(tmp_path / "study", log=lambda line: None)
     assert done.tested == [] and done.skipped == ["tested"] and done.not_finished == 2
     assert done.failed == [("lost", "no checkpoints/best.ckpt")]
     # a checkpoint newer than the test result: tested again
     os.utime(tmp_path / "study" / "tested" / "checkpoints" / "best.ckpt",
              ns=(time.time_ns() + 10 ** 9,) * 2)
-    assert not testing.already_tested(tmp_path / "study" / "tested", {"test_loss": 1.0})
-    cmd = testing.command(tmp_path / "study" / "tested", accelerator="cpu")
+    assert not evaluate.already_tested(tmp_path / "study" / "tested", {"test_loss": 1.0})
+    cmd = evaluate.command(tmp_path / "study" / "tested", accelerator="cpu")
     assert cmd[cmd.index("--ckpt_path") + 1].endswith("tested/checkpoints/best.ckpt")
     assert cmd[cmd.index("--run.id") + 1] == "tested" and "--trainer.accelerator" in cmd
 
