@@ -7,6 +7,7 @@ printed by the scripts, never asserted here.
 
 import contextlib
 import io
+import logging
 import math
 import os
 import re
@@ -28,11 +29,18 @@ def run_script(name: str, monkeypatch, *args: str) -> str:
     monkeypatch.setattr(sys, "argv", [str(BENCH / f"{name}.py"), *args])
     monkeypatch.chdir(REPO)
     out = io.StringIO()
+    # a script quiets Lightning's loggers for its own process (benchlib.setup): not for the tests
+    # that run after it in this one (a data module's "dropped ..." line is logged at info)
+    loggers = [logging.getLogger(name) for name in ("lightning.pytorch", "lightning.fabric")]
+    levels = [logger.level for logger in loggers]
     with contextlib.redirect_stdout(out):
         try:
             runpy.run_path(str(BENCH / f"{name}.py"), run_name="__main__")
         except SystemExit as exc:
             assert exc.code in (None, 0), f"{name} exited with {exc.code}:\n{out.getvalue()[-2000:]}"
+        finally:
+            for logger, level in zip(loggers, levels):
+                logger.setLevel(level)
     return out.getvalue()
 
 

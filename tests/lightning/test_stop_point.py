@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import REPO, cli_env, cli_in_process, run_cli
-from test_training import RESUME_ARGS, _record
+from resumed_runs import RESUME_ARGS, run_record
 
 # small batches, so that a validation has several and a signal can land in its middle
 ARGS = [*RESUME_ARGS, "--data.max_tokens", "64", "--data.n_train", "300"]
@@ -17,7 +17,7 @@ def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("stop_point")
     full = cli_in_process("fit", *ARGS, "--run.root", root, "--run.id", "full")
     assert full.returncode == 0, full.stderr[-3000:]
-    return _record(root / "default" / "full")
+    return run_record(root / "default" / "full")
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_a_stopped_run_continues_as_if_it_had_not_stopped(tmp_path, uninterrupte
     resumed = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows, gradflow, summary = uninterrupted
-    rows_cut, gradflow_cut, summary_cut = _record(run_dir)
+    rows_cut, gradflow_cut, summary_cut = run_record(run_dir)
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
     for key in ("val_loss", "train_loss"):
         assert [float(r[key]) for r in rows_cut if key in r] == pytest.approx(
@@ -70,7 +70,7 @@ def test_a_second_ctrl_c_stops_at_once_and_the_run_continues_from_its_last_check
     resumed = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     rows, _, summary = uninterrupted
-    rows_cut, _, summary_cut = _record(run_dir)
+    rows_cut, _, summary_cut = run_record(run_dir)
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
     assert [float(r["val_loss"]) for r in rows_cut if "val_loss" in r] == pytest.approx(
         [float(r["val_loss"]) for r in rows if "val_loss" in r], abs=1e-5)
@@ -90,8 +90,8 @@ def test_ddp_ranks_stopped_by_ctrl_c_continue_as_if_they_had_not_stopped(tmp_pat
     assert cut.returncode == 130, cut.stderr[-3000:]
     resumed = run_cli("fit", *ddp, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows, _, summary = _record(tmp_path / "default" / "full")
-    rows_cut, _, summary_cut = _record(tmp_path / "default" / "cut")
+    rows, _, summary = run_record(tmp_path / "default" / "full")
+    rows_cut, _, summary_cut = run_record(tmp_path / "default" / "cut")
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
     for key in ("val_loss", "train_loss"):
         assert [float(r[key]) for r in rows_cut if key in r] == pytest.approx(

@@ -1,28 +1,13 @@
 """Training behaviour: interruption and resumption, the machine-speed probe."""
 
-import csv
 import json
 
 import pytest
 import torch
 
-from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
+from conftest import REPO, cli_env, cli_in_process, run_cli
+from resumed_runs import RESUME_ARGS, run_record
 from lit_attention.tracking import machine_speed
-
-RESUME_ARGS = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "600", "--data.n_val", "50",
-               "--data.n_test", "20", "--model.d_model", "32", "--model.ffn", "64",
-               "--model.val_bleu", "false", "--trainer.max_epochs", "3", "--diagnostics.gradflow_every", "2",
-               "--trainer.log_every_n_steps", "1",   # a row at every step, the checkpoint's own too
-               "--trainer.enable_progress_bar", "false"]
-
-
-def _record(run_dir):
-    """What a run leaves behind that must not depend on interruptions: logged values, gradient flow, counts."""
-    with open(run_dir / "metrics.csv") as f:
-        rows = [{k: v for k, v in r.items() if k != "time" and v} for r in csv.DictReader(f)]
-    gradflow = (run_dir / "gradflow.csv").read_text()
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return rows, gradflow, summary
 
 
 @pytest.mark.slow
@@ -44,8 +29,8 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
 
     resumed = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows, gradflow, summary = _record(tmp_path / "default" / "full")
-    rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
+    rows, gradflow, summary = run_record(tmp_path / "default" / "full")
+    rows_cut, gradflow_cut, summary_cut = run_record(cut_dir)
     assert summary_cut["status"] == "finished" and summary_cut["steps"] == summary["steps"]
     assert summary_cut["val_loss"] == pytest.approx(summary["val_loss"], abs=1e-6)
     assert summary_cut["train_tokens"] == summary["train_tokens"] > 0
@@ -59,7 +44,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     last.write_bytes(at_step_7)
     replayed = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert replayed.returncode == 0, replayed.stderr[-3000:]
-    rows_cut, gradflow_cut, summary_cut = _record(cut_dir)
+    rows_cut, gradflow_cut, summary_cut = run_record(cut_dir)
     assert [r["step"] for r in rows_cut] == [r["step"] for r in rows]
     assert [float(r["train_loss"]) for r in rows_cut if "train_loss" in r] == pytest.approx(
         [float(r["train_loss"]) for r in rows if "train_loss" in r], abs=1e-5)
@@ -70,7 +55,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     # nothing more and reports what its checkpoint had trained.
     again = cli_in_process("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut", "--ckpt_path", "last")
     assert again.returncode == 0, again.stderr[-3000:]
-    _, _, summary_again = _record(cut_dir)
+    _, _, summary_again = run_record(cut_dir)
     assert summary_again["steps"] == summary["steps"]
     assert summary_again["train_tokens"] == summary["train_tokens"]
     assert summary_again["train_seconds"] >= 0.8 * summary_cut["train_seconds"] > 0
