@@ -86,12 +86,16 @@ def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int 
 def table(seeds=SEEDS, ratios=RATIOS, experiments: int = EXPERIMENTS, pooled_arms: int | None = None) -> str:
     """Markdown: one row per seed/sentence variance ratio, one column per number of seeds, cells
     'false positives % · power %'."""
-    header = "| σ²_seed / σ²_sent | " + " | ".join(f"{n} seeds" for n in seeds) + " |"
-    lines = [header, "|" + "---:|" * (len(seeds) + 1)]
+    def cell(n: int, ratio: float) -> str:
+        r = rates(n, ratio, experiments, pooled_arms=pooled_arms)
+        return f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f}"
+    return grid("σ²_seed / σ²_sent", seeds, ratios, cell)
+
+
+def grid(label: str, seeds, ratios, cell) -> str:
+    """A calibration table in Markdown: one row per variance ratio (``label``), one column per
+    number of seeds, each cell ``cell(seeds, ratio)``."""
+    lines = [f"| {label} | " + " | ".join(f"{n} seeds" for n in seeds) + " |", "|" + "---:|" * (len(seeds) + 1)]
     for ratio in ratios:
-        cells = []
-        for n in seeds:
-            r = rates(n, ratio, experiments, pooled_arms=pooled_arms)
-            cells.append(f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f}")
-        lines.append(f"| {ratio:g} | " + " | ".join(cells) + " |")
+        lines.append(f"| {ratio:g} | " + " | ".join(cell(n, ratio) for n in seeds) + " |")
     return "\n".join(lines)
