@@ -11,9 +11,10 @@ kernel) slows a step 2-3x, which shows when a step is cheap: every new batch sha
 and token batches change shape nearly every step (on an H200, 10 of the 49 ms that `fit` took a
 step over 150 steps; issue 38). So a new shape is counted by ``MatmulFlops``, a function mode that
 sees only the forward pass's torch calls: each matrix product (``F.linear``, ``@``, ``mm``,
-``bmm``, ``addmm``, ``baddbmm``, a two-operand ``einsum``, ``scaled_dot_product_attention``) counts its forward FLOPs, and
-its backward as one more product of the same size for each operand that needs a gradient (two
-for attention, whose backward kernels form all four products, as torch's formula counts them).
+``bmm``, ``addmm``, ``baddbmm``, a two-operand ``einsum``, ``scaled_dot_product_attention``)
+counts its forward FLOPs, and its backward as one more product of the same size for each operand
+that needs a gradient (two for attention, whose backward kernels form all four products, as
+torch's formula counts them).
 The first counted step of a run is counted both ways; if the two differ (a product the function
 mode does not know), the run counts every new shape under FlopCounterMode, and says so once.
 
@@ -128,9 +129,8 @@ def _einsum(equation, *operands):
 
 
 def _attention(q, k, v, *args, **kwargs):
-    batch = math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
-    t, s, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    forward = 2 * batch * t * s * d + 2 * batch * t * s * dv
+    """q [B, H, T, d], k [B, H, S, d], v [B, H, S, dv]: the fused kernels' formula (above)."""
+    forward = _attention_forward(q.shape, k.shape, v.shape)
     return forward * (3 if _grads(q, k, v) else 1)
 
 
