@@ -34,6 +34,7 @@ from lightning.pytorch import LightningModule
 from torchmetrics import Metric
 
 from lit_attention.data.vocab import PAD
+from lit_attention.diagnostics import global_grad_norm_tensor
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
@@ -95,6 +96,8 @@ class SequenceModule(LightningModule):
         # they are no children of the module (see totals.py).
         self.eval_totals: dict[str, Metric] = {}
         self._compiled_loss = None                  # torch.compile(training_loss), on the first step
+        self._grad_norm: torch.Tensor | None = None   # of the gradients since the last backward
+        self._clips_own_parameters: bool | None = None
 
     # -- what a task module defines ----------------------------------------------------------
 
@@ -173,17 +176,32 @@ class SequenceModule(LightningModule):
             self.log("lr", self.optimizers().param_groups[0]["lr"], batch_size=1)
         return loss
 
+    def grad_norm(self) -> torch.Tensor:
+        """The L2 norm of all gradients as the last backward left them (0-dim, on their device, not
+        read back), computed once: the diagnostics log it and clipping scales by it."""
+        if self._grad_norm is None:
+            self._grad_norm = global_grad_norm_tensor(self.parameters())
+        return self._grad_norm
+
+    def on_after_backward(self) -> None:
+        self._grad_norm = None     # new gradients
+
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None):
-        # Lightning's mixed-precision plugin refuses to clip for a fused optimizer, which unscales
-        # inside its step; bf16-mixed has no gradient scaler, so clipping here is exact.
-        if gradient_clip_val and str(self.trainer.precision) == "bf16-mixed":
-            params = [p for group in optimizer.param_groups for p in group["params"]]
-            if gradient_clip_algorithm == "value":
-                torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
-            else:
-                torch.nn.utils.clip_grad_norm_(params, gradient_clip_val)
+        # 16-mixed: Lightning's plugin checks its gradient scaler's conditions; it clips.
+        if not gradient_clip_val or str(self.trainer.precision) == "16-mixed":
+            super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
-        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        # Else clipped here: Lightning's mixed-precision plugin refuses to clip for a fused optimizer
+        # (which would unscale inside its step; bf16-mixed has no scaler, so clipping is exact),
+        # and by norm with the norm the diagnostics computed (one norm per step, not two).
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if gradient_clip_algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, gradient_clip_val)
+            return
+        if self._clips_own_parameters is None:
+            self._clips_own_parameters = {id(p) for p in params} == {id(p) for p in self.parameters()}
+        norm = self.grad_norm() if self._clips_own_parameters else global_grad_norm_tensor(params)
+        torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
     # -- evaluation --------------------------------------------------------------------------
 

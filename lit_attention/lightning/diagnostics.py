@@ -1,8 +1,9 @@
 """Gradient and attention diagnostics during training, written to the run store (and any logger).
 
-- global gradient norm every step (before clipping) and the fraction of steps that were clipped
-  (each step's norm stays on the device until the next logged step, when they are read together:
-  no step waits for the accelerator);
+- global gradient norm every step (before clipping: the module's ``grad_norm()``, the same tensor
+  clipping scales by, computed once) and the fraction of steps that were clipped (each step's norm
+  stays on the device until the next logged step, when they are read together: no step waits for
+  the accelerator);
 - per-module gradient norms every ``module_norm_every`` steps (`grad_norm/encoder.layers.0`);
 - gradient flow through time every ``gradflow_every`` steps: ‖∂L/∂h_t‖ of every encoder state by
   distance to the loss and direction, on a fixed-seed sample of ``gradflow_sentences`` validation
@@ -100,7 +101,8 @@ class DiagnosticsCallback(Callback):
         if net is None:
             return
         self._clip = trainer.gradient_clip_val
-        self._unread.append(global_grad_norm_tensor(net.parameters()))
+        shared = getattr(pl_module, "grad_norm", None)    # the one clipping uses (base.py)
+        self._unread.append(shared() if shared is not None else global_grad_norm_tensor(net.parameters()))
         if logs_this_step(pl_module):
             self._read_norms()
             pl_module.log("grad_norm/total", self.norms[-1], batch_size=1)

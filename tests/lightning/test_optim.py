@@ -104,3 +104,42 @@ def test_adam_is_fused_and_its_gradients_clipped_in_both_cpu_precisions(precisio
     else:
         assert grads.largest == pytest.approx([clip] * 3, rel=1e-6)
     assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+class NormsBeforeClipping(Callback):
+    """Each step's gradient norm before clipping, computed here (the reference)."""
+
+    def __init__(self):
+        self.norms = []
+
+    def on_after_backward(self, trainer, module):
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        self.norms.append(float(torch.linalg.vector_norm(torch.stack([g.double().norm() for g in grads]))))
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_one_gradient_norm_per_step_serves_the_diagnostics_and_clipping(tmp_path, monkeypatch, precision):
+    # The diagnostics log every step's total norm before clipping; clipping by norm needs the same
+    # number. Computed once (a foreach norm over every gradient: kernels per parameter on a GPU).
+    from lit_attention.lightning.diagnostics import DiagnosticsCallback
+    from lit_attention.tracking.run_store import RunDir
+
+    calls = []
+    real = torch._foreach_norm
+    monkeypatch.setattr(torch, "_foreach_norm", lambda *a, **k: calls.append(1) or real(*a, **k))
+    torch.manual_seed(0)
+    dm = TranslationDataModule(task="copy", n_train=40, n_val=8, n_test=4, min_len=2, max_len_words=6,
+                               max_tokens=64, tokenizer="word")
+    module = TranslationModule(family="transformer", d_model=16, heads=2, enc_layers=1, dec_layers=1,
+                               ffn=32, dropout=0.0, val_bleu=False)
+    diagnostics = DiagnosticsCallback(RunDir(tmp_path / "run"), module_norm_every=0, gradflow_every=0, heatmaps=0)
+    reference, after = NormsBeforeClipping(), GradNorms()
+    clip = 1e-3
+    trainer = Trainer(precision=precision, max_steps=4, gradient_clip_val=clip,
+                      callbacks=[reference, diagnostics, after], **QUIET)
+    trainer.fit(module, dm)
+    assert len(calls) == 4                                          # not 8: one per step
+    diagnostics._read_norms()
+    assert diagnostics.norms == pytest.approx(reference.norms, rel=1e-5)
+    assert after.norms == pytest.approx([clip] * 4, rel=1e-3)         # clipped by that norm
+    assert diagnostics.clipped == 4
