@@ -34,7 +34,7 @@ from typing import Literal
 import torch
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
@@ -65,6 +65,15 @@ def batchify(stream: torch.Tensor, n_streams: int) -> torch.Tensor:
     return stream[: n_streams * length].view(n_streams, length)
 
 
+def this_workers_share(n: int) -> range:
+    """The batch numbers (of ``n``) this DataLoader worker yields: every ``workers``-th from its own
+    id, which the loader reads back from its workers in turn, so the order stays that of one
+    process. (Each worker process iterates its own copy of the dataset: unsharded, every batch
+    came once per worker.)"""
+    info = get_worker_info()
+    return range(n) if info is None else range(info.id, n, info.num_workers)
+
+
 class StreamBatches(IterableDataset):
     """Consecutive ``{"tokens": [B, T], "targets": [B, T]}`` windows of batchified streams."""
 
@@ -76,7 +85,8 @@ class StreamBatches(IterableDataset):
 
     def __iter__(self):
         L = self.data.shape[1]
-        for start in range(0, L - 1, self.bptt):
+        for k in this_workers_share(len(self)):
+            start = k * self.bptt
             end = min(start + self.bptt, L - 1)
             yield {"tokens": self.data[:, start:end], "targets": self.data[:, start + 1:end + 1]}
 
@@ -110,8 +120,8 @@ class WindowBatches(IterableDataset):
         return math.ceil(self.tokens.shape[0] / self.batch_size)
 
     def __iter__(self):
-        for start in range(0, self.tokens.shape[0], self.batch_size):
-            end = start + self.batch_size
+        for k in this_workers_share(len(self)):
+            start, end = k * self.batch_size, (k + 1) * self.batch_size
             yield {"tokens": self.tokens[start:end], "targets": self.targets[start:end],
                    "window_index": torch.arange(self.first + start, self.first + min(end, len(self.tokens)))}
 

@@ -193,3 +193,20 @@ def test_evaluation_protocol_defaults_to_the_training_context_with_half_stride(t
         LMDataModule(task="toy-mt", bptt=8, eval_stride=9)
     with pytest.raises(ValueError, match="eval_window"):
         LMDataModule(task="toy-mt", eval_window=0)
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_loader_workers_yield_every_batch_once_in_order(text_file, tmp_path, split):
+    # Each worker process iterates its own copy of an iterable dataset: unsharded, two workers
+    # trained on every batch twice and scored every evaluation window twice.
+    path, _ = text_file
+    batches = {}
+    for workers in (0, 2):
+        dm = LMDataModule(path=str(path), tokenizer="char", batch_size=3, eval_batch_size=2, bptt=16,
+                          cache_dir=str(tmp_path / "cache"), num_workers=workers)
+        dm.setup("fit")
+        loader = dm.train_dataloader() if split == "train" else dm.val_dataloader()
+        batches[workers] = [b["tokens"] for b in loader]
+    assert len(batches[0]) > 4
+    assert len(batches[2]) == len(batches[0])
+    assert all(torch.equal(a, b) for a, b in zip(batches[0], batches[2]))
