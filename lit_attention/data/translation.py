@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
 from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
-                                         padded_length, pin_memory)
+                                         loader_workers, padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
@@ -42,6 +42,8 @@ class TranslationDataModule(L.LightningDataModule):
     synthetic tasks; ``data_dir``, the languages and split names locate files
     ``{data_dir}/{split}.{lang}[.gz]``. ``limit_train`` keeps only the first training pairs (any
     task). ``max_len`` drops training pairs with more tokens than that on either side.
+    ``num_workers``: DataLoader worker processes; null chooses by device (batching.loader_workers:
+    none on a CPU, 2 for a CUDA device).
     """
 
     def __init__(self, task: Task = DEFAULT["data.task"], data_dir: str | None = None, src_lang: str = "src",
@@ -51,11 +53,13 @@ class TranslationDataModule(L.LightningDataModule):
                  n_symbols: int = 20, data_seed: int = 1234, tokenizer: Tokenizer = DEFAULT["data.tokenizer"],
                  spm_model: SpmModel = DEFAULT["data.spm_model"], vocab_size: int = 8000, joint_vocab: bool = True,
                  cache_dir: str = ".cache/lit_attention", max_tokens: int = 4096,
-                 max_len: int = 128, num_workers: int = 0, limit_train: int | None = None):
+                 max_len: int = 128, num_workers: int | None = None, limit_train: int | None = None):
         super().__init__()
         check_config("seq2seq", "data", task=task, tokenizer=tokenizer, spm_model=spm_model)
         if task == FILES_TASK and not data_dir:
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
+        if num_workers is not None and num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0 (or null: chosen by device), got {num_workers}")
         self.save_hyperparameters()
         self.task, self.data_dir = task, data_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
@@ -233,7 +237,7 @@ class TranslationDataModule(L.LightningDataModule):
     def train_dataloader(self):
         sampler = self.batch_sampler("train", train=True)
         return ResumableDataLoader(self.dataset("train"), batch_sampler=sampler,
-                                   collate_fn=collate, num_workers=self.num_workers,
+                                   collate_fn=collate, num_workers=loader_workers(self.num_workers, self.trainer),
                                    pin_memory=pin_memory(self.trainer))
 
     def val_dataloader(self):
@@ -245,4 +249,5 @@ class TranslationDataModule(L.LightningDataModule):
     def _eval_loader(self, role: str) -> DataLoader:
         sampler = self.batch_sampler(role, train=False)
         return DataLoader(MarkedExamples(self.datasets[role]), batch_sampler=sampler, collate_fn=collate,
-                          num_workers=self.num_workers, pin_memory=pin_memory(self.trainer))
+                          num_workers=loader_workers(self.num_workers, self.trainer),
+                          pin_memory=pin_memory(self.trainer))

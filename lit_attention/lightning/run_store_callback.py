@@ -112,6 +112,8 @@ class RunStoreCallback(Callback):
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._probe_machine(trainer)
+        if trainer.is_global_zero:   # as asked (data.num_workers) or chosen by device
+            self.run_dir.update_summary(loader_workers=getattr(trainer.train_dataloader, "num_workers", None))
         self._train_start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

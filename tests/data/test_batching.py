@@ -155,3 +155,18 @@ def test_loaders_pin_their_batches_only_for_a_cuda_device():
     from lit_attention.data.batching import pin_memory
     on = lambda device: SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))  # noqa: E731
     assert pin_memory(on("cuda:0")) and not pin_memory(on("cpu")) and not pin_memory(None)
+
+
+def test_loader_workers_are_as_asked_else_none_on_a_cpu_and_some_for_a_cuda_device(monkeypatch):
+    from types import SimpleNamespace
+
+    from lit_attention.data.batching import CUDA_WORKERS, loader_workers
+    on = lambda device: SimpleNamespace(strategy=SimpleNamespace(root_device=torch.device(device)))  # noqa: E731
+    assert loader_workers(3, on("cpu")) == 3 and loader_workers(0, on("cuda:0")) == 0
+    assert loader_workers(None, on("cpu")) == 0 and loader_workers(None, None) == 0
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")
+    assert loader_workers(None, on("cuda:0")) == CUDA_WORKERS
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")       # a packed sweep trial's share of the cores
+    assert loader_workers(None, on("cuda:0")) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")       # nothing beyond the main process
+    assert loader_workers(None, on("cuda:0")) == 0

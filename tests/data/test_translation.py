@@ -44,6 +44,11 @@ def test_datamodule_files_need_data_dir(tmp_path):
         small_dm(tmp_path, task="files")
 
 
+def test_datamodule_refuses_negative_loader_workers(tmp_path):
+    with pytest.raises(ValueError, match="data.num_workers must be >= 0"):
+        small_dm(tmp_path, num_workers=-1)
+
+
 def test_datamodule_batches_decode_to_references(tmp_path):
     dm = small_dm(tmp_path, task="reverse", tokenizer="char")
     dm.setup("fit")

@@ -63,3 +63,13 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     assert ss.corpus_score("bleu", cached.bleu) == pytest.approx(after["test_bleu"], abs=1e-9)
     assert after["test_git_commit"] == git_commit()
     assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
+
+
+def test_the_summary_records_the_loader_workers_training_ran_with(tmp_path):
+    args = ["--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *TINY[6:],
+            "--data.n_train", "40", "--data.n_val", "8", "--data.n_test", "8"]
+    for asked, expected in ((None, 0), ("1", 1)):   # null: chosen by device, none on a CPU
+        run_id = f"w{expected}"
+        fit = cli_in_process("fit", *args, "--run.id", run_id, *(["--data.num_workers", asked] if asked else []))
+        assert fit.returncode == 0, fit.stderr[-3000:]
+        assert summary(tmp_path / "default" / run_id)["loader_workers"] == expected
