@@ -131,11 +131,12 @@ def main() -> None:
         print(f"{name}: {rates[name]:.1f} steps/s ({time.perf_counter() - t0:.0f} s with set-up and compiling)",
               flush=True)
 
-    def fit(precision: str, compiled: bool):
+    def fit(precision: str, compiled: bool, **data_options):
         def run():
             with tempfile.TemporaryDirectory() as tmp:
-                return F.fit_steps_per_second(data, {**model, "compile_step": compiled}, args.steps, args.warmup,
-                                              args.seed, Path(tmp), accelerator=accelerator, precision=precision)
+                return F.fit_steps_per_second({**data, **data_options}, {**model, "compile_step": compiled},
+                                              args.steps, args.warmup, args.seed, Path(tmp),
+                                              accelerator=accelerator, precision=precision)
         return run
 
     accelerator = "gpu" if args.device == "cuda" else "cpu"
@@ -143,6 +144,8 @@ def main() -> None:
     for precision in precisions:
         row(f"plain {precision}", lambda: plain_loop(template.net, batches, precision, False, args.warmup, args.device))
         row(f"fit {precision}", fit(precision, False))
+        if precision == "32-true":   # fit's loader workers (data.num_workers null: 2 on a GPU) vs none
+            row("fit 32-true, no loader workers", fit(precision, False, num_workers=0))
     if args.compile:
         for precision in precisions:
             row(f"plain {precision} compiled",
@@ -155,6 +158,7 @@ def main() -> None:
     pairs = {"fit/plain fp32": ("fit 32-true", "plain 32-true"),
              "fit/plain bf16": ("fit bf16-mixed", "plain bf16-mixed"),
              "bf16/fp32 fit": ("fit bf16-mixed", "fit 32-true"),
+             "fit loader workers/none fp32": ("fit 32-true", "fit 32-true, no loader workers"),
              "compiled/eager plain fp32": ("plain 32-true compiled", "plain 32-true"),
              "fit compiled/plain eager fp32": ("fit 32-true compiled", "plain 32-true"),
              "fit compiled bf16/plain eager fp32": ("fit bf16-mixed compiled", "plain 32-true"),
