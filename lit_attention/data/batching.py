@@ -43,8 +43,9 @@ class TokenBatchSampler:
     than ``max_tokens`` still gets a batch of its own (filter long training pairs beforehand).
     With ``pad_to_equal`` every rank gets the same number of batches: the global list is
     extended by repeating its first batches until it divides evenly. With ``one_length`` a batch
-    holds examples of one length only (lengths padded to a few values: see ``fit_length``), so
-    the full batches of a length all have one size.
+    holds examples of one length only (lengths padded to a few values: see ``fit_length``), each
+    length's examples are batched in the epoch's random order as one chunk, so its batches are full
+    but for one, and every epoch has the same batch shapes.
     """
 
     def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool = True,
@@ -86,7 +87,8 @@ class TokenBatchSampler:
         if self.shuffle:
             order = rng.permutation(n)
             typical_batch = max(1, self.max_tokens // max(1, int(np.median(self.lengths))))
-            chunk = self.bucket_size_multiplier * typical_batch
+            # one length per batch: a stable sort of the whole epoch keeps each length's random order
+            chunk = n if self.one_length else self.bucket_size_multiplier * typical_batch
         else:
             order, chunk = np.arange(n), n
         batches = []

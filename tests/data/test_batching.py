@@ -169,24 +169,27 @@ def test_fit_length_is_the_smallest_listed_length_that_holds_it():
         fit_length(49, LISTED)
 
 
-def test_one_length_per_batch_gives_one_size_to_the_full_batches_of_a_length():
+def test_one_length_per_batch_gives_every_epoch_the_same_few_batch_shapes():
     lengths = [fit_length(n, LISTED) for n in lengths_for(3000)]
     free = TokenBatchSampler(lengths, 400, seed=2)
     assert any(len({lengths[i] for i in b}) > 1 for b in free)      # without it batches mix lengths
     sampler = TokenBatchSampler(lengths, 400, seed=2, one_length=True)
-    batches = list(sampler)
-    assert sorted(i for b in batches for i in b) == list(range(3000))
-    sizes = {}
-    for b in batches:
-        (length,) = {lengths[i] for i in b}
-        assert length * len(b) <= 400
-        sizes.setdefault(length, set()).add(len(b))
-    for length, seen in sizes.items():
-        assert max(seen) == 400 // length                 # full batches: as many as max_tokens allows
-    # a batch less than full closes a length's run in a chunk: at most one per length and chunk
-    chunks = -(-3000 // (100 * (400 // 24)))              # 100 typical batches (median length 24): 2
-    partial = sum(len(b) < 400 // lengths[b[0]] for b in batches)
-    assert partial <= chunks * len(LISTED)
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(3000))
+        sizes = {}
+        for b in batches:
+            (length,) = {lengths[i] for i in b}
+            assert length * len(b) <= 400
+            sizes.setdefault(length, []).append(len(b))
+        for length, seen in sizes.items():   # full batches, as many as max_tokens allows, but one
+            assert sum(size < 400 // length for size in seen) <= 1
+        epochs.append((batches, {(length, size) for length, seen in sizes.items() for size in seen}))
+    assert {frozenset(b) for b in epochs[0][0]} != {frozenset(b) for b in epochs[1][0]}   # other batches,
+    assert epochs[0][1] == epochs[1][1] == epochs[2][1]                                 # same shapes
+    assert len(epochs[0][1]) <= 2 * len(LISTED)
 
 
 def test_one_length_sampler_resumes_mid_epoch_and_shards_by_rank():

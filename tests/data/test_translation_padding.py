@@ -12,7 +12,7 @@ from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import PAD
 from lit_attention.lightning.translation import TranslationModule
 
-LISTED = [8, 12, 16, 24, 32, 129]     # 129: a pair of max_len 128 tokens and EOS
+LISTED = [8, 12, 16, 24, 32, 48, 129]     # 129: a pair of max_len 128 tokens and EOS
 
 
 def toy_mt(tmp_path, **kwargs):
@@ -44,7 +44,7 @@ def test_training_batches_take_listed_lengths_and_few_shapes(tmp_path):
             width = unpadded[key].size(1)
             assert torch.equal(b[key][:, :width], unpadded[key]) and (b[key][:, width:] == PAD).all()
     assert sorted(seen) == sorted(examples)
-    # one chunk of 2,000 examples: per listed length, full batches of one size and one partial batch
+    # per listed length: full batches of one size and one partial batch
     n_plain, n_padded = len(set(shapes(plain_batches))), len(set(shapes(padded_batches)))
     print(f"toy-mt, 2,000 pairs, 512-token batches: {n_plain} shapes in {len(plain_batches)} steps "
           f"unpadded, {n_padded} in {len(padded_batches)} padded to {LISTED}")
