@@ -159,3 +159,17 @@ def test_padding_past_the_models_positions_is_refused_naming_the_key(tmp_path):
                                         "the 512 positions of the table"):
         dm.check_lengths(512, "the table")
     toy_mt(tmp_path, pad_to_lengths=[8, 16, 32, 48, 600]).check_lengths(512, "the table")   # 600 unused
+
+
+def test_fit_trains_on_padded_batches_and_its_checkpoint_tests(tmp_path):
+    tiny = ["--data.n_train", "300", "--data.n_val", "20", "--data.n_test", "20", "--model.d_model", "32",
+            "--model.ffn", "64", "--model.enc_layers", "1", "--model.dec_layers", "1",
+            "--trainer.enable_progress_bar", "false", "--trainer.limit_val_batches", "1"]
+    fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, "--run.id", "padded",
+                         "--data.pad_to_lengths", "[16, 32, 48, 129]", "--trainer.max_steps", "2", *tiny)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    run = tmp_path / "default" / "padded"
+    assert "pad_to_lengths:\n    - 16\n    - 32\n    - 48\n    - 129\n" in (run / "config.yaml").read_text()
+    test = cli_in_process("test", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path, *tiny,
+                          "--ckpt_path", run / "checkpoints" / "last.ckpt")
+    assert test.returncode == 0, test.stderr[-2000:]
