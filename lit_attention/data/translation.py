@@ -217,7 +217,8 @@ class TranslationDataModule(L.LightningDataModule):
                 raise DataError(f"{where}: {n} tokens (with EOS), more than the {most} positions of {why}: "
                                 f"shorten or split that line")
         if self.pad_to_lengths is not None and "train" in self.datasets:
-            longest = max(self.train_lengths())
+            longest = fit_length(max(padded_length(ex["src"], ex["tgt"]) for ex in self.datasets["train"]),
+                                 self.pad_to_lengths)
             if longest > most:
                 raise DataError(f"data.pad_to_lengths pads training batches to {longest} positions, more than "
                                 f"the {most} positions of {why}: list lengths of {most} or less (and lower "
@@ -233,20 +234,15 @@ class TranslationDataModule(L.LightningDataModule):
             return dist.get_world_size(), dist.get_rank()
         return 1, 0
 
-    def train_lengths(self) -> list[int]:
-        """The length each training example takes in its batch (a listed one with ``pad_to_lengths``)."""
-        lengths = [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset("train")]
-        if self.pad_to_lengths is None:
-            return lengths
-        return [fit_length(n, self.pad_to_lengths) for n in lengths]
-
     def batch_sampler(self, role: str, train: bool) -> TokenBatchSampler:
         world_size, rank = self._replicas()
-        lengths = (self.train_lengths() if train else
-                   [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset(role)])
+        lengths = [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset(role)]
+        one_length = train and self.pad_to_lengths is not None
+        if one_length:   # each example counted at the length its batch will have (collate's pad_to)
+            lengths = [fit_length(n, self.pad_to_lengths) for n in lengths]
         sampler = TokenBatchSampler(lengths, self.max_tokens, shuffle=train, seed=self.data_seed,
                                     num_replicas=world_size, rank=rank, pad_to_equal=True,
-                                    mark_padding=not train, one_length=train and self.pad_to_lengths is not None)
+                                    mark_padding=not train, one_length=one_length)
         if self.trainer is not None:
             # The batch count varies a little between epochs and Lightning reads len() only when
             # it (re)loads the loader: with reload_dataloaders_every_n_epochs=1 it stays exact.
