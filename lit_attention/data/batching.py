@@ -5,10 +5,15 @@ formed by sorting examples by length within large random chunks (similar lengths
 yet batches still differ from epoch to epoch), then the batch order is shuffled. Everything
 random is drawn from ``(seed, epoch)``, so every rank computes the same global list of batches
 and takes every ``num_replicas``-th one.
+
+Training batches may be padded to a few listed lengths (``fit_length``) so that few batch shapes
+occur: a compiled step builds a graph per shape, and the FLOP counter counts each shape once.
+The sampler then counts each example at its listed length and keeps one length per batch.
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Sequence
 
 import numpy as np
@@ -27,19 +32,30 @@ def padded_length(src_ids: Sequence[int], tgt_ids: Sequence[int]) -> int:
     return max(len(src_ids), len(tgt_ids)) + 1
 
 
+def fit_length(length: int, lengths: Sequence[int]) -> int:
+    """The smallest of the increasing ``lengths`` that holds ``length`` (ValueError: none does)."""
+    i = bisect.bisect_left(lengths, length)
+    if i == len(lengths):
+        raise ValueError(f"no listed length holds {length} positions (the largest is {lengths[-1]})")
+    return lengths[i]
+
+
 class TokenBatchSampler:
     """Yields lists of example indices whose padded size stays within ``max_tokens``.
 
     ``lengths`` are per-example padded lengths (see ``padded_length``). A single example longer
     than ``max_tokens`` still gets a batch of its own (filter long training pairs beforehand).
     With ``pad_to_equal`` every rank gets the same number of batches: the global list is
-    extended by repeating its first batches until it divides evenly.
+    extended by repeating its first batches until it divides evenly. With ``one_length`` a batch
+    holds examples of one length only (lengths padded to a few values: see ``fit_length``), each
+    length's examples are batched in the epoch's random order as one chunk, so its batches are full
+    but for one, and every epoch has the same batch shapes.
     """
 
     def __init__(self, lengths: Sequence[int], max_tokens: int, shuffle: bool = True,
                  seed: int = 0, num_replicas: int = 1, rank: int = 0,
                  bucket_size_multiplier: int = 100, pad_to_equal: bool = True,
-                 mark_padding: bool = False):
+                 mark_padding: bool = False, one_length: bool = False):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be positive, got {max_tokens}")
         if not 0 <= rank < num_replicas:
@@ -50,7 +66,7 @@ class TokenBatchSampler:
         self.num_replicas, self.rank, self.pad_to_equal = num_replicas, rank, pad_to_equal
         # Evaluation pads too (a rank with no batch breaks DDP), but marks the repeats by offsetting
         # their indices by len(lengths): `MarkedExamples` turns them into examples with dup=True.
-        self.mark_padding = mark_padding
+        self.mark_padding, self.one_length = mark_padding, one_length
         self.epoch = 0
         self.start = 0            # batches of this epoch to skip when iteration (re)starts
         self.first = 0            # where the current iteration started
@@ -75,7 +91,8 @@ class TokenBatchSampler:
         if self.shuffle:
             order = rng.permutation(n)
             typical_batch = max(1, self.max_tokens // max(1, int(np.median(self.lengths))))
-            chunk = self.bucket_size_multiplier * typical_batch
+            # one length per batch: a stable sort of the whole epoch keeps each length's random order
+            chunk = n if self.one_length else self.bucket_size_multiplier * typical_batch
         else:
             order, chunk = np.arange(n), n
         batches = []
@@ -85,7 +102,8 @@ class TokenBatchSampler:
             batch, longest = [], 0
             for i in ids.tolist():
                 length = int(self.lengths[i])
-                if batch and max(longest, length) * (len(batch) + 1) > self.max_tokens:
+                full = max(longest, length) * (len(batch) + 1) > self.max_tokens
+                if batch and (full or (self.one_length and length != longest)):
                     batches.append(batch)
                     batch, longest = [], 0
                 batch.append(i)
@@ -186,13 +204,18 @@ def loader_workers(asked: int | None, trainer) -> int:
     return max(0, min(CUDA_WORKERS, (env_threads() or allowed_cores()) - 1))
 
 
-def collate(examples: Sequence[dict]) -> dict:
+def collate(examples: Sequence[dict], pad_to: Sequence[int] | None = None) -> dict:
     """Batch dict: ``src`` = x EOS, ``tgt_in`` = BOS y, ``tgt_out`` = y EOS, PAD-padded; ``idx``;
-    ``keep`` is False on padding repeats (evaluation under DDP), which metrics must skip."""
+    ``keep`` is False on padding repeats (evaluation under DDP), which metrics must skip.
+
+    With ``pad_to`` (increasing lengths) source and target are both padded to the smallest of
+    them that holds the batch's longest side: [B, L] each, L one of ``pad_to``."""
     # Padded Python rows, then one tensor each: a 4,096-token batch in ~2 ms instead of ~9 ms of
     # per-example tensor writes, on the training loop's thread (issue 38).
     src_len = max(len(ex["src"]) for ex in examples) + 1
     tgt_len = max(len(ex["tgt"]) for ex in examples) + 1
+    if pad_to is not None:
+        src_len = tgt_len = fit_length(max(src_len, tgt_len), pad_to)
     src = torch.tensor([[*ex["src"], EOS, *[PAD] * (src_len - 1 - len(ex["src"]))] for ex in examples],
                        dtype=torch.long)
     tgt_in = torch.tensor([[BOS, *ex["tgt"], *[PAD] * (tgt_len - 1 - len(ex["tgt"]))] for ex in examples],

@@ -11,6 +11,7 @@ no pair is left.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Literal
 
@@ -20,7 +21,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
 from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
-                                         loader_workers, padded_length, pin_memory)
+                                         fit_length, loader_workers, padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.data.tokenizers import build_tokenizers
@@ -44,6 +45,11 @@ class TranslationDataModule(L.LightningDataModule):
     task). ``max_len`` drops training pairs with more tokens than that on either side.
     ``num_workers``: DataLoader worker processes; null chooses by device (batching.loader_workers:
     none on a CPU, 2 for a CUDA device).
+
+    ``pad_to_lengths`` (increasing lengths, the largest at least ``max_len + 1``) pads every
+    training batch's source and target to the smallest listed length that holds both, so that
+    training sees few batch shapes (a compiled step builds a graph per shape); ``max_tokens``
+    bounds the padded batch. Evaluation batches are never padded beyond their longest sentence.
     """
 
     def __init__(self, task: Task = DEFAULT["data.task"], data_dir: str | None = None, src_lang: str = "src",
@@ -53,9 +59,12 @@ class TranslationDataModule(L.LightningDataModule):
                  n_symbols: int = 20, data_seed: int = 1234, tokenizer: Tokenizer = DEFAULT["data.tokenizer"],
                  spm_model: SpmModel = DEFAULT["data.spm_model"], vocab_size: int = 8000, joint_vocab: bool = True,
                  cache_dir: str = ".cache/lit_attention", max_tokens: int = 4096,
-                 max_len: int = 128, num_workers: int | None = None, limit_train: int | None = None):
+                 max_len: int = 128, num_workers: int | None = None, limit_train: int | None = None,
+                 pad_to_lengths: list[int] | None = None):
         super().__init__()
         check_config("seq2seq", "data", task=task, tokenizer=tokenizer, spm_model=spm_model)
+        if pad_to_lengths is not None:
+            check_pad_to_lengths(pad_to_lengths, max_len)
         if task == FILES_TASK and not data_dir:
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
         if num_workers is not None and num_workers < 0:
@@ -71,6 +80,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.vocab_size, self.joint_vocab, self.cache_dir = vocab_size, joint_vocab, cache_dir
         self.max_tokens, self.max_len, self.num_workers = max_tokens, max_len, num_workers
         self.limit_train = limit_train
+        self.pad_to_lengths = tuple(pad_to_lengths) if pad_to_lengths is not None else None
         self.stats: dict[str, dict[str, int]] = {}          # role -> {"lines": read, "pairs": kept}
         self.dropped: dict[str, dict[str, int]] = {}        # encoded role -> {reason: pairs dropped}
         self._dropped_reading: dict[str, dict[str, int]] = {}
@@ -210,6 +220,13 @@ class TranslationDataModule(L.LightningDataModule):
                          else f"task {self.task}, split {split!r}, sentence {ex['idx'] + 1}")
                 raise DataError(f"{where}: {n} tokens (with EOS), more than the {most} positions of {why}: "
                                 f"shorten or split that line")
+        if self.pad_to_lengths is not None and "train" in self.datasets:
+            longest = fit_length(max(padded_length(ex["src"], ex["tgt"]) for ex in self.datasets["train"]),
+                                 self.pad_to_lengths)
+            if longest > most:
+                raise DataError(f"data.pad_to_lengths pads training batches to {longest} positions, more than "
+                                f"the {most} positions of {why}: list lengths of {most} or less (and lower "
+                                f"data.max_len to fit)")
 
     # ---- loaders --------------------------------------------------------------------------
 
@@ -222,12 +239,14 @@ class TranslationDataModule(L.LightningDataModule):
         return 1, 0
 
     def batch_sampler(self, role: str, train: bool) -> TokenBatchSampler:
-        examples = self.dataset(role)
         world_size, rank = self._replicas()
-        sampler = TokenBatchSampler([padded_length(ex["src"], ex["tgt"]) for ex in examples],
-                                    self.max_tokens, shuffle=train, seed=self.data_seed,
+        lengths = [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset(role)]
+        one_length = train and self.pad_to_lengths is not None
+        if one_length:   # each example counted at the length its batch will have (collate's pad_to)
+            lengths = [fit_length(n, self.pad_to_lengths) for n in lengths]
+        sampler = TokenBatchSampler(lengths, self.max_tokens, shuffle=train, seed=self.data_seed,
                                     num_replicas=world_size, rank=rank, pad_to_equal=True,
-                                    mark_padding=not train)
+                                    mark_padding=not train, one_length=one_length)
         if self.trainer is not None:
             # The batch count varies a little between epochs and Lightning reads len() only when
             # it (re)loads the loader: with reload_dataloaders_every_n_epochs=1 it stays exact.
@@ -236,8 +255,9 @@ class TranslationDataModule(L.LightningDataModule):
 
     def train_dataloader(self):
         sampler = self.batch_sampler("train", train=True)
+        pad = functools.partial(collate, pad_to=self.pad_to_lengths) if self.pad_to_lengths else collate
         return ResumableDataLoader(self.dataset("train"), batch_sampler=sampler,
-                                   collate_fn=collate, num_workers=loader_workers(self.num_workers, self.trainer),
+                                   collate_fn=pad, num_workers=loader_workers(self.num_workers, self.trainer),
                                    pin_memory=pin_memory(self.trainer))
 
     def val_dataloader(self):
@@ -251,3 +271,17 @@ class TranslationDataModule(L.LightningDataModule):
         return DataLoader(MarkedExamples(self.datasets[role]), batch_sampler=sampler, collate_fn=collate,
                           num_workers=loader_workers(self.num_workers, self.trainer),
                           pin_memory=pin_memory(self.trainer))
+
+
+def check_pad_to_lengths(lengths: list[int], max_len: int) -> None:
+    """ValueError naming data.pad_to_lengths unless its lengths are positive, increasing and hold
+    every training pair ``max_len`` lets in (``max_len`` tokens and EOS)."""
+    if not lengths:
+        raise ValueError("data.pad_to_lengths is an empty list: give increasing lengths (e.g. [16, 32, 64, "
+                         f"{max_len + 1}]), or null to pad each batch to its longest sentence")
+    if lengths[0] < 1 or any(b <= a for a, b in zip(lengths, lengths[1:])):
+        raise ValueError(f"data.pad_to_lengths {list(lengths)}: the lengths must be positive and increasing")
+    if lengths[-1] < max_len + 1:
+        raise ValueError(f"data.pad_to_lengths {list(lengths)}: the largest length, {lengths[-1]}, cannot hold "
+                         f"a training pair of data.max_len {max_len} tokens and EOS ({max_len + 1}): list a "
+                         f"length of {max_len + 1} or more, or give --data.max_len {lengths[-1] - 1}")

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
-           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution"]
+           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution", "shape_buckets"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -74,6 +74,9 @@ SUMMARIES = {
                       r"|(?P<card>[^:]+): fit/plain fp32 (?P<fit_fp32>N)(?:; [\w/ ]+ -?[0-9.]+)*)",
     "gpu_fit_attribution": r"(?:not measured: no CUDA GPU on this machine"
                            r"|(?P<card>[^:]+): fit (?P<fit>N)(?:; [\w, ]+ -?[0-9.]+)*)",
+    "shape_buckets": r"unpadded (?P<plain_shapes>N) shapes over (?P<epochs>N) epochs, (?P<plain_steps>N) steps/epoch, "
+                     r"(?P<plain_padding>N)% padding; (?P<row>[\w ]+): (?P<shapes>N) shapes, (?P<steps>N) steps/epoch "
+                     r"= (?P<ratio>N)x, (?P<padding>N)% padding",
 }
 NUMBER = r"-?(?:[0-9][0-9,]*(?:\.[0-9]+)?|nan|inf)"
 GOAL_OF = {"lightning_overhead": ("bare", "cli"), "attention_path": ("vs_torch",),   # min of these vs goal

@@ -1,9 +1,10 @@
-"""Token-count batching: max_tokens, bucketing, rank shards, resumable loaders, collate."""
+"""Token-count batching: max_tokens, bucketing, rank shards, resumable loaders, collate, and
+padding training batches to listed lengths (one length per batch)."""
 
 import pytest
 import torch
 
-from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate,
+from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate, fit_length,
                                          padded_length)
 from lit_attention.data.vocab import BOS, EOS, PAD
 
@@ -170,3 +171,67 @@ def test_loader_workers_are_as_asked_else_none_on_a_cpu_and_some_for_a_cuda_devi
     assert loader_workers(None, on("cuda:0")) == 1
     monkeypatch.setenv("OMP_NUM_THREADS", "1")       # nothing beyond the main process
     assert loader_workers(None, on("cuda:0")) == 0
+
+
+# ---- padding to listed lengths --------------------------------------------------------------
+
+LISTED = (8, 16, 24, 32, 48)
+
+
+def test_fit_length_is_the_smallest_listed_length_that_holds_it():
+    assert [fit_length(n, LISTED) for n in (1, 8, 9, 16, 17, 47, 48)] == [8, 8, 16, 16, 24, 48, 48]
+    with pytest.raises(ValueError, match="no listed length holds 49 positions"):
+        fit_length(49, LISTED)
+
+
+def test_one_length_per_batch_gives_every_epoch_the_same_few_batch_shapes():
+    lengths = [fit_length(n, LISTED) for n in lengths_for(3000)]
+    free = TokenBatchSampler(lengths, 400, seed=2)
+    assert any(len({lengths[i] for i in b}) > 1 for b in free)      # without it batches mix lengths
+    sampler = TokenBatchSampler(lengths, 400, seed=2, one_length=True)
+    epochs = []
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert sorted(i for b in batches for i in b) == list(range(3000))
+        sizes = {}
+        for b in batches:
+            (length,) = {lengths[i] for i in b}
+            assert length * len(b) <= 400
+            sizes.setdefault(length, []).append(len(b))
+        for length, seen in sizes.items():   # full batches, as many as max_tokens allows, but one
+            assert sum(size < 400 // length for size in seen) <= 1
+        epochs.append((batches, {(length, size) for length, seen in sizes.items() for size in seen}))
+    assert {frozenset(b) for b in epochs[0][0]} != {frozenset(b) for b in epochs[1][0]}   # other batches,
+    assert epochs[0][1] == epochs[1][1] == epochs[2][1]                                 # same shapes
+    assert len(epochs[0][1]) <= 2 * len(LISTED)
+
+
+def test_one_length_sampler_resumes_mid_epoch_and_shards_by_rank():
+    lengths = [fit_length(n, LISTED) for n in lengths_for(600)]
+    make = lambda **kw: TokenBatchSampler(lengths, 200, seed=3, one_length=True, **kw)  # noqa: E731
+    sampler = make()
+    sampler.set_epoch(1)
+    full = list(sampler)
+    it = iter(sampler)
+    consumed = [next(it) for _ in range(5)]
+    resumed = make()
+    resumed.load_state_dict(sampler.state_dict())
+    resumed.set_epoch(1)
+    assert consumed + list(resumed) == full
+    shards = [list(make(num_replicas=2, rank=r, pad_to_equal=False)) for r in (0, 1)]
+    assert sorted(i for shard in shards for b in shard for i in b) == list(range(600))
+    assert shards[0] == list(make())[0::2]
+
+
+def test_collate_pads_both_sides_to_the_smallest_listed_length_that_holds_the_batch():
+    examples = [{"idx": 7, "src": [10, 11, 12], "tgt": [20]}, {"idx": 3, "src": [13], "tgt": [21, 22, 23, 24]}]
+    plain, padded = collate(examples), collate(examples, pad_to=(4, 8, 16))
+    for key in ("src", "tgt_in", "tgt_out"):
+        assert padded[key].shape == (2, 8)        # the longest side takes 5 positions: 8
+        width = plain[key].size(1)
+        assert torch.equal(padded[key][:, :width], plain[key]) and (padded[key][:, width:] == PAD).all()
+    assert torch.equal(padded["idx"], plain["idx"]) and torch.equal(padded["keep"], plain["keep"])
+    assert collate(examples, pad_to=(5,))["src"].shape == (2, 5)
+    with pytest.raises(ValueError, match="no listed length holds 5"):
+        collate(examples, pad_to=(4,))

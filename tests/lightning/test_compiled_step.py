@@ -75,3 +75,37 @@ def test_compiled_steps_train_as_the_eager_ones_do(tmp_path):
     torch.testing.assert_close(runs[True][0], runs[False][0], rtol=1e-5, atol=1e-5)
     for name, value in runs[False][1].items():
         torch.testing.assert_close(runs[True][1][name], value, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_padding_to_listed_lengths_bounds_the_graphs_a_static_compile_builds(tmp_path):
+    """With ``dynamic=False`` (what CUDA graphs need) torch.compile builds a graph for every batch
+    shape. ``data.pad_to_lengths`` bounds the shapes: per listed length, full batches of one size
+    and the batch that ends the length. A backend that counts the graphs it is given, one epoch."""
+    listed = [16, 24, 32, 48, 129]
+    built = {}
+    for pad in (None, listed):
+        dm = TranslationDataModule(task="toy-mt", n_train=600, n_val=10, n_test=10, tokenizer="word",
+                                   max_tokens=512, cache_dir=str(tmp_path), pad_to_lengths=pad)
+        dm.setup("fit")
+        m = module(dm, dropout=0.0)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        graphs, shapes = [], set()
+
+        def counting_backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm.forward
+
+        torch.compiler.reset()
+        step = torch.compile(m.training_loss, backend=counting_backend, dynamic=False)
+        for batch in dm.train_dataloader():
+            shapes.add(tuple(batch["src"].shape) + tuple(batch["tgt_in"].shape))
+            loss, _ = step(batch)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        built[pad is not None] = len(graphs), len(shapes)
+    torch.compiler.reset()
+    (padded_graphs, padded_shapes), (plain_graphs, plain_shapes) = built[True], built[False]
+    assert padded_graphs == padded_shapes <= 2 * len(listed)
+    # unpadded: a graph per shape until torch's recompile limit (8) sends the rest to eager
+    assert plain_shapes > padded_shapes and plain_graphs > padded_graphs
