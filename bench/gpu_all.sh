@@ -4,10 +4,12 @@
 #
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT"
 #
-# 1. bench/gpu_throughput.py: plain loop vs `fit`, fp32/bf16, eager then compiled (rows not started
-#    after --time-limit are skipped and said so);
-# 2. bench/gpu_sweep.py: 1, 4 and 8 packed reference-size trials on the GPU;
+# 1. bench/gpu_throughput.py, eager rows: plain loop vs `fit` (fp32/bf16, fit without loader
+#    workers), the plain loop over padded batches (data.pad_to_lengths);
+# 2. bench/gpu_throughput.py, the compiled row that could pay on a launch-bound step: padded
+#    batches (few shapes) under torch.compile with CUDA graphs, beside the eager fp32 baseline;
 # 3. the README's main job, `lit-attention sweep sweeps/demo.yaml`, on this one-GPU machine.
+# (Packed sweep trials, bench/gpu_sweep.py, were measured on 2026-11-27: docs/BENCHMARKS.md.)
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
 out=${1:-gpu-out}
@@ -15,12 +17,12 @@ mkdir -p "$out"
 { nvidia-smi || echo "no nvidia-smi"; } > "$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee "$out/versions.txt"
 
-timeout 330 python3 bench/gpu_throughput.py --time-limit 220 2>&1 | tee "$out/gpu_throughput.log"
-echo "gpu_throughput exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+timeout 200 python3 bench/gpu_throughput.py --no-compile --time-limit 150 2>&1 | tee "$out/gpu_throughput.log"
+echo "gpu_throughput (eager) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 
-timeout 130 python3 bench/gpu_sweep.py --packs 1,4,8 --steps 150 --no-sweep --time-limit 110 2>&1 \
-  | tee "$out/gpu_sweep.log"
-echo "gpu_sweep exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+timeout 300 python3 bench/gpu_throughput.py --rows '^plain 32-true$|32-true compiled with CUDA graphs, padded' \
+  --time-limit 60 2>&1 | tee "$out/gpu_throughput_compiled.log"
+echo "gpu_throughput (compiled) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 
 if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   start=$(date +%s)

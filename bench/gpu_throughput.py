@@ -7,7 +7,12 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
   timing and pinned, moved with non_blocking copies; attention under models/sdpa_backends.py's
   choice; ``torch.compile(net, dynamic=True)`` for the compiled rows (one graph for all shapes);
 - fit: ``lit_attention.cli.main(["fit", ...])`` in this process, every callback it adds; the
-  compiled rows with ``--model.compile_step true``.
+  compiled rows with ``--model.compile_step true``;
+- "padded": the plain loop over batches padded to multiples of 8 (``data.pad_to_lengths``: 11
+  shapes in an epoch instead of 35, 1.2x the steps; bench/shape_buckets.py), eager, compiled
+  (dynamic), and compiled with CUDA graphs (``mode="reduce-overhead"``: a graph recorded per
+  shape, which only few shapes make affordable). Their tokens/s count the target tokens of their
+  own batches, so they compare with the unpadded rows in useful work.
 
 Rows run eager first, then compiled (compiling takes tens of seconds a row); those not started
 when ``--time-limit`` has passed are skipped and said so.
@@ -24,6 +29,7 @@ GPU it says so and exits 0. One call, under 8 minutes on an H100/H200:
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -50,13 +56,14 @@ def sync(device: str) -> None:
 
 
 def plain_loop(template, batches: list[dict], precision: str, compiled: bool, warmup: int,
-               device: str) -> float:
+               device: str, cuda_graphs: bool = False) -> float:
     """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed)."""
     import copy
 
     from lit_attention.models.sdpa_backends import attention_backends
     net = copy.deepcopy(template).to(device).train()
-    model = torch.compile(net, dynamic=True) if compiled else net
+    mode = "reduce-overhead" if cuda_graphs else None
+    model = torch.compile(net, dynamic=True, mode=mode) if compiled else net
     opt, sched = B.adam_with_warmup(net.parameters(), 1e-3, 400)
     bf16 = precision == "bf16-mixed"
     start = None
@@ -66,6 +73,8 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
                 sync(device)
                 start = time.perf_counter()
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            if cuda_graphs:   # a new training step: the graphs' outputs of the last one are done with
+                torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
                 loss = B.seq2seq_loss(model, batch)
             loss.backward()
@@ -83,6 +92,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=20, help="untimed first steps per row")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the compiled rows")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    p.add_argument("--rows", default="", help="run only the rows whose name this regular expression finds")
     p.add_argument("--time-limit", type=float, default=300.0,
                    help="seconds after which the rows not yet started are skipped (the table and ratios "
                         "still print)")
@@ -110,6 +120,12 @@ def main() -> None:
     if args.device == "cuda":
         batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
     tokens = sum(B.target_tokens(b) for b in batches[args.warmup:]) / (args.steps - args.warmup)
+    padded_dm = TranslationDataModule(**data, pad_to_lengths=list(range(8, dm.max_len + 9, 8)))
+    padded_dm.setup("fit")
+    padded = B.train_batches(padded_dm, args.steps)
+    if args.device == "cuda":
+        padded = [{k: v.pin_memory() for k, v in b.items()} for b in padded]
+    padded_tokens = sum(B.target_tokens(b) for b in padded[args.warmup:]) / (args.steps - args.warmup)
     size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
     model = F.model_args(size, lr=1e-3, warmup=400)
     torch.manual_seed(args.seed)
@@ -118,17 +134,26 @@ def main() -> None:
     print(f"{card(args.device)}\ndata: {data_desc}, 4,096-token batches, {tokens:,.0f} target tokens a step; "
           f"model: transformer {size}; {args.steps} steps a row ({args.warmup} untimed)", flush=True)
 
-    rates: dict[str, float] = {}
+    rates: dict[str, float] = {}       # target tokens/s
+    failed: list[str] = []
     began = time.perf_counter()
 
-    def row(name: str, run) -> None:
+    def row(name: str, run, step_tokens: float = tokens) -> None:
         """Time one row, unless the time limit has passed (rows run in the order of their value)."""
+        if not re.search(args.rows, name):
+            return
         if time.perf_counter() - began > args.time_limit:
             print(f"{name}: skipped (--time-limit {args.time_limit:.0f} s passed)", flush=True)
             return
         t0 = time.perf_counter()
-        rates[name] = run()
-        print(f"{name}: {rates[name]:.1f} steps/s ({time.perf_counter() - t0:.0f} s with set-up and compiling)",
+        try:
+            steps = run()
+        except Exception as exc:   # one failing row (a compiler error) must not lose the others
+            print(f"{name}: FAILED: {type(exc).__name__}: {str(exc)[:500]}", flush=True)
+            failed.append(name)
+            return
+        rates[name] = steps * step_tokens
+        print(f"{name}: {steps:.1f} steps/s ({time.perf_counter() - t0:.0f} s with set-up and compiling)",
               flush=True)
 
     def fit(precision: str, compiled: bool, **data_options):
@@ -151,10 +176,21 @@ def main() -> None:
             row(f"plain {precision} compiled",
                 lambda: plain_loop(template.net, batches, precision, True, args.warmup, args.device))
             row(f"fit {precision} compiled", fit(precision, True))
+    for precision in precisions:
+        row(f"plain {precision}, padded",
+            lambda: plain_loop(template.net, padded, precision, False, args.warmup, args.device), padded_tokens)
+        if args.compile:
+            row(f"plain {precision} compiled, padded",
+                lambda: plain_loop(template.net, padded, precision, True, args.warmup, args.device), padded_tokens)
+            if args.device == "cuda":
+                row(f"plain {precision} compiled with CUDA graphs, padded",
+                    lambda: plain_loop(template.net, padded, precision, True, args.warmup, args.device, True),
+                    padded_tokens)
 
     base = rates.get("plain 32-true")
     B.table(["row", "target tok/s", "ms/step", "vs plain fp32"],
-            [[name, rate * tokens, 1000 / rate, rate / base if base else float("nan")] for name, rate in rates.items()])
+            [[name, rate, 1000 * (padded_tokens if "padded" in name else tokens) / rate,
+              rate / base if base else float("nan")] for name, rate in rates.items()])
     pairs = {"fit/plain fp32": ("fit 32-true", "plain 32-true"),
              "fit/plain bf16": ("fit bf16-mixed", "plain bf16-mixed"),
              "bf16/fp32 fit": ("fit bf16-mixed", "fit 32-true"),
@@ -163,13 +199,21 @@ def main() -> None:
              "fit compiled/plain eager fp32": ("fit 32-true compiled", "plain 32-true"),
              "fit compiled bf16/plain eager fp32": ("fit bf16-mixed compiled", "plain 32-true"),
              "bf16/fp32 fit compiled": ("fit bf16-mixed compiled", "fit 32-true compiled"),
-             "fit/plain compiled fp32": ("fit 32-true compiled", "plain 32-true compiled")}
+             "fit/plain compiled fp32": ("fit 32-true compiled", "plain 32-true compiled"),
+             "padded/unpadded plain fp32": ("plain 32-true, padded", "plain 32-true"),
+             "compiled padded/plain eager fp32": ("plain 32-true compiled, padded", "plain 32-true"),
+             "CUDA graphs padded/plain eager fp32": ("plain 32-true compiled with CUDA graphs, padded", "plain 32-true"),
+             "CUDA graphs padded bf16/plain eager fp32":
+                 ("plain bf16-mixed compiled with CUDA graphs, padded", "plain 32-true")}
     ratios = {name: rates[a] / rates[b] for name, (a, b) in pairs.items() if a in rates and b in rates}
     for name, value in ratios.items():
         goal = GOALS.get(name)
         print(f"{name}: {value:.3f}" + (f" (goal >= {goal}: {'met' if value >= goal else 'NOT met'})" if goal else ""))
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
-    B.summary(f"gpu_throughput: {name}: " + "; ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+    B.summary(f"gpu_throughput: {name}: " + "; ".join(f"{k} {v:.3f}" for k, v in ratios.items())
+              + (f"; FAILED rows: {', '.join(failed)}" if failed else ""))
+    if failed:
+        raise SystemExit(1)
 
 
 def multi30k_args() -> dict:

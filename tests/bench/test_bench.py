@@ -226,6 +226,7 @@ def test_gpu_throughput_runs_every_row_where_it_can_on_the_cpu(monkeypatch):
     """The GPU script's rows, checked on the CPU (--device cpu) so that a GPU call cannot fail on
     a typo; the compiled rows are left to the GPU (torch.compile takes minutes on this CPU)."""
     text = run_script("gpu_throughput", monkeypatch, "--quick", "--device", "cpu", "--no-compile", "--threads", "1")
-    for row in ("plain 32-true", "fit 32-true", "fit 32-true, no loader workers", "plain bf16-mixed", "fit bf16-mixed"):
+    for row in ("plain 32-true", "fit 32-true", "fit 32-true, no loader workers", "plain bf16-mixed", "fit bf16-mixed",
+                "plain 32-true, padded", "plain bf16-mixed, padded"):
         assert re.search(rf"^{row} +[\d,.]+ +[\d,.]+ +[\d.]+$", text, re.M), (row, text[-2000:])
     assert re.search(r"^SUMMARY gpu_throughput: CPU \(not a GPU figure\): fit/plain fp32 [\d.]+", text, re.M)
