@@ -5,7 +5,8 @@
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT"
 #
 # 1. bench/gpu_throughput.py, eager rows: plain loop vs `fit` (fp32/bf16, fit without loader
-#    workers), the plain loop over padded batches (data.pad_to_lengths);
+#    workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
+#    attention, which plans each of the 11 shapes once);
 # 2. bench/gpu_fit_attribution.py: where fit's step time goes (FLOP counting, diagnostics, bar);
 # 3. bench/gpu_throughput.py, the compiled row that could pay on a launch-bound step: padded
 #    batches (few shapes) under torch.compile with CUDA graphs, beside the eager fp32 baseline;

@@ -12,7 +12,9 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
   shapes in an epoch instead of 35, 1.2x the steps; bench/shape_buckets.py), eager, compiled
   (dynamic), and compiled with CUDA graphs (``mode="reduce-overhead"``: a graph recorded per
   shape, which only few shapes make affordable). Their tokens/s count the target tokens of their
-  own batches, so they compare with the unpadded rows in useful work.
+  own batches, so they compare with the unpadded rows in useful work; on a GPU also bf16 over
+  padded batches with cuDNN's attention allowed (it builds a plan per shape, ~13 ms each: the
+  reason sdpa_backends.py never allows it for unpadded batches).
 
 Rows run eager first, then compiled (compiling takes tens of seconds a row); those not started
 when ``--time-limit`` has passed are skipped and said so.
@@ -56,18 +58,23 @@ def sync(device: str) -> None:
 
 
 def plain_loop(template, batches: list[dict], precision: str, compiled: bool, warmup: int,
-               device: str, cuda_graphs: bool = False) -> float:
-    """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed)."""
+               device: str, cuda_graphs: bool = False, cudnn_attention: bool = False) -> float:
+    """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed). ``cudnn_attention``:
+    the cuDNN attention kernel allowed besides models/sdpa_backends.py's choice (first in line)."""
     import copy
 
-    from lit_attention.models.sdpa_backends import attention_backends
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lit_attention.models.sdpa_backends import allowed, attention_backends
     net = copy.deepcopy(template).to(device).train()
     mode = "reduce-overhead" if cuda_graphs else None
     model = torch.compile(net, dynamic=True, mode=mode) if compiled else net
     opt, sched = B.adam_with_warmup(net.parameters(), 1e-3, 400)
     bf16 = precision == "bf16-mixed"
     start = None
-    with attention_backends(device, precision):
+    backends = (sdpa_kernel([SDPBackend.CUDNN_ATTENTION, *allowed(device, precision)], set_priority=True)
+                if cudnn_attention else attention_backends(device, precision))
+    with backends:
         for i, batch in enumerate(batches):
             if i == warmup:
                 sync(device)
@@ -179,6 +186,10 @@ def main() -> None:
     for precision in precisions:
         row(f"plain {precision}, padded",
             lambda: plain_loop(template.net, padded, precision, False, args.warmup, args.device), padded_tokens)
+        if args.device == "cuda" and precision == "bf16-mixed":   # cuDNN plans a shape once: 11 plans
+            row("plain bf16-mixed, padded, cuDNN attention",
+                lambda: plain_loop(template.net, padded, precision, False, args.warmup, args.device,
+                                   cudnn_attention=True), padded_tokens)
         if args.compile:
             row(f"plain {precision} compiled, padded",
                 lambda: plain_loop(template.net, padded, precision, True, args.warmup, args.device), padded_tokens)
@@ -201,6 +212,8 @@ def main() -> None:
              "bf16/fp32 fit compiled": ("fit bf16-mixed compiled", "fit 32-true compiled"),
              "fit/plain compiled fp32": ("fit 32-true compiled", "plain 32-true compiled"),
              "padded/unpadded plain fp32": ("plain 32-true, padded", "plain 32-true"),
+             "bf16 padded/plain fp32": ("plain bf16-mixed, padded", "plain 32-true"),
+             "bf16 padded cuDNN attention/plain fp32": ("plain bf16-mixed, padded, cuDNN attention", "plain 32-true"),
              "compiled padded/plain eager fp32": ("plain 32-true compiled, padded", "plain 32-true"),
              "CUDA graphs padded/plain eager fp32": ("plain 32-true compiled with CUDA graphs, padded", "plain 32-true"),
              "CUDA graphs padded bf16/plain eager fp32":
