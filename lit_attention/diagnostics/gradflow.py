@@ -21,9 +21,7 @@ Nothing here creates or changes a parameter's ``.grad``.
 
 from __future__ import annotations
 
-import math
 import random
-from collections import defaultdict
 from contextlib import contextmanager
 from typing import Callable, Iterable, Sequence
 
@@ -259,9 +257,19 @@ def module_path(parameter_name: str, depth: int) -> str:
 
 
 def per_module_grad_norms(model: nn.Module, depth: int = 2) -> dict[str, float]:
-    """L2 gradient norm per module path (see `module_path`), over parameters that have a grad."""
-    squares: dict[str, list[torch.Tensor]] = defaultdict(list)
+    """L2 gradient norm per module path (see `module_path`), over parameters that have a grad.
+
+    One norm kernel per gradient, summed per module on the device, then one read for all of them
+    (a read per module made as many waits on a GPU)."""
+    paths, norms = [], []
     for name, p in model.named_parameters():
         if p.grad is not None:
-            squares[module_path(name, depth)].append(p.grad.detach().double().pow(2).sum())
-    return {name: math.sqrt(torch.stack(s).sum().item()) for name, s in squares.items()}
+            paths.append(module_path(name, depth))
+            norms.append(torch.linalg.vector_norm(p.grad, dtype=torch.float64))
+    if not norms:
+        return {}
+    names = list(dict.fromkeys(paths))
+    index = torch.tensor([names.index(path) for path in paths], device=norms[0].device)
+    squares = torch.zeros(len(names), dtype=torch.float64, device=norms[0].device)
+    squares.index_add_(0, index, torch.stack(norms).square())
+    return dict(zip(names, squares.sqrt().tolist()))

@@ -74,8 +74,11 @@ class DiagnosticsCallback(Callback):
                 trainer.datamodule.dataset("val"), self.gradflow_sentences, self.gradflow_distance)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if self.gradflow_rows and trainer.is_global_zero:
-            self._write_gradflow()   # drops rows a killed run wrote after its checkpoint
+        if trainer.is_global_zero:   # drops rows a killed run wrote after its checkpoint
+            if self.gradflow_rows:
+                self._write_gradflow()
+            else:
+                (self.run_dir.path / GRADFLOW).unlink(missing_ok=True)
 
     @staticmethod
     def _net(pl_module: LightningModule):
@@ -127,9 +130,7 @@ class DiagnosticsCallback(Callback):
         batch = {k: v.to(pl_module.device) for k, v in batch.items()}
         with self._attention_backends(pl_module):
             rows = gradient_flow(net, batch, max_distance)
-        for row in rows:
-            self.gradflow_rows.append({**row, "step": step, "norm": float(f"{row['norm']:.6g}")})
-        self._write_gradflow()
+        self.add_gradflow_rows([{**row, "step": step, "norm": float(f"{row['norm']:.6g}")} for row in rows])
 
     @staticmethod
     def _attention_backends(pl_module: LightningModule):
@@ -145,6 +146,20 @@ class DiagnosticsCallback(Callback):
                 "gradflow": self.gradflow_every or None,
                 "train_loss_logged": trainer.log_every_n_steps or None,
                 "finite_loss_check": check() if check is not None else None}
+
+    def add_gradflow_rows(self, rows: list[dict]) -> None:
+        """Keep a measurement's rows and append them to gradflow.csv. (Rewriting the whole file at
+        every measurement cost time in proportion to all rows so far: quadratic over a run.)"""
+        path = self.run_dir.path / GRADFLOW
+        new_file = not path.exists()
+        self.gradflow_rows.extend(rows)
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_COLUMNS, lineterminator="\n")
+        if new_file:
+            writer.writeheader()
+        writer.writerows(rows)
+        with open(path, "a", encoding="utf-8", newline="") as f:
+            f.write(buf.getvalue())
 
     def _write_gradflow(self) -> None:
         buf = io.StringIO()

@@ -83,3 +83,47 @@ def test_per_module_gradient_norms_appear_only_at_the_steps_they_were_measured(t
     assert steps == list(range(0, 4 * len(steps), 4)) and len(steps) >= 3, steps
     # each measurement is its own: no two measured steps carry the same norms (stale copies did)
     assert not measured[module].duplicated().any()
+
+
+def gradflow_rows(step, n):
+    return [{"step": step, "direction": "forward", "sentence": i, "position": 0, "distance": 0, "norm": 1.5}
+            for i in range(n)]
+
+
+def test_a_gradient_flow_measurement_appends_its_rows_and_leaves_the_earlier_ones(tmp_path):
+    # Rewriting every row at every measurement grew quadratically over a long run.
+    from lit_attention.lightning.diagnostics import DiagnosticsCallback
+    from lit_attention.tracking.run_store import RunDir
+
+    callback = DiagnosticsCallback(RunDir(tmp_path))
+    callback.add_gradflow_rows(gradflow_rows(100, 3))
+    path = tmp_path / "gradflow.csv"
+    path.write_text(path.read_text() + "# written before\n")
+    callback.add_gradflow_rows(gradflow_rows(200, 2))
+    lines = path.read_text().splitlines()
+    assert lines[0] == "step,direction,sentence,position,distance,norm"
+    assert lines[4] == "# written before"                   # not rewritten from memory
+    assert lines[5:] == ["200,forward,0,0,0,1.5", "200,forward,1,0,0,1.5"]
+    assert len(callback.gradflow_rows) == 5
+
+
+def test_training_starts_gradflow_csv_from_the_rows_its_checkpoint_holds(tmp_path):
+    # A run killed after a measurement but before its next checkpoint left rows that the
+    # continued run measures again: they are dropped when training starts.
+    from lightning.pytorch import Trainer
+
+    from lit_attention.lightning.diagnostics import DiagnosticsCallback
+    from lit_attention.tracking.run_store import RunDir
+
+    path = tmp_path / "gradflow.csv"
+    killed = DiagnosticsCallback(RunDir(tmp_path))
+    killed.add_gradflow_rows(gradflow_rows(100, 2))
+    trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, enable_checkpointing=False)
+    DiagnosticsCallback(RunDir(tmp_path)).on_train_start(trainer, None)   # its checkpoint: no rows
+    assert not path.exists()
+    killed.add_gradflow_rows(gradflow_rows(200, 1))                      # ... or rows up to step 100
+    resumed = DiagnosticsCallback(RunDir(tmp_path))
+    resumed.load_state_dict({"gradflow_rows": gradflow_rows(100, 2)})
+    resumed.on_train_start(trainer, None)
+    assert pd.read_csv(path)["step"].tolist() == [100, 100]
