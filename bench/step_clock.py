@@ -70,3 +70,62 @@ class StepClock(Callback):
 
     def rate(self, warmup: int, seen_shapes_only: bool = False) -> float:
         return steps_per_second(self.times, warmup, self.keys if seen_shapes_only else None, self.validating)
+
+
+class PairedPlainStep(Callback):
+    """After each of `fit`'s training steps, one step of a plain loop on the same batch, timed
+    apart (bench/fit_overhead.py): a copy of the model taken when training starts, with its own
+    fused Adam, schedule, fused loss and clipping (benchlib.train_step).
+
+    The two alternate step by step, so both see the same machine: measured as two separate runs,
+    the plain loop alone read 35.8-39.6 steps/CPU-s across the rounds of one invocation, which
+    swamped a difference of a few per cent. ``fit_spans[i]`` is `fit`'s step i, from the end of
+    the plain step before it to this hook (its other callbacks, Lightning's loop, the next batch's
+    fetch, the step itself), less any validation in between; ``plain_spans[i]`` the plain step."""
+
+    last: "PairedPlainStep | None" = None
+
+    def __init__(self, lr: float = 1e-3, warmup: int = 400):
+        self.lr, self.warmup = lr, warmup
+        self.fit_spans: list[float] = []
+        self.plain_spans: list[float] = []
+        self.keys: list = []
+        self._mark = self._validating = self._validation_began = 0.0
+        PairedPlainStep.last = self
+
+    def on_train_start(self, trainer, pl_module):
+        import copy
+
+        import benchlib as B
+        self._step = B.train_step
+        self.net = copy.deepcopy(pl_module.net).train()
+        self.opt, self.sched = B.adam_with_warmup(self.net.parameters(), self.lr, self.warmup)
+        self._mark = clock()
+
+    def on_validation_start(self, trainer, pl_module):
+        self._validation_began = clock()
+
+    def on_validation_end(self, trainer, pl_module):
+        self._validating += clock() - self._validation_began
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        now = clock()
+        self.fit_spans.append(now - self._mark - self._validating)
+        self.keys.append(batch_key(batch))
+        self._step(self.net, self.opt, self.sched, batch)
+        self._mark, self._validating = clock(), 0.0
+        self.plain_spans.append(self._mark - now)
+
+    def ratio(self, warmup: int, seen_shapes_only: bool = False) -> float:
+        """Plain time over `fit` time (= fit/plain steps/s) of the steps after the first ``warmup``;
+        with ``seen_shapes_only`` only those whose batch shape came before (models/flops.py
+        counts a new shape's FLOPs once)."""
+        seen = set(self.keys[:warmup])
+        fit = plain = 0.0
+        for key, f, p in zip(self.keys[warmup:], self.fit_spans[warmup:], self.plain_spans[warmup:]):
+            first = key not in seen
+            seen.add(key)
+            if seen_shapes_only and first:
+                continue
+            fit, plain = fit + f, plain + p
+        return plain / fit if fit else float("nan")
