@@ -181,13 +181,13 @@ class SequenceModule(LightningModule):
         """The L2 norm of all gradients as the last backward left them (0-dim, on their device, not
         read back), computed once: the diagnostics log it and clipping scales by it."""
         if self._grad_norm is None:
-            if self._parameters_list is None:     # walking the modules every step cost ~0.1 ms
-                self._parameters_list = list(self.parameters())
-            self._grad_norm = global_grad_norm_tensor(self._parameters_list)
+            params = self._parameters_list if self._parameters_list is not None else self.parameters()
+            self._grad_norm = global_grad_norm_tensor(params)
         return self._grad_norm
 
     def on_train_start(self) -> None:
-        self._parameters_list = None              # built again for this training's modules
+        # what each step's norm and clipping walk, found once (walking the modules took ~0.1 ms)
+        self._parameters_list, self._clips_own_parameters = list(self.parameters()), None
 
     def on_after_backward(self) -> None:
         self._grad_norm = None     # new gradients

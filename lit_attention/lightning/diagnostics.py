@@ -151,22 +151,13 @@ class DiagnosticsCallback(Callback):
         """Keep a measurement's rows and append them to gradflow.csv. (Rewriting the whole file at
         every measurement cost time in proportion to all rows so far: quadratic over a run.)"""
         path = self.run_dir.path / GRADFLOW
-        new_file = not path.exists()
+        text = _csv(rows, header=not path.exists())
         self.gradflow_rows.extend(rows)
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_COLUMNS, lineterminator="\n")
-        if new_file:
-            writer.writeheader()
-        writer.writerows(rows)
         with open(path, "a", encoding="utf-8", newline="") as f:
-            f.write(buf.getvalue())
+            f.write(text)
 
     def _write_gradflow(self) -> None:
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=GRADFLOW_COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(self.gradflow_rows)
-        atomic_write(self.run_dir.path / GRADFLOW, buf.getvalue())
+        atomic_write(self.run_dir.path / GRADFLOW, _csv(self.gradflow_rows, header=True))
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         net = self._net(pl_module)
@@ -211,3 +202,13 @@ class DiagnosticsCallback(Callback):
             if isinstance(logger, WandbLogger):
                 logger.log_image("attention", paths, step=trainer.global_step)
         return entropy
+
+
+def _csv(rows: list[dict], header: bool) -> str:
+    """gradflow.csv lines of ``rows`` (with the header line first if asked)."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=GRADFLOW_COLUMNS, lineterminator="\n")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
