@@ -17,15 +17,22 @@ from collections.abc import Mapping
 from lit_attention.tracking.schema import Status
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22); None if
-    there is no such process or no /proc."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after "(comm)" (state first: field 3), None if there is no such
+    process or no /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat.rpartition(")")[2].split()[19])   # fields after "(comm)" start at field 3
+    return stat.rpartition(")")[2].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22); None if
+    there is no such process or no /proc."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def process_identity() -> dict:
@@ -43,8 +50,12 @@ def _alive(pid: int, started: int | None) -> bool:
         except PermissionError:
             return True
         return True
-    ticks = _start_ticks(pid)
-    return ticks is not None and (started is None or ticks == started)
+    fields = _stat_fields(pid)
+    # A zombie (Z, or X while it is removed) has ended: only its exit status waits for a parent,
+    # which after a SIGKILL of the whole process tree may take long to collect it, or never.
+    if fields is None or fields[0] in ("Z", "X"):
+        return False
+    return started is None or int(fields[19]) == started
 
 
 def run_state(summary: Mapping) -> tuple[Status | None, str | None]:

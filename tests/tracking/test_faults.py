@@ -95,3 +95,29 @@ def test_a_live_run_stays_running():
     assert run_state({"status": "running", "process": me}) == ("running", None)
     # the same pid with another start time is another process: this run's process is gone
     assert run_state({"status": "running", "process": {**me, "pid_started": me["pid_started"] + 1}})[0] == "killed"
+
+
+def test_a_killed_process_not_yet_collected_by_its_parent_is_gone():
+    # Seen in the suite: a sweep killed with SIGKILL left its fit a zombie (ended, its exit status
+    # not yet collected); counted as alive, the resumed sweep failed the run instead of continuing it.
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from lit_attention.tracking.liveness import _start_ticks
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        identity = {"pid": child.pid, "host": socket.gethostname(), "pid_started": _start_ticks(child.pid)}
+        assert run_state({"status": "running", "process": identity})[0] == "running"
+        child.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert run_state({"status": "running", "process": identity})[0] == "killed"   # a zombie, not reaped
+    finally:
+        child.kill()
+        child.wait()
