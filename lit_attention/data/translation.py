@@ -85,6 +85,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.dropped: dict[str, dict[str, int]] = {}        # encoded role -> {reason: pairs dropped}
         self._dropped_reading: dict[str, dict[str, int]] = {}
         self.datasets: dict[str, list[dict]] = {}
+        self._loaders: dict[str, tuple] = {}    # role -> (trainer, loader) with worker processes
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
         self._tokenizers = None
 
@@ -253,12 +254,27 @@ class TranslationDataModule(L.LightningDataModule):
             sampler.set_epoch(self.trainer.current_epoch)
         return sampler
 
+    def _loader(self, role: str, make) -> DataLoader:
+        """``make(workers)``'s loader for ``role``. With worker processes, the same loader again for
+        as long as the trainer is the same, its workers kept (``persistent_workers``): Lightning
+        asks for the training loader every epoch, and starting two workers anew took ~50 ms a time
+        on a small CPU process (more for a large one), at every epoch and validation."""
+        workers = loader_workers(self.num_workers, self.trainer)
+        if workers == 0:
+            return make(0)
+        kept = self._loaders.get(role)
+        if kept is None or kept[0] is not self.trainer:
+            kept = self._loaders[role] = (self.trainer, make(workers))
+        loader = kept[1]
+        if self.trainer is not None:
+            loader.batch_sampler.set_epoch(self.trainer.current_epoch)
+        return loader
+
     def train_dataloader(self):
-        sampler = self.batch_sampler("train", train=True)
         pad = functools.partial(collate, pad_to=self.pad_to_lengths) if self.pad_to_lengths else collate
-        return ResumableDataLoader(self.dataset("train"), batch_sampler=sampler,
-                                   collate_fn=pad, num_workers=loader_workers(self.num_workers, self.trainer),
-                                   pin_memory=pin_memory(self.trainer))
+        return self._loader("train", lambda workers: ResumableDataLoader(
+            self.dataset("train"), batch_sampler=self.batch_sampler("train", train=True), collate_fn=pad,
+            num_workers=workers, persistent_workers=workers > 0, pin_memory=pin_memory(self.trainer)))
 
     def val_dataloader(self):
         return self._eval_loader("val")
@@ -267,11 +283,10 @@ class TranslationDataModule(L.LightningDataModule):
         return self._eval_loader("test")
 
     def _eval_loader(self, role: str) -> DataLoader:
-        sampler = self.batch_sampler(role, train=False)
-        return DataLoader(MarkedExamples(self.datasets[role]), batch_sampler=sampler, collate_fn=collate,
-                          num_workers=loader_workers(self.num_workers, self.trainer),
-                          pin_memory=pin_memory(self.trainer))
-
+        return self._loader(role, lambda workers: DataLoader(
+            MarkedExamples(self.datasets[role]), batch_sampler=self.batch_sampler(role, train=False),
+            collate_fn=collate, num_workers=workers, persistent_workers=workers > 0,
+            pin_memory=pin_memory(self.trainer)))
 
 def check_pad_to_lengths(lengths: list[int], max_len: int) -> None:
     """ValueError naming data.pad_to_lengths unless its lengths are positive, increasing and hold
