@@ -62,11 +62,20 @@ class StepClock(Callback):
             torch.cuda.synchronize()
         self.times.append(time.perf_counter())
 
+    def now(self) -> float:
+        """The clock of ``times``: CPU seconds, or in ``wall`` mode wall seconds with the device
+        synchronized (a validation span then holds no training step's kernels, nor they its)."""
+        if not self.wall:
+            return clock()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
     def on_validation_start(self, trainer, pl_module):
-        self.validating.append((clock(), float("nan")))
+        self.validating.append((self.now(), float("nan")))
 
     def on_validation_end(self, trainer, pl_module):
-        self.validating[-1] = (self.validating[-1][0], clock())
+        self.validating[-1] = (self.validating[-1][0], self.now())
 
     def rate(self, warmup: int, seen_shapes_only: bool = False) -> float:
         return steps_per_second(self.times, warmup, self.keys if seen_shapes_only else None, self.validating)
@@ -129,3 +138,69 @@ class PairedPlainStep(Callback):
                 continue
             fit, plain = fit + f, plain + p
         return plain / fit if fit else float("nan")
+
+
+class StepProfile(Callback):
+    """Where `fit`'s wall time goes on a GPU, from step ``start`` to the last: each step's span
+    inside the training step (batch start to batch end) and between steps (Lightning's loop, the
+    next batch's fetch, validation and checkpoints at an epoch's end); every call that made the
+    host wait for the device (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source
+    line that made it; with ``python_profile``, the Python profile (cProfile, which slows Python
+    and so the spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
+
+    last: "StepProfile | None" = None
+
+    def __init__(self, start: int = 20, python_profile: bool = False):
+        import collections
+        self.start, self.python_profile = start, python_profile
+        self.inside: list[float] = []      # per step from `start`: seconds in the step
+        self.between: list[float] = []     # ... and since the end of the step before
+        self.syncs: collections.Counter = collections.Counter()
+        self.profile = None
+        self.active = False
+        self._began = self._ended = 0.0
+        self._warnings = None
+        StepProfile.last = self
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._began = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        now = time.perf_counter()
+        step = trainer.global_step
+        if self.active:
+            self.inside.append(now - self._began)
+            self.between.append(self._began - self._ended)
+        if step == self.start:
+            self._begin()
+        elif step >= trainer.max_steps and self.active:
+            self._end()
+        self._ended = time.perf_counter()
+
+    def _begin(self) -> None:
+        import cProfile
+        import warnings
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.synchronize()
+        self._warnings = warnings.catch_warnings(record=True)
+        self._records = self._warnings.__enter__()
+        warnings.simplefilter("always")
+        if cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+        self.active = True
+        if self.python_profile:
+            self.profile = cProfile.Profile()
+            self.profile.enable()
+
+    def _end(self) -> None:
+        self.active = False
+        if self.profile is not None:
+            self.profile.disable()
+        if torch.cuda.is_available():
+            torch.cuda.set_sync_debug_mode(0)
+            torch.cuda.synchronize()
+        self._warnings.__exit__(None, None, None)
+        for record in self._records:
+            if "synchroniz" in str(record.message):
+                self.syncs[f"{record.filename}:{record.lineno}"] += 1
