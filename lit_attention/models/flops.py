@@ -18,11 +18,16 @@ torch's formula counts them).
 The first counted step of a run is counted both ways; if the two differ (a product the function
 mode does not know), the run counts every new shape under FlopCounterMode, and says so once.
 
-FlopCounterMode alone undercounts two kinds of layer here (torch 2.13), so they are filled in:
+FlopCounterMode alone miscounts two kinds of layer here (torch 2.13), so they are filled in:
 
-- the fused CPU attention kernel (``aten._scaled_dot_product_flash_attention_for_cpu`` and its
-  backward) has no formula, so the Transformer's attention products counted 0 on a CPU; it gets
-  the formula torch uses for the other fused attention kernels (``ATTENTION_FORMULAS``);
+- fused attention (``ATTENTION_FORMULAS``): the CPU kernel
+  (``aten._scaled_dot_product_flash_attention_for_cpu`` and its backward) has no formula, so the
+  Transformer's attention products counted 0 on a CPU; and torch's formula for the GPU kernels'
+  backward (flash, memory-efficient, cuDNN) adds a fifth product, the recomputation of the scores,
+  which the explicit products (and the CPU) do not have. Every fused kernel is counted with the
+  products of the explicit computation instead: the same count whichever kernel runs. (With
+  torch's, the function mode's count differed on a GPU, so every new shape was counted under
+  FlopCounterMode: 80 ms more on each such step of the reference Transformer on an H200, issue 38.)
 - a fused recurrent kernel (oneDNN's LSTM on a CPU, cuDNN on a GPU) counts 0, while the unrolled
   ones (GRU and Elman on a CPU, a packed LSTM) count their products. So every nn.RNN/GRU/LSTM
   call is counted with ``recurrent_flops`` instead, whichever kernel ran.
@@ -73,10 +78,13 @@ def _attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *ar
     return 2 * (2 * b * h * tq * tk * dv) + 2 * (2 * b * h * tq * tk * d)
 
 
-ATTENTION_FORMULAS = {op: formula for op, formula in (
-    (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None), _attention_forward),
-    (getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None),
-     _attention_backward)) if op is not None}
+# The fused attention kernels (aten op names), each forward with its backward.
+FUSED_ATTENTION = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                   "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")
+ATTENTION_FORMULAS = {op: formula for name in FUSED_ATTENTION
+                      for op, formula in ((getattr(torch.ops.aten, name, None), _attention_forward),
+                                          (getattr(torch.ops.aten, f"{name}_backward", None), _attention_backward))
+                      if op is not None}
 
 
 def _product(a: torch.Size, b: torch.Size) -> int:

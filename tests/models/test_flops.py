@@ -48,6 +48,37 @@ def test_attention_formula_equals_the_explicit_products():
     assert fused == explicit == 3 * (2 * 2 * 4 * 7 * 9 * 8 * 2)
 
 
+def test_every_fused_attention_kernel_counts_the_explicit_products():
+    """The GPU kernels (run here on meta tensors) count as the explicit products and as the
+    function mode does, backward included: torch's own backward formula adds a recomputation of
+    the scores, and the first step's check then sent every new shape to FlopCounterMode on a GPU."""
+    from lit_attention.models.flops import MatmulFlops
+    aten = torch.ops.aten
+    q, k, v = (torch.empty(2, 4, n, 8, device="meta", requires_grad=True) for n in (7, 9, 9))
+    product = 2 * 2 * 4 * 7 * 9 * 8        # one [7, 8] x [8, 9] product per batch row and head
+    with MatmulFlops() as fast:
+        F.scaled_dot_product_attention(*(torch.randn(t.shape, requires_grad=True) for t in (q, k, v)))
+    assert fast.flops == 6 * product       # 2 forward, 4 backward
+    calls = {
+        "efficient": lambda: aten._scaled_dot_product_efficient_attention(q, k, v, None, True),
+        "flash": lambda: aten._scaled_dot_product_flash_attention(q, k, v),
+    }
+    for name, call in calls.items():
+        with FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS) as counter:
+            out = call()
+            if name == "efficient":
+                o, lse, seed, offset = out
+                aten._scaled_dot_product_efficient_attention_backward(
+                    torch.empty_like(o), q, k, v, None, o, lse, seed, offset, 0.0, [True, True, True, False])
+            else:
+                o, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = out
+                aten._scaled_dot_product_flash_attention_backward(
+                    torch.empty_like(o), q, k, v, o, lse, cum_q, cum_k, max_q, max_k, 0.0, False, seed, offset)
+        counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+        assert sorted(counts.values()) == [2 * product, 4 * product], (name, counts)
+        assert counter.get_total_flops() == fast.flops
+
+
 @pytest.mark.parametrize("cls", [nn.LSTM, nn.GRU, nn.RNN])
 @pytest.mark.parametrize("layers,bidirectional", [(1, False), (2, True)])
 @pytest.mark.parametrize("packed", [False, True])
