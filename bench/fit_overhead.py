@@ -57,12 +57,14 @@ def _arg(value) -> str:
 
 
 def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accelerator: str = "cpu",
-              precision: str = "32-true", extra: tuple[str, ...] = (), paired: bool = False) -> StepClock:
+              precision: str = "32-true", extra: tuple[str, ...] = (), paired: bool = False,
+              callbacks: tuple[dict, ...] = ()) -> StepClock:
     """The step clock of `lit-attention fit` run in this process; ``paired``: with a plain step
-    after each of its steps (``PairedPlainStep.last`` holds them)."""
+    after each of its steps (``PairedPlainStep.last`` holds them); ``callbacks``: more callbacks
+    (class_path and init_args)."""
     from lit_attention.cli import main
 
-    callbacks = [{"class_path": "step_clock.StepClock"}]
+    callbacks = [{"class_path": "step_clock.StepClock"}, *callbacks]
     if paired:
         callbacks.append({"class_path": "step_clock.PairedPlainStep",
                           "init_args": {"lr": model["lr"], "warmup": model["warmup"]}})
@@ -79,6 +81,9 @@ def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accele
         status = main(argv)
     if status != 0:
         raise SystemExit(f"fit exited with {status}:\n{err.getvalue()[-3000:]}")
+    for line in err.getvalue().splitlines():   # what the run says of its own measurements
+        if line.startswith("note:"):
+            print(f"fit {precision}: {line}", flush=True)
     steps_clock = StepClock.last
     if len(steps_clock.times) != steps:
         raise SystemExit(f"fit trained {len(steps_clock.times)} steps, not {steps}")

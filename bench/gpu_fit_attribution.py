@@ -6,8 +6,8 @@ wall time with the device synchronized at both ends): the plain loop of bench/gp
 `fit` as it runs (lit_attention.cli.main in this process); without the budget's FLOP counting of
 new batch shapes (its counter told every shape is known: a measurement only, the run's FLOPs are
 then wrong); and also without per-module gradient norms and gradient flow
-(``--diagnostics.module_norm_every 0 --diagnostics.gradflow_every 0``); and also without the
-progress bar. Without a CUDA GPU it says so and exits 0.
+(``--diagnostics.module_norm_every 0 --diagnostics.gradflow_every 0``). (The progress bar, switched
+off in a row of its own on 2026-11-27, made no difference: that row is gone.) Without a CUDA GPU it says so and exits 0.
 
     source .gpu/env.sh; python3 bench/gpu_fit_attribution.py [--steps 150]
 """
@@ -63,8 +63,7 @@ def main() -> None:
     print(G.card("cuda"), flush=True)
     rates = {"plain loop": G.plain_loop(template.net, batches, "32-true", False, args.warmup, "cuda")}
     rows = [("fit", (), False), ("without FLOP counting", (), True),
-            ("and without module norms, gradient flow", DIAGNOSTICS_OFF, True),
-            ("and without the progress bar", (*DIAGNOSTICS_OFF, "--trainer.enable_progress_bar", "false"), True)]
+            ("and without module norms, gradient flow", DIAGNOSTICS_OFF, True)]
     for name, extra, no_flops in rows:
         if no_flops:
             count_no_flops()

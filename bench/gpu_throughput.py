@@ -14,7 +14,10 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
   shape, which only few shapes make affordable). Their tokens/s count the target tokens of their
   own batches, so they compare with the unpadded rows in useful work; on a GPU also bf16 over
   padded batches with cuDNN's attention allowed (it builds a plan per shape, ~13 ms each: the
-  reason sdpa_backends.py never allows it for unpadded batches).
+  reason sdpa_backends.py never allows it for unpadded batches);
+- "whole step in a CUDA graph" (on a GPU, last): the padded plain loop with each shape's whole
+  step (forward, loss, backward, clipping, Adam) captured once with ``torch.cuda.graph`` and
+  replayed: the eager kernels without launching them one by one from Python, nothing compiled.
 
 Rows run eager first, then compiled (compiling takes tens of seconds a row); those not started
 when ``--time-limit`` has passed are skipped and said so.
@@ -90,6 +93,61 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
             sched.step()
             opt.zero_grad(set_to_none=True)
     sync(device)
+    return (len(batches) - warmup) / (time.perf_counter() - start)
+
+
+def captured_loop(template, batches: list[dict], precision: str, warmup: int) -> float:
+    """Steps/s of the plain loop with each batch shape's whole step (forward, loss, backward,
+    clipping, Adam) captured once in a CUDA graph and then replayed (torch.cuda.graph): the eager
+    kernels without their ~950 launches from Python, nothing compiled. A graph per shape, so for
+    padded batches (few shapes); a new shape's capture (2 warm-up steps on a side stream, then the
+    capture) counts in the timed span when it falls there. The learning rate is a device tensor
+    the schedule fills (Adam capturable)."""
+    import copy
+
+    from lit_attention.lightning.optim import inverse_sqrt_warmup
+    from lit_attention.models.sdpa_backends import attention_backends
+    net = copy.deepcopy(template).to("cuda").train()
+    lr = torch.tensor(1e-3, device="cuda")
+    opt = torch.optim.Adam(net.parameters(), lr=lr, betas=(0.9, 0.98), fused=True, capturable=True)
+    factor = inverse_sqrt_warmup(400)
+    bf16 = precision == "bf16-mixed"
+    graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict]] = {}
+
+    def step(batch: dict) -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+            loss = B.seq2seq_loss(net, batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+
+    start = None
+    with attention_backends("cuda", precision):
+        for i, batch in enumerate(batches):
+            if i == warmup:
+                sync("cuda")
+                start = time.perf_counter()
+            lr.fill_(1e-3 * factor(i))
+            key = tuple((k, tuple(v.shape)) for k, v in sorted(batch.items()))
+            if key not in graphs:
+                static = {k: v.to("cuda") for k, v in batch.items()}
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    for _ in range(2):
+                        opt.zero_grad(set_to_none=True)
+                        step(static)
+                torch.cuda.current_stream().wait_stream(side)
+                opt.zero_grad(set_to_none=True)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    step(static)
+                graphs[key] = (graph, static)
+            graph, static = graphs[key]
+            for k, v in batch.items():
+                static[k].copy_(v, non_blocking=True)
+            graph.replay()
+    sync("cuda")
     return (len(batches) - warmup) / (time.perf_counter() - start)
 
 
@@ -199,6 +257,11 @@ def main() -> None:
                     lambda: plain_loop(template.net, padded, precision, True, args.warmup, args.device, True),
                     padded_tokens)
 
+    if args.device == "cuda":   # last: a capture that fails can leave the device unusable for later rows
+        for precision in precisions:
+            row(f"plain {precision}, padded, whole step in a CUDA graph",
+                lambda: captured_loop(template.net, padded, precision, args.warmup), padded_tokens)
+
     base = rates.get("plain 32-true")
     B.table(["row", "target tok/s", "ms/step", "vs plain fp32"],
             [[name, rate, 1000 / steps_per_s[name], rate / base if base else float("nan")]
@@ -215,6 +278,10 @@ def main() -> None:
              "padded/unpadded plain fp32": ("plain 32-true, padded", "plain 32-true"),
              "bf16 padded/plain fp32": ("plain bf16-mixed, padded", "plain 32-true"),
              "bf16 padded cuDNN attention/plain fp32": ("plain bf16-mixed, padded, cuDNN attention", "plain 32-true"),
+             "CUDA graph of the eager step padded/plain eager fp32":
+                 ("plain 32-true, padded, whole step in a CUDA graph", "plain 32-true"),
+             "CUDA graph of the eager step padded bf16/plain eager fp32":
+                 ("plain bf16-mixed, padded, whole step in a CUDA graph", "plain 32-true"),
              "compiled padded/plain eager fp32": ("plain 32-true compiled, padded", "plain 32-true"),
              "CUDA graphs padded/plain eager fp32": ("plain 32-true compiled with CUDA graphs, padded", "plain 32-true"),
              "CUDA graphs padded bf16/plain eager fp32":

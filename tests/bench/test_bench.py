@@ -20,7 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
-           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution", "shape_buckets"]
+           "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution", "shape_buckets",
+           "gpu_fit_profile"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -74,6 +75,9 @@ SUMMARIES = {
                       r"|(?P<card>[^:]+): fit/plain fp32 (?P<fit_fp32>N)(?:; [\w/ ]+ -?[0-9.]+)*)",
     "gpu_fit_attribution": r"(?:not measured: no CUDA GPU on this machine"
                            r"|(?P<card>[^:]+): fit (?P<fit>N)(?:; [\w, ]+ -?[0-9.]+)*)",
+    "gpu_fit_profile": r"(?:not measured: no CUDA GPU on this machine"
+                       r"|(?P<card>[^:]+): 32-true: plain (?P<plain_fp32>N) ms, fit median inside (?P<inside>N) ms"
+                       r" \+ between (?P<between>N) ms, (?P<waits>N) waits a step; .*)",
     "shape_buckets": r"unpadded (?P<plain_shapes>N) shapes over (?P<epochs>N) epochs, (?P<plain_steps>N) steps/epoch, "
                      r"(?P<plain_padding>N)% padding; (?P<row>[\w ]+): (?P<shapes>N) shapes, (?P<steps>N) steps/epoch "
                      r"= (?P<ratio>N)x, (?P<padding>N)% padding",
@@ -230,3 +234,14 @@ def test_gpu_throughput_runs_every_row_where_it_can_on_the_cpu(monkeypatch):
                 "plain 32-true, padded", "plain bf16-mixed, padded"):
         assert re.search(rf"^{row} +[\d,.]+ +[\d,.]+ +[\d.]+$", text, re.M), (row, text[-2000:])
     assert re.search(r"^SUMMARY gpu_throughput: CPU \(not a GPU figure\): fit/plain fp32 [\d.]+", text, re.M)
+
+
+def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
+    """The GPU profile of `fit`, checked on the CPU (--device cpu) so that a GPU call cannot fail on
+    a typo: both precisions' spans, their longest steps and waits, and a Python profile each."""
+    text = run_script("gpu_fit_profile", monkeypatch, "--quick", "--device", "cpu", "--threads", "1")
+    for precision in ("32-true", "bf16-mixed"):
+        assert re.search(rf"^fit {precision}: 8 steps; inside the step median [\d.]+ ms", text, re.M), text[-3000:]
+        assert re.search(rf"^fit {precision}, cProfile, top by own time:\n +ncalls +tottime", text, re.M)
+    assert len(re.findall(r"^  host waits for the device: 0 \(0.00 a step\)$", text, re.M)) == 2
+    assert re.search(r"^SUMMARY gpu_fit_profile: CPU \(not a GPU figure\): 32-true: plain [\d.]+ ms", text, re.M)

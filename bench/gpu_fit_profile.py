@@ -1,0 +1,117 @@
+"""Where `fit`'s step time goes on a GPU, step by step: spans, host-device syncs, Python profile.
+
+`fit` (the reference Transformer on Multi30k 4,096-token batches, 150 steps; lit_attention.cli.main
+in this process, every callback it adds) in fp32 and bf16-mixed, each run twice with
+step_clock.StepProfile from step 20: first for the spans of each step (inside the training step,
+and between steps: Lightning's loop, the next batch, an epoch's end) and the source lines of every
+call that waited for the device; then under cProfile (slower: its spans are not reported), whose
+top functions by own and by cumulative time are printed. The plain loop's ms/step of
+bench/gpu_throughput.py is measured first, as the baseline. Without a CUDA GPU it says so and
+exits 0; ``--device cpu --quick`` runs it on the CPU with tiny sizes (a check of the script).
+
+    source .gpu/env.sh; python3 bench/gpu_fit_profile.py [--steps 150] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import io
+import pstats
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+import benchlib as B
+
+
+def describe(name: str, profile, out: Path | None) -> None:
+    inside, between = (sorted(x) for x in (profile.inside, profile.between))
+    n = len(inside)
+    print(f"{name}: {n} steps; inside the step median {1000 * statistics.median(inside):.1f} ms, "
+          f"mean {1000 * sum(inside) / n:.1f}, max {1000 * inside[-1]:.0f}; between steps median "
+          f"{1000 * statistics.median(between):.2f} ms, mean {1000 * sum(between) / n:.2f}, "
+          f"max {1000 * between[-1]:.0f}", flush=True)
+    worst = sorted(range(n), key=lambda i: -(profile.inside[i] + profile.between[i]))[:6]
+    print("  longest steps (index from the start, ms inside + between): "
+          + ", ".join(f"{i}: {1000 * profile.inside[i]:.0f}+{1000 * profile.between[i]:.0f}" for i in worst))
+    total = sum(profile.syncs.values())
+    print(f"  host waits for the device: {total} ({total / n:.2f} a step)")
+    for site, count in profile.syncs.most_common(12):
+        print(f"    {count:5d}  {site}")
+
+
+def print_profile(name: str, profile, out: Path | None) -> None:
+    text = io.StringIO()
+    stats = pstats.Stats(profile, stream=text)
+    stats.sort_stats("tottime").print_stats(30)
+    stats.sort_stats("cumulative").print_stats(60)
+    if out is not None:
+        (out / f"profile-{name.replace(' ', '-')}.txt").write_text(text.getvalue())
+    lines = [line for line in text.getvalue().splitlines() if line.strip()]
+    print(f"{name}, cProfile, top by own time:")
+    start = next(i for i, line in enumerate(lines) if "ncalls" in line)
+    print("\n".join(lines[start:start + 21]), flush=True)
+
+
+def main() -> None:
+    p = B.parser(__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--out", type=Path, default=None, help="folder for the whole profiles")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"no CUDA GPU on this machine (torch {torch.__version__}): nothing measured")
+        B.summary("gpu_fit_profile: not measured: no CUDA GPU on this machine")
+        return
+    if args.quick:
+        args.steps, args.warmup = 12, 4
+    args.threads = args.threads or 8
+    B.setup(args)
+    import fit_overhead as F
+    import gpu_throughput as G
+    from step_clock import StepProfile
+    from lit_attention.data.translation import TranslationDataModule
+    from lit_attention.lightning.translation import TranslationModule
+
+    real = B.have_multi30k() and not args.quick
+    data = G.multi30k_args() if real else F.data_args(True, 4096)
+    model = F.model_args(B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE, lr=1e-3, warmup=400)
+    dm = TranslationDataModule(**data)
+    dm.setup("fit")
+    batches = B.train_batches(dm, args.steps)
+    if args.device == "cuda":
+        batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
+    torch.manual_seed(args.seed)
+    template = TranslationModule(**model, src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size)
+    template.configure_model()
+    print(G.card(args.device), flush=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    summary = []
+    accelerator = "gpu" if args.device == "cuda" else "cpu"
+    for precision in ("32-true", "bf16-mixed"):
+        plain = 1000 / G.plain_loop(template.net, batches, precision, False, args.warmup, args.device)
+        print(f"plain loop {precision}: {plain:.1f} ms/step", flush=True)
+        for python_profile in (False, True):
+            callback = {"class_path": "step_clock.StepProfile",
+                        "init_args": {"start": args.warmup, "python_profile": python_profile}}
+            with tempfile.TemporaryDirectory() as tmp:
+                F.fit_clock(data, model, args.steps, args.seed, Path(tmp), accelerator, precision,
+                            callbacks=(callback,))
+            profile = StepProfile.last
+            if python_profile:
+                print_profile(f"fit {precision}", profile.profile, args.out)
+            else:
+                describe(f"fit {precision}", profile, args.out)
+                inside = statistics.median(profile.inside) * 1000
+                summary.append(f"{precision}: plain {plain:.1f} ms, fit median inside {inside:.1f} ms + between "
+                               f"{statistics.median(profile.between) * 1000:.1f} ms, "
+                               f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step")
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
+    B.summary(f"gpu_fit_profile: {name}: " + "; ".join(summary))
+
+
+if __name__ == "__main__":
+    main()
