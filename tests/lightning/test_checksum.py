@@ -1,0 +1,49 @@
+"""lightning/checksum.py: checkpoints written with their content checksum, from one CPU snapshot."""
+
+from __future__ import annotations
+
+import torch
+
+from lit_attention.lightning.checksum import (CHECKSUM_KEY, ChecksummedCheckpointIO, content_checksum,
+                                              snapshot_on_cpu)
+
+
+def checkpoint_of_a_trained_model() -> dict:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Embedding(11, 6), torch.nn.Linear(6, 11))
+    net[1].weight = net[0].weight                       # tied: one parameter under two names
+    opt = torch.optim.Adam(net.parameters())
+    net(torch.tensor([[1, 2, 3]])).sum().backward()
+    opt.step()
+    return {"state_dict": net.state_dict(), "optimizer_states": [opt.state_dict()], "epoch": 3,
+            "loops": {"mask": torch.tensor([True, False])}}
+
+
+def test_the_snapshot_is_a_copy_with_the_same_contents():
+    """Equal values, shapes and checksum, each tensor in a storage of its own (as torch.save writes
+    them), and a copy: training that goes on does not change it (a checkpoint is of one moment)."""
+    checkpoint = checkpoint_of_a_trained_model()
+    snap = snapshot_on_cpu(checkpoint)
+    assert content_checksum(snap) == content_checksum(checkpoint)
+    tensors = [*snap["state_dict"].values(), snap["loops"]["mask"],
+               *(v for state in snap["optimizer_states"][0]["state"].values() for v in state.values())]
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors)
+    assert snap["loops"]["mask"].tolist() == [True, False] and snap["epoch"] == 3
+    before = snap["state_dict"]["1.bias"].clone()
+    with torch.no_grad():
+        checkpoint["state_dict"]["1.bias"].add_(1.0)    # training goes on: the snapshot stays
+    assert torch.equal(snap["state_dict"]["1.bias"], before)
+
+
+def test_a_saved_checkpoint_loads_verified_and_equal(tmp_path):
+    checkpoint = checkpoint_of_a_trained_model()
+    io = ChecksummedCheckpointIO()
+    io.save_checkpoint(checkpoint, tmp_path / "last.ckpt")
+    loaded = io.load_checkpoint(tmp_path / "last.ckpt")
+    assert loaded[CHECKSUM_KEY] == content_checksum(checkpoint)
+    for name, value in checkpoint["state_dict"].items():
+        assert torch.equal(loaded["state_dict"][name], value)
+    net = torch.nn.Sequential(torch.nn.Embedding(11, 6), torch.nn.Linear(6, 11))
+    net[1].weight = net[0].weight
+    net.load_state_dict(loaded["state_dict"])
+    torch.optim.Adam(net.parameters()).load_state_dict(loaded["optimizer_states"][0])
