@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import copy
 from collections import defaultdict
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from lightning_utilities.core.apply_func import apply_to_collection
 from lightning.pytorch.utilities import rank_zero_warn
 
 CHECKSUM_KEY = "content_sha256"
@@ -65,6 +65,24 @@ def verify(checkpoint: dict, path) -> None:
                             f"(changed or damaged since it was written): refused to load it")
 
 
+def map_tensors(value: Any, fn) -> Any:
+    """``value`` with each tensor ``t`` in its dicts, lists and tuples replaced by ``fn(t)``; the
+    containers are copies of the same types (a state dict keeps its ``_metadata``)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, dict):
+        new = copy.copy(value)
+        for key, item in value.items():
+            new[key] = map_tensors(item, fn)
+        return new
+    if isinstance(value, list):
+        return [map_tensors(item, fn) for item in value]
+    if isinstance(value, tuple):
+        items = [map_tensors(item, fn) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
+
+
 def snapshot_on_cpu(checkpoint: dict) -> dict:
     """``checkpoint`` with a CPU copy of each tensor (a tensor object that appears twice is copied
     once), taken off its device in one transfer per (device, dtype).
@@ -82,13 +100,13 @@ def snapshot_on_cpu(checkpoint: dict) -> dict:
             groups[(t.device, t.dtype)].append(t)
         return t
 
-    apply_to_collection(checkpoint, torch.Tensor, collect)
+    map_tensors(checkpoint, collect)
     copies: dict[int, torch.Tensor] = {}
     for tensors in groups.values():
         flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
         for t, piece in zip(tensors, flat.split([t.numel() for t in tensors])):
             copies[id(t)] = piece.view(t.shape).clone()
-    return apply_to_collection(checkpoint, torch.Tensor, lambda t: copies[id(t)])
+    return map_tensors(checkpoint, lambda t: copies[id(t)])
 
 
 class ChecksummedCheckpointIO(TorchCheckpointIO):

@@ -29,6 +29,7 @@ def test_the_snapshot_is_a_copy_with_the_same_contents():
                *(v for state in snap["optimizer_states"][0]["state"].values() for v in state.values())]
     assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors)
     assert snap["loops"]["mask"].tolist() == [True, False] and snap["epoch"] == 3
+    assert snap["state_dict"]._metadata == checkpoint["state_dict"]._metadata   # module versions
     before = snap["state_dict"]["1.bias"].clone()
     with torch.no_grad():
         checkpoint["state_dict"]["1.bias"].add_(1.0)    # training goes on: the snapshot stays
