@@ -2,23 +2,23 @@
 # The GPU checks of issue 38 in one call of a lent GPU machine (../shared/gpu/README.md); logs go to
 # OUT (default gpu-out/), a short table last:
 #
-#   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]     (PART: eager attribution compiled demo;
-#                                                                   default all four, about 10 minutes)
+#   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
 #
+# PART (default: eager profile attribution, about 7 minutes on an H200):
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
 #    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16;
-# attribution (~2 min): bench/gpu_fit_attribution.py: where fit's step time goes;
-# compiled (<= 3.5 min): the plain loop compiled with CUDA graphs (inductor, mode="reduce-overhead")
-#    over padded batches, beside the eager fp32 baseline;
-# demo (<= 80 s): the README's main job, `lit-attention sweep sweeps/demo.yaml`, on this machine.
-# (Packed sweep trials, bench/gpu_sweep.py, were measured on 2026-11-27: docs/BENCHMARKS.md.)
+# profile (~2 min): bench/gpu_fit_profile.py: fit's steps inside and between, host waits, cProfile;
+# attribution (~1.5 min): bench/gpu_fit_attribution.py: fit without FLOP counting, diagnostics;
+# compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain
+#    loop compiled with CUDA graphs (inductor, mode="reduce-overhead") over padded batches;
+# demo (<= 80 s, not by default: measured on 2026-11-27): the README's main job on this machine.
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
 out=${1:-gpu-out}
 shift || true
-parts=${*:-eager attribution compiled demo}
+parts=${*:-eager profile attribution}
 mkdir -p "$out"
 { nvidia-smi || echo "no nvidia-smi"; } > "$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee "$out/versions.txt"
@@ -27,6 +27,10 @@ wants() { [[ " $parts " == *" $1 "* ]]; }
 if wants eager; then
   timeout 220 python3 bench/gpu_throughput.py --no-compile --time-limit 170 2>&1 | tee "$out/gpu_throughput.log"
   echo "gpu_throughput (eager) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+fi
+if wants profile; then
+  timeout 150 python3 bench/gpu_fit_profile.py --out "$out" 2>&1 | tee "$out/gpu_fit_profile.log"
+  echo "gpu_fit_profile exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants attribution; then
   timeout 130 python3 bench/gpu_fit_attribution.py 2>&1 | tee "$out/gpu_fit_attribution.log"
