@@ -221,8 +221,13 @@ class LitAttentionCLI(LightningCLI):
                                           from_checkpoint=bool(cfg.get("ckpt_path"))))
         callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
         callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
-                                         monitor="val_loss", mode="min", save_last=True,
-                                         save_top_k=1, enable_version_counter=False))
+                                         monitor="val_loss", mode="min", save_top_k=1,
+                                         enable_version_counter=False))
+        # last.ckpt by a checkpoint of its own, written at every epoch's end: ModelCheckpoint's
+        # save_last copy is written (Lightning >= 2.6) only when the best one is, so it stayed at
+        # the last improvement, and `--ckpt_path last` went back to it.
+        callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=Path(LAST_CHECKPOINT).stem,
+                                         monitor=None, save_top_k=1, enable_version_counter=False))
         loggers = [RunStoreLogger(self.run_dir)]
         make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
         if make_logger is not None:   # besides the run store
