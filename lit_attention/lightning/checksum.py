@@ -13,7 +13,9 @@ import hashlib
 from typing import Any
 
 import copy
+import os
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -111,13 +113,32 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu") ->
     return map_tensors(checkpoint, lambda t: copies.get(id(t), t))
 
 
+def save_atomically(checkpoint: dict, path: Path) -> None:
+    """torch.save straight into a file beside ``path``, then renamed over it: a reader, or a kill,
+    finds the old file or the new one, never a part of one. (Lightning's save first builds the
+    whole file in memory, a copy of the checkpoint: 72 MB and 50-150 ms more for the reference
+    Transformer on a 2-core CPU, twice an epoch, issue 38.)"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as f:
+            torch.save(checkpoint, f)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
 class ChecksummedCheckpointIO(TorchCheckpointIO):
     """Lightning's torch.save/torch.load checkpoint I/O, with ``content_sha256`` written and checked."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options=None) -> None:
         checkpoint = snapshot_on_cpu(checkpoint)   # for both the checksum and the file
-        super().save_checkpoint({**checkpoint, CHECKSUM_KEY: content_checksum(checkpoint)}, path,
-                                storage_options)
+        content = {**checkpoint, CHECKSUM_KEY: content_checksum(checkpoint)}
+        if storage_options is not None or "://" in str(path):   # remote storage: Lightning's way
+            super().save_checkpoint(content, path, storage_options)
+            return
+        save_atomically(content, Path(path))
 
     def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict[str, Any]:
         checkpoint = super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)

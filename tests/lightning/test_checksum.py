@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lit_attention.lightning.checksum import (CHECKSUM_KEY, ChecksummedCheckpointIO, content_checksum,
@@ -50,3 +51,18 @@ def test_a_saved_checkpoint_loads_verified_and_equal(tmp_path):
     net[1].weight = net[0].weight
     net.load_state_dict(loaded["state_dict"])
     torch.optim.Adam(net.parameters()).load_state_dict(loaded["optimizer_states"][0])
+
+
+def test_a_save_that_fails_leaves_the_old_checkpoint_and_no_part_of_the_new(tmp_path):
+    """The file is written beside its place and renamed over it: a save that breaks off (here an
+    object torch.save cannot pickle, after the tensors) leaves the previous checkpoint whole."""
+    io = ChecksummedCheckpointIO()
+    path = tmp_path / "checkpoints" / "last.ckpt"
+    io.save_checkpoint(checkpoint_of_a_trained_model(), path)
+    before = path.read_bytes()
+    broken = {**checkpoint_of_a_trained_model(), "zz": lambda: None}
+    with pytest.raises(Exception):
+        io.save_checkpoint(broken, path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
+    assert io.load_checkpoint(path)["epoch"] == 3
