@@ -9,13 +9,12 @@ is refused (ChecksumError) before any of it is used.
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any
-
 import copy
+import hashlib
 import os
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO

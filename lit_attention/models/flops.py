@@ -13,8 +13,8 @@ step over 150 steps; issue 38). So a new shape is counted by ``MatmulFlops``, a 
 sees only the forward pass's torch calls: each matrix product (``F.linear``, ``@``, ``mm``,
 ``bmm``, ``addmm``, ``baddbmm``, a two-operand ``einsum``, ``scaled_dot_product_attention``)
 counts its forward FLOPs, and its backward as one more product of the same size for each operand
-that needs a gradient (two for attention, whose backward kernels form all four products, as
-torch's formula counts them).
+that needs a gradient (two for attention: the gradients of its two products' four operands, as
+the explicit computation forms them; see ``ATTENTION_FORMULAS`` below).
 The first counted step of a run is counted both ways; if the two differ (a product the function
 mode does not know), the run counts every new shape under FlopCounterMode, and says so once.
 
