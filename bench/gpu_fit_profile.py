@@ -35,6 +35,10 @@ def describe(name: str, profile, out: Path | None) -> None:
     worst = sorted(range(n), key=lambda i: -(profile.inside[i] + profile.between[i]))[:6]
     print("  longest steps (index from the start, ms inside + between): "
           + ", ".join(f"{i}: {1000 * profile.inside[i]:.0f}+{1000 * profile.between[i]:.0f}" for i in worst))
+    if profile.validations or profile.saves:
+        print(f"  epoch ends: {len(profile.validations)} validations, median "
+              f"{1000 * statistics.median(profile.validations or [float('nan')]):.0f} ms; {len(profile.saves)} "
+              f"checkpoint saves, median {1000 * statistics.median(profile.saves or [float('nan')]):.0f} ms")
     total = sum(profile.syncs.values())
     print(f"  host waits for the device: {total} ({total / n:.2f} a step)")
     for site, count in profile.syncs.most_common(12):

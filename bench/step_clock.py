@@ -145,8 +145,9 @@ class StepProfile(Callback):
     inside the training step (batch start to batch end) and between steps (Lightning's loop, the
     next batch's fetch, validation and checkpoints at an epoch's end); every call that made the
     host wait for the device (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source
-    line that made it; with ``python_profile``, the Python profile (cProfile, which slows Python
-    and so the spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
+    line that made it; the validations' and the checkpoint saves' spans among them (an epoch's
+    end); with ``python_profile``, the Python profile (cProfile, which slows Python and so the
+    spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
 
     last: "StepProfile | None" = None
 
@@ -156,6 +157,8 @@ class StepProfile(Callback):
         self.inside: list[float] = []      # per step from `start`: seconds in the step
         self.between: list[float] = []     # ... and since the end of the step before
         self.syncs: collections.Counter = collections.Counter()
+        self.validations: list[float] = []  # seconds of each validation after `start`
+        self.saves: list[float] = []        # ... and of each checkpoint save
         self.profile = None
         self.active = False
         self._began = self._ended = 0.0
@@ -173,9 +176,28 @@ class StepProfile(Callback):
             self.between.append(self._began - self._ended)
         if step == self.start:
             self._begin()
+            self._time_saves(trainer)
         elif step >= trainer.max_steps and self.active:
             self._end()
         self._ended = time.perf_counter()
+
+    def on_validation_start(self, trainer, pl_module):
+        self._validation_began = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module):
+        if self.active:
+            self.validations.append(time.perf_counter() - self._validation_began)
+
+    def _time_saves(self, trainer) -> None:
+        io = trainer.strategy.checkpoint_io
+        save = io.save_checkpoint
+
+        def timed(*args, **kwargs):
+            began = time.perf_counter()
+            save(*args, **kwargs)
+            if self.active:
+                self.saves.append(time.perf_counter() - began)
+        io.save_checkpoint = timed
 
     def _begin(self) -> None:
         import cProfile

@@ -244,4 +244,7 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
         assert re.search(rf"^fit {precision}: 8 steps; inside the step median [\d.]+ ms", text, re.M), text[-3000:]
         assert re.search(rf"^fit {precision}, cProfile, top by own time:\n +ncalls +tottime", text, re.M)
     assert len(re.findall(r"^  host waits for the device: 0 \(0.00 a step\)$", text, re.M)) == 2
+    # the toy data's epochs end within the 12 steps: their validations and checkpoints are timed
+    assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
+                          text, re.M)) == 2, text[-3000:]
     assert re.search(r"^SUMMARY gpu_fit_profile: CPU \(not a GPU figure\): 32-true: plain [\d.]+ ms", text, re.M)
