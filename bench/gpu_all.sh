@@ -4,11 +4,12 @@
 #
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
 #
-# PART (default: eager profile attribution, about 7 minutes on an H200):
+# PART (default: eager profile attribution, about 8 minutes on an H200):
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
-#    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16;
+#    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, and
+#    `fit --model.graph_step true` over the padded batches (forward and backward from graphs);
 # profile (~2 min): bench/gpu_fit_profile.py: fit's steps inside and between, host waits, cProfile;
 # attribution (~1.5 min): bench/gpu_fit_attribution.py: fit without FLOP counting, diagnostics;
 # compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain
@@ -25,7 +26,7 @@ python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.versio
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
 if wants eager; then
-  timeout 220 python3 bench/gpu_throughput.py --no-compile --time-limit 170 2>&1 | tee "$out/gpu_throughput.log"
+  timeout 270 python3 bench/gpu_throughput.py --no-compile --time-limit 210 2>&1 | tee "$out/gpu_throughput.log"
   echo "gpu_throughput (eager) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants profile; then

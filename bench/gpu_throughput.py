@@ -18,6 +18,8 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
 - "whole step in a CUDA graph" (on a GPU, last): the padded plain loop with each shape's whole
   step (forward, loss, backward, clipping, Adam) captured once with ``torch.cuda.graph`` and
   replayed: the eager kernels without launching them one by one from Python, nothing compiled.
+- "graph_step" (on a GPU, last): `fit` over the padded batches with ``--model.graph_step true``
+  (lightning/graphed_step.py: forward and backward replayed from a graph per shape, the rest eager).
 
 Rows run eager first, then compiled (compiling takes tens of seconds a row); those not started
 when ``--time-limit`` has passed are skipped and said so.
@@ -44,7 +46,8 @@ import torch
 import benchlib as B
 
 GOALS = {"fit/plain fp32": 0.9, "fit/plain bf16": 0.9, "bf16/fp32 fit": 1.3, "compiled/eager plain fp32": 1.5,
-         "fit compiled/plain eager fp32": 1.5}
+         "fit compiled/plain eager fp32": 1.5, "fit graph_step padded/plain eager fp32": 1.5,
+         "fit graph_step padded bf16/plain eager fp32": 1.5, "bf16/fp32 fit graph_step": 1.3}
 
 
 def card(device: str) -> str:
@@ -222,10 +225,12 @@ def main() -> None:
         print(f"{name}: {steps:.1f} steps/s ({time.perf_counter() - t0:.0f} s with set-up and compiling)",
               flush=True)
 
-    def fit(precision: str, compiled: bool, **data_options):
+    def fit(precision: str, compiled: bool, graph_step: bool = False, **data_options):
         def run():
+            graphed = {"graph_step": True} if graph_step else {}
             with tempfile.TemporaryDirectory() as tmp:
-                return F.fit_steps_per_second({**data, **data_options}, {**model, "compile_step": compiled},
+                return F.fit_steps_per_second({**data, **data_options},
+                                              {**model, "compile_step": compiled, **graphed},
                                               args.steps, args.warmup, args.seed, Path(tmp),
                                               accelerator=accelerator, precision=precision)
         return run
@@ -261,6 +266,10 @@ def main() -> None:
         for precision in precisions:
             row(f"plain {precision}, padded, whole step in a CUDA graph",
                 lambda: captured_loop(template.net, padded, precision, args.warmup), padded_tokens)
+        pad = {"pad_to_lengths": padded_dm.pad_to_lengths}
+        for precision in precisions:   # fit's own: forward and backward replayed (model.graph_step)
+            row(f"fit {precision}, padded, graph_step",
+                fit(precision, False, graph_step=True, **pad), padded_tokens)
 
     base = rates.get("plain 32-true")
     B.table(["row", "target tok/s", "ms/step", "vs plain fp32"],
@@ -282,6 +291,9 @@ def main() -> None:
                  ("plain 32-true, padded, whole step in a CUDA graph", "plain 32-true"),
              "CUDA graph of the eager step padded bf16/plain eager fp32":
                  ("plain bf16-mixed, padded, whole step in a CUDA graph", "plain 32-true"),
+             "fit graph_step padded/plain eager fp32": ("fit 32-true, padded, graph_step", "plain 32-true"),
+             "fit graph_step padded bf16/plain eager fp32": ("fit bf16-mixed, padded, graph_step", "plain 32-true"),
+             "bf16/fp32 fit graph_step": ("fit bf16-mixed, padded, graph_step", "fit 32-true, padded, graph_step"),
              "compiled padded/plain eager fp32": ("plain 32-true compiled, padded", "plain 32-true"),
              "CUDA graphs padded/plain eager fp32": ("plain 32-true compiled with CUDA graphs, padded", "plain 32-true"),
              "CUDA graphs padded bf16/plain eager fp32":

@@ -18,7 +18,9 @@ tokens counted on the CPU batch before it moves to the device, and the loss is c
 non-finite value every ``finite_check_every()`` steps, on all the losses since the last check
 (on a CPU, where a read costs nothing, every step).
 
-A module whose hyperparameters set ``compile_step`` trains through ``torch.compile`` of its
+A module whose hyperparameters set ``graph_step`` replays its loss's forward and backward from a
+CUDA graph per batch shape (graphed_step.py). A module whose hyperparameters set ``compile_step``
+trains through ``torch.compile`` of its
 ``training_loss`` with dynamic shapes (one graph for every batch shape, built on the first step;
 our token batches change shape nearly every step, and a graph per shape would recompile all run).
 ``self.net`` stays the eager module, so checkpoints, evaluation and decoding are unchanged.
@@ -85,6 +87,7 @@ class SequenceModule(LightningModule):
     """LightningModule skeleton: a subclass defines ``training_loss`` and ``evaluate``."""
 
     target_key: str | None = None   # the batch's targets [B, T], counted on the CPU (else on the device)
+    loss_inputs: tuple[str, ...] = ()   # the batch keys training_loss reads (for graph_step)
 
     def __init__(self):
         super().__init__()
@@ -96,6 +99,7 @@ class SequenceModule(LightningModule):
         # they are no children of the module (see totals.py).
         self.eval_totals: dict[str, Metric] = {}
         self._compiled_loss = None                  # torch.compile(training_loss), on the first step
+        self._graphed_loss = None                   # graphed_step.GraphedLoss, with graph_step
         self._grad_norm: torch.Tensor | None = None   # of the gradients since the last backward
         self._clips_own_parameters: bool | None = None
         self._parameters_list: list[torch.nn.Parameter] | None = None
@@ -157,7 +161,12 @@ class SequenceModule(LightningModule):
         return batch
 
     def step_loss(self):
-        """The function a training step calls: ``training_loss``, or its compiled form."""
+        """The function a training step calls: ``training_loss``, or its graphed or compiled form."""
+        if self.hparams.get("graph_step"):
+            if self._graphed_loss is None:
+                from lit_attention.lightning.graphed_step import GraphedLoss
+                self._graphed_loss = GraphedLoss(self)
+            return self._graphed_loss
         if not self.hparams.get("compile_step"):
             return self.training_loss
         if self._compiled_loss is None:

@@ -254,6 +254,8 @@ class LitAttentionCLI(LightningCLI):
         trainer_config["callbacks"] = [*(given if isinstance(given, list) else [given]), *callbacks,
                                        *([bar] if bar else [])]
         trainer = self.trainer_class(**trainer_config)
+        if self.subcommand == "fit":
+            check_graph_step(cfg.model.init_args, cfg.data.init_args, trainer)
         try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
             check_writable(self.run_dir.path)   # read-only or full file system, before training
         except OSError as exc:
@@ -427,6 +429,33 @@ def choose_precision(accelerator) -> tuple[str, str]:
     on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
     precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
     return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
+
+
+GRAPH_STEP_FAMILIES = ("transformer",)   # a recurrent encoder packs by lengths it reads on the host
+
+
+def check_graph_step(model, data, trainer) -> None:
+    """ConfigError unless ``model.graph_step`` is off or can act on this trainer (graphed_step.py):
+    batches padded to few shapes, a family whose step reads nothing back, one CUDA device."""
+    if not model.get("graph_step"):
+        return
+    why = None
+    if not data.get("pad_to_lengths"):
+        why = ("needs data.pad_to_lengths (a graph is captured for each batch shape, and unpadded "
+               "batches change shape nearly every step)")
+    elif model.get("family") not in GRAPH_STEP_FAMILIES:
+        why = (f"captures the step of the {', '.join(GRAPH_STEP_FAMILIES)} family only, not "
+               f"{model.get('family')!r} (its encoder reads batch lengths on the host)")
+    elif model.get("compile_step"):
+        why = "and model.compile_step: choose one"
+    elif str(trainer.precision) not in ("32-true", "bf16-mixed"):
+        why = f"runs in 32-true or bf16-mixed, not {trainer.precision}"
+    elif trainer.strategy.root_device.type != "cuda":
+        why = f"replays CUDA graphs: it needs a CUDA GPU, and this run trains on {trainer.strategy.root_device}"
+    elif trainer.world_size != 1:
+        why = f"captures one process's step: it runs on one device, not {trainer.world_size}"
+    if why:
+        raise ConfigError(f"invalid configuration: model.graph_step {why}")
 
 
 def warn_emulated_bf16(trainer_config: dict) -> None:

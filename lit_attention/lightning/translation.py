@@ -49,6 +49,7 @@ class TranslationModule(SequenceModule):
     """
 
     target_key = "tgt_out"
+    loss_inputs = ("src", "tgt_in", "tgt_out")
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class TranslationModule(SequenceModule):
         length_buckets: tuple[int, ...] = (10, 20, 30),
         min_bucket_sentences: int = 50,
         compile_step: bool = False,
+        graph_step: bool = False,
         src_vocab_size: int = 0,
         tgt_vocab_size: int = 0,
     ):
@@ -145,7 +147,10 @@ class TranslationModule(SequenceModule):
     def describe(self) -> dict:
         h = self.hparams
         model = {k: h[k] for k in registry.variant_fields(h.family, h)}
-        return {"model": model, "params": count_parameters(self.net) if self.net is not None else None}
+        info = {"model": model, "params": count_parameters(self.net) if self.net is not None else None}
+        if self._graphed_loss is not None:   # graph_step: the batch shapes whose step was replayed
+            info["graphed_shapes"] = len(self._graphed_loss.graphs)
+        return info
 
     # -- training ----------------------------------------------------------------------------
 
