@@ -112,6 +112,28 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu") ->
     return map_tensors(checkpoint, lambda t: copies.get(id(t), t))
 
 
+class _Writer:
+    """The file torch.save writes through, keeping the OSError of a write that failed: torch
+    reports it as a RuntimeError without its errno, and a full disk must be named as one."""
+
+    def __init__(self, file):
+        self.file, self.error = file, None
+
+    def write(self, data) -> int:
+        try:
+            return self.file.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.file.flush()
+        except OSError as exc:
+            self.error = exc
+            raise
+
+
 def save_atomically(checkpoint: dict, path: Path) -> None:
     """torch.save straight into a file beside ``path``, then renamed over it: a reader, or a kill,
     finds the old file or the new one, never a part of one. (Lightning's save first builds the
@@ -121,7 +143,13 @@ def save_atomically(checkpoint: dict, path: Path) -> None:
     partial = path.with_name(f".{path.name}.partial")
     try:
         with open(partial, "wb") as f:
-            torch.save(checkpoint, f)
+            writer = _Writer(f)
+            try:
+                torch.save(checkpoint, writer)
+            except RuntimeError as exc:   # torch's report of a failed write drops its errno
+                if writer.error is not None:
+                    raise writer.error from exc
+                raise
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)
