@@ -303,6 +303,9 @@ class Family:
     moved: option of other families this family used to read -> the option it reads now.
     gradient: False for a family that is counted from the training stream, not trained.
     fixed: constructor arguments the family fixes that are not config keys (yet), and their values.
+    graphable: its training step reads no value back to the host, so ``model.graph_step`` can
+        capture it in CUDA graphs (lightning/graphed_step.py); a packed recurrent encoder reads
+        its lengths.
     """
     model: str
     options: Mapping[str, Any]
@@ -311,6 +314,7 @@ class Family:
     moved: Mapping[str, str] = field(default_factory=dict)
     gradient: bool = True
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    graphable: bool = False
 
 
 # Options every encoder-decoder family uses, and their defaults (the LightningModule's).
@@ -337,7 +341,8 @@ SEQ2SEQ_MODELS = {
         active_when=_POSITIONAL_ACTIVE,
         # the position tables' size: model.max_len would clash with data.max_len (a token filter)
         # in the hparams Lightning merges, so it waits for a name of its own
-        fixed={"max_len": 512}),
+        fixed={"max_len": 512},
+        graphable=True),
     "rnn": Family(
         model="lit_attention.models.rnn:RNNSeq2Seq",
         options={"cell": "lstm", "attention": "bahdanau", "emb_size": None, "bidirectional": True,

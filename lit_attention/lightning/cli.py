@@ -431,9 +431,6 @@ def choose_precision(accelerator) -> tuple[str, str]:
     return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
 
 
-GRAPH_STEP_FAMILIES = ("transformer",)   # a recurrent encoder packs by lengths it reads on the host
-
-
 def check_graph_step(model, data, trainer) -> None:
     """ConfigError unless ``model.graph_step`` is off or can act on this trainer (graphed_step.py):
     batches padded to few shapes, a family whose step reads nothing back, one CUDA device."""
@@ -443,13 +440,17 @@ def check_graph_step(model, data, trainer) -> None:
     if not data.get("pad_to_lengths"):
         why = ("needs data.pad_to_lengths (a graph is captured for each batch shape, and unpadded "
                "batches change shape nearly every step)")
-    elif model.get("family") not in GRAPH_STEP_FAMILIES:
-        why = (f"captures the step of the {', '.join(GRAPH_STEP_FAMILIES)} family only, not "
-               f"{model.get('family')!r} (its encoder reads batch lengths on the host)")
+    elif not registry.SEQ2SEQ_MODELS[model.get("family")].graphable:
+        graphable = [name for name, row in registry.SEQ2SEQ_MODELS.items() if row.graphable]
+        why = (f"captures the step of the {', '.join(graphable)} family only, not {model.get('family')!r} "
+               "(its step reads values back to the host)")
     elif model.get("compile_step"):
         why = "and model.compile_step: choose one"
     elif str(trainer.precision) not in ("32-true", "bf16-mixed"):
         why = f"runs in 32-true or bf16-mixed, not {trainer.precision}"
+    elif trainer.accumulate_grad_batches != 1:
+        why = ("replays each batch's gradients into the same memory: not with "
+               f"trainer.accumulate_grad_batches {trainer.accumulate_grad_batches}")
     elif trainer.strategy.root_device.type != "cuda":
         why = f"replays CUDA graphs: it needs a CUDA GPU, and this run trains on {trainer.strategy.root_device}"
     elif trainer.world_size != 1:

@@ -15,7 +15,8 @@ and the graphs draw theirs from the generator's captured offsets: with dropout, 
 other (equally random) masks than the eager step. Each shape's graph keeps its own memory pool.
 
 What it needs (checked before training, lightning/cli.py): one CUDA device, a family whose step
-reads no value back to the host (the Transformer), 32-true or bf16-mixed, no ``compile_step``.
+reads no value back to the host (the Transformer), 32-true or bf16-mixed, no ``compile_step``, no
+gradient accumulation (a replay writes its gradients where the last one did).
 """
 
 from __future__ import annotations

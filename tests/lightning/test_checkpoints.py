@@ -1,9 +1,9 @@
 """The checkpoints `fit` writes: best.ckpt (lowest val_loss) and last.ckpt (the end of the last epoch)."""
 
 import pytest
-import torch
 
 from conftest import CONFIGS, cli_in_process, write_lines
+from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 
 PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"),
          ("der mann sieht den hund", "the man sees the dog")] * 4
@@ -27,6 +27,7 @@ def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tm
                          "--run.id", "r", *TINY, "--trainer.max_epochs", "3", "--model.lr", "1e-30")
     assert fit.returncode == 0, fit.stderr[-3000:]
     checkpoints = tmp_path / "default" / "r" / "checkpoints"
-    last, best = (torch.load(checkpoints / name, weights_only=False) for name in ("last.ckpt", "best.ckpt"))
+    io = ChecksummedCheckpointIO()   # the loader `fit --ckpt_path` uses
+    last, best = (io.load_checkpoint(checkpoints / name) for name in ("last.ckpt", "best.ckpt"))
     assert last["epoch"] == 2 and best["epoch"] == 0
     assert last["global_step"] == 3 * best["global_step"]

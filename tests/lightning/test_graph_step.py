@@ -22,6 +22,8 @@ PADDED = ["--data.pad_to_lengths", "[8,16,24,32,64,136]"]
     ([*PADDED, "--model.compile_step", "true"], "and model.compile_step: choose one"),
     ([*PADDED, "--trainer.precision", "64-true", "--trainer.accelerator", "cpu"],
      "runs in 32-true or bf16-mixed, not 64-true"),
+    ([*PADDED, "--trainer.accumulate_grad_batches", "2"],
+     "replays each batch's gradients into the same memory: not with trainer.accumulate_grad_batches 2"),
     ([*PADDED, "--trainer.accelerator", "cpu"], "replays CUDA graphs: it needs a CUDA GPU, and this run trains on cpu"),
 ])
 def test_what_graph_step_needs_is_checked_before_training(args, why, tmp_path):
