@@ -21,6 +21,8 @@ gradient accumulation (a replay writes its gradients where the last one did).
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 
@@ -64,8 +66,8 @@ class GraphedLoss:
     def _capture(self, inputs: tuple[torch.Tensor, ...]) -> nn.Module:
         loss = _Loss(self.module.net, self.module.training_loss, self.keys)
         sample = tuple(t.clone() for t in inputs)
-        autocast = torch.is_autocast_enabled("cuda")
-        dtype = torch.get_autocast_dtype("cuda") if autocast else torch.float32
         # captures refuse autocast's weight cache (a cast cached in one replay is stale in the next)
-        with torch.autocast("cuda", dtype=dtype, enabled=autocast, cache_enabled=False):
+        uncached = (torch.autocast("cuda", dtype=torch.get_autocast_dtype("cuda"), cache_enabled=False)
+                    if torch.is_autocast_enabled("cuda") else contextlib.nullcontext())
+        with uncached:
             return torch.cuda.make_graphed_callables(loss, sample, allow_unused_input=True)
