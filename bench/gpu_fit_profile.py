@@ -65,28 +65,19 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=None, help="folder for the whole profiles")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print(f"no CUDA GPU on this machine (torch {torch.__version__}): nothing measured")
-        B.summary("gpu_fit_profile: not measured: no CUDA GPU on this machine")
+    import gpu_throughput as G
+    if G.no_gpu(args, "gpu_fit_profile"):
         return
     if args.quick:
         args.steps, args.warmup = 12, 4
     args.threads = args.threads or 8
     B.setup(args)
     import fit_overhead as F
-    import gpu_throughput as G
     from step_clock import StepProfile
-    from lit_attention.data.translation import TranslationDataModule
     from lit_attention.lightning.translation import TranslationModule
 
-    real = B.have_multi30k() and not args.quick
-    data = G.multi30k_args() if real else F.data_args(True, 4096)
+    data, dm, batches = G.reference_batches(args)
     model = F.model_args(B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE, lr=1e-3, warmup=400)
-    dm = TranslationDataModule(**data)
-    dm.setup("fit")
-    batches = B.train_batches(dm, args.steps)
-    if args.device == "cuda":
-        batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
     torch.manual_seed(args.seed)
     template = TranslationModule(**model, src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size)
     template.configure_model()

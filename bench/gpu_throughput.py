@@ -154,6 +154,30 @@ def captured_loop(template, batches: list[dict], precision: str, warmup: int) ->
     return (len(batches) - warmup) / (time.perf_counter() - start)
 
 
+def no_gpu(args, script: str) -> bool:
+    """True, after saying so (and the SUMMARY line), where ``--device cuda`` finds no CUDA GPU."""
+    if args.device != "cuda" or torch.cuda.is_available():
+        return False
+    print(f"no CUDA GPU on this machine (torch {torch.__version__}): nothing measured")
+    B.summary(f"{script}: not measured: no CUDA GPU on this machine")
+    return True
+
+
+def reference_batches(args, **options) -> tuple[dict, object, list[dict]]:
+    """(data arguments, prepared TranslationDataModule, its first ``args.steps`` training batches,
+    pinned on a GPU): Multi30k in the reference config's settings, or synthetic toy-mt with
+    ``--quick`` or without ../shared/data; ``options``: more data module arguments."""
+    import fit_overhead as F
+    from lit_attention.data.translation import TranslationDataModule
+    data = multi30k_args() if B.have_multi30k() and not args.quick else F.data_args(args.quick, 4096)
+    dm = TranslationDataModule(**data, **options)
+    dm.setup("fit")
+    batches = B.train_batches(dm, args.steps)
+    if args.device == "cuda":
+        batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
+    return data, dm, batches
+
+
 def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=150, help="steps per row")
@@ -165,9 +189,7 @@ def main() -> None:
                    help="seconds after which the rows not yet started are skipped (the table and ratios "
                         "still print)")
     args = p.parse_args()
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print(f"no CUDA GPU on this machine (torch {torch.__version__}): nothing measured")
-        B.summary("gpu_throughput: not measured: no CUDA GPU on this machine")
+    if no_gpu(args, "gpu_throughput"):
         return
     if args.quick:
         args.steps, args.warmup = 12, 4
@@ -178,21 +200,10 @@ def main() -> None:
     StepClock.wall, StepClock.wall_sync_at = True, args.warmup   # the span the plain loop times too
     from lit_attention.lightning.translation import TranslationModule
 
-    from lit_attention.data.translation import TranslationDataModule
-    real = B.have_multi30k() and not args.quick
-    data = multi30k_args() if real else F.data_args(args.quick, 4096)
-    data_desc = "Multi30k de->en (8k joint unigram SentencePiece)" if real else "synthetic toy-mt"
-    dm = TranslationDataModule(**data)
-    dm.setup("fit")
-    batches = B.train_batches(dm, args.steps)
-    if args.device == "cuda":
-        batches = [{k: v.pin_memory() for k, v in b.items()} for b in batches]
+    data, dm, batches = reference_batches(args)
+    data_desc = "Multi30k de->en (8k joint unigram SentencePiece)" if data["task"] == "files" else "synthetic toy-mt"
     tokens = sum(B.target_tokens(b) for b in batches[args.warmup:]) / (args.steps - args.warmup)
-    padded_dm = TranslationDataModule(**data, pad_to_lengths=list(range(8, dm.max_len + 9, 8)))
-    padded_dm.setup("fit")
-    padded = B.train_batches(padded_dm, args.steps)
-    if args.device == "cuda":
-        padded = [{k: v.pin_memory() for k, v in b.items()} for b in padded]
+    _, padded_dm, padded = reference_batches(args, pad_to_lengths=list(range(8, dm.max_len + 9, 8)))
     padded_tokens = sum(B.target_tokens(b) for b in padded[args.warmup:]) / (args.steps - args.warmup)
     size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
     model = F.model_args(size, lr=1e-3, warmup=400)
