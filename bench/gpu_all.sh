@@ -4,7 +4,9 @@
 #
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
 #
-# PART (default: eager profile attribution, about 8 minutes on an H200):
+# PART (default: graphtest eager profile attribution, about 8 minutes on an H200):
+# graphtest (~20 s): tests/lightning/test_graph_step.py, whose last test (skipped without CUDA)
+#    checks that model.graph_step's losses equal the eager step's;
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
@@ -19,12 +21,17 @@
 set -uo pipefail
 out=${1:-gpu-out}
 shift || true
-parts=${*:-eager profile attribution}
+parts=${*:-graphtest eager profile attribution}
 mkdir -p "$out"
 { nvidia-smi || echo "no nvidia-smi"; } > "$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee "$out/versions.txt"
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
+if wants graphtest; then
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/lightning/test_graph_step.py 2>&1 | tail -15 \
+    | tee "$out/graph_step_test.log"
+  echo "graph_step test exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+fi
 if wants eager; then
   timeout 270 python3 bench/gpu_throughput.py --no-compile --time-limit 210 2>&1 | tee "$out/gpu_throughput.log"
   echo "gpu_throughput (eager) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
