@@ -10,6 +10,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention.lightning.budget import TrainingBudget
+from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 from lit_attention.lightning.stop_point import inside_validation, signal_name
 from lit_attention.models import sdpa_backends
 from lit_attention.registry import FILES_TASK
@@ -231,6 +232,9 @@ class RunStoreCallback(Callback):
             # Lightning's stop after a whole training batch (stop_point.py): the checkpoint that
             # `fit ... --ckpt_path last` continues from exactly. Any other stop keeps the last one.
             trainer.save_checkpoint(self.run_dir.checkpoints / LAST_CHECKPOINT)
+            io = trainer.strategy.checkpoint_io
+            if isinstance(io, ChecksummedCheckpointIO):   # written before the record says "interrupted"
+                io.flush()
         # A fit that failed before its setup (bad data, a resumed checkpoint that did not load)
         # writes no record: a new run leaves nothing, an existing one stays as it was.
         if trainer.is_global_zero and (self._set_up or trainer.state.fn != "fit"):

@@ -12,8 +12,14 @@ TINY = ["--data.task", "files", "--data.src_lang", "de", "--data.tgt_lang", "en"
         "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false", "--diagnostics.heatmaps", "0"]
 
 
+# background: written by the writer thread, as on a GPU (checksum.py), here forced on the CPU
+BACKGROUND = ["--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
+                                  '"init_args": {"background": true}}']
+
+
 @pytest.mark.slow
-def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tmp_path):
+@pytest.mark.parametrize("writes", [[], BACKGROUND], ids=["in-line", "background"])
+def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tmp_path, writes):
     """Lightning 2.6 writes ModelCheckpoint's save_last copy only when a top-k checkpoint is saved
     at the same step: with the best one kept, last.ckpt stayed at the last improvement, and
     `fit --ckpt_path last` (a sweep's resume after a kill) went back to it. A learning rate of 1e-30
@@ -24,7 +30,7 @@ def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tm
         write_lines(data / f"{split}.de", [s for s, _ in PAIRS])
         write_lines(data / f"{split}.en", [t for _, t in PAIRS])
     fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data, "--run.root", tmp_path,
-                         "--run.id", "r", *TINY, "--trainer.max_epochs", "3", "--model.lr", "1e-30")
+                         "--run.id", "r", *TINY, "--trainer.max_epochs", "3", "--model.lr", "1e-30", *writes)
     assert fit.returncode == 0, fit.stderr[-3000:]
     checkpoints = tmp_path / "default" / "r" / "checkpoints"
     io = ChecksummedCheckpointIO()   # the loader `fit --ckpt_path` uses

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+import os
+import threading
+
 import pytest
 import torch
 
 from lit_attention.lightning.checksum import (CHECKSUM_KEY, ChecksummedCheckpointIO, content_checksum,
-                                              snapshot_on_cpu)
+                                              own_storages, snapshot_on_cpu, verify)
 
 
 def checkpoint_of_a_trained_model() -> dict:
@@ -33,6 +37,10 @@ def test_the_snapshot_is_one_copy_of_each_tensor_with_the_same_contents():
     assert len({t.untyped_storage().data_ptr() for t in tensors}) == len(tensors)
     assert snap["loops"]["mask"].tolist() == [True, False] and snap["epoch"] == 3
     assert snap["state_dict"]._metadata == checkpoint["state_dict"]._metadata   # module versions
+    viewed = own_storages(snapshot_on_cpu(checkpoint, moved=lambda t: True, split=False))   # the writer's way
+    assert content_checksum(viewed) == content_checksum(checkpoint)
+    viewed_tensors = [*viewed["state_dict"].values(), viewed["loops"]["mask"]]
+    assert len({t.untyped_storage().data_ptr() for t in viewed_tensors}) == len(viewed_tensors)
     before = snap["state_dict"]["1.bias"].clone()
     with torch.no_grad():
         checkpoint["state_dict"]["1.bias"].add_(1.0)
@@ -66,3 +74,43 @@ def test_a_save_that_fails_leaves_the_old_checkpoint_and_no_part_of_the_new(tmp_
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
     assert io.load_checkpoint(path)["epoch"] == 3
+
+
+def test_a_background_save_returns_at_once_and_writes_the_checkpoint_of_that_moment(tmp_path):
+    """A FIFO in the place of the file being written holds the writer until this test reads it:
+    save_checkpoint has returned by then (training goes on, here changing the weights in place), and
+    the bytes written are the checkpoint as it was when saved."""
+    checkpoint = checkpoint_of_a_trained_model()
+    path = tmp_path / "last.ckpt"
+    os.mkfifo(tmp_path / ".last.ckpt.partial")
+    writes = ChecksummedCheckpointIO(background=True)
+    saver = threading.Thread(target=writes.save_checkpoint, args=(checkpoint, path), daemon=True)
+    saver.start()
+    saver.join(timeout=60)
+    assert not saver.is_alive(), "save_checkpoint waited for its file to be written"
+    saved = {name: t.clone() for name, t in checkpoint["state_dict"].items()}
+    with torch.no_grad():
+        for t in checkpoint["state_dict"].values():
+            t.add_(1.0)
+    with open(tmp_path / ".last.ckpt.partial", "rb") as fifo:
+        written = fifo.read()
+    writes.teardown()
+    loaded = torch.load(io.BytesIO(written), weights_only=True)
+    verify(loaded, path)
+    for name, value in saved.items():
+        assert torch.equal(loaded["state_dict"][name], value)
+
+
+def test_a_background_write_that_failed_is_raised_and_leaves_the_old_checkpoint(tmp_path):
+    writes = ChecksummedCheckpointIO(background=True)
+    path = tmp_path / "last.ckpt"
+    writes.save_checkpoint(checkpoint_of_a_trained_model(), path)
+    writes.flush()
+    before = path.read_bytes()
+    writes.save_checkpoint({**checkpoint_of_a_trained_model(), "zz": lambda: None}, path)   # fails in the writer
+    with pytest.raises(Exception, match="lambda|pickle"):
+        writes.teardown()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+    writes.save_checkpoint(checkpoint_of_a_trained_model(), path)   # the error was raised once
+    assert writes.load_checkpoint(path)["epoch"] == 3   # loading waits for the write

@@ -32,10 +32,16 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+# checkpoints written by the writer thread, as on a GPU (lightning/checksum.py), here forced on the CPU
+BACKGROUND = ["--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
+                                  '"init_args": {"background": true}}']
+
+
 @pytest.mark.slow
-def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs):
+@pytest.mark.parametrize("writes", [[], BACKGROUND], ids=["in-line", "background"])
+def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs, writes):
     fs = tmpfs("200k")            # room for the config and summary, not for a checkpoint
-    out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r")
+    out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r", *writes)
     assert out.returncode == 1, out.stderr[-3000:]
     errors = _errors(out.stderr)
     assert len(errors) == 1 and errors[0].startswith(f"lit-attention fit: error: cannot write under {fs.path}/default/r"), errors

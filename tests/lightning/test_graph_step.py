@@ -3,6 +3,8 @@
 On the CPU: what is refused before training, and the loss module the graphs capture. On a CUDA GPU
 (not in CI: run this file there): the graphed losses equal the eager ones step by step."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -35,11 +37,19 @@ def test_what_graph_step_needs_is_checked_before_training(args, why, tmp_path):
 
 
 def padded_batches(tmp_path, n: int):
+    """The first ``n`` training batches (or all, if the epoch has fewer) of a toy set padded to 5 lengths."""
     dm = TranslationDataModule(task="toy-mt", n_train=200, n_val=10, n_test=10, max_len_words=12, tokenizer="word",
                                max_tokens=256, cache_dir=str(tmp_path), pad_to_lengths=[8, 16, 24, 32, 136], max_len=135)
     dm.setup("fit")
-    loader = iter(dm.train_dataloader())
-    return [next(loader) for _ in range(n)], dm
+    return list(itertools.islice(dm.train_dataloader(), n)), dm
+
+
+def test_the_gpu_test_batches_come_in_several_shapes(tmp_path):
+    """What the GPU test below replays (its data part runs here: on the first GPU it met, it asked
+    for more batches than the epoch has)."""
+    batches, _ = padded_batches(tmp_path, 12)
+    assert len(batches) >= 6
+    assert len({tuple(b["src"].shape) + tuple(b["tgt_in"].shape) for b in batches}) >= 2
 
 
 def module(dm, device: str = "cpu") -> TranslationModule:

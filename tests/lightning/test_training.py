@@ -17,10 +17,12 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     assert full.returncode == 0, full.stderr[-3000:]
 
     env = cli_env(PYTHONPATH=str(REPO / "tests"))
-    # A real SIGTERM in the middle of the second epoch.
+    # A real SIGTERM in the middle of the second epoch; checkpoints written by the writer thread, as
+    # on a GPU (lightning/checksum.py; the other stop tests write them in line).
     cut = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut",
                   "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "7",
-                  env=env)
+                  "--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
+                                       '"init_args": {"background": true}}', env=env)
     assert cut.returncode == 143, cut.stderr[-3000:]
     cut_dir = tmp_path / "default" / "cut"
     assert json.loads((cut_dir / "summary.json").read_text())["status"] == "interrupted"
