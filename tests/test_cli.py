@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import CONFIGS, cli_in_process, run_cli
+from lit_attention.lightning.run_store_callback import RunStoreCallback
 
 SUMMARY_KEYS = {"run_id", "status", "task", "model", "seed", "params", "train_seconds",
                 "tokens_per_second", "val_ppl", "val_bleu", "test_bleu", "test_chrf",
@@ -49,9 +50,12 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert summary["sacrebleu_signature"].startswith("nrefs:1|case:mixed")
     assert summary["model"]["family"] == "transformer" and summary["task"] == "copy"
     assert summary["seed"] == 1 and summary["params"] > 0
-    # the machine-speed probe: once at the start of training and after every epoch
+    # the machine-speed probe: at the start and end of training, and after an epoch a minute or more
+    # after the last probe (it was after every epoch: 1.5 % of a GPU run's time, issue 38)
     probes = summary["machine_gflops_probes"]
-    assert len(probes) == summary["epochs"] + 1 and min(probes) > 0, (probes, summary["epochs"])
+    assert 2 <= len(probes) <= summary["epochs"] + 2 and min(probes) > 0, (probes, summary["epochs"])
+    if summary["train_seconds"] < RunStoreCallback.probe_every:
+        assert len(probes) == 2, (probes, summary["train_seconds"])
     assert summary["machine_gflops"] == pytest.approx(statistics.median(probes), rel=0.01)
     assert math.isclose(summary["val_ppl"], math.exp(summary["val_loss"]), rel_tol=1e-6)
 

@@ -2,8 +2,8 @@
 
 A shared or virtual machine's speed drifts by tens of per cent over a day; two runs of the same
 config with the same `max_time` then train different numbers of steps. The run store records a
-short matmul probe at the start of training and after every epoch, so a report can tell a slow
-machine from a slow model.
+short matmul probe at the start and end of training and after an epoch at least a minute after the
+last probe, so a report can tell a slow machine from a slow model.
 """
 
 from __future__ import annotations
