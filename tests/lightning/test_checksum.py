@@ -95,7 +95,8 @@ def test_a_background_save_returns_at_once_and_writes_the_checkpoint_of_that_mom
     with open(tmp_path / ".last.ckpt.partial", "rb") as fifo:
         written = fifo.read()
     writes.teardown()
-    loaded = torch.load(io.BytesIO(written), weights_only=True)
+    written = io.BytesIO(written)
+    loaded = torch.load(written, weights_only=True)
     verify(loaded, path)
     for name, value in saved.items():
         assert torch.equal(loaded["state_dict"][name], value)
