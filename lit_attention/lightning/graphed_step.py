@@ -13,6 +13,10 @@ first step runs eagerly (the training budget counts its FLOPs then), its second 
 warm-up passes, then the capture), the later ones replay it. The warm-up passes draw dropout masks,
 and the graphs draw theirs from the generator's captured offsets: with dropout, a fixed seed gives
 other (equally random) masks than the eager step. Each shape's graph keeps its own memory pool.
+A capture needs the autograd graphs of earlier steps gone, as Lightning leaves them (it keeps a
+step's loss detached): a loss kept alive holds its graph's gradient accumulators, made on the
+default stream, and the capture of the backward then failed on an H200 ("operation would make the
+legacy stream depend on a capturing blocking stream") in a test loop that kept the last loss.
 
 What it needs (checked before training, lightning/cli.py): one CUDA device, a family whose step
 reads no value back to the host (the Transformer), 32-true or bf16-mixed, no ``compile_step``, no
