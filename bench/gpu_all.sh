@@ -16,6 +16,8 @@
 # attribution (~1.5 min): bench/gpu_fit_attribution.py: fit without FLOP counting, diagnostics;
 # compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain
 #    loop compiled with CUDA graphs (inductor, mode="reduce-overhead") over padded batches;
+# writes (~1.5 min, not by default: measured on 2026-11-27, session 23): bench/gpu_checkpoint_writes.py,
+#    fit with checkpoints written by the writer thread vs in line;
 # demo (<= 80 s, not by default: measured on 2026-11-27): the README's main job on this machine.
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
@@ -48,6 +50,10 @@ if wants compiled; then
   timeout 210 python3 bench/gpu_throughput.py --rows '^plain 32-true$|32-true compiled with CUDA graphs, padded' \
     --time-limit 60 2>&1 | tee "$out/gpu_throughput_compiled.log"
   echo "gpu_throughput (compiled) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+fi
+if wants writes; then
+  timeout 150 python3 bench/gpu_checkpoint_writes.py 2>&1 | tee "$out/gpu_checkpoint_writes.log"
+  echo "gpu_checkpoint_writes exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants demo && python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   start=$(date +%s)

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
            "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution", "shape_buckets",
-           "gpu_fit_profile"]
+           "gpu_fit_profile", "gpu_checkpoint_writes"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -78,6 +78,8 @@ SUMMARIES = {
     "gpu_fit_profile": r"(?:not measured: no CUDA GPU on this machine"
                        r"|(?P<card>[^:]+): 32-true: plain (?P<plain_fp32>N) ms, fit median inside (?P<inside>N) ms"
                        r" \+ between (?P<between>N) ms, (?P<waits>N) waits a step; .*)",
+    "gpu_checkpoint_writes": r"(?:not measured: no CUDA GPU on this machine"
+                             r"|(?P<card>[^:]+): writer thread/in line steps/s (?P<ratio>N), again (?P<again>N))",
     "shape_buckets": r"unpadded (?P<plain_shapes>N) shapes over (?P<epochs>N) epochs, (?P<plain_steps>N) steps/epoch, "
                      r"(?P<plain_padding>N)% padding; (?P<row>[\w ]+): (?P<shapes>N) shapes, (?P<steps>N) steps/epoch "
                      r"= (?P<ratio>N)x, (?P<padding>N)% padding",
@@ -248,3 +250,15 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
                           text, re.M)) == 2, text[-3000:]
     assert re.search(r"^SUMMARY gpu_fit_profile: CPU \(not a GPU figure\): 32-true: plain [\d.]+ ms", text, re.M)
+
+
+def test_gpu_checkpoint_writes_runs_on_the_cpu(monkeypatch):
+    """The writer-thread comparison, checked on the CPU (--device cpu) so that a GPU call cannot
+    fail on a typo: three fits, each with its rate, spans and longest steps, and the ratios."""
+    text = run_script("gpu_checkpoint_writes", monkeypatch, "--quick", "--device", "cpu", "--threads", "1")
+    for label in ("writer thread", "in line", "writer thread again"):
+        assert re.search(rf"^{label}: [\d.]+ steps/s; inside the step mean [\d.]+ ms, median [\d.]+; between "
+                         rf"steps mean [\d.]+ ms; longest \(ms inside \+ between\): (\d+: \d+\+\d+(, )?){{5}}$",
+                         text, re.M), (label, text[-3000:])
+    assert re.search(r"^SUMMARY gpu_checkpoint_writes: CPU \(not a GPU figure\): writer thread/in line steps/s "
+                     r"[\d.]+, again [\d.]+$", text, re.M)
