@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -115,3 +116,28 @@ def test_a_background_write_that_failed_is_raised_and_leaves_the_old_checkpoint(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
     writes.save_checkpoint(checkpoint_of_a_trained_model(), path)   # the error was raised once
     assert writes.load_checkpoint(path)["epoch"] == 3   # loading waits for the write
+
+
+def test_a_fork_waits_for_the_writes_in_progress(tmp_path):
+    """A child forked while the writer thread holds a lock could wait on it forever (a DataLoader
+    worker is forked): a fork waits for pending writes. The writer is held by a FIFO that a reader
+    thread drains after a pause; when fork returns in the parent, the file is in its place."""
+    path = tmp_path / "last.ckpt"
+    os.mkfifo(tmp_path / ".last.ckpt.partial")
+    writes = ChecksummedCheckpointIO(background=True)
+    writes.save_checkpoint(checkpoint_of_a_trained_model(), path)
+
+    def drain():
+        time.sleep(0.5)   # the parent forks meanwhile
+        with open(tmp_path / ".last.ckpt.partial", "rb") as fifo:
+            fifo.read()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert path.exists(), "fork returned before the checkpoint being written was in its place"
+    writes.teardown()
+    reader.join(timeout=60)
