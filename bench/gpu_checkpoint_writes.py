@@ -28,18 +28,10 @@ IO = "lit_attention.lightning.checksum.ChecksummedCheckpointIO"
 
 
 def main() -> None:
-    p = B.parser(__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    args = p.parse_args()
     import gpu_throughput as G
-    if G.no_gpu(args, "gpu_checkpoint_writes"):
+    args = G.fit_script_args(B.parser(__doc__.splitlines()[0]), "gpu_checkpoint_writes")
+    if args is None:
         return
-    if args.quick:
-        args.steps, args.warmup = 12, 4
-    args.threads = args.threads or 8
-    B.setup(args)
     import fit_overhead as F
     from step_clock import StepClock, StepProfile
     StepClock.wall, StepClock.wall_sync_at = True, args.warmup

@@ -60,18 +60,11 @@ def print_profile(name: str, profile, out: Path | None) -> None:
 
 def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--out", type=Path, default=None, help="folder for the whole profiles")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    args = p.parse_args()
     import gpu_throughput as G
-    if G.no_gpu(args, "gpu_fit_profile"):
+    args = G.fit_script_args(p, "gpu_fit_profile")
+    if args is None:
         return
-    if args.quick:
-        args.steps, args.warmup = 12, 4
-    args.threads = args.threads or 8
-    B.setup(args)
     import fit_overhead as F
     from step_clock import StepProfile
     from lit_attention.lightning.translation import TranslationModule

@@ -165,6 +165,23 @@ def no_gpu(args, script: str) -> bool:
     return True
 
 
+def fit_script_args(p, script: str):
+    """The parsed arguments of a GPU script that times `fit` (``--steps``, ``--warmup`` and ``--device``
+    added to parser ``p``), with torch set up; None, after saying so, where ``--device cuda`` finds no
+    CUDA GPU. ``--quick``: 12 steps, 4 untimed."""
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    args = p.parse_args()
+    if no_gpu(args, script):
+        return None
+    if args.quick:
+        args.steps, args.warmup = 12, 4
+    args.threads = args.threads or 8
+    B.setup(args)
+    return args
+
+
 def reference_batches(args, **options) -> tuple[dict, object, list[dict]]:
     """(data arguments, prepared TranslationDataModule, its first ``args.steps`` training batches,
     pinned on a GPU): Multi30k in the reference config's settings, or synthetic toy-mt with
