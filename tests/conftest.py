@@ -17,6 +17,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 CONFIGS = REPO / "configs"
+# `fit` options that write checkpoints by the writer thread, as on a GPU (lightning/checksum.py),
+# here on the CPU, where they are written in line by default
+BACKGROUND_WRITES = ["--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
+                                          '"init_args": {"background": true}}']
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import CONFIGS, cli_in_process, write_lines
+from conftest import BACKGROUND_WRITES, CONFIGS, cli_in_process, write_lines
 from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 
 PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"),
@@ -12,13 +12,8 @@ TINY = ["--data.task", "files", "--data.src_lang", "de", "--data.tgt_lang", "en"
         "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false", "--diagnostics.heatmaps", "0"]
 
 
-# background: written by the writer thread, as on a GPU (checksum.py), here forced on the CPU
-BACKGROUND = ["--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
-                                  '"init_args": {"background": true}}']
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("writes", [[], BACKGROUND], ids=["in-line", "background"])
+@pytest.mark.parametrize("writes", [[], BACKGROUND_WRITES], ids=["in-line", "background"])
 def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tmp_path, writes):
     """Lightning 2.6 writes ModelCheckpoint's save_last copy only when a top-k checkpoint is saved
     at the same step: with the best one kept, last.ckpt stayed at the last improvement, and

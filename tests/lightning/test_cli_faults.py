@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from conftest import CONFIGS, cli_in_process, run_cli
+from conftest import BACKGROUND_WRITES, CONFIGS, cli_in_process, run_cli
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
         "--data.n_test", "40", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
@@ -32,13 +32,8 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
-# checkpoints written by the writer thread, as on a GPU (lightning/checksum.py), here forced on the CPU
-BACKGROUND = ["--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
-                                  '"init_args": {"background": true}}']
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("writes", [[], BACKGROUND], ids=["in-line", "background"])
+@pytest.mark.parametrize("writes", [[], BACKGROUND_WRITES], ids=["in-line", "background"])
 def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs, writes):
     fs = tmpfs("200k")            # room for the config and summary, not for a checkpoint
     out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r", *writes)

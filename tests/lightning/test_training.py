@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import REPO, cli_env, cli_in_process, run_cli
+from conftest import BACKGROUND_WRITES, REPO, cli_env, cli_in_process, run_cli
 from resumed_runs import RESUME_ARGS, run_record
 from lit_attention.tracking import machine_speed
 
@@ -21,8 +21,7 @@ def test_interrupted_run_resumes_to_the_same_final_validation_loss(tmp_path):
     # on a GPU (lightning/checksum.py; the other stop tests write them in line).
     cut = run_cli("fit", *RESUME_ARGS, "--run.root", tmp_path, "--run.id", "cut",
                   "--trainer.callbacks+=interrupt.SignalAfterSteps", "--trainer.callbacks.steps", "7",
-                  "--trainer.plugins", '{"class_path": "lit_attention.lightning.checksum.ChecksummedCheckpointIO", '
-                                       '"init_args": {"background": true}}', env=env)
+                  *BACKGROUND_WRITES, env=env)
     assert cut.returncode == 143, cut.stderr[-3000:]
     cut_dir = tmp_path / "default" / "cut"
     assert json.loads((cut_dir / "summary.json").read_text())["status"] == "interrupted"
