@@ -4,35 +4,37 @@
 #
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
 #
-# PART (default: graphtest eager profile attribution, about 8 minutes on an H200):
-# graphtest (~20 s): tests/lightning/test_graph_step.py, whose last test (skipped without CUDA)
-#    checks that model.graph_step's losses equal the eager step's;
+# PART (default: gputests eager profile writes, about 8 minutes on an H200):
+# gputests (~30 s): the tests that need CUDA, with the rest of their files: model.graph_step's losses
+#    equal the eager step's (tests/lightning/test_graph_step.py); a checkpoint saved on the GPU is
+#    copied off it without waiting for the device, as it was at the save (test_checksum.py);
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
 #    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, and
 #    `fit --model.graph_step true` over the padded batches (forward and backward from graphs);
 # profile (~2 min): bench/gpu_fit_profile.py: fit's steps inside and between, host waits, cProfile;
-# attribution (~1.5 min): bench/gpu_fit_attribution.py: fit without FLOP counting, diagnostics;
+# attribution (~1.5 min, not by default: measured in sessions 21-22): bench/gpu_fit_attribution.py:
+#    fit without FLOP counting, diagnostics;
 # compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain
 #    loop compiled with CUDA graphs (inductor, mode="reduce-overhead") over padded batches;
-# writes (~1.5 min, not by default: measured on 2026-11-27, session 23): bench/gpu_checkpoint_writes.py,
-#    fit with checkpoints written by the writer thread vs in line;
+# writes (~1.5 min): bench/gpu_checkpoint_writes.py, fit with checkpoints written by the writer
+#    thread vs in line;
 # demo (<= 80 s, not by default: measured on 2026-11-27): the README's main job on this machine.
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
 out=${1:-gpu-out}
 shift || true
-parts=${*:-graphtest eager profile attribution}
+parts=${*:-gputests eager profile writes}
 mkdir -p "$out"
 { nvidia-smi || echo "no nvidia-smi"; } > "$out/nvidia-smi.txt" 2>&1
 python3 -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" | tee "$out/versions.txt"
 wants() { [[ " $parts " == *" $1 "* ]]; }
 
-if wants graphtest; then
-  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/lightning/test_graph_step.py 2>&1 | tail -15 \
-    | tee "$out/graph_step_test.log"
-  echo "graph_step test exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+if wants gputests; then
+  timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/lightning/test_graph_step.py \
+    tests/lightning/test_checksum.py 2>&1 | tail -20 | tee "$out/gpu_tests.log"
+  echo "GPU tests exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants eager; then
   timeout 270 python3 bench/gpu_throughput.py --no-compile --time-limit 210 2>&1 | tee "$out/gpu_throughput.log"

@@ -5,8 +5,9 @@ in this process, every callback it adds) three times in one process: checkpoints
 writer thread (the default on a GPU), then in line (``ChecksummedCheckpointIO(background=False)``,
 the way before issue 38's change), then by the writer thread again (the order's effect). For each:
 steps/s from step 20 (validation taken out, as bench/gpu_throughput.py counts), the mean and median
-time inside the training step, the mean time between steps, and the five longest steps with their
-index from step 20 (an epoch's end is the longest; the steps after it run beside the writer).
+time inside the training step, the mean time between steps, the median time a checkpoint save held
+the training thread, and the five longest steps with their index from step 20 (an epoch's end is
+the longest; the steps after it run beside the writer).
 Without a CUDA GPU it says so and exits 0; ``--device cpu --quick`` runs the same rows on the CPU
 with tiny sizes (a check of the script).
 
@@ -52,7 +53,8 @@ def main() -> None:
         rates[label] = clock.rate(args.warmup)
         print(f"{label}: {rates[label]:.2f} steps/s; inside the step mean {statistics.mean(spans.inside) * 1e3:.1f} ms, "
               f"median {statistics.median(spans.inside) * 1e3:.1f}; between steps mean "
-              f"{statistics.mean(spans.between) * 1e3:.2f} ms; longest (ms inside + between): "
+              f"{statistics.mean(spans.between) * 1e3:.2f} ms; {len(spans.saves)} checkpoint saves, median "
+              f"{statistics.median(spans.saves or [float('nan')]) * 1e3:.1f} ms; longest (ms inside + between): "
               + ", ".join(f"{i}: {spans.inside[i] * 1e3:.0f}+{spans.between[i] * 1e3:.0f}" for i in longest),
               flush=True)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"

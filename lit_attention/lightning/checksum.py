@@ -6,8 +6,9 @@ Trainer saves carries ``content_sha256``, a SHA-256 over everything else in it (
 place, dtype, shape and bytes; each plain value's place and repr), and one that no longer matches
 is refused (ChecksumError) before any of it is used.
 
-On an accelerator a checkpoint is copied to the CPU at once and written by a thread of its own
-while training goes on (ChecksummedCheckpointIO).
+On an accelerator a checkpoint is copied to the CPU as it is at the save (from a CUDA device without
+waiting for the device) and written by a thread of its own while training goes on
+(ChecksummedCheckpointIO).
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def map_tensors(value: Any, fn) -> Any:
     return value
 
 
-def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", split: bool = True) -> dict:
+def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", split: bool = True,
+                    landed: list | None = None) -> dict:
     """``checkpoint`` with its tensors off the CPU (those ``moved`` selects) copied to it in one
     transfer per (device, dtype), then split into a storage per tensor, as torch.save writes them
     (a tensor object that appears twice is copied once). Tensors on the CPU stay as they are.
@@ -99,7 +101,15 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", sp
 
     The checksum and the file both read every tensor on the CPU. A copy per tensor waits for the
     device each time: ~530 waits for each checkpoint of the reference Transformer on an H200,
-    twice per epoch (best and last), issue 38."""
+    twice per epoch (best and last), issue 38.
+
+    ``landed`` (a list; views only, ``split=False``): a transfer from a CUDA device goes into pinned
+    memory without waiting for the device, and the list receives the event it completes at; the
+    snapshot's bytes may be read once those events are done (the writer thread's way: a snapshot
+    made with that wait and a pageable copy held the training thread 88 ms per reference checkpoint
+    on an H200, not split further; issue 38)."""
+    if landed is not None and split:
+        raise ValueError("a snapshot in flight (landed) is made of views: split=False")
     groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
     seen: set[int] = set()
 
@@ -114,10 +124,23 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", sp
         return checkpoint
     copies: dict[int, torch.Tensor] = {}
     for tensors in groups.values():
-        flat = torch.cat([t.detach().reshape(-1) for t in tensors]).cpu()
+        flat = _to_host(torch.cat([t.detach().reshape(-1) for t in tensors]), landed)
         for t, piece in zip(tensors, flat.split([t.numel() for t in tensors])):
             copies[id(t)] = piece.view(t.shape).clone() if split else piece.view(t.shape)
     return map_tensors(checkpoint, lambda t: copies.get(id(t), t))
+
+
+def _to_host(flat: torch.Tensor, landed: list | None) -> torch.Tensor:
+    """``flat`` copied to the CPU: from a CUDA device with ``landed``, into pinned memory in the
+    device's stream order, the event it completes at appended to ``landed``; else at once."""
+    if landed is None or flat.device.type != "cuda":
+        return flat.cpu()
+    host = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+    host.copy_(flat, non_blocking=True)   # `flat` may be freed now: its memory is reused in stream order
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(flat.device))
+    landed.append(event)
+    return host
 
 
 class _Writer:
@@ -170,7 +193,9 @@ def _off_cpu(checkpoint: dict) -> bool:
     return any(found)
 
 
-def _write(checkpoint: dict, path: Path) -> None:
+def _write(checkpoint: dict, path: Path, landed: tuple = ()) -> None:
+    for event in landed:   # the snapshot's transfers from the device
+        event.synchronize()
     save_atomically({**checkpoint, CHECKSUM_KEY: content_checksum(checkpoint)}, path)
 
 
@@ -178,10 +203,11 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
     """Lightning's torch.save/torch.load checkpoint I/O, with ``content_sha256`` written and checked.
 
     A checkpoint whose tensors are on an accelerator (or any, with ``background=True``) is copied
-    whole to the CPU (one storage per dtype), then checksummed and written by a writer thread while
-    training goes on. Written in line, the reference Transformer's two checkpoints an epoch (best
-    and last) held its H200 for 2 x 360 ms of a 3.5 s epoch; the writer thread gave 1.10-1.26x the
-    steps/s (bench/gpu_checkpoint_writes.py, issue 38). Writes keep their order; loading, removing,
+    whole to the CPU (one storage per dtype; from a CUDA device into pinned memory, without waiting
+    for the device), then checksummed and written by a writer thread while training goes on.
+    Written in line, the reference Transformer's two checkpoints an epoch (best and last) held its
+    H200 for 2 x 360 ms of a 3.5 s epoch; the writer thread gave 1.10-1.26x the steps/s
+    (bench/gpu_checkpoint_writes.py, issue 38). Writes keep their order; loading, removing,
     ``flush()`` and teardown wait for them, as does a fork (a DataLoader worker); a write that failed
     is raised by the next save or by any of those. Elsewhere a checkpoint is written before
     ``save_checkpoint`` returns.
@@ -209,10 +235,11 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
         self._raise_failed()
         while len(self._pending) >= 2:   # bounded memory: at most two snapshots wait to be written
             self._pending.pop(0).result()
-        snapshot = snapshot_on_cpu(checkpoint, moved=lambda t: True, split=False)   # a copy of this moment
+        landed: list = []
+        snapshot = snapshot_on_cpu(checkpoint, moved=lambda t: True, split=False, landed=landed)   # this moment's
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
-        self._pending.append(self._writer.submit(_write, snapshot, Path(path)))
+        self._pending.append(self._writer.submit(_write, snapshot, Path(path), tuple(landed)))
 
     def _raise_failed(self) -> None:
         if any(f.done() and f.exception() is not None for f in self._pending):

@@ -103,6 +103,30 @@ def test_a_background_save_returns_at_once_and_writes_the_checkpoint_of_that_mom
         assert torch.equal(loaded["state_dict"][name], value)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (a transfer that does not wait for it)")
+def test_a_background_save_on_a_gpu_does_not_wait_for_the_device_and_writes_that_moment(tmp_path):
+    """Any wait for the device (a pageable copy, a synchronization) is an error while the save runs
+    (torch.cuda.set_sync_debug_mode): the device is kept busy, the weights change in place right
+    after the save returns, and the file holds them as they were at the save."""
+    torch.manual_seed(0)
+    state = {"w": torch.randn(1024, 1024, device="cuda"), "h": torch.randn(7, device="cuda").half()}
+    expected = {name: t.cpu() for name, t in state.items()}
+    busy = torch.randn(4096, 4096, device="cuda")
+    for _ in range(30):   # ~tens of ms of queued work
+        busy = torch.tanh(busy @ busy)
+    writes = ChecksummedCheckpointIO()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        writes.save_checkpoint({"state_dict": state, "epoch": 1}, tmp_path / "last.ckpt")
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    state["w"].add_(1.0)
+    loaded = writes.load_checkpoint(tmp_path / "last.ckpt")   # waits for the write
+    writes.teardown()
+    for name, value in expected.items():
+        assert torch.equal(loaded["state_dict"][name], value)
+
+
 def test_a_background_write_that_failed_is_raised_and_leaves_the_old_checkpoint(tmp_path):
     writes = ChecksummedCheckpointIO(background=True)
     path = tmp_path / "last.ckpt"
