@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "bench"
 SCRIPTS = ["lightning_overhead", "attention_path", "throughput", "decoding", "joeynmt_side_by_side",
            "typo_exit", "gpu_sweep", "fit_overhead", "gpu_throughput", "gpu_fit_attribution", "shape_buckets",
-           "gpu_fit_profile", "gpu_checkpoint_writes"]
+           "gpu_fit_profile", "gpu_checkpoint_writes", "loader_batches"]
 REFERENCE_CONFIGS = sorted((REPO / "configs" / "reference").glob("*.yaml"))
 
 
@@ -80,6 +80,8 @@ SUMMARIES = {
                        r" \+ between (?P<between>N) ms, (?P<waits>N) waits a step; .*)",
     "gpu_checkpoint_writes": r"(?:not measured: no CUDA GPU on this machine"
                              r"|(?P<card>[^:]+): writer thread/in line steps/s (?P<ratio>N), again (?P<again>N))",
+    "loader_batches": r"main-thread CPU per batch from 2 workers: dict (?P<dict_ms>N) ms, Batch (?P<batch_ms>N) ms "
+                      r"= (?P<ratio>N)x less",
     "shape_buckets": r"unpadded (?P<plain_shapes>N) shapes over (?P<epochs>N) epochs, (?P<plain_steps>N) steps/epoch, "
                      r"(?P<plain_padding>N)% padding; (?P<row>[\w ]+): (?P<shapes>N) shapes, (?P<steps>N) steps/epoch "
                      r"= (?P<ratio>N)x, (?P<padding>N)% padding",
@@ -91,7 +93,7 @@ GOAL_BELOW = {"typo_exit": "cpu"}                                               
 
 
 # over ~2 CPU seconds even with --quick (measured with --cpu-times): not in the fast set
-SLOW_SCRIPTS = {"typo_exit", "throughput", "fit_overhead"}
+SLOW_SCRIPTS = {"typo_exit", "throughput", "fit_overhead", "loader_batches"}
 
 
 @pytest.mark.timeout(120)

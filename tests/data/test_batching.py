@@ -1,10 +1,12 @@
 """Token-count batching: max_tokens, bucketing, rank shards, resumable loaders, collate, and
 padding training batches to listed lengths (one length per batch)."""
 
+import pickle
+
 import pytest
 import torch
 
-from lit_attention.data.batching import (ResumableDataLoader, TokenBatchSampler, collate, fit_length,
+from lit_attention.data.batching import (Batch, ResumableDataLoader, TokenBatchSampler, collate, fit_length,
                                          padded_length)
 from lit_attention.data.vocab import BOS, EOS, PAD
 
@@ -133,6 +135,32 @@ def test_collate_shapes_and_specials():
     assert all(batch[k].dtype == torch.long for k in ("src", "tgt_in", "tgt_out", "idx"))
     assert batch["keep"].tolist() == [True, True]
     assert padded_length([1, 2, 3], [1]) == 4
+
+
+def test_a_batch_from_a_loader_worker_arrives_as_one_buffer_equal_to_the_collated_one():
+    """torch.multiprocessing sends a file descriptor per tensor storage, each with a socket
+    handshake in the receiving thread: a worker's batch arrives as views of one storage, with the
+    values, dtypes and shapes of the batch collated here."""
+    examples = [{"src": [4, 5, 6, 7][: 1 + i % 4], "tgt": [8, 9][: 1 + i % 2], "idx": i, **({"dup": True} if i == 5 else {})}
+                for i in range(12)]
+    groups = [examples[i:i + 4] for i in range(0, 12, 4)]
+    loader = torch.utils.data.DataLoader(groups, batch_size=None, collate_fn=collate, num_workers=2)
+    received = list(loader)
+    assert len(received) == 3
+    for group, batch in zip(groups, received):
+        assert type(batch) is Batch
+        assert len({t.untyped_storage().data_ptr() for t in batch.values()}) == 1
+        here = collate(group)
+        assert list(batch) == list(here)
+        for key, value in here.items():
+            assert batch[key].dtype == value.dtype and torch.equal(batch[key], value)
+    assert received[1]["keep"].tolist() == [True, False, True, True]
+
+
+def test_a_batch_with_a_value_that_is_not_a_cpu_tensor_pickles_as_a_dict():
+    batch = Batch(src=torch.tensor([[1, 2]]), note="x")
+    again = pickle.loads(pickle.dumps(batch))
+    assert type(again) is Batch and again["note"] == "x" and torch.equal(again["src"], batch["src"])
 
 
 def test_evaluation_padding_for_ranks_is_marked_and_never_counted():
