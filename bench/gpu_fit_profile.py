@@ -39,6 +39,10 @@ def describe(name: str, profile, out: Path | None) -> None:
         print(f"  epoch ends: {len(profile.validations)} validations, median "
               f"{1000 * statistics.median(profile.validations or [float('nan')]):.0f} ms; {len(profile.saves)} "
               f"checkpoint saves, median {1000 * statistics.median(profile.saves or [float('nan')]):.0f} ms")
+    for total, validating, saving in profile.epoch_ends:
+        print(f"  an epoch's end (before its next step): {1000 * total:.0f} ms = validation {1000 * validating:.0f} + "
+              f"checkpoint saves {1000 * saving:.0f} + the rest {1000 * (total - validating - saving):.0f} (epoch "
+              f"hooks, callbacks, the loader's first batch)")
     total = sum(profile.syncs.values())
     print(f"  host waits for the device: {total} ({total / n:.2f} a step)")
     for site, count in profile.syncs.most_common(12):

@@ -159,6 +159,9 @@ class StepProfile(Callback):
         self.syncs: collections.Counter = collections.Counter()
         self.validations: list[float] = []  # seconds of each validation after `start`
         self.saves: list[float] = []        # ... and of each checkpoint save
+        # per epoch's end (the span before an epoch's first step): (seconds, of them validating, saving)
+        self.epoch_ends: list[tuple[float, float, float]] = []
+        self._validating = self._saving = 0.0   # since the last step's end
         self.profile = None
         self.active = False
         self._began = self._ended = 0.0
@@ -174,6 +177,9 @@ class StepProfile(Callback):
         if self.active:
             self.inside.append(now - self._began)
             self.between.append(self._began - self._ended)
+            if batch_idx == 0:
+                self.epoch_ends.append((self._began - self._ended, self._validating, self._saving))
+        self._validating = self._saving = 0.0
         if step == self.start:
             self._begin()
             self._time_saves(trainer)
@@ -187,6 +193,7 @@ class StepProfile(Callback):
     def on_validation_end(self, trainer, pl_module):
         if self.active:
             self.validations.append(time.perf_counter() - self._validation_began)
+            self._validating += self.validations[-1]
 
     def _time_saves(self, trainer) -> None:
         io = trainer.strategy.checkpoint_io
@@ -197,6 +204,7 @@ class StepProfile(Callback):
             save(*args, **kwargs)
             if self.active:
                 self.saves.append(time.perf_counter() - began)
+                self._saving += self.saves[-1]
         io.save_checkpoint = timed
 
     def _begin(self) -> None:

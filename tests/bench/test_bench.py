@@ -251,16 +251,21 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     # the toy data's epochs end within the 12 steps: their validations and checkpoints are timed
     assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
                           text, re.M)) == 2, text[-3000:]
+    ends = re.findall(r"^  an epoch's end \(before its next step\): (\d+) ms = validation (\d+) \+ checkpoint saves "
+                      r"(\d+) \+ the rest (-?\d+) ", text, re.M)
+    assert ends and all(int(validation) + int(saves) <= int(total) + 1 for total, validation, saves, _ in ends), text[-3000:]
     assert re.search(r"^SUMMARY gpu_fit_profile: CPU \(not a GPU figure\): 32-true: plain [\d.]+ ms", text, re.M)
 
 
 def test_gpu_checkpoint_writes_runs_on_the_cpu(monkeypatch):
     """The writer-thread comparison, checked on the CPU (--device cpu) so that a GPU call cannot
-    fail on a typo: three fits, each with its rate, spans and longest steps, and the ratios."""
+    fail on a typo: three fits, each with its rate, spans, checkpoint saves and longest steps, and the
+    ratios."""
     text = run_script("gpu_checkpoint_writes", monkeypatch, "--quick", "--device", "cpu", "--threads", "1")
     for label in ("writer thread", "in line", "writer thread again"):
         assert re.search(rf"^{label}: [\d.]+ steps/s; inside the step mean [\d.]+ ms, median [\d.]+; between "
-                         rf"steps mean [\d.]+ ms; longest \(ms inside \+ between\): (\d+: \d+\+\d+(, )?){{5}}$",
+                         rf"steps mean [\d.]+ ms; [1-9]\d* checkpoint saves, median [\d.]+ ms; longest \(ms inside "
+                         rf"\+ between\): (\d+: \d+\+\d+(, )?){{5}}$",
                          text, re.M), (label, text[-3000:])
     assert re.search(r"^SUMMARY gpu_checkpoint_writes: CPU \(not a GPU figure\): writer thread/in line steps/s "
                      r"[\d.]+, again [\d.]+$", text, re.M)
