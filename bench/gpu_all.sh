@@ -5,9 +5,10 @@
 #   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
 #
 # PART (default: gputests eager profile writes, about 8 minutes on an H200):
-# gputests (~30 s): the tests that need CUDA, with the rest of their files: model.graph_step's losses
+# gputests (~40 s): the tests that need CUDA, with the rest of their files: model.graph_step's losses
 #    equal the eager step's (tests/lightning/test_graph_step.py); a checkpoint saved on the GPU is
-#    copied off it without waiting for the device, as it was at the save (test_checksum.py);
+#    copied off it without waiting for the device, as it was at the save (test_checksum.py); a
+#    worker's batch, pinned, stays one Batch on its way to the GPU (tests/data/test_batching.py);
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
@@ -33,7 +34,7 @@ wants() { [[ " $parts " == *" $1 "* ]]; }
 
 if wants gputests; then
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/lightning/test_graph_step.py \
-    tests/lightning/test_checksum.py 2>&1 | tail -20 | tee "$out/gpu_tests.log"
+    tests/lightning/test_checksum.py tests/data/test_batching.py 2>&1 | tail -20 | tee "$out/gpu_tests.log"
   echo "GPU tests exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants eager; then

@@ -157,6 +157,22 @@ def test_a_batch_from_a_loader_worker_arrives_as_one_buffer_equal_to_the_collate
     assert received[1]["keep"].tolist() == [True, False, True, True]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (pinned memory)")
+def test_a_pinned_batch_from_a_worker_stays_a_batch_on_its_way_to_the_gpu():
+    """As a loader for a CUDA device runs: workers, then the pin-memory thread, then Lightning's
+    move to the device; every tensor pinned, then on the GPU, with the values collated here."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+    examples = [{"src": [4, 5, 6][: 1 + i % 3], "tgt": [8, 9][: 1 + i % 2], "idx": i} for i in range(8)]
+    groups = [examples[:4], examples[4:]]
+    loader = torch.utils.data.DataLoader(groups, batch_size=None, collate_fn=collate, num_workers=2, pin_memory=True)
+    for group, batch in zip(groups, loader):
+        assert type(batch) is Batch and all(t.is_pinned() for t in batch.values())
+        moved = move_data_to_device(batch, torch.device("cuda"))
+        assert type(moved) is Batch and all(t.is_cuda for t in moved.values())
+        for key, value in collate(group).items():
+            assert torch.equal(moved[key].cpu(), value)
+
+
 def test_a_batch_with_a_value_that_is_not_a_cpu_tensor_pickles_as_a_dict():
     batch = Batch(src=torch.tensor([[1, 2]]), note="x")
     again = pickle.loads(pickle.dumps(batch))
