@@ -48,10 +48,10 @@ def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, n_sente
     run_sentence_var = min(1.0, ratio / 2)               # Var(g): part of the seed variance
     seed_var = ratio * sentence_var - run_sentence_var / n_sentences    # Var(u)
     shape = (experiments, 2, n_seeds, n_sentences)
-    x = (rng.normal(0, COMMON_SD, (experiments, 1, 1, n_sentences))
-         + rng.normal(0, 1, (experiments, 2, 1, n_sentences))
-         + rng.normal(0, np.sqrt(run_sentence_var), shape)
-         + rng.normal(0, np.sqrt(seed_var), (experiments, 2, n_seeds, 1)))
+    common = rng.normal(0, COMMON_SD, (experiments, 1, 1, n_sentences)) + rng.normal(0, 1, (experiments, 2, 1, n_sentences))
+    x = rng.normal(0, np.sqrt(run_sentence_var), shape)
+    x += common                  # (common + arm) + g: the same sums as new arrays, in place
+    x += rng.normal(0, np.sqrt(seed_var), (experiments, 2, n_seeds, 1))
     runs = x.reshape(experiments, 2 * n_seeds, n_sentences)
     scores = runs.mean(axis=-1)                                       # [E, 2n]
     sentence_part = seeds_x_sentences.sentence_variance(seeds_x_sentences.bootstrap_covariance(runs), n_seeds)
