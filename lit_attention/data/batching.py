@@ -216,7 +216,8 @@ class Batch(dict):
     """
 
     def __reduce__(self):
-        if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in self.values()):
+        if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.layout == torch.strided
+                   and not t.requires_grad for t in self.values()):
             return Batch, (dict(self),)
         parts, layout, offset = [], [], 0
         for key, t in self.items():

@@ -173,10 +173,15 @@ def test_a_pinned_batch_from_a_worker_stays_a_batch_on_its_way_to_the_gpu():
             assert torch.equal(moved[key].cpu(), value)
 
 
-def test_a_batch_with_a_value_that_is_not_a_cpu_tensor_pickles_as_a_dict():
-    batch = Batch(src=torch.tensor([[1, 2]]), note="x")
-    again = pickle.loads(pickle.dumps(batch))
-    assert type(again) is Batch and again["note"] == "x" and torch.equal(again["src"], batch["src"])
+def test_a_batch_with_a_value_that_is_not_a_plain_cpu_tensor_pickles_as_a_dict():
+    for odd in ("x", torch.ones(2, requires_grad=True), torch.eye(2).to_sparse()):
+        batch = Batch(src=torch.tensor([[1, 2]]), odd=odd)
+        again = pickle.loads(pickle.dumps(batch))
+        assert type(again) is Batch and torch.equal(again["src"], batch["src"])
+        if isinstance(odd, str):
+            assert again["odd"] == odd
+        else:
+            assert torch.equal(again["odd"].to_dense(), odd.to_dense()) and again["odd"].requires_grad == odd.requires_grad
 
 
 def test_evaluation_padding_for_ranks_is_marked_and_never_counted():
