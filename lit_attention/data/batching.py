@@ -211,8 +211,9 @@ class Batch(dict):
     handshake each, which the receiving thread of the main process (on a GPU, the loader's
     pin-memory thread, beside the launch-bound training thread) runs in Python: a Multi30k
     4,096-token batch of five tensors took it 1.08 ms of CPU, the one buffer 0.41 ms (2-core AMD
-    EPYC, bench/loader_batches.py, issue 38). Pickled, a batch of CPU tensors becomes its bytes in
-    one uint8 tensor, each part at a multiple of 8 bytes, and arrives as views of it.
+    EPYC, bench/loader_batches.py, issue 38). Pickled, a batch of plain CPU tensors (strided, no
+    gradient) becomes their bytes in one uint8 tensor, each part at a multiple of 8 bytes, and
+    arrives as views of it; any other batch pickles as a dict.
     """
 
     def __reduce__(self):
