@@ -5,7 +5,9 @@ in this process, every callback it adds) in fp32 and bf16-mixed, each run twice 
 step_clock.StepProfile from step 20: first for the spans of each step (inside the training step,
 and between steps: Lightning's loop, the next batch, an epoch's end) and the source lines of every
 call that waited for the device; then under cProfile (slower: its spans are not reported), whose
-top functions by own and by cumulative time are printed. The plain loop's ms/step of
+top functions by own and by cumulative time are printed; last, on a GPU, `fit --model.graph_step
+true` (fp32, batches padded to multiples of 8) for 300 steps, its spans and waits from step 170
+(its second epoch). The plain loop's ms/step of
 bench/gpu_throughput.py is measured first, as the baseline. Without a CUDA GPU it says so and
 exits 0; ``--device cpu --quick`` runs it on the CPU with tiny sizes (a check of the script).
 
@@ -101,6 +103,22 @@ def main() -> None:
                 summary.append(f"{precision}: plain {plain:.1f} ms, fit median inside {inside:.1f} ms + between "
                                f"{statistics.median(profile.between) * 1000:.1f} ms, "
                                f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step")
+    if args.device == "cuda":   # last (a capture that fails can leave the device unusable)
+        # fit's graph_step over padded batches, from its second epoch (every shape captured): its
+        # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if
+        # host and device took turns; the waits for the device name what makes them
+        callback = {"class_path": "step_clock.StepProfile", "init_args": {"start": args.steps + args.warmup}}
+        padded = {**data, "pad_to_lengths": list(range(8, dm.max_len + 9, 8))}
+        with tempfile.TemporaryDirectory() as tmp:
+            F.fit_clock(padded, {**model, "graph_step": True}, 2 * args.steps, args.seed, Path(tmp), accelerator,
+                        "32-true", callbacks=(callback,))
+        profile = StepProfile.last
+        describe("fit 32-true, padded, graph_step, after one epoch", profile, args.out)
+        summary.append(f"graph_step 32-true padded: fit median inside {statistics.median(profile.inside) * 1000:.1f} ms "
+                       f"+ between {statistics.median(profile.between) * 1000:.1f} ms, "
+                       f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step")
+    else:
+        print("fit 32-true, padded, graph_step: not run (it replays CUDA graphs)")
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
     B.summary(f"gpu_fit_profile: {name}: " + "; ".join(summary))
 

@@ -251,6 +251,7 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     # the toy data's epochs end within the 12 steps: their validations and checkpoints are timed
     assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
                           text, re.M)) == 2, text[-3000:]
+    assert "fit 32-true, padded, graph_step: not run (it replays CUDA graphs)" in text
     ends = re.findall(r"^  an epoch's end \(before its next step\): (\d+) ms = validation (\d+) \+ checkpoint saves "
                       r"(\d+) \+ the rest (-?\d+) ", text, re.M)
     assert ends and all(int(validation) + int(saves) <= int(total) + 1 for total, validation, saves, _ in ends), text[-3000:]
