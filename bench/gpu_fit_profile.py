@@ -108,7 +108,7 @@ def main() -> None:
         # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if
         # host and device took turns; the waits for the device name what makes them
         callback = {"class_path": "step_clock.StepProfile", "init_args": {"start": args.steps + args.warmup}}
-        padded = {**data, "pad_to_lengths": list(range(8, dm.max_len + 9, 8))}
+        padded = {**data, "pad_to_lengths": G.padded_lengths(dm)}
         with tempfile.TemporaryDirectory() as tmp:
             F.fit_clock(padded, {**model, "graph_step": True}, 2 * args.steps, args.seed, Path(tmp), accelerator,
                         "32-true", callbacks=(callback,))

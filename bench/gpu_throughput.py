@@ -197,6 +197,11 @@ def reference_batches(args, **options) -> tuple[dict, object, list[dict]]:
     return data, dm, batches
 
 
+def padded_lengths(dm) -> list[int]:
+    """``data.pad_to_lengths`` of the padded rows: multiples of 8 up to the data module's longest."""
+    return list(range(8, dm.max_len + 9, 8))
+
+
 def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=150, help="steps per row")
@@ -222,7 +227,7 @@ def main() -> None:
     data, dm, batches = reference_batches(args)
     data_desc = "Multi30k de->en (8k joint unigram SentencePiece)" if data["task"] == "files" else "synthetic toy-mt"
     tokens = sum(B.target_tokens(b) for b in batches[args.warmup:]) / (args.steps - args.warmup)
-    _, padded_dm, padded = reference_batches(args, pad_to_lengths=list(range(8, dm.max_len + 9, 8)))
+    _, padded_dm, padded = reference_batches(args, pad_to_lengths=padded_lengths(dm))
     padded_tokens = sum(B.target_tokens(b) for b in padded[args.warmup:]) / (args.steps - args.warmup)
     size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
     model = F.model_args(size, lr=1e-3, warmup=400)
