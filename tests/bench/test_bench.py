@@ -240,6 +240,7 @@ def test_gpu_throughput_runs_every_row_where_it_can_on_the_cpu(monkeypatch):
     assert re.search(r"^SUMMARY gpu_throughput: CPU \(not a GPU figure\): fit/plain fp32 [\d.]+", text, re.M)
 
 
+@pytest.mark.slow   # fits of `lit-attention fit` on the CPU (5-8 s)
 def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     """The GPU profile of `fit`, checked on the CPU (--device cpu) so that a GPU call cannot fail on
     a typo: both precisions' spans, their longest steps and waits, and a Python profile each."""
@@ -258,6 +259,7 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     assert re.search(r"^SUMMARY gpu_fit_profile: CPU \(not a GPU figure\): 32-true: plain [\d.]+ ms", text, re.M)
 
 
+@pytest.mark.slow   # fits of `lit-attention fit` on the CPU (5-8 s)
 def test_gpu_checkpoint_writes_runs_on_the_cpu(monkeypatch):
     """The writer-thread comparison, checked on the CPU (--device cpu) so that a GPU call cannot
     fail on a typo: three fits, each with its rate, spans, checkpoint saves and longest steps, and the
