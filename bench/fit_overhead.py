@@ -18,6 +18,10 @@ each new shape once (models/flops.py), which over a whole run is paid by few of 
 The model is small enough for the step's fixed costs to show on a CPU (what a launch-bound GPU
 step also exposes); goal: fit/plain >= 0.9 (the median of the rounds).
 
+A last, untimed run counts the torch calls made from Python in each step of both (step_clock.OpCount):
+on a launch-bound GPU each costs the host a call and usually a kernel launch, and the count is the
+same on every CPU, so a call `fit` adds to every step shows even where this CPU's timing hides it.
+
     .venv/bin/python bench/fit_overhead.py [--quick] [--steps 150] [--rounds 3]
 """
 
@@ -58,16 +62,16 @@ def _arg(value) -> str:
 
 def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accelerator: str = "cpu",
               precision: str = "32-true", extra: tuple[str, ...] = (), paired: bool = False,
-              callbacks: tuple[dict, ...] = ()) -> StepClock:
+              callbacks: tuple[dict, ...] = (), count_ops: bool = False) -> StepClock:
     """The step clock of `lit-attention fit` run in this process; ``paired``: with a plain step
-    after each of its steps (``PairedPlainStep.last`` holds them); ``callbacks``: more callbacks
-    (class_path and init_args)."""
+    after each of its steps (``PairedPlainStep.last`` holds them; ``count_ops``: it counts both
+    steps' torch calls instead of timing them); ``callbacks``: more callbacks (class_path and init_args)."""
     from lit_attention.cli import main
 
     callbacks = [{"class_path": "step_clock.StepClock"}, *callbacks]
     if paired:
         callbacks.append({"class_path": "step_clock.PairedPlainStep",
-                          "init_args": {"lr": model["lr"], "warmup": model["warmup"]}})
+                          "init_args": {"lr": model["lr"], "warmup": model["warmup"], "count_ops": count_ops}})
     argv = ["fit", "--seed_everything", str(seed), "--run.root", str(root),
             "--trainer.accelerator", accelerator, "--trainer.devices", "1", "--trainer.precision", precision,
             "--trainer.max_steps", str(steps),
@@ -125,6 +129,13 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds}: fit {fit_ms:.1f}, plain {plain_ms:.1f} CPU ms/step; "
                   + ", ".join(f"{name} {v[-1]:.3f}" for name, v in results.items())
                   + f"; {len(set(pair.keys))} batch shapes in {args.steps} steps", flush=True)
+
+        fit_clock(data, model, args.steps, args.seed, Path(tmp) / "counted", paired=True, count_ops=True)
+        calls = PairedPlainStep.last.ops_per_step(args.warmup)
+    print(f"torch calls from Python per step (untimed run; median = a step between two logged or measured ones, "
+          f"mean = with their share): fit {calls['fit median']:.0f}, plain {calls['plain median']:.0f} "
+          f"(median, fit/plain {calls['fit median'] / calls['plain median']:.3f}); fit {calls['fit mean']:.0f}, "
+          f"plain {calls['plain mean']:.0f} (mean, {calls['fit mean'] / calls['plain mean']:.3f})")
 
     middle = {name: statistics.median(v) for name, v in results.items()}
     B.table(["ratio", "median", "rounds"], [[name, middle[name], " ".join(f"{x:.3f}" for x in v)]
