@@ -46,7 +46,7 @@ def test_fit_adds_few_torch_calls_to_a_step_between_logged_ones(tmp_path, monkey
     data, model = F.data_args(True, 256), F.model_args(B.TINY_TRANSFORMER, lr=1e-3, warmup=10)
 
     def calls(*extra: str) -> dict:
-        F.fit_clock(data, model, 30, 1, tmp_path / str(len(extra)), paired=True, count_ops=True,
+        F.fit_clock(data, model, 16, 1, tmp_path / str(len(extra)), paired=True, count_ops=True,
                     extra=("--trainer.enable_progress_bar", "false", *extra))
         return PairedPlainStep.last.ops_per_step(2)
 
