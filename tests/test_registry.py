@@ -94,6 +94,7 @@ def _scorer_parameters(config):
             "additive": a * (dq + dk + 1), "concat": a * (dq + dk + 1)}[config["scoring"]]
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_rnn_scoring_arms_differ_in_the_scorer_only():
     """Over every allowed configuration: two arms that differ in scoring own the same parameters
     outside the scorer, and each scorer owns exactly what its formula has (dot: nothing)."""

@@ -303,6 +303,7 @@ def _is_png(path):
     return data[:8] == b"\x89PNG\r\n\x1a\n" and mpimg.imread(path).size > 0
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_plots_are_valid_nonempty_images(runs, tmp_path):
     agg = aggregate.aggregate(runs, KEYS, "val_bleu")
     metrics = load.load_metrics(runs)
@@ -322,6 +323,7 @@ def test_plots_are_valid_nonempty_images(runs, tmp_path):
     assert plots.plot_gradflow(pd.DataFrame(), runs, KEYS, tmp_path / "none") == []
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, capsys):
     out = tmp_path / "report"
     code = report.main([str(study), "--out", str(out), "--baseline", "attention=none", "scoring=dot",

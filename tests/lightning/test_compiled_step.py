@@ -77,6 +77,7 @@ def test_compiled_steps_train_as_the_eager_ones_do(tmp_path):
         torch.testing.assert_close(runs[True][1][name], value, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_padding_to_listed_lengths_bounds_the_graphs_a_static_compile_builds(tmp_path):
     """With ``dynamic=False`` (what CUDA graphs need) torch.compile builds a graph for every batch
     shape. ``data.pad_to_lengths`` bounds the shapes: per listed length, full batches of one size

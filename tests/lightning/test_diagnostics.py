@@ -70,6 +70,7 @@ def test_elman_gradient_vanishes_faster_than_lstm_after_brief_training(tmp_path)
     assert fits["elman-tanh"]["ci_hi"] < fits["lstm"]["ci_lo"], fits
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_per_module_gradient_norms_appear_only_at_the_steps_they_were_measured(tmp_path):
     fit = cli_in_process("fit", *ARGS, "--run.root", tmp_path, "--run.id", "norms", "--model.val_bleu", "false",
                          "--data.n_train", "800", "--diagnostics.module_norm_every", "4",

@@ -89,6 +89,7 @@ sys.exit(4)
 """
 
 
+@pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
 def test_ctrl_c_while_the_driver_reads_the_study_lets_its_workers_record_their_trials(tmp_path):
     path, storage, study = _study(tmp_path)
     worker = subprocess.Popen([sys.executable, "-c", _WORKER, str(path)], stdout=subprocess.PIPE, text=True)

@@ -17,9 +17,9 @@ from optuna.trial import TrialState
 from conftest import REPO, cli_in_process
 from conftest import sweep_in_process as sweep_that_runs
 from lit_attention.sweep import trial as tr
-from lit_attention.sweep.progress import counted_trials
 from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, parse_gpus,
                                            place)
+from lit_attention.sweep.progress import counted_trials
 
 COPY = REPO / "configs" / "copy.yaml"
 RECORD = Path(__file__).with_name("record_trial.py")
