@@ -19,20 +19,27 @@ def clock() -> float:
     return time.process_time()
 
 
+def known_shapes(keys: list, warmup: int) -> list[bool]:
+    """For each step after the first ``warmup`` (``keys``: each step's batch shape): whether its
+    shape came before, i.e. the budget did not count its FLOPs anew (models/flops.py counts each
+    new shape once)."""
+    seen, known = set(keys[:warmup]), []
+    for key in keys[warmup:]:
+        known.append(key in seen)
+        seen.add(key)
+    return known
+
+
 def steps_per_second(times: list[float], warmup: int, keys: list | None = None,
                      excluded: list[tuple[float, float]] = ()) -> float:
     """Steps after the first ``warmup`` over their time (``times[i]``: the clock at the end of step
     i), less the ``excluded`` (start, end) spans (validation). With ``keys`` (each step's batch
-    shape): only the steps whose shape came before, i.e. those whose FLOPs the budget did not
-    count anew (models/flops.py counts each new shape once)."""
-    seen = set(keys[:warmup]) if keys else set()
+    shape): only the steps of a known shape (``known_shapes``)."""
+    known = known_shapes(keys, warmup) if keys is not None else None
     steps = seconds = 0
     for i in range(warmup, len(times)):
-        if keys is not None:
-            first = keys[i] not in seen
-            seen.add(keys[i])
-            if first:
-                continue
+        if known is not None and not known[i - warmup]:
+            continue
         span = times[i] - times[i - 1] - sum(b - a for a, b in excluded if times[i - 1] <= a and b <= times[i])
         steps, seconds = steps + 1, seconds + span
     return steps / seconds if seconds else float("nan")
@@ -181,29 +188,20 @@ class PairedPlainStep(Callback):
         self._count(False)
 
     def ops_per_step(self, warmup: int) -> dict[str, float]:
-        """Torch calls per step after the first ``warmup`` whose batch shape came before
-        (``count_ops``; a new shape's FLOPs are counted, once, by torch calls too): the median of
-        each (a step between two measured or logged ones) and the mean (their share included)."""
-        seen = set(self.keys[:warmup])
-        fit, plain = [], []
-        for key, f, p in zip(self.keys[warmup:], self.fit_ops[warmup:], self.plain_ops[warmup:]):
-            if key in seen:
-                fit.append(sum(f.values()))
-                plain.append(sum(p.values()))
-            seen.add(key)
+        """Torch calls per step after the first ``warmup`` of a known batch shape (``count_ops``;
+        a new shape's FLOPs are counted, once, by torch calls too): the median of each (a step
+        between two measured or logged ones) and the mean (their share included)."""
+        steps = zip(known_shapes(self.keys, warmup), self.fit_ops[warmup:], self.plain_ops[warmup:])
+        fit, plain = zip(*((sum(f.values()), sum(p.values())) for known, f, p in steps if known))
         return {"fit median": statistics.median(fit), "plain median": statistics.median(plain),
                 "fit mean": statistics.fmean(fit), "plain mean": statistics.fmean(plain)}
 
     def ratio(self, warmup: int, seen_shapes_only: bool = False) -> float:
         """Plain time over `fit` time (= fit/plain steps/s) of the steps after the first ``warmup``;
-        with ``seen_shapes_only`` only those whose batch shape came before (models/flops.py
-        counts a new shape's FLOPs once)."""
-        seen = set(self.keys[:warmup])
+        with ``seen_shapes_only`` only those of a known batch shape (``known_shapes``)."""
         fit = plain = 0.0
-        for key, f, p in zip(self.keys[warmup:], self.fit_spans[warmup:], self.plain_spans[warmup:]):
-            first = key not in seen
-            seen.add(key)
-            if seen_shapes_only and first:
+        for known, f, p in zip(known_shapes(self.keys, warmup), self.fit_spans[warmup:], self.plain_spans[warmup:]):
+            if seen_shapes_only and not known:
                 continue
             fit, plain = fit + f, plain + p
         return plain / fit if fit else float("nan")
