@@ -48,14 +48,12 @@ def main() -> None:
             clock = F.fit_clock(data, model, args.steps, args.seed, Path(tmp), "gpu" if args.device == "cuda" else "cpu",
                                 "32-true", extra=tuple(plugin), callbacks=(callback,))
         spans = StepProfile.last
-        total = [a + b for a, b in zip(spans.inside, spans.between)]
-        longest = sorted(range(len(total)), key=lambda i: -total[i])[:5]
         rates[label] = clock.rate(args.warmup)
         print(f"{label}: {rates[label]:.2f} steps/s; inside the step mean {statistics.mean(spans.inside) * 1e3:.1f} ms, "
               f"median {statistics.median(spans.inside) * 1e3:.1f}; between steps mean "
               f"{statistics.mean(spans.between) * 1e3:.2f} ms; {len(spans.saves)} checkpoint saves, median "
               f"{statistics.median(spans.saves or [float('nan')]) * 1e3:.1f} ms; longest (ms inside + between): "
-              + ", ".join(f"{i}: {spans.inside[i] * 1e3:.0f}+{spans.between[i] * 1e3:.0f}" for i in longest),
+              f"{spans.longest(5)}",
               flush=True)
     name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
     B.summary(f"gpu_checkpoint_writes: {name}: writer thread/in line steps/s "

@@ -34,9 +34,7 @@ def describe(name: str, profile, out: Path | None) -> None:
           f"mean {1000 * sum(inside) / n:.1f}, max {1000 * inside[-1]:.0f}; between steps median "
           f"{1000 * statistics.median(between):.2f} ms, mean {1000 * sum(between) / n:.2f}, "
           f"max {1000 * between[-1]:.0f}", flush=True)
-    worst = sorted(range(n), key=lambda i: -(profile.inside[i] + profile.between[i]))[:6]
-    print("  longest steps (index from the start, ms inside + between): "
-          + ", ".join(f"{i}: {1000 * profile.inside[i]:.0f}+{1000 * profile.between[i]:.0f}" for i in worst))
+    print(f"  longest steps (index from the start, ms inside + between): {profile.longest(6)}")
     if profile.validations or profile.saves:
         print(f"  epoch ends: {len(profile.validations)} validations, median "
               f"{1000 * statistics.median(profile.validations or [float('nan')]):.0f} ms; {len(profile.saves)} "

@@ -262,6 +262,11 @@ class StepProfile(Callback):
             self.validations.append(time.perf_counter() - self._validation_began)
             self._validating += self.validations[-1]
 
+    def longest(self, k: int) -> str:
+        """The ``k`` longest steps (inside + between), as 'index: ms inside+ms between', longest first."""
+        worst = sorted(range(len(self.inside)), key=lambda i: -(self.inside[i] + self.between[i]))[:k]
+        return ", ".join(f"{i}: {1000 * self.inside[i]:.0f}+{1000 * self.between[i]:.0f}" for i in worst)
+
     def _time_saves(self, trainer) -> None:
         io = trainer.strategy.checkpoint_io
         save = io.save_checkpoint
