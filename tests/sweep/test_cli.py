@@ -71,6 +71,17 @@ def load(url: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=url)
 
 
+def watch(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    """The trials of a SQLite study that a sweep may be creating right now, read as an outside
+    tool should: read-only. Opening it read-write creates Optuna's tables when they are missing,
+    outside the driver's study lock, and a driver creating them at the same moment exited with
+    "UNIQUE constraint failed: alembic_version.version_num" (2 of 6 runs of the kill test on a
+    loaded machine). Raises until the driver has created the study."""
+    path = url.removeprefix("sqlite:///")
+    assert path != url, url
+    return load(f"sqlite:///file:{path}?mode=ro&uri=true", name).get_trials(deepcopy=False)
+
+
 def sqlite_url(tmp_path: Path, name: str) -> str:
     return f"sqlite:///{tmp_path / 'runs' / name / 'study.db'}"
 
@@ -152,7 +163,7 @@ def _wait_running(url: str, name: str, proc: subprocess.Popen | None, timeout: f
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and (proc is None or proc.poll() is None):
         try:
-            trials = load(url, name).get_trials(deepcopy=False)
+            trials = watch(url, name)
         except Exception:  # no study yet, or the database is locked by a writer for a moment
             trials = []
         for t in trials:
