@@ -3,7 +3,9 @@
 `fit` (the reference Transformer on Multi30k 4,096-token batches, 150 steps; lit_attention.cli.main
 in this process, every callback it adds) in fp32 and bf16-mixed, each run twice with
 step_clock.StepProfile from step 20: first for the spans of each step (inside the training step,
-and between steps: Lightning's loop, the next batch, an epoch's end) and the source lines of every
+and between steps: Lightning's loop, the next batch, an epoch's end), the share of them the main
+thread spent on a CPU (against the plain loop's: a launch-bound step keeps it busy, so the rest is
+waiting, for the GIL that other threads hold or in a blocking call), and the source lines of every
 call that waited for the device; then under cProfile (slower: its spans are not reported), whose
 top functions by own and by cumulative time are printed; last, on a GPU, `fit --model.graph_step
 true` (fp32, batches padded to multiples of 8) for 300 steps, its spans and waits from step 170
@@ -19,12 +21,24 @@ from __future__ import annotations
 import io
 import pstats
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 import benchlib as B
+
+
+def cpu_share(cpu: dict) -> str:
+    """How much of a span (``cpu``: seconds of "wall", "main thread" and "process" CPU time) the
+    main thread spent on a CPU (the rest it waited: for the GIL or in a blocking call; a CUDA
+    wait for the device spins on a CPU by default, and the sync-debug count names those), and
+    how busy the other threads kept the process (loader pinning, a checkpoint writer, autograd's
+    device thread)."""
+    wall = cpu["wall"] or float("nan")
+    return (f"main thread on a CPU {100 * cpu['main thread'] / wall:.0f} % of the wall time; other threads "
+            f"{max(cpu['process'] - cpu['main thread'], 0.0) / wall:.2f} CPU-s a wall second")
 
 
 def describe(name: str, profile, out: Path | None) -> None:
@@ -34,6 +48,10 @@ def describe(name: str, profile, out: Path | None) -> None:
           f"mean {1000 * sum(inside) / n:.1f}, max {1000 * inside[-1]:.0f}; between steps median "
           f"{1000 * statistics.median(between):.2f} ms, mean {1000 * sum(between) / n:.2f}, "
           f"max {1000 * between[-1]:.0f}", flush=True)
+    busy = statistics.median(c / w for c, w in zip(profile.inside_cpu, profile.inside) if w > 0)
+    print(f"  inside the step: main thread on a CPU a median {100 * busy:.0f} % of the time; over all these "
+          f"steps: {cpu_share(profile.cpu)}")
+    print(f"  Python threads: {', '.join(profile.threads)}")
     print(f"  longest steps (index from the start, ms inside + between): {profile.longest(6)}")
     if profile.validations or profile.saves:
         print(f"  epoch ends: {len(profile.validations)} validations, median "
@@ -58,6 +76,9 @@ def print_profile(name: str, profile, out: Path | None) -> None:
         (out / f"profile-{name.replace(' ', '-')}.txt").write_text(text.getvalue())
     lines = [line for line in text.getvalue().splitlines() if line.strip()]
     print(f"{name}, cProfile, top by own time:")
+    if sys.version_info >= (3, 12):
+        print("  (Python >= 3.12: cProfile sees the calls of every thread on one stack (sys.monitoring), so a "
+              "function's own time can hold another thread's work or a wait for the GIL)")
     start = next(i for i, line in enumerate(lines) if "ncalls" in line)
     print("\n".join(lines[start:start + 21]), flush=True)
 
@@ -84,8 +105,9 @@ def main() -> None:
     summary = []
     accelerator = "gpu" if args.device == "cuda" else "cpu"
     for precision in ("32-true", "bf16-mixed"):
-        plain = 1000 / G.plain_loop(template.net, batches, precision, False, args.warmup, args.device)
-        print(f"plain loop {precision}: {plain:.1f} ms/step", flush=True)
+        cpu: dict = {}
+        plain = 1000 / G.plain_loop(template.net, batches, precision, False, args.warmup, args.device, cpu=cpu)
+        print(f"plain loop {precision}: {plain:.1f} ms/step; {cpu_share(cpu)}", flush=True)
         for python_profile in (False, True):
             callback = {"class_path": "step_clock.StepProfile",
                         "init_args": {"start": args.warmup, "python_profile": python_profile}}
@@ -98,9 +120,11 @@ def main() -> None:
             else:
                 describe(f"fit {precision}", profile, args.out)
                 inside = statistics.median(profile.inside) * 1000
+                on_cpu = {name: 100 * c["main thread"] / c["wall"] for name, c in (("plain", cpu), ("fit", profile.cpu))}
                 summary.append(f"{precision}: plain {plain:.1f} ms, fit median inside {inside:.1f} ms + between "
                                f"{statistics.median(profile.between) * 1000:.1f} ms, "
-                               f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step")
+                               f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step, main thread "
+                               f"on a CPU {on_cpu['plain']:.0f} % (plain) / {on_cpu['fit']:.0f} % (fit)")
     if args.device == "cuda":   # last (a capture that fails can leave the device unusable)
         # fit's graph_step over padded batches, from its second epoch (every shape captured): its
         # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if

@@ -66,9 +66,12 @@ def sync(device: str) -> None:
 
 
 def plain_loop(template, batches: list[dict], precision: str, compiled: bool, warmup: int,
-               device: str, cuda_graphs: bool = False, cudnn_attention: bool = False) -> float:
+               device: str, cuda_graphs: bool = False, cudnn_attention: bool = False,
+               cpu: dict | None = None) -> float:
     """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed). ``cudnn_attention``:
-    the cuDNN attention kernel allowed besides models/sdpa_backends.py's choice (first in line)."""
+    the cuDNN attention kernel allowed besides models/sdpa_backends.py's choice (first in line).
+    ``cpu``: filled with the timed span's seconds of wall time and of this thread's and this
+    process's CPU time ("wall", "main thread", "process")."""
     import copy
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -86,7 +89,7 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
         for i, batch in enumerate(batches):
             if i == warmup:
                 sync(device)
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), (time.thread_time(), time.process_time())
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             if cuda_graphs:   # a new training step: the graphs' outputs of the last one are done with
                 torch.compiler.cudagraph_mark_step_begin()
@@ -98,7 +101,11 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
             sched.step()
             opt.zero_grad(set_to_none=True)
     sync(device)
-    return (len(batches) - warmup) / (time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    if cpu is not None:
+        cpu.update({"wall": wall, "main thread": time.thread_time() - start_cpu[0],
+                    "process": time.process_time() - start_cpu[1]})
+    return (len(batches) - warmup) / wall
 
 
 def captured_loop(template, batches: list[dict], precision: str, warmup: int) -> float:

@@ -210,11 +210,14 @@ class PairedPlainStep(Callback):
 class StepProfile(Callback):
     """Where `fit`'s wall time goes on a GPU, from step ``start`` to the last: each step's span
     inside the training step (batch start to batch end) and between steps (Lightning's loop, the
-    next batch's fetch, validation and checkpoints at an epoch's end); every call that made the
-    host wait for the device (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source
-    line that made it; the validations' and the checkpoint saves' spans among them (an epoch's
-    end); with ``python_profile``, the Python profile (cProfile, which slows Python and so the
-    spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
+    next batch's fetch, validation and checkpoints at an epoch's end); the main thread's CPU time
+    inside each step (what it did not spend on a CPU it waited: for the GIL, which other threads
+    hold, or in a blocking call) and, over all those steps, the CPU time of the main thread and of
+    the whole process (``cpu``); every call that made the host wait for the device
+    (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source line that made it; the
+    validations' and the checkpoint saves' spans among them (an epoch's end); the Python threads
+    alive (``threads``); with ``python_profile``, the Python profile (cProfile, which slows Python
+    and so the spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
 
     last: "StepProfile | None" = None
 
@@ -222,7 +225,11 @@ class StepProfile(Callback):
         import collections
         self.start, self.python_profile = start, python_profile
         self.inside: list[float] = []      # per step from `start`: seconds in the step
+        self.inside_cpu: list[float] = []  # ... of them on a CPU, in the main thread
         self.between: list[float] = []     # ... and since the end of the step before
+        # from `start` to the end: seconds of wall time, of the main thread's and the process's CPU time
+        self.cpu: dict[str, float] = {}
+        self.threads: list[str] = []       # the Python threads alive at `start`, by name
         self.syncs: collections.Counter = collections.Counter()
         self.validations: list[float] = []  # seconds of each validation after `start`
         self.saves: list[float] = []        # ... and of each checkpoint save
@@ -231,18 +238,20 @@ class StepProfile(Callback):
         self._validating = self._saving = 0.0   # since the last step's end
         self.profile = None
         self.active = False
-        self._began = self._ended = 0.0
+        self._began = self._ended = self._began_cpu = 0.0
+        self._clocks = (0.0, 0.0, 0.0)
         self._warnings = None
         StepProfile.last = self
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._began = time.perf_counter()
+        self._began, self._began_cpu = time.perf_counter(), time.thread_time()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        now = time.perf_counter()
+        now, now_cpu = time.perf_counter(), time.thread_time()
         step = trainer.global_step
         if self.active:
             self.inside.append(now - self._began)
+            self.inside_cpu.append(now_cpu - self._began_cpu)
             self.between.append(self._began - self._ended)
             if batch_idx == 0:
                 self.epoch_ends.append((self._began - self._ended, self._validating, self._saving))
@@ -279,12 +288,20 @@ class StepProfile(Callback):
                 self._saving += self.saves[-1]
         io.save_checkpoint = timed
 
+    @staticmethod
+    def _now() -> tuple[float, float, float]:
+        """Wall time, the calling (main) thread's CPU time, the process's CPU time."""
+        return time.perf_counter(), time.thread_time(), time.process_time()
+
     def _begin(self) -> None:
         import cProfile
+        import threading
         import warnings
         cuda = torch.cuda.is_available()
         if cuda:
             torch.cuda.synchronize()
+        self.threads = sorted(thread.name for thread in threading.enumerate())
+        self._clocks = self._now()
         self._warnings = warnings.catch_warnings(record=True)
         self._records = self._warnings.__enter__()
         warnings.simplefilter("always")
@@ -302,6 +319,7 @@ class StepProfile(Callback):
         if torch.cuda.is_available():
             torch.cuda.set_sync_debug_mode(0)
             torch.cuda.synchronize()
+        self.cpu = dict(zip(("wall", "main thread", "process"), (b - a for a, b in zip(self._clocks, self._now()))))
         self._warnings.__exit__(None, None, None)
         for record in self._records:
             if "synchroniz" in str(record.message):

@@ -249,6 +249,10 @@ def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
         assert re.search(rf"^fit {precision}: 8 steps; inside the step median [\d.]+ ms", text, re.M), text[-3000:]
         assert re.search(rf"^fit {precision}, cProfile, top by own time:\n +ncalls +tottime", text, re.M)
     assert len(re.findall(r"^  host waits for the device: 0 \(0.00 a step\)$", text, re.M)) == 2
+    # the main thread's share of each span on a CPU: a share of the wall time, plain loop and fit
+    shares = re.findall(r"main thread on a CPU (?:a median )?(\d+) % of the", text)
+    assert len(shares) == 6 and all(0 < int(share) <= 101 for share in shares), text[-3000:]
+    assert len(re.findall(r"^  Python threads: .*MainThread", text, re.M)) == 2, text[-3000:]
     # the toy data's epochs end within the 12 steps: their validations and checkpoints are timed
     assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
                           text, re.M)) == 2, text[-3000:]
