@@ -14,8 +14,9 @@
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
 #    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, and
 #    `fit --model.graph_step true` over the padded batches (forward and backward from graphs);
-# profile (~2.5 min): bench/gpu_fit_profile.py: fit's steps inside and between, host waits, cProfile,
-#    and the same spans and waits for fit --model.graph_step true;
+# profile (~2.5 min): bench/gpu_fit_profile.py: fit's steps inside and between, the main thread's
+#    share of them on a CPU (beside the plain loop's), host waits, fp32's cProfile, fp32 again with a
+#    0.5 ms GIL switch interval, and the same spans and waits for fit --model.graph_step true;
 # attribution (~1.5 min, not by default: measured in sessions 21-22): bench/gpu_fit_attribution.py:
 #    fit without FLOP counting, diagnostics;
 # compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain

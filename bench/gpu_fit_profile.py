@@ -1,17 +1,19 @@
 """Where `fit`'s step time goes on a GPU, step by step: spans, host-device syncs, Python profile.
 
 `fit` (the reference Transformer on Multi30k 4,096-token batches, 150 steps; lit_attention.cli.main
-in this process, every callback it adds) in fp32 and bf16-mixed, each run twice with
-step_clock.StepProfile from step 20: first for the spans of each step (inside the training step,
-and between steps: Lightning's loop, the next batch, an epoch's end), the share of them the main
-thread spent on a CPU (against the plain loop's: a launch-bound step keeps it busy, so the rest is
-waiting, for the GIL that other threads hold or in a blocking call), and the source lines of every
-call that waited for the device; then under cProfile (slower: its spans are not reported), whose
-top functions by own and by cumulative time are printed; last, on a GPU, `fit --model.graph_step
+in this process, every callback it adds) in fp32 and bf16-mixed with step_clock.StepProfile from
+step 20: the spans of each step (inside the training step, and between steps: Lightning's loop,
+the next batch, an epoch's end), the share of them the main thread spent on a CPU (against the
+plain loop's: a launch-bound step keeps it busy, so the rest is waiting, for the GIL that other
+threads hold or in a blocking call), and the source lines of every call that waited for the
+device. fp32 runs twice more: under cProfile (slower: its spans are not reported), whose top
+functions by own and by cumulative time are printed, and with a GIL switch interval of 0.5 ms
+instead of Python's 5 (a thread that holds the GIL is asked to let it go ten times sooner: if the
+main thread waits for the GIL, these steps are shorter). Last, on a GPU, `fit --model.graph_step
 true` (fp32, batches padded to multiples of 8) for 300 steps, its spans and waits from step 170
-(its second epoch). The plain loop's ms/step of
-bench/gpu_throughput.py is measured first, as the baseline. Without a CUDA GPU it says so and
-exits 0; ``--device cpu --quick`` runs it on the CPU with tiny sizes (a check of the script).
+(its second epoch). The plain loop's ms/step of bench/gpu_throughput.py is measured first, as the
+baseline. Without a CUDA GPU it says so and exits 0; ``--device cpu --quick`` runs it on the CPU
+with tiny sizes (a check of the script).
 
     source .gpu/env.sh; python3 bench/gpu_fit_profile.py [--steps 150] [--out DIR]
 """
@@ -28,6 +30,8 @@ from pathlib import Path
 import torch
 
 import benchlib as B
+
+SWITCH_INTERVAL = 0.0005   # seconds: the GIL switch interval of the extra fp32 run (Python's default: 0.005)
 
 
 def cpu_share(cpu: dict) -> str:
@@ -51,7 +55,7 @@ def describe(name: str, profile, out: Path | None) -> None:
     busy = statistics.median(c / w for c, w in zip(profile.inside_cpu, profile.inside) if w > 0)
     print(f"  inside the step: main thread on a CPU a median {100 * busy:.0f} % of the time; over all these "
           f"steps: {cpu_share(profile.cpu)}")
-    print(f"  Python threads: {', '.join(profile.threads)}")
+    print(f"  Python threads: {', '.join(profile.threads)}; GIL switch interval {1000 * profile.switch_interval:g} ms")
     print(f"  longest steps (index from the start, ms inside + between): {profile.longest(6)}")
     if profile.validations or profile.saves:
         print(f"  epoch ends: {len(profile.validations)} validations, median "
@@ -108,23 +112,33 @@ def main() -> None:
         cpu: dict = {}
         plain = 1000 / G.plain_loop(template.net, batches, precision, False, args.warmup, args.device, cpu=cpu)
         print(f"plain loop {precision}: {plain:.1f} ms/step; {cpu_share(cpu)}", flush=True)
-        for python_profile in (False, True):
+        # fp32 also under cProfile, and with a GIL switch interval of SWITCH_INTERVAL instead of
+        # Python's 5 ms: if the main thread waits for the GIL, its steps shorten
+        runs = [(None, False)] + ([(None, True), (SWITCH_INTERVAL, False)] if precision == "32-true" else [])
+        for switch_interval, python_profile in runs:
             callback = {"class_path": "step_clock.StepProfile",
                         "init_args": {"start": args.warmup, "python_profile": python_profile}}
-            with tempfile.TemporaryDirectory() as tmp:
-                F.fit_clock(data, model, args.steps, args.seed, Path(tmp), accelerator, precision,
-                            callbacks=(callback,))
+            name = f"fit {precision}" + (f", GIL switch interval {1000 * switch_interval:g} ms" if switch_interval else "")
+            usual = sys.getswitchinterval()
+            sys.setswitchinterval(switch_interval or usual)
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    F.fit_clock(data, model, args.steps, args.seed, Path(tmp), accelerator, precision,
+                                callbacks=(callback,))
+            finally:
+                sys.setswitchinterval(usual)
             profile = StepProfile.last
             if python_profile:
-                print_profile(f"fit {precision}", profile.profile, args.out)
-            else:
-                describe(f"fit {precision}", profile, args.out)
-                inside = statistics.median(profile.inside) * 1000
-                on_cpu = {name: 100 * c["main thread"] / c["wall"] for name, c in (("plain", cpu), ("fit", profile.cpu))}
-                summary.append(f"{precision}: plain {plain:.1f} ms, fit median inside {inside:.1f} ms + between "
-                               f"{statistics.median(profile.between) * 1000:.1f} ms, "
-                               f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step, main thread "
-                               f"on a CPU {on_cpu['plain']:.0f} % (plain) / {on_cpu['fit']:.0f} % (fit)")
+                print_profile(name, profile.profile, args.out)
+                continue
+            describe(name, profile, args.out)
+            fit = (f"fit median inside {statistics.median(profile.inside) * 1000:.1f} ms + between "
+                   f"{statistics.median(profile.between) * 1000:.1f} ms, "
+                   f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step, main thread on a CPU "
+                   f"{100 * profile.cpu['main thread'] / profile.cpu['wall']:.0f} %")
+            summary.append(f"{name.removeprefix('fit ')}: {fit}" if switch_interval else
+                           f"{precision}: plain {plain:.1f} ms (main thread on a CPU "
+                           f"{100 * cpu['main thread'] / cpu['wall']:.0f} %), {fit}")
     if args.device == "cuda":   # last (a capture that fails can leave the device unusable)
         # fit's graph_step over padded batches, from its second epoch (every shape captured): its
         # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import statistics
+import sys
 import time
 
 import torch
@@ -216,7 +217,7 @@ class StepProfile(Callback):
     the whole process (``cpu``); every call that made the host wait for the device
     (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source line that made it; the
     validations' and the checkpoint saves' spans among them (an epoch's end); the Python threads
-    alive (``threads``); with ``python_profile``, the Python profile (cProfile, which slows Python
+    alive and the GIL switch interval; with ``python_profile``, the Python profile (cProfile, which slows Python
     and so the spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
 
     last: "StepProfile | None" = None
@@ -230,6 +231,7 @@ class StepProfile(Callback):
         # from `start` to the end: seconds of wall time, of the main thread's and the process's CPU time
         self.cpu: dict[str, float] = {}
         self.threads: list[str] = []       # the Python threads alive at `start`, by name
+        self.switch_interval = 0.0         # ... and the GIL switch interval then (seconds)
         self.syncs: collections.Counter = collections.Counter()
         self.validations: list[float] = []  # seconds of each validation after `start`
         self.saves: list[float] = []        # ... and of each checkpoint save
@@ -301,6 +303,7 @@ class StepProfile(Callback):
         if cuda:
             torch.cuda.synchronize()
         self.threads = sorted(thread.name for thread in threading.enumerate())
+        self.switch_interval = sys.getswitchinterval()
         self._clocks = self._now()
         self._warnings = warnings.catch_warnings(record=True)
         self._records = self._warnings.__enter__()

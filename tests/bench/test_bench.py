@@ -243,19 +243,27 @@ def test_gpu_throughput_runs_every_row_where_it_can_on_the_cpu(monkeypatch):
 @pytest.mark.slow   # fits of `lit-attention fit` on the CPU (5-8 s)
 def test_gpu_fit_profile_runs_on_the_cpu(monkeypatch):
     """The GPU profile of `fit`, checked on the CPU (--device cpu) so that a GPU call cannot fail on
-    a typo: both precisions' spans, their longest steps and waits, and a Python profile each."""
+    a typo: each run's spans, the main thread's share of them on a CPU, longest steps and waits
+    (fp32 also with a shorter GIL switch interval), and fp32's Python profile."""
+    interval = sys.getswitchinterval()
     text = run_script("gpu_fit_profile", monkeypatch, "--quick", "--device", "cpu", "--threads", "1")
-    for precision in ("32-true", "bf16-mixed"):
-        assert re.search(rf"^fit {precision}: 8 steps; inside the step median [\d.]+ ms", text, re.M), text[-3000:]
-        assert re.search(rf"^fit {precision}, cProfile, top by own time:\n +ncalls +tottime", text, re.M)
-    assert len(re.findall(r"^  host waits for the device: 0 \(0.00 a step\)$", text, re.M)) == 2
-    # the main thread's share of each span on a CPU: a share of the wall time, plain loop and fit
+    runs = ("32-true", "32-true, GIL switch interval 0.5 ms", "bf16-mixed")
+    for run in runs:
+        assert re.search(rf"^fit {run}: 8 steps; inside the step median [\d.]+ ms", text, re.M), text[-3000:]
+    assert re.search(r"^fit 32-true, cProfile, top by own time:\n(.*\n)? +ncalls +tottime", text, re.M), text[-3000:]
+    assert len(re.findall(r"^  host waits for the device: 0 \(0.00 a step\)$", text, re.M)) == 3
+    # the main thread's share of each span on a CPU: plain loop (2), each fit inside and over its steps (3 x 2)
     shares = re.findall(r"main thread on a CPU (?:a median )?(\d+) % of the", text)
-    assert len(shares) == 6 and all(0 < int(share) <= 101 for share in shares), text[-3000:]
-    assert len(re.findall(r"^  Python threads: .*MainThread", text, re.M)) == 2, text[-3000:]
+    assert len(shares) == 8 and all(0 < int(share) <= 101 for share in shares), text[-3000:]
+    # the switch interval is set for its run only
+    usual = f"{1000 * interval:g} ms"
+    assert re.findall(r"^  Python threads: .*MainThread.*; GIL switch interval (.*)$", text, re.M) == [
+        usual, "0.5 ms", usual], text[-3000:]
+    assert re.search(r"^SUMMARY gpu_fit_profile: .*; 32-true, GIL switch interval 0.5 ms: fit median inside", text, re.M)
+    assert sys.getswitchinterval() == interval
     # the toy data's epochs end within the 12 steps: their validations and checkpoints are timed
     assert len(re.findall(r"^  epoch ends: [1-9]\d* validations, median [\d.]+ ms; [1-9]\d* checkpoint saves",
-                          text, re.M)) == 2, text[-3000:]
+                          text, re.M)) == 3, text[-3000:]
     assert "fit 32-true, padded, graph_step: not run (it replays CUDA graphs)" in text
     ends = re.findall(r"^  an epoch's end \(before its next step\): (\d+) ms = validation (\d+) \+ checkpoint saves "
                       r"(\d+) \+ the rest (-?\d+) ", text, re.M)
