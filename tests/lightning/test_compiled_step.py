@@ -37,6 +37,7 @@ def test_the_step_function_is_compiled_only_when_asked(tmp_path):
     assert list(compiled.state_dict()) == list(eager.state_dict())           # checkpoints unchanged
 
 
+@pytest.mark.slow   # a dynamo trace each: 2.6-2.7 CPU-s
 @pytest.mark.parametrize("dropout", [0.0, 0.1])
 def test_the_transformer_training_loss_traces_as_one_graph_for_every_batch_shape(tmp_path, dropout):
     """A value read inside the step (``.any()`` on a mask, say) would break the graph in two;
