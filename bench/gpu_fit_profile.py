@@ -118,7 +118,8 @@ def main() -> None:
         for switch_interval, python_profile in runs:
             callback = {"class_path": "step_clock.StepProfile",
                         "init_args": {"start": args.warmup, "python_profile": python_profile}}
-            name = f"fit {precision}" + (f", GIL switch interval {1000 * switch_interval:g} ms" if switch_interval else "")
+            name = f"fit {precision}" + (f", GIL switch interval {1000 * switch_interval:g} ms"
+                                         if switch_interval else "")
             usual = sys.getswitchinterval()
             sys.setswitchinterval(switch_interval or usual)
             try:

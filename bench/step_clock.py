@@ -217,8 +217,9 @@ class StepProfile(Callback):
     the whole process (``cpu``); every call that made the host wait for the device
     (``torch.cuda.set_sync_debug_mode("warn")``), counted by the source line that made it; the
     validations' and the checkpoint saves' spans among them (an epoch's end); the Python threads
-    alive and the GIL switch interval; with ``python_profile``, the Python profile (cProfile, which slows Python
-    and so the spans) of those steps. ``StepProfile.last`` is the instance the CLI made."""
+    alive and the GIL switch interval; with ``python_profile``, the Python profile (cProfile,
+    which slows Python and so the spans) of those steps. ``StepProfile.last`` is the instance the
+    CLI made."""
 
     last: "StepProfile | None" = None
 
