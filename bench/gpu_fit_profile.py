@@ -36,8 +36,9 @@ SWITCH_INTERVAL = 0.0005   # seconds: the GIL switch interval of the extra fp32 
 
 def cpu_share(cpu: dict) -> str:
     """How much of a span (``cpu``: seconds of "wall", "main thread" and "process" CPU time) the
-    main thread spent on a CPU (the rest it waited: for the GIL or in a blocking call; a CUDA
-    wait for the device spins on a CPU by default, and the sync-debug count names those), and
+    main thread spent on a CPU (the rest it waited: for the GIL, in a blocking call, or for a free
+    core on a machine busy with other work; a CUDA wait for the device spins on a CPU by default,
+    and the sync-debug count names those), and
     how busy the other threads kept the process (loader pinning, a checkpoint writer, autograd's
     device thread)."""
     wall = cpu["wall"] or float("nan")
