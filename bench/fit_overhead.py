@@ -18,6 +18,11 @@ each new shape once (models/flops.py), which over a whole run is paid by few of 
 The model is small enough for the step's fixed costs to show on a CPU (what a launch-bound GPU
 step also exposes); goal: fit/plain >= 0.9 (the median of the rounds).
 
+A bare Lightning Trainer runs the same pairs once more: a LightningModule whose training step is the
+plain loop's loss, with Lightning's own clipping and schedule, and no logger, checkpoint, progress
+bar or callback of ours (BareModule). Of the milliseconds `fit` adds to a step, this is the part
+that Lightning's loop costs by itself, which nothing in lit_attention can remove.
+
 A last, untimed run counts the torch calls made from Python in each step of both (step_clock.OpCount):
 on a launch-bound GPU each costs the host a call and usually a kernel launch, and the count is the
 same on every CPU, so a call `fit` adds to every step shows even where this CPU's timing hides it.
@@ -28,6 +33,7 @@ same on every CPU, so a call `fit` adds to every step shows even where this CPU'
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -35,10 +41,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+import lightning.pytorch as L
 import torch
 
 import benchlib as B
-from step_clock import PairedPlainStep, StepClock
+from step_clock import PairedPlainStep, StepClock, known_shapes
 
 GOAL = 0.9
 # Small enough to be overhead-bound on a 2-core CPU (a step of ~10-20 ms).
@@ -100,6 +107,48 @@ def fit_steps_per_second(data: dict, model: dict, steps: int, warmup: int, seed:
     return fit_clock(data, model, steps, seed, root, accelerator, precision).rate(warmup)
 
 
+class BareModule(L.LightningModule):
+    """The plain loop's step under Lightning's automatic optimization: its loss (benchlib), fused
+    Adam and per-step schedule; Lightning clips (``gradient_clip_val``)."""
+
+    def __init__(self, net: torch.nn.Module, lr: float, warmup: int):
+        super().__init__()
+        self.net, self.lr, self.warmup = copy.deepcopy(net), lr, warmup
+
+    def training_step(self, batch, batch_idx):
+        return B.seq2seq_loss(self.net, batch)
+
+    def configure_optimizers(self):
+        opt, sched = B.adam_with_warmup(self.net.parameters(), self.lr, self.warmup)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+
+def bare_lightning(data: dict, model: dict, steps: int, seed: int) -> PairedPlainStep:
+    """BareModule trained for ``steps`` by a Trainer with nothing else, over the training batches
+    `fit` gets (the data module's loader), each step paired with a plain step (step_clock)."""
+    from lit_attention.data.translation import TranslationDataModule
+    from lit_attention.lightning.translation import TranslationModule
+
+    L.seed_everything(seed, verbose=False)
+    dm = TranslationDataModule(**data)
+    dm.setup("fit")
+    template = TranslationModule(**model, src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size)
+    template.configure_model()
+    pair = PairedPlainStep(model["lr"], model["warmup"])
+    trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, gradient_clip_val=1.0, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, callbacks=[pair])
+    trainer.fit(BareModule(template.net, model["lr"], model["warmup"]), train_dataloaders=dm.train_dataloader())
+    return pair
+
+
+def median_extra_ms(pair: PairedPlainStep, warmup: int) -> float:
+    """Median over the steps of a known batch shape of (the Trainer's step - the plain step), in ms."""
+    extra = [f - p for known, f, p in zip(known_shapes(pair.keys, warmup), pair.fit_spans[warmup:],
+                                          pair.plain_spans[warmup:]) if known]
+    return 1000 * statistics.median(extra)
+
+
 def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=150, help="steps per run (a gradient-flow step among them)")
@@ -118,17 +167,24 @@ def main() -> None:
           f"model: transformer {size}; {args.steps} steps ({args.warmup} untimed) per run, fp32")
 
     results = {"fit/plain": [], "fit/plain, known shapes": []}
+    extra = {"fit": [], "bare Lightning": []}   # ms a step over the plain step (known shapes, median)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             fit_clock(data, model, args.steps, args.seed, Path(tmp) / f"round{r}", paired=True)
             pair = PairedPlainStep.last
             results["fit/plain"].append(pair.ratio(args.warmup))
             results["fit/plain, known shapes"].append(pair.ratio(args.warmup, seen_shapes_only=True))
+            extra["fit"].append(median_extra_ms(pair, args.warmup))
             timed = len(pair.fit_spans) - args.warmup
             fit_ms, plain_ms = (1000 * sum(spans[args.warmup:]) / timed for spans in (pair.fit_spans, pair.plain_spans))
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                extra["bare Lightning"].append(median_extra_ms(bare_lightning(data, model, args.steps, args.seed),
+                                                               args.warmup))
             print(f"round {r + 1}/{args.rounds}: fit {fit_ms:.1f}, plain {plain_ms:.1f} CPU ms/step; "
                   + ", ".join(f"{name} {v[-1]:.3f}" for name, v in results.items())
-                  + f"; {len(set(pair.keys))} batch shapes in {args.steps} steps", flush=True)
+                  + f"; {len(set(pair.keys))} batch shapes in {args.steps} steps; over the plain step (median, "
+                  f"known shapes): fit +{extra['fit'][-1]:.2f} ms, a bare Lightning Trainer "
+                  f"+{extra['bare Lightning'][-1]:.2f} ms", flush=True)
 
         fit_clock(data, model, args.steps, args.seed, Path(tmp) / "counted", paired=True, count_ops=True)
         calls = PairedPlainStep.last.ops_per_step(args.warmup)
@@ -137,6 +193,9 @@ def main() -> None:
           f"(median, fit/plain {calls['fit median'] / calls['plain median']:.3f}); fit {calls['fit mean']:.0f}, "
           f"plain {calls['plain mean']:.0f} (mean, {calls['fit mean'] / calls['plain mean']:.3f})")
 
+    fit_extra, bare_extra = (statistics.median(v) for v in extra.values())
+    print(f"CPU ms a step over the plain step (a step of a known shape, median of the rounds): fit +{fit_extra:.2f}, "
+          f"of which a bare Lightning Trainer (no logger, checkpoint, callback or hook of ours) +{bare_extra:.2f}")
     middle = {name: statistics.median(v) for name, v in results.items()}
     B.table(["ratio", "median", "rounds"], [[name, middle[name], " ".join(f"{x:.3f}" for x in v)]
                                            for name, v in results.items()])

@@ -76,8 +76,9 @@ SUMMARIES = {
     "gpu_fit_attribution": r"(?:not measured: no CUDA GPU on this machine"
                            r"|(?P<card>[^:]+): fit (?P<fit>N)(?:; [\w, ]+ -?[0-9.]+)*)",
     "gpu_fit_profile": r"(?:not measured: no CUDA GPU on this machine"
-                       r"|(?P<card>[^:]+): 32-true: plain (?P<plain_fp32>N) ms, fit median inside (?P<inside>N) ms"
-                       r" \+ between (?P<between>N) ms, (?P<waits>N) waits a step; .*)",
+                       r"|(?P<card>[^:]+): 32-true: plain (?P<plain_fp32>N) ms \(main thread on a CPU (?P<plain_cpu>N) %\), "
+                       r"fit median inside (?P<inside>N) ms \+ between (?P<between>N) ms, (?P<waits>N) waits a step, "
+                       r"main thread on a CPU (?P<fit_cpu>N) %; .*)",
     "gpu_checkpoint_writes": r"(?:not measured: no CUDA GPU on this machine"
                              r"|(?P<card>[^:]+): writer thread/in line steps/s (?P<ratio>N), again (?P<again>N))",
     "loader_batches": r"main-thread CPU per batch from 2 workers: dict (?P<dict_ms>N) ms, Batch (?P<batch_ms>N) ms "
