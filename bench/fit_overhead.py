@@ -45,7 +45,7 @@ import lightning.pytorch as L
 import torch
 
 import benchlib as B
-from step_clock import PairedPlainStep, StepClock, known_shapes
+from step_clock import PairedPlainStep, StepClock
 
 GOAL = 0.9
 # Small enough to be overhead-bound on a 2-core CPU (a step of ~10-20 ms).
@@ -142,13 +142,6 @@ def bare_lightning(data: dict, model: dict, steps: int, seed: int) -> PairedPlai
     return pair
 
 
-def median_extra_ms(pair: PairedPlainStep, warmup: int) -> float:
-    """Median over the steps of a known batch shape of (the Trainer's step - the plain step), in ms."""
-    extra = [f - p for known, f, p in zip(known_shapes(pair.keys, warmup), pair.fit_spans[warmup:],
-                                          pair.plain_spans[warmup:]) if known]
-    return 1000 * statistics.median(extra)
-
-
 def main() -> None:
     p = B.parser(__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=150, help="steps per run (a gradient-flow step among them)")
@@ -174,12 +167,12 @@ def main() -> None:
             pair = PairedPlainStep.last
             results["fit/plain"].append(pair.ratio(args.warmup))
             results["fit/plain, known shapes"].append(pair.ratio(args.warmup, seen_shapes_only=True))
-            extra["fit"].append(median_extra_ms(pair, args.warmup))
+            extra["fit"].append(pair.median_extra_ms(args.warmup))
             timed = len(pair.fit_spans) - args.warmup
             fit_ms, plain_ms = (1000 * sum(spans[args.warmup:]) / timed for spans in (pair.fit_spans, pair.plain_spans))
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                extra["bare Lightning"].append(median_extra_ms(bare_lightning(data, model, args.steps, args.seed),
-                                                               args.warmup))
+                extra["bare Lightning"].append(bare_lightning(data, model, args.steps, args.seed)
+                                               .median_extra_ms(args.warmup))
             print(f"round {r + 1}/{args.rounds}: fit {fit_ms:.1f}, plain {plain_ms:.1f} CPU ms/step; "
                   + ", ".join(f"{name} {v[-1]:.3f}" for name, v in results.items())
                   + f"; {len(set(pair.keys))} batch shapes in {args.steps} steps; over the plain step (median, "

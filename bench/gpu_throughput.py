@@ -70,9 +70,10 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
                cpu: dict | None = None) -> float:
     """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed). ``cudnn_attention``:
     the cuDNN attention kernel allowed besides models/sdpa_backends.py's choice (first in line).
-    ``cpu``: filled with the timed span's seconds of wall time and of this thread's and this
-    process's CPU time ("wall", "main thread", "process")."""
+    ``cpu``: filled with the timed span's seconds of wall and CPU time (step_clock.cpu_span)."""
     import copy
+
+    from step_clock import clocks, cpu_span
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -89,7 +90,7 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
         for i, batch in enumerate(batches):
             if i == warmup:
                 sync(device)
-                start, start_cpu = time.perf_counter(), (time.thread_time(), time.process_time())
+                start = clocks()
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             if cuda_graphs:   # a new training step: the graphs' outputs of the last one are done with
                 torch.compiler.cudagraph_mark_step_begin()
@@ -101,11 +102,10 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
             sched.step()
             opt.zero_grad(set_to_none=True)
     sync(device)
-    wall = time.perf_counter() - start
+    span = cpu_span(start)
     if cpu is not None:
-        cpu.update({"wall": wall, "main thread": time.thread_time() - start_cpu[0],
-                    "process": time.process_time() - start_cpu[1]})
-    return (len(batches) - warmup) / wall
+        cpu.update(span)
+    return (len(batches) - warmup) / span["wall"]
 
 
 def captured_loop(template, batches: list[dict], precision: str, warmup: int) -> float:

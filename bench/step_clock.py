@@ -20,6 +20,19 @@ def clock() -> float:
     return time.process_time()
 
 
+def clocks() -> tuple[float, float, float]:
+    """Wall time, the calling thread's CPU time, this process's CPU time (seconds): the start of a
+    span for ``cpu_span``."""
+    return time.perf_counter(), time.thread_time(), time.process_time()
+
+
+def cpu_span(began: tuple[float, float, float]) -> dict[str, float]:
+    """Seconds since ``began`` (``clocks()``, taken in this thread) of wall time ("wall"), of this
+    thread's CPU time ("main thread": the bench scripts call it from the training thread) and of
+    the whole process's ("process")."""
+    return dict(zip(("wall", "main thread", "process"), (b - a for a, b in zip(began, clocks()))))
+
+
 def known_shapes(keys: list, warmup: int) -> list[bool]:
     """For each step after the first ``warmup`` (``keys``: each step's batch shape): whether its
     shape came before, i.e. the budget did not count its FLOPs anew (models/flops.py counts each
@@ -197,6 +210,13 @@ class PairedPlainStep(Callback):
         return {"fit median": statistics.median(fit), "plain median": statistics.median(plain),
                 "fit mean": statistics.fmean(fit), "plain mean": statistics.fmean(plain)}
 
+    def median_extra_ms(self, warmup: int) -> float:
+        """The median, over the steps of a known batch shape after the first ``warmup``, of the
+        Trainer's step less the plain step, in ms."""
+        extra = [f - p for known, f, p in zip(known_shapes(self.keys, warmup), self.fit_spans[warmup:],
+                                              self.plain_spans[warmup:]) if known]
+        return 1000 * statistics.median(extra)
+
     def ratio(self, warmup: int, seen_shapes_only: bool = False) -> float:
         """Plain time over `fit` time (= fit/plain steps/s) of the steps after the first ``warmup``;
         with ``seen_shapes_only`` only those of a known batch shape (``known_shapes``)."""
@@ -291,11 +311,6 @@ class StepProfile(Callback):
                 self._saving += self.saves[-1]
         io.save_checkpoint = timed
 
-    @staticmethod
-    def _now() -> tuple[float, float, float]:
-        """Wall time, the calling (main) thread's CPU time, the process's CPU time."""
-        return time.perf_counter(), time.thread_time(), time.process_time()
-
     def _begin(self) -> None:
         import cProfile
         import threading
@@ -305,7 +320,7 @@ class StepProfile(Callback):
             torch.cuda.synchronize()
         self.threads = sorted(thread.name for thread in threading.enumerate())
         self.switch_interval = sys.getswitchinterval()
-        self._clocks = self._now()
+        self._clocks = clocks()
         self._warnings = warnings.catch_warnings(record=True)
         self._records = self._warnings.__enter__()
         warnings.simplefilter("always")
@@ -323,7 +338,7 @@ class StepProfile(Callback):
         if torch.cuda.is_available():
             torch.cuda.set_sync_debug_mode(0)
             torch.cuda.synchronize()
-        self.cpu = dict(zip(("wall", "main thread", "process"), (b - a for a, b in zip(self._clocks, self._now()))))
+        self.cpu = cpu_span(self._clocks)
         self._warnings.__exit__(None, None, None)
         for record in self._records:
             if "synchroniz" in str(record.message):
