@@ -34,16 +34,20 @@ import benchlib as B
 SWITCH_INTERVAL = 0.0005   # seconds: the GIL switch interval of the extra fp32 run (Python's default: 0.005)
 
 
+def main_share(cpu: dict) -> float:
+    """Per cent of a span's wall time the main thread spent on a CPU (``cpu``: seconds of "wall",
+    "main thread" and "process" CPU time, step_clock.cpu_span). The rest it waited: for the GIL,
+    in a blocking call, or for a free core on a machine busy with other work (a CUDA wait for the
+    device spins on a CPU by default, and the sync-debug count names those)."""
+    return 100 * cpu["main thread"] / (cpu["wall"] or float("nan"))
+
+
 def cpu_share(cpu: dict) -> str:
-    """How much of a span (``cpu``: seconds of "wall", "main thread" and "process" CPU time) the
-    main thread spent on a CPU (the rest it waited: for the GIL, in a blocking call, or for a free
-    core on a machine busy with other work; a CUDA wait for the device spins on a CPU by default,
-    and the sync-debug count names those), and
-    how busy the other threads kept the process (loader pinning, a checkpoint writer, autograd's
-    device thread)."""
-    wall = cpu["wall"] or float("nan")
-    return (f"main thread on a CPU {100 * cpu['main thread'] / wall:.0f} % of the wall time; other threads "
-            f"{max(cpu['process'] - cpu['main thread'], 0.0) / wall:.2f} CPU-s a wall second")
+    """``main_share``, and how busy the other threads kept the process (loader pinning, a
+    checkpoint writer, autograd's device thread)."""
+    others = max(cpu["process"] - cpu["main thread"], 0.0) / (cpu["wall"] or float("nan"))
+    return (f"main thread on a CPU {main_share(cpu):.0f} % of the wall time; other threads {others:.2f} "
+            "CPU-s a wall second")
 
 
 def describe(name: str, profile, out: Path | None) -> None:
@@ -137,10 +141,9 @@ def main() -> None:
             fit = (f"fit median inside {statistics.median(profile.inside) * 1000:.1f} ms + between "
                    f"{statistics.median(profile.between) * 1000:.1f} ms, "
                    f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step, main thread on a CPU "
-                   f"{100 * profile.cpu['main thread'] / profile.cpu['wall']:.0f} %")
+                   f"{main_share(profile.cpu):.0f} %")
             summary.append(f"{name.removeprefix('fit ')}: {fit}" if switch_interval else
-                           f"{precision}: plain {plain:.1f} ms (main thread on a CPU "
-                           f"{100 * cpu['main thread'] / cpu['wall']:.0f} %), {fit}")
+                           f"{precision}: plain {plain:.1f} ms (main thread on a CPU {main_share(cpu):.0f} %), {fit}")
     if args.device == "cuda":   # last (a capture that fails can leave the device unusable)
         # fit's graph_step over padded batches, from its second epoch (every shape captured): its
         # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if
