@@ -12,7 +12,8 @@
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
-#    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, and
+#    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, the
+#    padded plain loop with graph_step's graphs (forward and backward; fp32), and
 #    `fit --model.graph_step true` over the padded batches (forward and backward from graphs);
 # profile (~2.5 min): bench/gpu_fit_profile.py: fit's steps inside and between, the main thread's
 #    share of them on a CPU (beside the plain loop's), host waits, fp32's cProfile, fp32 again with a

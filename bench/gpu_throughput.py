@@ -18,6 +18,9 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
 - "whole step in a CUDA graph" (on a GPU, last): the padded plain loop with each shape's whole
   step (forward, loss, backward, clipping, Adam) captured once with ``torch.cuda.graph`` and
   replayed: the eager kernels without launching them one by one from Python, nothing compiled.
+- "graph_step's forward and backward" (on a GPU, last): the padded plain loop with the loss's
+  forward and backward from graph_step's graphs (lightning/graphed_step.GraphedLoss), clipping and
+  Adam eager, timed after a first epoch as the next rows;
 - "graph_step" (on a GPU, last): `fit` over the padded batches with ``--model.graph_step true``
   (lightning/graphed_step.py: forward and backward replayed from a graph per shape, the rest eager),
   twice the steps, timed after the first ``--steps`` (a first epoch: each shape's graph is
@@ -49,7 +52,8 @@ import benchlib as B
 
 GOALS = {"fit/plain fp32": 0.9, "fit/plain bf16": 0.9, "bf16/fp32 fit": 1.3, "compiled/eager plain fp32": 1.5,
          "fit compiled/plain eager fp32": 1.5, "fit graph_step padded/plain eager fp32": 1.5,
-         "fit graph_step padded bf16/plain eager fp32": 1.5, "bf16/fp32 fit graph_step": 1.3}
+         "fit graph_step padded bf16/plain eager fp32": 1.5, "bf16/fp32 fit graph_step": 1.3,
+         "fit/plain graph_step padded fp32": 0.9}
 
 
 def card(device: str) -> str:
@@ -67,11 +71,15 @@ def sync(device: str) -> None:
 
 def plain_loop(template, batches: list[dict], precision: str, compiled: bool, warmup: int,
                device: str, cuda_graphs: bool = False, cudnn_attention: bool = False,
-               cpu: dict | None = None) -> float:
+               cpu: dict | None = None, graphed_loss: bool = False) -> float:
     """Steps/s of the plain loop over ``batches`` (the first ``warmup`` untimed). ``cudnn_attention``:
     the cuDNN attention kernel allowed besides models/sdpa_backends.py's choice (first in line).
-    ``cpu``: filled with the timed span's seconds of wall and CPU time (step_clock.cpu_span)."""
+    ``cpu``: filled with the timed span's seconds of wall and CPU time (step_clock.cpu_span).
+    ``graphed_loss``: the loss's forward and backward from a CUDA graph per batch shape, by what
+    `fit --model.graph_step true` uses (lightning/graphed_step.GraphedLoss: a shape's first step
+    eager, its second captured, the later ones replayed); clipping, Adam and the schedule eager."""
     import copy
+    import types
 
     from step_clock import clocks, cpu_span
 
@@ -81,6 +89,14 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
     net = copy.deepcopy(template).to(device).train()
     mode = "reduce-overhead" if cuda_graphs else None
     model = torch.compile(net, dynamic=True, mode=mode) if compiled else net
+    loss_of = lambda batch: B.seq2seq_loss(model, batch)   # noqa: E731
+    if graphed_loss:
+        from lit_attention.lightning.graphed_step import GraphedLoss
+        inputs = ("src", "tgt_in", "tgt_out")
+        graphed = GraphedLoss(types.SimpleNamespace(
+            net=net, loss_inputs=inputs, target_key="tgt_out",
+            training_loss=lambda batch: (B.seq2seq_loss(net, batch), batch["tgt_out"])))
+        loss_of = lambda batch: graphed(batch)[0]   # noqa: E731
     opt, sched = B.adam_with_warmup(net.parameters(), 1e-3, 400)
     bf16 = precision == "bf16-mixed"
     start = None
@@ -95,12 +111,13 @@ def plain_loop(template, batches: list[dict], precision: str, compiled: bool, wa
             if cuda_graphs:   # a new training step: the graphs' outputs of the last one are done with
                 torch.compiler.cudagraph_mark_step_begin()
             with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
-                loss = B.seq2seq_loss(model, batch)
+                loss = loss_of(batch)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
+            del loss   # as Lightning drops it: a loss kept alive would fail the next capture (graphed_step.py)
     sync(device)
     span = cpu_span(start)
     if cpu is not None:
@@ -313,6 +330,12 @@ def main() -> None:
         for precision in precisions:
             row(f"plain {precision}, padded, whole step in a CUDA graph",
                 lambda: captured_loop(template.net, padded, precision, args.warmup), padded_tokens)
+        # the plain loop with graph_step's capture (forward and backward), over the padded batches
+        # twice and timed in the second pass as the fit rows below: beside the whole step's capture
+        # above and fit's below, it tells what graph_step leaves to `fit` and what to its scope
+        row("plain 32-true, padded, graph_step's forward and backward, after one epoch",
+            lambda: plain_loop(template.net, padded * 2, "32-true", False, len(padded) + args.warmup, "cuda",
+                               graphed_loss=True), padded_tokens)
         pad = {"pad_to_lengths": padded_dm.pad_to_lengths}
         for precision in precisions:   # fit's own: forward and backward replayed (model.graph_step)
             row(f"fit {precision}, padded, graph_step, after one epoch",
@@ -340,6 +363,11 @@ def main() -> None:
                  ("plain bf16-mixed, padded, whole step in a CUDA graph", "plain 32-true"),
              "fit graph_step padded/plain eager fp32": ("fit 32-true, padded, graph_step, after one epoch",
                                                          "plain 32-true"),
+             "plain graph_step padded/plain eager fp32":
+                 ("plain 32-true, padded, graph_step's forward and backward, after one epoch", "plain 32-true"),
+             "fit/plain graph_step padded fp32":
+                 ("fit 32-true, padded, graph_step, after one epoch",
+                  "plain 32-true, padded, graph_step's forward and backward, after one epoch"),
              "fit graph_step padded bf16/plain eager fp32": ("fit bf16-mixed, padded, graph_step, after one epoch",
                                                               "plain 32-true"),
              "bf16/fp32 fit graph_step": ("fit bf16-mixed, padded, graph_step, after one epoch",
