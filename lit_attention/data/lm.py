@@ -165,6 +165,11 @@ class LMDataModule(LightningDataModule):
             raise ValueError(f"task {task!r} needs data.path (a monolingual text file)")
         if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
             raise ValueError("val_fraction and test_fraction must be in (0, 1) and sum to less than 1")
+        if batch_size < 1 or (eval_batch_size is not None and eval_batch_size < 1):
+            raise ValueError(f"data.batch_size and data.eval_batch_size must be >= 1 (eval_batch_size null: "
+                             f"batch_size), got {batch_size} and {eval_batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
         window = bptt if eval_window is None else eval_window
         if window < 1 or bptt < 1:
             raise ValueError(f"data.bptt and data.eval_window must be positive, got {bptt} and {eval_window}")
@@ -278,7 +283,7 @@ class LMDataModule(LightningDataModule):
         self.prepare()
         if self.streams[split].numel() < 2:
             raise DataError(f"the {split} split has {self.streams[split].numel()} token(s): nothing to score")
-        B = self.hparams.eval_batch_size or self.hparams.batch_size
+        B = self.hparams.batch_size if self.hparams.eval_batch_size is None else self.hparams.eval_batch_size
         tokens, targets = sliding_windows(self.streams[split], self.eval_window, self.eval_stride)
         per_rank = math.ceil(tokens.shape[0] / (B * world)) * B
         extra = per_rank * world - tokens.shape[0]             # all-PAD windows: nothing scored

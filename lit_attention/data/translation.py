@@ -69,6 +69,20 @@ class TranslationDataModule(L.LightningDataModule):
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
         if num_workers is not None and num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0 (or null: chosen by device), got {num_workers}")
+        if max_tokens < 1:
+            raise ValueError(f"data.max_tokens must be >= 1 (the padded tokens a batch holds), got {max_tokens}")
+        if max_len < 1:
+            raise ValueError(f"data.max_len must be >= 1 (the tokens a kept sentence may have), got {max_len}")
+        if data_seed < 0:
+            raise ValueError(f"data.data_seed must be >= 0 (it seeds the batch order), got {data_seed}")
+        if limit_train is not None and limit_train < 1:
+            raise ValueError(f"data.limit_train must be >= 1 (or null: every training pair), got {limit_train}")
+        if task != FILES_TASK:   # the generator's own checks, on one pair (before a run is started)
+            try:
+                generate(task, 1, data_seed, min_len, max_len_words, n_symbols)
+            except ValueError as exc:
+                raise ValueError(f"data.min_len {min_len}, data.max_len_words {max_len_words}, data.n_symbols "
+                                 f"{n_symbols}: task {task!r} cannot generate pairs with them: {exc}") from None
         self.save_hyperparameters()
         self.task, self.data_dir = task, data_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang

@@ -8,6 +8,14 @@ from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.models.base import Seq2SeqModel
 
 
+def check_length_budget(max_len_a: float, max_len_b: int) -> None:
+    """ValueError unless floor(a * source length + b) can be a budget as given: a and b >= 0 and
+    not both 0 (a negative or zero budget would be raised to 1 token without a word)."""
+    if not (max_len_a >= 0 and max_len_b >= 0 and (max_len_a > 0 or max_len_b >= 1)):
+        raise ValueError(f"model.max_len_a and model.max_len_b must be >= 0 and not both 0 (the output "
+                         f"budget is a * source length + b), got {max_len_a} and {max_len_b}")
+
+
 def max_output_lengths(src: torch.Tensor, max_len_a: float, max_len_b: int,
                        most: int | None = None) -> torch.Tensor:
     """Per-sentence output budget: floor(a * non-pad source length + b), at least 1 and at most

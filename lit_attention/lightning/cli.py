@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import math
 import os
 import pickle
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from jsonargparse.typing import PositiveFloat, PositiveInt
+from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
@@ -80,7 +81,7 @@ class DiagnosticsOptions:
 
     Args:
         module_norm_every: log per-module gradient norms every N steps.
-        module_depth: module path depth of those norms (2: encoder.layers.0).
+        module_depth: module path depth of those norms (2: encoder.layers.0; 0: the whole model).
         gradflow_every: measure gradient flow through time (‖∂L/∂h_t‖ by distance to the loss)
             every N steps (gradflow.csv).
         gradflow_sentences: validation sentences it is measured on (a fixed-seed sample, the same
@@ -89,12 +90,12 @@ class DiagnosticsOptions:
             Default: 20, or the longest distance gradflow_sentences sentences reach if less.
         heatmaps: attention heatmaps saved at the end of fit.
     """
-    module_norm_every: int = 50
-    module_depth: int = 2
-    gradflow_every: int = 100
-    gradflow_sentences: Optional[int] = None
-    gradflow_distance: Optional[int] = None
-    heatmaps: int = 4
+    module_norm_every: NonNegativeInt = 50
+    module_depth: NonNegativeInt = 2
+    gradflow_every: NonNegativeInt = 100
+    gradflow_sentences: Optional[PositiveInt] = None
+    gradflow_distance: Optional[PositiveInt] = None
+    heatmaps: NonNegativeInt = 4
 
 
 @dataclass
@@ -171,6 +172,8 @@ class LitAttentionCLI(LightningCLI):
             # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
             refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
             refuse_training_nothing(self.config[sub].trainer)
+        if sub:
+            check_seed(self.config[sub].get("seed_everything"))
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
         self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
         if self.parse_only:
@@ -361,13 +364,48 @@ def check_checkpoint_file(path) -> None:
                           f"this file is none (cut short, or another kind of file)")
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Trainer values Lightning takes without acting on them as written: a negative clipping norm
+# scales every gradient by a negative factor (the model climbs its loss), an interval of 0 divides
+# by zero once training has started, a negative minimum or logging interval is read as none.
+# key -> (whether a number passes, what it must be); None (Lightning's default) always passes.
+TRAINER_VALUES = {
+    "gradient_clip_val": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0 (0: no clipping)"),
+    "accumulate_grad_batches": (lambda v: v >= 1, "an integer >= 1"),
+    "check_val_every_n_epoch": (lambda v: v >= 1, "an integer >= 1 (or null: validate by "
+                                                  "trainer.val_check_interval alone)"),
+    "val_check_interval": (lambda v: v > 0, "> 0: a number of training batches, or a fraction of "
+                                            "the epoch in (0, 1]"),
+    "log_every_n_steps": (lambda v: v >= 0, "an integer >= 0 (0: no per-step logging)"),
+    "min_epochs": (lambda v: v >= 0, "an integer >= 0"),
+    "min_steps": (lambda v: v >= 0, "an integer >= 0"),
+    "num_sanity_val_steps": (lambda v: v >= -1, "an integer >= -1 (-1: every validation batch)"),
+}
+SEEDS = (0, 2 ** 32 - 1)   # what seed_everything (numpy's generator) takes
+
+
 def refuse_training_nothing(trainer) -> None:
     """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
-    `fit` would stop before its first step and call the untrained run finished."""
+    `fit` would stop before its first step and call the untrained run finished; and at a value of
+    TRAINER_VALUES that Lightning would take without acting on it as written."""
     for key in ("max_epochs", "max_steps", "limit_train_batches"):
         if trainer.get(key) == 0:
             raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
                               f"once it has trained); give a positive number")
+    for key, (passes, rule) in TRAINER_VALUES.items():
+        value = trainer.get(key)
+        if _number(value) and not passes(value):
+            raise ConfigError(f"invalid value for trainer.{key}: {value}: it must be {rule}")
+
+
+def check_seed(seed) -> None:
+    """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
+    if _number(seed) and not SEEDS[0] <= seed <= SEEDS[1]:
+        raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
+                          f"[{SEEDS[0]}, {SEEDS[1]}] (or true: a random one)")
 
 
 def inert_settings(model) -> dict:
@@ -410,12 +448,13 @@ def training_args_checker():
                 config = parsed.args[0]
                 built[:] = [parsed.args[1]]
         sub = config["subcommand"]
-        model = config[sub].get("model")
-        if model is not None and model.get("class_path"):
-            try:  # the model's own checks (registry combinations); cheap: no network is built here
-                class_at(model.class_path)(**model.init_args.as_dict())
-            except Exception as exc:
-                raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+        for part in ("model", "data"):   # their own checks; cheap: no network is built, no data read
+            section = config[sub].get(part)
+            if section is not None and section.get("class_path"):
+                try:
+                    class_at(section.class_path)(**section.init_args.as_dict())
+                except Exception as exc:
+                    raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
         return config
     return check
 

@@ -14,7 +14,8 @@ import torch
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
-from lit_attention.diagnostics.bleu_by_length import bleu_by_length, source_words
+from lit_attention.decoding.greedy import check_length_budget
+from lit_attention.diagnostics.bleu_by_length import bleu_by_length, bucket_bounds, source_words
 from lit_attention.lightning.base import Inert, SequenceModule, check_values
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
@@ -38,6 +39,22 @@ Norm = Literal[tuple(registry.NORM)]
 # Hyperparameters of decoding, not of the trained model: `validate`/`test` take them from the
 # command line and config of that invocation, never from the checkpoint (lit_attention/cli.py).
 DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
+
+
+def check_evaluation(beam_size: int, max_len_a: float, max_len_b: int, length_buckets, min_bucket_sentences: int):
+    """ValueError at a decoding or BLEU-by-length value that would not act as given: a beam below 1
+    (decoded greedily), a budget of no tokens, length buckets out of order (found at the first
+    validation, after training)."""
+    if beam_size < 1:
+        raise ValueError(f"model.beam_size must be >= 1 (1: greedy decoding), got {beam_size}")
+    check_length_budget(max_len_a, max_len_b)
+    try:
+        bucket_bounds(length_buckets)
+    except ValueError as exc:
+        raise ValueError(f"model.length_buckets: {exc}") from None
+    if min_bucket_sentences < 0:
+        raise ValueError(f"model.min_bucket_sentences must be >= 0 (0 keeps every length bucket), "
+                         f"got {min_bucket_sentences}")
 
 
 class TranslationModule(SequenceModule):
@@ -96,9 +113,7 @@ class TranslationModule(SequenceModule):
         tgt_vocab_size: int = 0,
     ):
         super().__init__()
-        if min_bucket_sentences < 0:
-            raise ValueError(f"min_bucket_sentences must be >= 0 (0 keeps every length bucket), "
-                             f"got {min_bucket_sentences}")
+        check_evaluation(beam_size, max_len_a, max_len_b, length_buckets, min_bucket_sentences)
         self.save_hyperparameters()
         h = self.hparams
         h.update(registry.resolve(SEQ2SEQ, family, {k: h[k] for k in registry.family_options(SEQ2SEQ)},

@@ -85,7 +85,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
         try:
             check_training_args(["fit", *cmd[prefix:]])
         except ConfigError as e:
-            named = re.search(r"(?:option|value for) ([\w.]+)", str(e))
+            named = re.search(r"(?:option|value for|invalid configuration:) ([\w.]+)", str(e))
             config_key = named.group(1) if named else None
             keys = [f"space.{k}" for k in cell if config_name(k) == config_key]
             keys += [f"fixed.{config_key}"] if config_key in sweep.fixed else []

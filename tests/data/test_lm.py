@@ -90,6 +90,18 @@ def test_bad_configuration_fails_with_the_valid_choices(tmp_path):
         LMDataModule(path=str(tiny), cache_dir=str(tmp_path / "c")).setup("fit")
 
 
+@pytest.mark.parametrize("options,message", [
+    ({"batch_size": 0}, r"data.batch_size and data.eval_batch_size must be >= 1 .*got 0 and None"),
+    # 0 was taken as "not given" (the training batch size), without a word
+    ({"eval_batch_size": 0}, r"data.batch_size and data.eval_batch_size must be >= 1 .*got 32 and 0"),
+    ({"num_workers": -1}, r"data.num_workers must be >= 0, got -1"),
+])
+def test_a_size_that_would_not_act_as_given_is_refused_when_the_module_is_built(options, message):
+    """Before: a ZeroDivisionError or DataLoader's ValueError once the run had started (exit 1)."""
+    with pytest.raises(ValueError, match=message):
+        LMDataModule(task="toy-mt", **options)
+
+
 def test_tiny_shakespeare_char_streams(shared_data, tmp_path):
     dm = LMDataModule(path=str(shared_data / "tinyshakespeare" / "input.txt"), tokenizer="char",
                       batch_size=16, bptt=32,

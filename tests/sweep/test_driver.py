@@ -34,6 +34,13 @@ CASES = [
      "space.model.dropout", 6, "invalid value for model.dropout: expected float, got 'high'"),
     ("space:\n  model.width: [32, 64]\n",                      # a former name (registry.RENAMED)
      "space.model.width", 6, "unknown option model.width — did you mean model.d_model? (renamed: docs/CONFIG.md)"),
+    # values the parser takes but the trainer, data module or model would not act on as given
+    ("space:\n  trainer.gradient_clip_val: [1.0, -1.0]\n",
+     "space.trainer.gradient_clip_val", 6, "invalid value for trainer.gradient_clip_val: -1.0: it must be a finite"),
+    ("space:\n  model.lr: [0.001]\nfixed: {data.max_tokens: 0}\n",
+     "fixed.data.max_tokens", 7, "invalid configuration: data.max_tokens must be >= 1"),
+    ("space:\n  model.beam_size: [4, 0]\n",
+     "space.model.beam_size", 6, "invalid configuration: model.beam_size must be >= 1"),
 ]
 
 
