@@ -75,9 +75,18 @@ def check_values(h) -> None:
     for key in ("dropout", "label_smoothing"):
         if h.get(key) is not None and not 0 <= h[key] < 1:
             refuse(key, "in [0, 1)")
-    for key in ("d_model", "heads", "emb_size", "ffn", "layers", "enc_layers", "dec_layers"):
+    for key in ("d_model", "heads", "emb_size", "ffn", "layers", "enc_layers", "dec_layers", "window", "order",
+                "max_len", "match_params", "rel_max_distance"):
         if h.get(key) is not None and h[key] < 1:
             refuse(key, ">= 1")
+    if h.get("shaw_clip") is not None and h["shaw_clip"] < 0:
+        refuse("shaw_clip", ">= 0 (the relative distances kept apart: -shaw_clip .. shaw_clip)")
+    if h.get("rel_buckets") is not None:
+        from lit_attention.models.positional import check_t5_buckets
+        check_t5_buckets(h["rel_buckets"], h["rel_max_distance"])
+    if h.get("delta") is not None or h.get("discount") is not None:
+        from lit_attention.models.lm.ngram import check_smoothing
+        check_smoothing(h.get("delta"), h.get("discount"))
     if h.get("heads") and h.get("d_model") and not h.get("match_params") and h["d_model"] % h["heads"]:
         raise ValueError(f"model.heads {h['heads']} does not divide model.d_model {h['d_model']}: "
                          f"each head gets d_model / heads dimensions")

@@ -120,6 +120,15 @@ def t5_bucket(relative: torch.Tensor, bidirectional: bool, buckets: int,
     return offset + torch.where(distance < exact, distance, far)
 
 
+def check_t5_buckets(rel_buckets: int, rel_max_distance: int) -> None:
+    """ValueError unless ``t5_bucket`` can bucket with these both ways: at least one distance
+    bucketed exactly (a quarter of the buckets, bidirectional), and log-spaced buckets beyond the
+    exact ones up to a larger distance (half of the buckets are exact, causal)."""
+    if rel_buckets < 4 or rel_max_distance <= rel_buckets // 2:
+        raise ValueError(f"model.rel_buckets must be >= 4 and model.rel_max_distance > rel_buckets / 2 "
+                         f"(the distances a causal stack buckets exactly), got {rel_buckets} and {rel_max_distance}")
+
+
 class T5Bias(nn.Module):
     """Learned per-head scalar bias for each relative-position bucket, shared by all layers of a
     stack: ``rel_buckets`` buckets (bidirectional unless ``causal``), log-spaced up to

@@ -114,6 +114,9 @@ REFUSED = [
     (["--model.length_buckets", "[20,10]"],
      "invalid configuration: model.length_buckets: bucket upper bounds must be positive and increasing"),
     (["--diagnostics.module_depth", "-1"], "invalid value for diagnostics.module_depth: Not of type NonNegativeInt"),
+    (["--model.positional", "t5_bias", "--model.rel_buckets", "2"],      # ZeroDivisionError in the first step
+     "invalid configuration: model.rel_buckets must be >= 4 and model.rel_max_distance > rel_buckets / 2"),
+    (["--model.positional", "shaw", "--model.shaw_clip", "-1"], "invalid configuration: model.shaw_clip must be >= 0"),
 ]
 
 

@@ -88,6 +88,26 @@ def test_each_family_fits_with_decreasing_loss(family, options, tmp_path):
         assert summary["model"][key] == value
 
 
+@pytest.mark.parametrize("options,message", [
+    # before: refused by the network's constructor once the run had started (exit 1, a failed run)
+    (dict(family="ngram", order=0), "model.order must be >= 1, got 0"),
+    (dict(family="ngram", delta=-1.0), r"model.delta must be positive \(unseen tokens need mass\), got -1.0"),
+    (dict(family="ngram", discount=2.0), r"model.discount must be in \[0, 1\), got 2.0"),
+    (dict(family="window", window=0), "model.window must be >= 1, got 0"),           # ZeroDivisionError
+    (dict(family="transformer", positional="t5_bias", rel_buckets=2),               # ZeroDivisionError
+     r"model.rel_buckets must be >= 4 and model.rel_max_distance > rel_buckets / 2 .*got 2 and 128"),
+    (dict(family="transformer", positional="t5_bias", rel_buckets=32, rel_max_distance=12),  # negative buckets
+     "got 32 and 12"),
+    (dict(family="transformer", positional="shaw", shaw_clip=-1), "model.shaw_clip must be >= 0"),
+    # before: taken (a position table raised to the training window; a width search for -5 parameters)
+    (dict(family="transformer", max_len=0), "model.max_len must be >= 1, got 0"),
+    (dict(family="transformer", match_params=-5), "model.match_params must be >= 1, got -5"),
+])
+def test_a_value_the_network_cannot_take_is_refused_when_the_module_is_built(options, message):
+    with pytest.raises(ValueError, match=message):
+        LanguageModelModule(**options)
+
+
 def test_ngram_fits_without_gradients_and_reports_exact_perplexity(tmp_path):
     dm = toy_data(tmp_path, eval_batch_size=3, bptt=7)
     module = LanguageModelModule(family="ngram", order=3, delta=0.1)

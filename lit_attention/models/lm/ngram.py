@@ -21,16 +21,21 @@ from lit_attention.data.vocab import BOS
 from lit_attention.registry import NGRAM_SMOOTHING, check, implementation
 
 
+def check_smoothing(delta: float | None, discount: float | None) -> None:
+    """ValueError at a smoothing constant the counts cannot use (None: not given)."""
+    if delta is not None and not delta > 0:
+        raise ValueError(f"model.delta must be positive (unseen tokens need mass), got {delta}")
+    if discount is not None and not 0.0 <= discount < 1.0:
+        raise ValueError(f"model.discount must be in [0, 1), got {discount}")
+
+
 class NGramLM(nn.Module):
     def __init__(self, vocab_size: int, order: int, delta: float, discount: float, smoothing: str):
         super().__init__()
         if order < 1:
             raise ValueError(f"order must be >= 1, got {order}")
         check("smoothing", smoothing, NGRAM_SMOOTHING)
-        if delta <= 0:
-            raise ValueError(f"delta must be positive (unseen tokens need mass), got {delta}")
-        if not 0.0 <= discount < 1.0:
-            raise ValueError(f"discount must be in [0, 1), got {discount}")
+        check_smoothing(delta, discount)
         self.vocab_size, self.order, self.delta = vocab_size, order, delta
         self.discount, self.smoothing = discount, smoothing
         # tables[k] for context length k = 0 .. order-1: context tuple -> row id, and per row the
