@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
-from lit_attention.data.tokenizers import build_tokenizers
+from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size
 from lit_attention.data.vocab import EOS, PAD
 from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
 
@@ -170,6 +170,7 @@ class LMDataModule(LightningDataModule):
                              f"batch_size), got {batch_size} and {eval_batch_size}")
         if num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0, got {num_workers}")
+        check_vocab_size(vocab_size)
         window = bptt if eval_window is None else eval_window
         if window < 1 or bptt < 1:
             raise ValueError(f"data.bptt and data.eval_window must be positive, got {bptt} and {eval_window}")

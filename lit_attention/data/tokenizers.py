@@ -264,6 +264,14 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     return tok
 
 
+def check_vocab_size(vocab_size: int) -> None:
+    """ValueError at a data.vocab_size that leaves no room beyond the special tokens (every word
+    would be <unk>)."""
+    if vocab_size <= len(SPECIALS):
+        raise ValueError(f"data.vocab_size must be more than the {len(SPECIALS)} special tokens "
+                         f"({', '.join(SPECIALS)}), got {vocab_size}")
+
+
 def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[str],
                      vocab_size: int = 8000, model_type: str = "unigram", joint: bool = True,
                      cache_dir: str | None = None) -> tuple[Tokenizer, Tokenizer]:

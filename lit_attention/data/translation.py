@@ -24,7 +24,7 @@ from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, To
                                          fit_length, loader_workers, padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
-from lit_attention.data.tokenizers import build_tokenizers
+from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size
 from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
 
 Task = Literal[CONFIG_CHOICES["seq2seq"]["data.task"]]
@@ -69,6 +69,7 @@ class TranslationDataModule(L.LightningDataModule):
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
         if num_workers is not None and num_workers < 0:
             raise ValueError(f"data.num_workers must be >= 0 (or null: chosen by device), got {num_workers}")
+        check_vocab_size(vocab_size)
         if max_tokens < 1:
             raise ValueError(f"data.max_tokens must be >= 1 (the padded tokens a batch holds), got {max_tokens}")
         if max_len < 1:

@@ -105,6 +105,8 @@ REFUSED = [
     (["--trainer.num_sanity_val_steps", "-2"], "invalid value for trainer.num_sanity_val_steps: -2: it must be"),
     (["--seed_everything", "-1"], "invalid value for seed_everything: -1: a seed is an integer in [0, 4294967295]"),
     (["--data.max_tokens", "0"], "invalid configuration: data.max_tokens must be >= 1"),
+    # every word was <unk>: the word vocabulary is capped at vocab_size, specials included
+    (["--data.vocab_size", "4"], "invalid configuration: data.vocab_size must be more than the 4 special tokens"),
     (["--data.data_seed", "-1"], "invalid configuration: data.data_seed must be >= 0"),
     (["--data.limit_train", "-1"], "invalid configuration: data.limit_train must be >= 1"),
     (["--data.min_len", "20"], "invalid configuration: data.min_len 20, data.max_len_words 10, data.n_symbols 20: "
