@@ -63,6 +63,7 @@ CHOICE_LITERAL_ALLOWED = {
     ("lit_attention/lightning/lm.py", "none"): "torch's reduction (per-token losses)",
     ("lit_attention/sweep/placement.py", "none"): "a sweep's word for no GPUs",
     ("lit_attention/sweep/schema.py", "none"): "a sweep's word for no pruner",
+    ("lit_attention/lightning/base.py", "window"): "the option model.window (a context length), not the family",
 }
 
 
