@@ -186,6 +186,47 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+# -- values taken without acting on them as given, now refused (session 27; docs/RELIABILITY.md):
+# `fit` stops with the same message before writing anything (three of them end to end in
+# tests/lightning/test_cli_robust.py), and a sweep before its first trial ---------------------------
+
+NOT_AS_GIVEN = [
+    # a negative clipping norm flipped every gradient (the model climbed its loss); the others
+    # failed after the run had started (a 0 interval divided by zero), or were read as none or
+    # as greedy decoding
+    (["--trainer.gradient_clip_val", "-1"],
+     "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),
+    (["--trainer.val_check_interval", "0"], "invalid value for trainer.val_check_interval: 0: it must be > 0"),
+    (["--trainer.check_val_every_n_epoch", "0"], "invalid value for trainer.check_val_every_n_epoch: 0: it must be"),
+    (["--trainer.accumulate_grad_batches", "0"], "invalid value for trainer.accumulate_grad_batches: 0: it must be"),
+    (["--trainer.log_every_n_steps", "-1"], "invalid value for trainer.log_every_n_steps: -1: it must be"),
+    (["--trainer.min_steps", "-1"], "invalid value for trainer.min_steps: -1: it must be an integer >= 0"),
+    (["--trainer.num_sanity_val_steps", "-2"], "invalid value for trainer.num_sanity_val_steps: -2: it must be"),
+    (["--seed_everything", "-1"], "invalid value for seed_everything: -1: a seed is an integer in [0, 4294967295]"),
+    (["--data.max_tokens", "0"], "invalid configuration: data.max_tokens must be >= 1"),
+    # every word was <unk>: the word vocabulary is capped at vocab_size, specials included
+    (["--data.vocab_size", "4"], "invalid configuration: data.vocab_size must be more than the 4 special tokens"),
+    (["--data.data_seed", "-1"], "invalid configuration: data.data_seed must be >= 0"),
+    (["--data.limit_train", "-1"], "invalid configuration: data.limit_train must be >= 1"),
+    (["--data.min_len", "20"], "invalid configuration: data.min_len 20, data.max_len_words 10, data.n_symbols 20: "
+                               "task 'copy' cannot generate pairs with them"),
+    (["--model.beam_size", "0"], "invalid configuration: model.beam_size must be >= 1 (1: greedy decoding), got 0"),
+    (["--model.max_len_b", "-5"], "invalid configuration: model.max_len_a and model.max_len_b must be >= 0"),
+    (["--model.length_buckets", "[20,10]"],
+     "invalid configuration: model.length_buckets: bucket upper bounds must be positive and increasing"),
+    (["--diagnostics.module_depth", "-1"], "invalid value for diagnostics.module_depth: Not of type NonNegativeInt"),
+    (["--model.positional", "t5_bias", "--model.rel_buckets", "2"],      # ZeroDivisionError in the first step
+     "invalid configuration: model.rel_buckets must be >= 4 and model.rel_max_distance > rel_buckets / 2"),
+    (["--model.positional", "shaw", "--model.shaw_clip", "-1"], "invalid configuration: model.shaw_clip must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("args,message", NOT_AS_GIVEN, ids=[" ".join(a) for a, _ in NOT_AS_GIVEN])
+def test_a_value_that_would_not_act_as_given_is_refused(args, message):
+    err = parse_error("--config", CONFIGS / "copy.yaml", *args)
+    assert message in str(err), str(err)
+
+
 def test_one_checker_parses_every_argument_list_as_a_check_of_its_own_would():
     """The sweep driver checks its trials with one parser (lit_attention/sweep/driver.py): nothing
     one list sets leaks into the next, and a refused list leaves the checker working."""
