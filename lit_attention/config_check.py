@@ -7,7 +7,7 @@ parser, by the sweep driver. Messages are short: one line naming the option and 
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from typing import Any, Iterable, NamedTuple
 
 from lit_attention.registry import RENAMED
 
@@ -23,6 +23,14 @@ SYNONYMS = {
     "learning_rate": ("lr",), "beam": ("beam_size",), "epochs": ("max_epochs",),
     "seed": ("seed_everything",),
 }
+
+
+class Inert(NamedTuple):
+    """Why a setting has no effect on a module (model or data), and the values that are still no
+    request: besides its default, e.g. 0 for a diagnostic that a sweep's shared base switches off
+    for every arm. A module's ``inert_settings`` lists them; `fit` refuses a request for one."""
+    reason: str
+    harmless: tuple[Any, ...] = ()
 
 
 class ConfigError(ValueError):

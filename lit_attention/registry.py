@@ -174,24 +174,27 @@ NORM = table(
 )
 
 # impl: the synthetic task's pair generator (lit_attention/data/synthetic.py), None for FILES_TASK.
+# symbols: its sentences are drawn from data.n_symbols symbols (toy-mt's from its grammar's words).
 _DATA = "lit_attention.data"
 TASKS = table(
-    Choice("copy", "synthetic: output equals input", f"{_DATA}.synthetic:copy_pairs"),
-    Choice("reverse", "synthetic: output is the input reversed", f"{_DATA}.synthetic:reverse_pairs"),
-    Choice("sort", "synthetic: output is the input sorted", f"{_DATA}.synthetic:sort_pairs"),
+    Choice("copy", "synthetic: output equals input", f"{_DATA}.synthetic:copy_pairs", symbols=True),
+    Choice("reverse", "synthetic: output is the input reversed", f"{_DATA}.synthetic:reverse_pairs", symbols=True),
+    Choice("sort", "synthetic: output is the input sorted", f"{_DATA}.synthetic:sort_pairs", symbols=True),
     Choice("toy-mt", "synthetic: small synchronous grammar with reordering and nested clauses",
-           f"{_DATA}.synthetic:toy_mt_pairs"),
-    Choice("files", "parallel or monolingual text files"),
+           f"{_DATA}.synthetic:toy_mt_pairs", symbols=False),
+    Choice("files", "parallel or monolingual text files", symbols=False),
 )
 # The task that reads text files (data.data_dir / data.path) instead of generating pairs.
 FILES_TASK = "files"
 SYNTHETIC_TASKS = tuple(name for name, row in TASKS.items() if row.impl is not None)
 
+# options: the data.<key> options the tokenizer reads besides data.vocab_size (which caps the word
+# and character vocabularies too): they act only with it.
 TOKENIZERS = table(
-    Choice("word", "whitespace-separated words", f"{_DATA}.tokenizers:WordTokenizer"),
-    Choice("char", "characters", f"{_DATA}.tokenizers:CharTokenizer"),
+    Choice("word", "whitespace-separated words", f"{_DATA}.tokenizers:WordTokenizer", options=()),
+    Choice("char", "characters", f"{_DATA}.tokenizers:CharTokenizer", options=()),
     Choice("sentencepiece", "a SentencePiece model trained on the training split",
-           f"{_DATA}.tokenizers:SentencePieceTokenizer"),
+           f"{_DATA}.tokenizers:SentencePieceTokenizer", options=("spm_model",)),
 )
 SPM_MODELS = ("unigram", "bpe")
 

@@ -66,6 +66,22 @@ def family_neutral(config: Path) -> dict:
     return data
 
 
+def files_config(folder) -> Path:
+    """configs/copy.yaml without the options that shape generated pairs, written to ``folder``: a
+    config that `--data.task files` may follow (task `files` does not read them, and `fit` refuses
+    them)."""
+    import yaml
+
+    from lit_attention.data.translation import TranslationDataModule
+    config = yaml.safe_load((CONFIGS / "copy.yaml").read_text())
+    data = config["data"]["init_args"]
+    for key in TranslationDataModule.GENERATOR_OPTIONS:
+        data.pop(key, None)
+    path = Path(folder) / "files.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def cli_env(**extra) -> dict:
     env = dict(os.environ)
     env.pop("LIT_ATTENTION_RUN_ID", None)

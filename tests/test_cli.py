@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import CONFIGS, cli_in_process, run_cli
+from conftest import CONFIGS, cli_in_process, files_config, run_cli
 from lit_attention.lightning.run_store_callback import RunStoreCallback
 
 SUMMARY_KEYS = {"run_id", "status", "task", "model", "seed", "params", "train_seconds",
@@ -96,9 +96,9 @@ def test_mismatched_parallel_files_fail_naming_both_files_and_counts(tmp_path):
         (data / f"{split}.de").write_text("ein Hund\nzwei Katzen\ndrei Mäuse\n")
         (data / f"{split}.en").write_text("a dog\ntwo cats\nthree mice\n")
     (data / "train.en").write_text("a dog\ntwo cats\n")
-    result = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", tmp_path / "runs",
+    result = cli_in_process("fit", "--config", files_config(tmp_path), "--run.root", tmp_path / "runs",
                             "--data.task", "files", "--data.data_dir", data, "--data.src_lang", "de",
-                            "--data.tgt_lang", "en", *TINY)
+                            "--data.tgt_lang", "en", *TINY[6:])   # (TINY's generator sizes: not read here)
     assert result.returncode == 2   # a data error is a usage error, like a bad option
     message = (f"lit-attention fit: error: line counts differ: {data / 'train.de'} has 3 lines, "
                f"{data / 'train.en'} has 2 lines")

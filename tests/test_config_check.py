@@ -227,6 +227,48 @@ def test_a_value_that_would_not_act_as_given_is_refused(args, message):
     assert message in str(err), str(err)
 
 
+# -- data settings the chosen task or tokenizer does not read (were taken without a word) ---------
+
+SHAKESPEARE = CONFIGS / "shakespeare-char.yaml"   # a language model on a text file, characters
+NOT_READ = [
+    ("copy.yaml", ["--data.data_dir", "/tmp"], "option data.data_dir has no effect here: synthetic task 'copy' "
+                                                "generates its pairs; this locates files"),
+    ("copy.yaml", ["--data.src_lang", "de"], "option data.src_lang has no effect here"),
+    ("toy-mt.yaml", ["--data.n_symbols", "30"], "option data.n_symbols has no effect here: task 'toy-mt' draws no symbols"),
+    ("copy.yaml", ["--data.spm_model", "bpe"], "option data.spm_model has no effect here: tokenizer 'word' does not "
+                                               "read it (only sentencepiece does)"),
+    ("multi30k-transformer.yaml", ["--data.n_train", "500"],
+     "option data.n_train has no effect here: task 'files' reads its pairs from data.data_dir"),
+    ("lm-toy.yaml", ["--data.val_fraction", "0.1"], "option data.val_fraction has no effect here: synthetic task "
+                                                    "'toy-mt' generates its sentences"),
+    ("shakespeare-char.yaml", ["--data.n_sentences", "10"], "option data.n_sentences has no effect here: task 'files' "
+                                                            "reads data.path"),
+    ("shakespeare-char.yaml", ["--data.val_path", "v.txt", "--data.test_path", "t.txt", "--data.test_fraction", "0.2"],
+     "option data.test_fraction has no effect here: data.val_path and data.test_path give the evaluation splits"),
+]
+
+
+@pytest.mark.parametrize("config,args,message", NOT_READ, ids=[" ".join(a) for _, a, _ in NOT_READ])
+def test_a_data_setting_the_task_or_tokenizer_does_not_read_is_refused(config, args, message):
+    err = parse_error("--config", CONFIGS / config, *args)
+    assert message in str(err) and "leave it unset" in str(err), str(err)
+
+
+def test_a_data_setting_without_null_is_unset_by_its_default_which_the_message_names():
+    err = parse_error("--config", CONFIGS / "copy.yaml", "--data.task", "files", "--data.data_dir", "/tmp")
+    assert str(err).endswith("option data.n_train has no effect here: task 'files' reads its pairs from "
+                             "data.data_dir; this shapes generated pairs: leave it unset (remove it from the "
+                             "config, or set it to 10000)"), str(err)
+
+
+def test_a_data_setting_that_is_read_or_at_its_default_asks_for_nothing():
+    checker()(["fit", "--config", str(CONFIGS / "copy.yaml"), "--data.n_symbols", "30", "--data.vocab_size", "50",
+               "--data.data_dir", "null", "--data.src_lang", "src"])      # read; the defaults
+    checker()(["fit", "--config", str(CONFIGS / "copy.yaml"), "--data.tokenizer", "sentencepiece",
+               "--data.spm_model", "bpe"])
+    checker()(["fit", "--config", str(SHAKESPEARE), "--data.val_fraction", "0.1"])   # cut from data.path
+
+
 def test_one_checker_parses_every_argument_list_as_a_check_of_its_own_would():
     """The sweep driver checks its trials with one parser (lit_attention/sweep/driver.py): nothing
     one list sets leaks into the next, and a refused list leaves the checker working."""

@@ -38,7 +38,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
-from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size
+from lit_attention.config_check import Inert
+from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size, inert_tokenizer_settings
 from lit_attention.data.vocab import EOS, PAD
 from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
 
@@ -183,6 +184,23 @@ class LMDataModule(LightningDataModule):
         self.tokenizer = None
         self.streams: dict[str, torch.Tensor] = {}
         self.dropped: dict[str, dict[str, int]] = {}     # split -> {reason: lines dropped}
+
+    @classmethod
+    def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
+        """The data.<key> settings the data module built from ``init_args`` would not read (`fit`
+        refuses one set to another value than its default: cli.refuse_inert_settings)."""
+        task = init_args.get("task", DEFAULT["data.task"])
+        if task == FILES_TASK:
+            inert = dict.fromkeys(("data.n_sentences", "data.seed"),
+                                  Inert(f"task {task!r} reads data.path; this shapes generated sentences"))
+            if init_args.get("val_path"):
+                inert.update(dict.fromkeys(("data.val_fraction", "data.test_fraction"), Inert(
+                    "data.val_path and data.test_path give the evaluation splits; this cuts them from data.path")))
+        else:
+            inert = dict.fromkeys(("data.path", "data.val_path", "data.test_path", "data.val_fraction",
+                                   "data.test_fraction"),
+                                  Inert(f"synthetic task {task!r} generates its sentences; this reads or cuts files"))
+        return {**inert, **inert_tokenizer_settings(init_args.get("tokenizer", DEFAULT["data.tokenizer"]))}
 
     # -- text and tokens ---------------------------------------------------------------------
 

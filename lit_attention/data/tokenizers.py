@@ -21,6 +21,7 @@ from typing import Iterable, Protocol, Sequence, runtime_checkable
 
 import sentencepiece as spm
 
+from lit_attention.config_check import Inert
 from lit_attention.data.text import DataError
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from lit_attention.files import atomic_write
@@ -270,6 +271,14 @@ def check_vocab_size(vocab_size: int) -> None:
     if vocab_size <= len(SPECIALS):
         raise ValueError(f"data.vocab_size must be more than the {len(SPECIALS)} special tokens "
                          f"({', '.join(SPECIALS)}), got {vocab_size}")
+
+
+def inert_tokenizer_settings(kind: str) -> dict[str, Inert]:
+    """The data.<key> tokenizer options that tokenizer ``kind`` does not read (registry.TOKENIZERS)."""
+    read = set(TOKENIZERS[kind].options)
+    return {f"data.{key}": Inert(f"tokenizer {kind!r} does not read it (only "
+                                 f"{', '.join(k for k, row in TOKENIZERS.items() if key in row.options)} does)")
+            for row in TOKENIZERS.values() for key in row.options if key not in read}
 
 
 def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[str],

@@ -24,8 +24,9 @@ from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, To
                                          fit_length, loader_workers, padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
-from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size
-from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, check_config
+from lit_attention.config_check import Inert
+from lit_attention.data.tokenizers import build_tokenizers, check_vocab_size, inert_tokenizer_settings
+from lit_attention.registry import CONFIG_CHOICES, CONFIG_DEFAULTS, FILES_TASK, TASKS, check_config
 
 Task = Literal[CONFIG_CHOICES["seq2seq"]["data.task"]]
 Tokenizer = Literal[CONFIG_CHOICES["seq2seq"]["data.tokenizer"]]
@@ -103,6 +104,25 @@ class TranslationDataModule(L.LightningDataModule):
         self._loaders: dict[str, tuple] = {}    # role -> (trainer, loader) with worker processes
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
         self._tokenizers = None
+
+    # The options that locate files, and those that shape generated pairs: each acts with its kind of task.
+    FILE_OPTIONS = ("data_dir", "src_lang", "tgt_lang")
+    GENERATOR_OPTIONS = ("n_train", "n_val", "n_test", "min_len", "max_len_words", "n_symbols")
+
+    @classmethod
+    def inert_settings(cls, init_args: dict) -> dict[str, Inert]:
+        """The data.<key> settings the data module built from ``init_args`` would not read (`fit`
+        refuses one set to another value than its default: cli.refuse_inert_settings)."""
+        task = init_args.get("task", DEFAULT["data.task"])
+        if task == FILES_TASK:
+            inert = dict.fromkeys((f"data.{k}" for k in cls.GENERATOR_OPTIONS),
+                                  Inert(f"task {task!r} reads its pairs from data.data_dir; this shapes generated pairs"))
+        else:
+            inert = dict.fromkeys((f"data.{k}" for k in cls.FILE_OPTIONS),
+                                  Inert(f"synthetic task {task!r} generates its pairs; this locates files"))
+            if not TASKS[task].symbols:
+                inert["data.n_symbols"] = Inert(f"task {task!r} draws no symbols")
+        return {**inert, **inert_tokenizer_settings(init_args.get("tokenizer", DEFAULT["data.tokenizer"]))}
 
     # ---- raw text -------------------------------------------------------------------------
 

@@ -29,12 +29,12 @@ our token batches change shape nearly every step, and a graph per shape would re
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple
 
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import Metric
 
+from lit_attention.config_check import Inert
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import global_grad_norm_tensor
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
@@ -46,13 +46,6 @@ from lit_attention.models.sdpa_backends import attention_backends
 # Lightning warns whenever a module with this hook trains on a data module (which could have its
 # own); ours counts tokens, the data modules define none.
 warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
-
-
-class Inert(NamedTuple):
-    """Why a setting has no effect on a module, and the values that are still no request: besides
-    its default, e.g. 0 for a diagnostic that a sweep's shared base switches off for every arm."""
-    reason: str
-    harmless: tuple[Any, ...] = ()
 
 
 def check_values(h) -> None:

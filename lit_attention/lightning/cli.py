@@ -171,7 +171,7 @@ class LitAttentionCLI(LightningCLI):
         if sub == "fit":   # (validate and test ignore every training setting, of any family)
             # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
             refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
-            refuse_training_nothing(self.config[sub].trainer)
+            refuse_trainer_values(self.config[sub].trainer)
         if sub:
             check_seed(self.config[sub].get("seed_everything"))
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
@@ -315,24 +315,29 @@ def decoding_settings(cfg) -> dict:
 
 
 def refuse_inert_settings(config, given, defaults) -> None:
-    """Stop (ConfigError) at a setting that the model ``config`` builds would ignore (its class's
-    ``inert_settings``: a family without a gradient has no optimizer to take a learning rate, ...)
-    when the files and flags (``given``: the subcommand's config without defaults) set it to a
-    value other than its default (``defaults``; for model.*, the class's). A default is no request:
-    a run's config.yaml, which spells every default, still reads back."""
-    model = config.get("model")
-    if model is None or not model.get("class_path"):
-        return
-    inert = inert_settings(model)
-    arguments = inspect.signature(class_at(model.class_path).__init__).parameters
+    """Stop (ConfigError) at a setting that the model or data module ``config`` builds would ignore
+    (its class's ``inert_settings``: a family without a gradient has no optimizer to take a learning
+    rate, a synthetic task reads no files, ...) when the files and flags (``given``: the
+    subcommand's config without defaults) set it to a value other than its default (``defaults``;
+    for model.* and data.*, the class's). A default is no request: a run's config.yaml, which spells
+    every default, still reads back."""
+    inert, arguments = {}, {}
+    for group in ("model", "data"):
+        section = config.get(group)
+        if section is None or not section.get("class_path"):
+            continue
+        inert.update(inert_settings(section))
+        arguments[group] = inspect.signature(class_at(section.class_path).__init__).parameters
     for key in given.keys():
         setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
         if setting not in inert:
             continue
         group, _, option = setting.partition(".")
-        default = arguments[option].default if group == "model" else defaults.get(key)
+        default = arguments[group][option].default if group in arguments else defaults.get(key)
         reason, harmless = inert[setting]
         if given.get(key) != default and given.get(key) not in harmless:
+            if group == "data" and default is not None:   # no null to unset it with: its default asks for nothing
+                harmless = (*harmless, default)
             allowed = " or ".join(dict.fromkeys(map(str, harmless)))
             raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
@@ -387,7 +392,7 @@ TRAINER_VALUES = {
 SEEDS = (0, 2 ** 32 - 1)   # what seed_everything (numpy's generator) takes
 
 
-def refuse_training_nothing(trainer) -> None:
+def refuse_trainer_values(trainer) -> None:
     """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
     `fit` would stop before its first step and call the untrained run finished; and at a value of
     TRAINER_VALUES that Lightning would take without acting on it as written."""
@@ -408,11 +413,11 @@ def check_seed(seed) -> None:
                           f"[{SEEDS[0]}, {SEEDS[1]}] (or true: a random one)")
 
 
-def inert_settings(model) -> dict:
-    """The settings the model a config's ``model`` section builds would ignore (its class's
-    ``inert_settings``: setting -> Inert(reason, harmless values))."""
-    cls = class_at(model.class_path)
-    return cls.inert_settings(model.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
+def inert_settings(section) -> dict:
+    """The settings the model or data module a config's ``model`` or ``data`` section builds would
+    ignore (its class's ``inert_settings``: setting -> Inert(reason, harmless values))."""
+    cls = class_at(section.class_path)
+    return cls.inert_settings(section.init_args.as_dict()) if hasattr(cls, "inert_settings") else {}
 
 
 def check_training_args(argv: list[str]):

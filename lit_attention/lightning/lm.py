@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
-from lit_attention.lightning.base import Inert, SequenceModule, check_values
+from lit_attention.config_check import Inert
+from lit_attention.lightning.base import SequenceModule, check_values
 from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule

@@ -16,7 +16,8 @@ from lit_attention.data.vocab import PAD
 from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.decoding.greedy import check_length_budget
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, bucket_bounds, source_words
-from lit_attention.lightning.base import Inert, SequenceModule, check_values
+from lit_attention.config_check import Inert
+from lit_attention.lightning.base import SequenceModule, check_values
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses

@@ -3,10 +3,11 @@ dropped-pair counts, evaluation splits aligned with their files line by line."""
 
 import functools
 import json
+from pathlib import Path
 
 import pytest
 
-from conftest import CONFIGS, SHARED_DATA, cli_in_process, run_cli, write_lines
+from conftest import CONFIGS, SHARED_DATA, cli_in_process, files_config, run_cli, write_lines
 from lit_attention.data.text import DataError
 from lit_attention.data.translation import TranslationDataModule
 
@@ -223,7 +224,7 @@ TRAIN = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleep
 
 def fit(data, root, *extra, run=functools.partial(run_cli, timeout=300)):
     """`lit-attention fit` on the files in ``data`` (``run=cli_in_process`` for runs that stop at the data)."""
-    return run("fit", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
+    return run("fit", "--config", files_config(Path(data).parent), "--data.data_dir", data,
                "--run.root", root, "--run.id", "r", *TINY, *extra)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import BACKGROUND_WRITES, CONFIGS, cli_in_process, write_lines
+from conftest import BACKGROUND_WRITES, cli_in_process, files_config, write_lines
 from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 
 PAIRS = [("ein hund läuft", "a dog runs"), ("eine katze schläft", "a cat sleeps"),
@@ -24,7 +24,7 @@ def test_last_checkpoint_is_the_last_epoch_also_when_val_loss_did_not_improve(tm
     for split in ("train", "val", "test"):
         write_lines(data / f"{split}.de", [s for s, _ in PAIRS])
         write_lines(data / f"{split}.en", [t for _, t in PAIRS])
-    fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data, "--run.root", tmp_path,
+    fit = cli_in_process("fit", "--config", files_config(tmp_path), "--data.data_dir", data, "--run.root", tmp_path,
                          "--run.id", "r", *TINY, "--trainer.max_epochs", "3", "--model.lr", "1e-30", *writes)
     assert fit.returncode == 0, fit.stderr[-3000:]
     checkpoints = tmp_path / "default" / "r" / "checkpoints"

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import CONFIGS, cli_in_process, write_lines
+from conftest import CONFIGS, cli_in_process, files_config, write_lines
 from lit_attention.tracking import sentence_stats as ss
 from lit_attention.tracking.run_store import git_commit
 
@@ -30,7 +30,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     for split in ("train", "val", "test"):
         write_lines(data / f"{split}.de", [s for s, _ in PAIRS])
         write_lines(data / f"{split}.en", [t for _, t in PAIRS])
-    common = ["--config", CONFIGS / "copy.yaml", "--data.data_dir", data, "--run.root", tmp_path,
+    common = ["--config", files_config(tmp_path), "--data.data_dir", data, "--run.root", tmp_path,
               "--run.id", "r", *TINY]
     fit = cli_in_process("fit", *common)
     assert fit.returncode == 0, fit.stderr[-3000:]
