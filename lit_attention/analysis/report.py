@@ -119,7 +119,8 @@ def parse_args(argv: list[str]) -> Request:
                    help="read runs from W&B instead of RUNS_DIR: a project (needs network and an "
                         "API key) or a directory of offline W&B runs; each run's run-store artifact "
                         "is written under OUT/wandb-runs and read like a local store")
-    p.add_argument("--group", default=None, help="the W&B group (study) to read")
+    p.add_argument("--group", default=None,
+                   help="the group (study) to read: of a W&B project, or of the runs under RUNS_DIR")
     p.add_argument("--effects", action="store_true",
                    help="factor effects of a sweep: importance (type-II ANOVA; PED-ANOVA when the "
                         "study's study.db is beside the runs), marginal means, interactions")
@@ -145,6 +146,10 @@ def parse_args(argv: list[str]) -> Request:
         p.error("give RUNS_DIR or --wandb, not both")
     if args.samples is not None and args.samples < 1:
         p.error(f"--samples must be at least 1, got {args.samples}")
+    if args.digits < 0:
+        p.error(f"--digits must be 0 or more, got {args.digits}")
+    if args.resample_seed is not None and args.resample_seed < 0:
+        p.error(f"--resample-seed must be 0 or more, got {args.resample_seed}")
     if args.equivalence is not None and not args.equivalence > 0:
         p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
     if args.out is None:
@@ -258,8 +263,13 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
 
 def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None) -> str:
     """The split whose hypotheses a test resamples: asked for, else the metric's own when stored,
-    else test, else val."""
+    else test, else val. A split asked for whose hypotheses no run stores is refused: the test
+    would test nothing."""
     if wanted:
+        if not any((Path(d) / hyps_file(wanted)).is_file() for d in runs["run_dir"]):
+            stored = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
+            raise AnalysisError(f"--split {wanted}: no run stores {hyps_file(wanted)}; the splits whose "
+                                f"hypotheses are stored: {', '.join(stored) or 'none'}")
         return wanted
     stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
               and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
@@ -282,8 +292,12 @@ def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, l
         runs, metrics = wandb_import.load_wandb(request.wandb, request.group, request.metric)
     else:
         runs, skipped = load.scan_runs(request.runs_dir)
-        if request.wandb and request.group:
-            runs = runs[runs["group"] == request.group]
+        if request.group is not None:
+            kept = runs[runs["group"] == request.group]
+            if kept.empty:
+                groups = ", ".join(sorted(map(str, runs["group"].dropna().unique()))) or "none"
+                raise AnalysisError(f"--group {request.group}: no run of that group here; the groups: {groups}")
+            runs = kept
         for _, problem in skipped:
             load.warn(f"skipped run: {problem}")
         metrics = pd.DataFrame() if request.no_figures else load.load_metrics(runs)
@@ -314,7 +328,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
     if not pairs or pairs == ["off"]:
         given = [f for f, v in (("--samples", request.samples), ("--test", request.test),
-                                ("--resample-seed", request.resample_seed),
+                                ("--resample-seed", request.resample_seed), ("--split", request.split),
                                 ("--pool-seeds", request.pool_seeds),
                                 ("--equivalence", request.equivalence)) if v is not None]
         if given:

@@ -60,6 +60,12 @@ def hyps_file(split: str) -> str:
     return f"{HYPS}/{split}.txt"
 
 
+def hyps_splits(run_dir) -> set[str]:
+    """The splits whose hypotheses ``run_dir`` stores (hyps_file; not the references beside them)."""
+    found = (Path(run_dir) / HYPS).glob("*.txt")
+    return {f.name[:-len(".txt")] for f in found if f.is_file() and "." not in f.name[:-len(".txt")]}
+
+
 def refs_file(split: str) -> str:
     """hyps/<split>.ref.txt: the references, line i for line i of the hypotheses."""
     return f"{HYPS}/{split}.ref.txt"

@@ -108,6 +108,28 @@ def test_only_unreadable_runs_exit_2_with_a_short_message(study):
     assert "error: no readable run under" in result.stderr and "all 6 are unreadable" in result.stderr
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--digits", "-1"], "--digits must be 0 or more, got -1"),              # was a traceback, exit 1
+    (["--resample-seed", "-1"], "--resample-seed must be 0 or more, got -1"),  # the same
+])
+def test_a_negative_count_or_seed_is_a_usage_error(study, tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exc:
+        report.main([str(study), "--out", str(tmp_path / "out"), "--no-figures", *args])
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_group_picks_the_runs_of_one_group_of_a_local_store(study, tmp_path, capsys):
+    """--group was read only with --wandb: on a local runs/ directory it was ignored, and the table
+    averaged every group's runs."""
+    write_run(tmp_path, "other", "x-s1", seed=1, model=model("none"), val_bleu=90.0)
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path), "--out", str(out), "--group", "study", "--no-figures"]) == 0
+    table = pd.read_csv(out / "table.csv").set_index("model.attention")
+    assert table.loc["none", "n"] == 3 and table.loc["none", "mean"] == pytest.approx(11.0)
+    assert report.main([str(tmp_path), "--out", str(out), "--group", "studdy", "--no-figures"]) == 2
+    assert "--group studdy: no run of that group here; the groups: other, study" in capsys.readouterr().err
+
+
 def test_a_bug_still_gives_a_traceback(study, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug in the analysis")

@@ -289,6 +289,20 @@ def test_sentence_level_tests_compare_single_runs_only(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_a_split_whose_hypotheses_no_run_stores_is_refused_not_left_untested(tmp_path, capsys):
+    """--split tset once wrote the table with every run "not tested (without stored tset hypotheses)",
+    exit 0; --split with no test at all (--baseline off) was ignored."""
+    three = store(tmp_path, references(150, seed=5), {"none": [(0.5, 0)] * 3, "bahdanau": [(0.1, 10)] * 3})
+    out = tmp_path / "out"
+    assert report.main([str(three), "--out", str(out), "--split", "tset", "--no-figures"]) == 2
+    assert "--split tset: no run stores hyps/tset.txt; the splits whose hypotheses are stored: test" in \
+        capsys.readouterr().err
+    assert report.main([str(three), "--out", str(out), "--split", "test", "--baseline", "off", "--no-figures"]) == 2
+    assert "--split given but no significance test runs" in capsys.readouterr().err
+    assert not out.exists()
+    assert report.main([str(three), "--out", str(out), "--split", "test", "--no-figures"]) == 0
+
+
 def test_references_must_match_and_identical_systems_do_not_differ(tmp_path):
     refs = references(150, seed=5)
     study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.5, 0)] * 2,
