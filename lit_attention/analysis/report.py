@@ -268,8 +268,8 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
     if wanted:
         if not any((Path(d) / hyps_file(wanted)).is_file() for d in runs["run_dir"]):
             stored = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
-            raise AnalysisError(f"--split {wanted}: no run stores {hyps_file(wanted)}; the splits whose "
-                                f"hypotheses are stored: {', '.join(stored) or 'none'}")
+            have = f"the splits whose hypotheses are stored: {', '.join(stored)}" if stored else "nor any hypotheses"
+            raise AnalysisError(f"--split {wanted}: no run stores {hyps_file(wanted)}; {have}")
         return wanted
     stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
               and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
@@ -295,7 +295,7 @@ def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, l
         if request.group is not None:
             kept = runs[runs["group"] == request.group]
             if kept.empty:
-                groups = ", ".join(sorted(map(str, runs["group"].dropna().unique()))) or "none"
+                groups = ", ".join(sorted(map(str, runs["group"].dropna().unique()))) or "(no group recorded)"
                 raise AnalysisError(f"--group {request.group}: no run of that group here; the groups: {groups}")
             runs = kept
         for _, problem in skipped:

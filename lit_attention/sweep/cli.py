@@ -15,8 +15,8 @@ import optuna
 from lit_attention.files import check_writable
 from lit_attention.registry import TRACKING
 from lit_attention.sweep import driver, evaluate, progress
-from lit_attention.sweep.placement import (PlacementError, default_trials_per_gpu, gpu_memory_gib, gpu_words,
-                                           parse_gpus, place, visible_gpus)
+from lit_attention.sweep.placement import (PlacementError, check_visible, default_trials_per_gpu, gpu_memory_gib,
+                                           gpu_words, parse_gpus, place, visible_gpus)
 from lit_attention.threads import allowed_cores
 from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.schema import MAX_CELLS, OVERRIDES, Sweep, SweepError, default, load_sweep
@@ -36,8 +36,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--devices-per-trial", type=int, default=1,
                    help="G > 1: each trial trains with DDP on G devices (on CPU: G gloo processes)")
     p.add_argument("--gpus", default=None, help=(
-        "GPUs to share out, e.g. 0,1,2,3: cut into sets of G, worker i gets set i mod (sets) as "
-        "CUDA_VISIBLE_DEVICES (default: every visible GPU; none: hide them all, CPU trials)"))
+        "GPUs to share out, among those this process sees, e.g. 0,1,2,3: cut into sets of G, worker i "
+        "gets set i mod (sets) as CUDA_VISIBLE_DEVICES (default: every visible GPU; none: hide them "
+        "all, CPU trials)"))
     p.add_argument("--trials-per-gpu", type=int, default=None, help=(
         "K: at most K trials at once on each GPU (each set of G GPUs with --devices-per-trial G); "
         "more workers than sets x K is refused (default: as many as the workers need, with what "
@@ -86,6 +87,9 @@ def _placements(args, sweep, workers: int) -> tuple[list, str]:
     raises PlacementError on a request that cannot be met."""
     if args.gpus is not None:
         gpus, source = parse_gpus(args.gpus), "--gpus"
+        note = check_visible(gpus, args.gpus, args.accelerator, planning=args.dry_run) if gpus else None
+        if note:
+            print(note, file=sys.stderr)
     else:
         gpus, source = visible_gpus()
         gpus = gpus or None  # no GPU here: leave CUDA_VISIBLE_DEVICES alone

@@ -42,6 +42,32 @@ def parse_gpus(text: str) -> list[str]:
     return gpus
 
 
+def check_visible(gpus: list[str], text: str, accelerator: str | None = None, planning: bool = False) -> str | None:
+    """PlacementError unless every GPU of ``--gpus text`` is one this process sees (visible_gpus;
+    a GPU UUID is taken unchecked where this process sees GPUs and CUDA_VISIBLE_DEVICES does not
+    say which). A worker's trials get their set as CUDA_VISIBLE_DEVICES, which names physical
+    GPUs: one this process does not see (`--gpus 5` on a 1-GPU machine, `--gpus abc`, `--gpus 0`
+    inside a job given GPUs 2,3) left a trial no GPU, or another job's, and `auto` trained it on
+    the CPU without a word. ``planning`` (--dry-run) where this process sees no GPU at all (a
+    login node): the note to print instead, as the plan is for another machine."""
+    if accelerator == "cpu":
+        raise PlacementError(f"--gpus {text} and --accelerator cpu: trials on the CPU use no GPU; keep one")
+    visible, source = visible_gpus()
+    if planning and not visible:
+        return (f"note: this process sees no GPU ({source}: none): the plan is for a machine that has "
+                f"GPUs {text}; a sweep run here with --gpus {text} is refused")
+    index_count = source != "CUDA_VISIBLE_DEVICES"
+
+    def seen(g: str) -> bool:
+        return g in visible or (index_count and bool(visible) and g.startswith(("GPU-", "MIG-")))
+
+    unseen = [g for g in gpus if not seen(g)]
+    if unseen:
+        raise PlacementError(f"--gpus {text}: {', '.join(unseen)} not among the GPUs this process sees "
+                             f"({source}: {', '.join(visible) or 'none'}); list those, or --gpus none for CPU trials")
+    return None
+
+
 def visible_gpus() -> tuple[list[str], str]:
     """The GPUs this process sees, and where that came from.
 

@@ -90,6 +90,8 @@ def test_dry_run_shows_the_partition_on_a_machine_without_gpus_and_writes_nothin
     path = sweep_file(tmp_path)
     out = sweep_in_process(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, "--dry-run")
     assert out.returncode == 0, out.stderr
+    assert out.stderr.startswith("note: this process sees no GPU (torch.cuda.device_count(): none): the plan is "
+                                 "for a machine that has GPUs 0,1,2,3; a sweep run here with --gpus 0,1,2,3 is refused")
     lines = worker_lines(out.stdout)
     assert len(lines) == 2, out.stdout
     # first how the trials are placed and why, then every trial's command, in queue order
@@ -148,6 +150,27 @@ def test_requests_that_cannot_be_met_exit_2(tmp_path, args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("gpus, visible, message", [
+    # each once gave the trials CUDA_VISIBLE_DEVICES naming no GPU (or another job's), and `auto` then
+    # trained them on the CPU without a word
+    ("0,1", None, "--gpus 0,1: 0, 1 not among the GPUs this process sees (torch.cuda.device_count(): none)"),
+    ("abc", "0", "--gpus abc: abc not among the GPUs this process sees (CUDA_VISIBLE_DEVICES: 0)"),
+    ("0,1", "2,3", "--gpus 0,1: 0, 1 not among the GPUs this process sees (CUDA_VISIBLE_DEVICES: 2, 3)"),
+    ("GPU-5c1e", None, "--gpus GPU-5c1e: GPU-5c1e not among the GPUs this process sees"),
+])
+def test_gpus_this_process_does_not_see_are_refused(tmp_path, gpus, visible, message):
+    extra = {"CUDA_VISIBLE_DEVICES": visible} if visible else {}
+    out = sweep_in_process(sweep_file(tmp_path), "--gpus", gpus, **extra)
+    assert out.returncode == 2 and message in out.stderr, out.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_gpus_and_a_cpu_accelerator_are_refused_together(tmp_path):
+    out = sweep_in_process(sweep_file(tmp_path), "--gpus", "0", "--accelerator", "cpu", "--dry-run",
+                           CUDA_VISIBLE_DEVICES="0")
+    assert out.returncode == 2 and "--gpus 0 and --accelerator cpu: trials on the CPU use no GPU" in out.stderr
+
+
 def test_an_accelerator_given_twice_is_refused(tmp_path):
     path = sweep_file(tmp_path, fixed={"trainer.accelerator": "cpu"})
     out = sweep_in_process(path, "--accelerator", "auto", "--dry-run")
@@ -174,7 +197,7 @@ def test_a_trial_spanning_nodes_is_one_srun_step_with_num_nodes(tmp_path):
 @pytest.mark.slow
 def test_real_workers_give_their_trials_disjoint_gpus_and_their_share_of_threads(tmp_path):
     path = sweep_file(tmp_path, lrs=(1e-3, 2e-3, 3e-3, 4e-3, 5e-3, 6e-3))
-    out = sweep(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2)
+    out = sweep(path, "--gpus", "0,1,2,3", "--workers", 2, "--devices-per-trial", 2, CUDA_VISIBLE_DEVICES="0,1,2,3")
     assert out.returncode == 0, out.stdout + out.stderr
     study = optuna.load_study(study_name="placed", storage=f"sqlite:///{tmp_path / 'runs/placed/study.db'}")
     trials = counted_trials(study)   # not a trial skipped because another worker took its cell
