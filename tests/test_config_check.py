@@ -194,6 +194,11 @@ NOT_AS_GIVEN = [
     # a negative clipping norm flipped every gradient (the model climbed its loss); the others
     # failed after the run had started (a 0 interval divided by zero), or were read as none or
     # as greedy decoding
+    # an accelerator Lightning has no name for, or this machine lacks: refused by the Trainer only,
+    # which a sweep's check does not build, so every trial of the sweep failed
+    (["--trainer.accelerator", "cpus"], "invalid value for trainer.accelerator: cpus: not an accelerator name "
+                                        "(auto, cpu, cuda, gpu, mps, tpu)"),
+    (["--trainer.accelerator", "tpu"], "invalid value for trainer.accelerator: tpu: no tpu device here"),
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),
     (["--trainer.val_check_interval", "0"], "invalid value for trainer.val_check_interval: 0: it must be > 0"),

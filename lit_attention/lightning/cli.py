@@ -404,6 +404,23 @@ def refuse_trainer_values(trainer) -> None:
         value = trainer.get(key)
         if _number(value) and not passes(value):
             raise ConfigError(f"invalid value for trainer.{key}: {value}: it must be {rule}")
+    accelerator = trainer.get("accelerator")
+    why = accelerator_unusable(accelerator) if isinstance(accelerator, str) else None
+    if why:
+        raise ConfigError(f"invalid value for trainer.accelerator: {accelerator}: {why}")
+
+
+def accelerator_unusable(name: str) -> str | None:
+    """Why Lightning's Trainer would refuse accelerator ``name`` on this machine, or None. Asked
+    here so that a sweep refuses it before its first trial (as it did not: every trial failed)."""
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    if name in ("auto", "gpu"):     # Lightning's own choice; gpu: whichever GPU kind is here
+        return None if name == "auto" or any(
+            AcceleratorRegistry[k]["accelerator"].is_available() for k in ("cuda", "mps")) else "no GPU here"
+    if name not in AcceleratorRegistry:
+        return f"not an accelerator name ({', '.join(sorted({'auto', 'gpu', *AcceleratorRegistry}))})"
+    return None if AcceleratorRegistry[name]["accelerator"].is_available() else f"no {name} device here"
 
 
 def check_seed(seed) -> None:

@@ -96,6 +96,11 @@ def _placements(args, sweep, workers: int) -> tuple[list, str]:
     if args.accelerator in ("gpu", "cuda") and not gpus:
         raise PlacementError(f"--accelerator {args.accelerator}: no GPU to give the trials "
                              f"({source}: none)")
+    if args.accelerator:
+        from lit_attention.lightning.cli import accelerator_unusable
+        why = accelerator_unusable(args.accelerator)
+        if why:
+            raise PlacementError(f"--accelerator {args.accelerator}: {why}")
     keys = [f"fixed.{k}" for k in sweep.fixed if k == "trainer.accelerator"]
     keys += [f"space.{p.name}" for p in sweep.space if config_name(p.name) == "trainer.accelerator"]
     if args.accelerator and keys:

@@ -41,6 +41,9 @@ CASES = [
      "fixed.data.max_tokens", 7, "invalid configuration: data.max_tokens must be >= 1"),
     ("space:\n  model.beam_size: [4, 0]\n",
      "space.model.beam_size", 6, "invalid configuration: model.beam_size must be >= 1"),
+    # an accelerator the Trainer refuses here: every trial failed (exit 2) before
+    ("space:\n  model.lr: [0.001]\nfixed: {trainer.accelerator: tpu}\n",
+     "fixed.trainer.accelerator", 7, "invalid value for trainer.accelerator: tpu: no tpu device here"),
 ]
 
 

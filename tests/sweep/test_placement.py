@@ -140,6 +140,7 @@ def test_visible_devices_are_the_default_list(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--accelerator", "gpu"], "--accelerator gpu: no GPU to give the trials"),
+    (["--accelerator", "tpu"], "--accelerator tpu: no tpu device here"),   # was: every trial failed
     (["--nodes-per-trial", 2], "a trial spanning nodes is an srun step"),
     (["--trials-per-gpu", 2], "--trials-per-gpu 2: no GPU to put trials on (none visible)"),
     (["--trials-per-gpu", 2, "--gpus", "none"], "--trials-per-gpu 2: no GPU to put trials on (--gpus none)"),
