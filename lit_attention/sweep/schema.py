@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from lit_attention import registry
+from lit_attention import metric_facts, registry
 from lit_attention.config_check import suggest
 from lit_attention.sweep.space import Condition, Param, count
 from lit_attention.tracking.schema import SAFE_NAME, config_name
@@ -48,14 +48,33 @@ DIRECTIONS = ("minimize", "maximize")
 PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
 BASE_PARAM = "base"    # the space parameter whose choices are training config files
+# The integer options of each pruner and sampler, with the range each takes: (least, greatest or
+# None). Optuna refuses some values only once the study opens (a median interval of 0, a seed of -1)
+# and takes others it cannot act on (a Hyperband reduction factor of 1); an option a sampler does
+# not read (grid enqueues every cell, so nothing is sampled) is refused as unknown.
+SEED_RANGE = (0, 2 ** 32 - 1)
 PRUNER_OPTIONS = {
     "none": {},
-    "median": {"n_startup_trials": int, "n_warmup_steps": int, "interval_steps": int, "n_min_trials": int},
-    "hyperband": {"min_resource": int, "max_resource": int, "reduction_factor": int},
+    "median": {"n_startup_trials": (0, None), "n_warmup_steps": (0, None), "interval_steps": (1, None),
+               "n_min_trials": (1, None)},
+    "hyperband": {"min_resource": (1, None), "max_resource": (1, None), "reduction_factor": (2, None)},
 }
-SAMPLER_OPTIONS = {"seed": int, "n_startup_trials": int}
+SAMPLER_OPTIONS = {
+    "grid": {},
+    "random": {"seed": SEED_RANGE},
+    "tpe": {"seed": SEED_RANGE, "n_startup_trials": (0, None)},
+    "bruteforce": {"seed": SEED_RANGE},   # the order of the cells
+}
 MAX_CELLS = 10_000     # configurations x seeds a grid may have (`lit-attention sweep --max-cells`)
 MAX_YAML_NODES = 100_000  # nodes of the file with every alias expanded (an alias bomb has billions)
+
+
+def options_help(options: dict) -> str:
+    """'median: n_startup_trials >= 0, ...; hyperband: ...' (the named kinds that take options)."""
+    def rule(opt, least, greatest):
+        return f"{opt} {least}..{greatest}" if greatest is not None else f"{opt} >= {least}"
+    return "; ".join(f"{name}: {', '.join(rule(o, *r) for o, r in opts.items())}"
+                     for name, opts in options.items() if opts)
 
 
 class SweepError(ValueError):
@@ -96,14 +115,18 @@ class Sweep:
     objective: str = sweep_key(
         "objective.metric", "the metric to optimise, e.g. `val_bleu`: any metric in "
                             "`summary.json`/`metrics.csv`")
-    direction: str = sweep_key("objective.direction", " or ".join(f"`{d}`" for d in DIRECTIONS))
+    direction: str = sweep_key(
+        "objective.direction", " or ".join(f"`{d}`" for d in DIRECTIONS) + "; for a metric whose better "
+        "side is known (" + ", ".join(f"{m.name} {'higher' if m.higher_is_better else 'lower'}"
+                                      for m in metric_facts.METRICS.values()) + ") the direction that improves it")
     sampler: str = sweep_key(
-        "sampler", f"{', '.join(f'`{s}`' for s in SAMPLERS)}; or `{{name: tpe, seed: 0, n_startup_trials: 10}}`",
-        "grid")
+        "sampler", f"{', '.join(f'`{s}`' for s in SAMPLERS)}; or `{{name: tpe, seed: 0, n_startup_trials: 10}}` "
+                   f"({options_help(SAMPLER_OPTIONS)}; grid enqueues every cell and takes none)", "grid")
     sampler_options: dict = field(default_factory=dict)   # of `sampler` written as a mapping
     pruner: str = sweep_key(
         "pruner", f"{', '.join(f'`{p}`' for p in PRUNERS)} (`none`: NopPruner); or "
-                  "`{name: median, n_startup_trials: 5, n_warmup_steps: 2}`", "none")
+                  "`{name: median, n_startup_trials: 5, n_warmup_steps: 2}` "
+                  f"({options_help(PRUNER_OPTIONS)}; min_resource <= max_resource)", "none")
     pruner_options: dict = field(default_factory=dict)    # of `pruner` written as a mapping
     seeds: list[int] = sweep_key(
         "seeds", "`N` (seeds 0..N-1) or a list; the seed is a parameter of every trial", [0], shown="`1`")
@@ -275,11 +298,18 @@ class _Checker:
             value = {"name": value}
         value = dict(self.mapping(key, value))
         name = self.choice(f"{key}.name", value.pop("name", None), valid)
-        allowed = options[name] if name in options and isinstance(options[name], dict) else options
+        allowed = options[name]
         for opt, v in value.items():
+            if not allowed:
+                self.fail(f"{key}.{opt}", f"the {name} {key} takes no options")
             if opt not in allowed:
                 self.unknown(f"{key}.{opt}", list(allowed), f"option for {name}")
-            self.int(f"{key}.{opt}", v)
+            least, greatest = allowed[opt]
+            self.int(f"{key}.{opt}", v, least)
+            if greatest is not None and v > greatest:
+                self.fail(f"{key}.{opt}", f"must be <= {greatest}, got {v}")
+        if value.get("min_resource", 1) > value.get("max_resource", math.inf):
+            self.fail(f"{key}.max_resource", f"must be >= min_resource ({value['min_resource']})")
         return name, value
 
 
@@ -503,6 +533,10 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     if not isinstance(metric, str) or not metric:
         ck.fail("objective.metric", "must be a metric name such as val_bleu or val_ppl")
     direction = ck.choice("objective.direction", objective.get("direction"), DIRECTIONS)
+    if metric_facts.row(metric) and (direction == "maximize") != metric_facts.higher_is_better(metric):
+        better = "higher" if metric_facts.higher_is_better(metric) else "lower"
+        ck.fail("objective.direction", f"{direction}, but {metric} is better {better}: the sampler and the "
+                                       f"pruner would chase the worst runs")
 
     sampler, sampler_options = ck.named("sampler", given("sampler"), SAMPLERS, SAMPLER_OPTIONS)
     pruner, pruner_options = ck.named("pruner", given("pruner"), PRUNERS, PRUNER_OPTIONS)

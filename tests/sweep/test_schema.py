@@ -129,6 +129,18 @@ BAD = [
     ("missing base", {"base": "nowhere/config.yaml"}, "base"),
     ("bad direction", {"objective": {"metric": "val_bleu", "direction": "up"}}, "objective.direction"),
     ("not a config key", {"space": {"lr": [1, 2]}}, "space.lr"),
+    # values Optuna refused only once the study was open (exit 1, "cannot open the study", a study.db
+    # left), took without acting on them, or read against what the sweep asked for
+    ("sampler seed below 0", {"sampler": {"name": "tpe", "seed": -1}}, "sampler.seed"),
+    ("sampler seed above 2**32-1", {"sampler": {"name": "random", "seed": 2 ** 32}}, "sampler.seed"),
+    ("option the grid sampler does not read", {"sampler": {"name": "grid", "seed": 3}}, "sampler.seed"),
+    ("startup trials below 0", {"sampler": {"name": "tpe", "n_startup_trials": -1}}, "sampler.n_startup_trials"),
+    ("median interval of 0", {"pruner": {"name": "median", "interval_steps": 0}}, "pruner.interval_steps"),
+    ("hyperband reduction factor 1", {"pruner": {"name": "hyperband", "reduction_factor": 1}},
+     "pruner.reduction_factor"),
+    ("hyperband min above max", {"pruner": {"name": "hyperband", "min_resource": 10, "max_resource": 2}},
+     "pruner.max_resource"),
+    ("maximizing a loss", {"objective": {"metric": "val_loss", "direction": "maximize"}}, "objective.direction"),
 ]
 
 
