@@ -15,7 +15,17 @@ from lit_attention.config_check import unknown_option
 TRAINING_COMMANDS = ("fit", "validate", "test")
 
 
+CHOICES_USAGE = """usage: lit-attention choices [--json]
+
+The registry: model families and their options, cells, scoring functions, positional encodings,
+tasks, tokenizers and tracking, then every config key whose value is one of a list, by kind of
+model. --json: the same as one JSON object."""
+
+
 def _choices(argv: list[str]) -> int:
+    if argv in (["-h"], ["--help"]):
+        print(CHOICES_USAGE)
+        return 0
     for arg in argv:
         if arg != "--json":
             print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)

@@ -431,6 +431,12 @@ def test_an_unknown_command_names_the_nearest_one():
     assert result.returncode == 2 and "unknown option --jsn — did you mean --json?" in result.stderr
 
 
+def test_choices_help_is_help_not_an_unknown_option():
+    """`choices --help` was 'unknown option --help', exit 2."""
+    result = cli_in_process("choices", "--help")
+    assert result.returncode == 0 and result.stdout.startswith("usage: lit-attention choices [--json]")
+
+
 @pytest.mark.parametrize("config", sorted(CONFIGS.rglob("*.yaml")), ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_shipped_config_passes_the_model_checks(config):
     """Parsed and its LightningModule built (every option of the config's family, none of another),
