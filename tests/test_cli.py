@@ -29,7 +29,7 @@ def copy_run(tmp_path_factory):
     process: what is tested is what they write)."""
     root = tmp_path_factory.mktemp("runs")
     fit = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--run.root", root, "--run.id", "copy",
-                  "--trainer.enable_progress_bar", "false",   # a logger of the user's, besides ours:
+                  "--run.name", "acceptance", "--run.tags", "copy,cli", "--trainer.enable_progress_bar", "false",   # a logger of the user's, besides ours:
                   "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", root / "csv")
     assert fit.returncode == 0, fit.stderr[-3000:]
     run_dir = root / "default" / "copy"
@@ -131,6 +131,13 @@ def test_every_summary_key_a_real_run_writes_is_documented(copy_run):
     assert {"run_id", "val_bleu", "test_decoding", "eval_protocol"} <= documented
     assert not summary.keys() - documented, (f"summary.json keys missing from docs/ARCHITECTURE.md's "
                                              f"table: {sorted(summary.keys() - documented)}")
+
+
+@pytest.mark.slow
+def test_run_name_tags_and_job_type_are_recorded_without_wandb(copy_run):
+    """They went to W&B only: without it, --run.name and --run.tags did nothing."""
+    summary = json.loads((copy_run / "summary.json").read_text())
+    assert (summary["name"], summary["tags"], summary["job_type"]) == ("acceptance", ["copy", "cli"], "train")
 
 
 def test_choices_json_lists_the_registry():

@@ -199,6 +199,7 @@ NOT_AS_GIVEN = [
     (["--trainer.accelerator", "cpus"], "invalid value for trainer.accelerator: cpus: not an accelerator name "
                                         "(auto, cpu, cuda, gpu, mps, tpu)"),
     (["--trainer.accelerator", "tpu"], "invalid value for trainer.accelerator: tpu: no tpu device here"),
+    (["--run.project", "nmt"], "option run.project has no effect here: it names the W&B project, and tracking is none"),
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),
     (["--trainer.val_check_interval", "0"], "invalid value for trainer.val_check_interval: 0: it must be > 0"),

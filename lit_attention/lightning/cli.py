@@ -61,10 +61,10 @@ class RunOptions:
         root: run store root directory.
         group: group (study) the run belongs to.
         id: run id; default: a new one (or, with ``--ckpt_path last``, the newest run of the group).
-        name: display name (W&B); default: the run id.
-        tags: comma-separated tags (W&B).
-        job_type: W&B job type.
-        project: W&B project.
+        name: display name (summary.json's ``name``, and W&B's); default: the run id.
+        tags: comma-separated tags (summary.json's ``tags``, and W&B's).
+        job_type: job type (summary.json's ``job_type``, and W&B's).
+        project: W&B project (only with ``--tracking wandb``).
     """
     root: str = "runs"
     group: str = "default"
@@ -174,6 +174,7 @@ class LitAttentionCLI(LightningCLI):
             refuse_trainer_values(self.config[sub].trainer)
         if sub:
             check_seed(self.config[sub].get("seed_everything"))
+            refuse_untracked_project(self.config[sub], given[sub])
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
         self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
         if self.parse_only:
@@ -219,9 +220,10 @@ class LitAttentionCLI(LightningCLI):
         if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
             callbacks.append(TrainingBudget(**vars(cfg.budget)))
             callbacks.append(StopAtCleanPoint())
+        labels = dict(name=run.name or self.run_dir.run_id, tags=run_tags(run.tags), job_type=run.job_type)
         callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
                                           cfg.get("seed_everything"), self.subcommand,
-                                          from_checkpoint=bool(cfg.get("ckpt_path"))))
+                                          from_checkpoint=bool(cfg.get("ckpt_path")), labels=labels))
         callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
         callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
                                          monitor="val_loss", mode="min", save_top_k=1,
@@ -237,7 +239,7 @@ class LitAttentionCLI(LightningCLI):
             tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
             loggers.append(make_logger(
                 self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
-                run.job_type, [t for t in run.tags.split(",") if t], tracker_id,
+                run.job_type, labels["tags"], tracker_id,
                 config=yaml.safe_load(self.config_yaml)))
         trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
         if cfg.budget.steps is not None:
@@ -421,6 +423,19 @@ def accelerator_unusable(name: str) -> str | None:
     if name not in AcceleratorRegistry:
         return f"not an accelerator name ({', '.join(sorted({'auto', 'gpu', *AcceleratorRegistry}))})"
     return None if AcceleratorRegistry[name]["accelerator"].is_available() else f"no {name} device here"
+
+
+def run_tags(text: str) -> list[str]:
+    """--run.tags 'a,b' -> ['a', 'b']."""
+    return [t for t in text.split(",") if t]
+
+
+def refuse_untracked_project(config, given) -> None:
+    """ConfigError at a --run.project with no W&B run to name: only W&B reads it."""
+    project = given.get("run.project")
+    if project is not None and project != RunOptions.project and config.get("tracking") == registry.NO_TRACKING:
+        raise ConfigError(f"option run.project has no effect here: it names the W&B project, and tracking "
+                          f"is {registry.NO_TRACKING}: leave it unset or add --tracking wandb")
 
 
 def check_seed(seed) -> None:

@@ -45,8 +45,9 @@ class RunStoreCallback(Callback):
     probe_every = 60.0
 
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
-                 subcommand: str, from_checkpoint: bool = False):
+                 subcommand: str, from_checkpoint: bool = False, labels: dict | None = None):
         self.run_dir, self.group, self.seed = run_dir, group, seed
+        self.labels = labels or {}   # name, tags, job_type: recorded with or without W&B
         self.subcommand, self.from_checkpoint = subcommand, from_checkpoint
         self.config_yaml = config_yaml
         self.stop: tuple[Status, str] | None = None   # what the run's STOP file asked for
@@ -84,7 +85,7 @@ class RunStoreCallback(Callback):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
-                      versions=package_versions(), world_size=trainer.world_size)
+                      versions=package_versions(), world_size=trainer.world_size, **self.labels)
         summary = self.run_dir.read_summary()
         if stage != "fit" and summary.status is not None:
             # Evaluating a trained run: what trained it stays; the evaluation's code is its own field.

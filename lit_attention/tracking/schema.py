@@ -195,6 +195,7 @@ FIELDS: dict[str, type | tuple] = {
     "seed": (int, bool),   # LightningCLI's seed_everything: a seed, or true (a random one)
     "status": str, "error": str, "started_at": str, "finished_at": str, "heartbeat_at": str,
     "process": dict, "world_size": int, "git_commit": str, "versions": dict, "wandb_run_id": str,
+    "name": str, "tags": list, "job_type": str,   # --run.name, --run.tags, --run.job_type
     "model": dict, "params": int, "data_dropped": dict, "eval_protocol": str,
     "train_seconds": NUMBER, "train_tokens": NUMBER, "train_flops": NUMBER, "tokens_per_second": NUMBER,
     "budget_steps": NUMBER, "budget_tokens": NUMBER, "budget_flops": NUMBER, "budget_reached": bool,
