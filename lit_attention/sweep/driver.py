@@ -52,6 +52,7 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 # fact since Optuna cannot change a failed trial's attributes. A queued trial carries NO_RECORD
 # (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and recording
 # itself); its worker replaces it with the stale-heartbeat reason naming itself.
+HALT = "lit_attention.halt"   # study user attr: why no further trial starts (set, or None)
 LOST = "error_if_lost"
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
 
@@ -257,6 +258,8 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
         elif resume:
             fail_abandoned(study, sweep, url)
             _enqueue_missing(study, sweep)
+            if attrs.get(HALT):
+                study.set_user_attr(HALT, None)   # asked to try again: one trial will tell
         return study
 
 
@@ -471,6 +474,8 @@ class Objective:
               + (f" ({out.error})" if out.error else ""), flush=True)
         if out.status is Status.PRUNED:
             raise optuna.TrialPruned(f"pruned after {out.reported} validations")
+        if out.objective_absent:   # every trial of the study would train in vain: start no other
+            trial.study.set_user_attr(HALT, f"trial {trial.number}: {out.error}")
         if out.status is not Status.FINISHED:
             trial.set_user_attr("error", out.error)
             raise tr.TrialFailed(out.error)
@@ -519,6 +524,8 @@ def _cell_label(cell: str) -> str:
 
 
 def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
+    if study.user_attrs.get(HALT):
+        return "done"
     trials = study.get_trials(deepcopy=False)
     if any(t.state == TrialState.WAITING for t in trials):
         return "run"

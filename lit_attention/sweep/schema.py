@@ -114,7 +114,8 @@ class Sweep:
                 "is checked against", "seq2seq")
     objective: str = sweep_key(
         "objective.metric", "the metric to optimise, e.g. `val_bleu`: any metric in "
-                            "`summary.json`/`metrics.csv`")
+                            "`summary.json`/`metrics.csv`; a trial that finishes without it stops the sweep "
+                            "(exit 2), as no other would log it")
     direction: str = sweep_key(
         "objective.direction", " or ".join(f"`{d}`" for d in DIRECTIONS) + "; for a metric whose better "
         "side is known (" + ", ".join(f"{m.name} {'higher' if m.higher_is_better else 'lower'}"

@@ -21,6 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lit_attention import metric_facts
 from lit_attention.sweep import interrupts
 from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.tracking.schema import config_name
@@ -52,6 +53,7 @@ class Outcome:
     summary: Summary
     error: str | None
     reported: int  # validation rows reported to the trial
+    objective_absent: bool = False  # finished without ever logging the objective (no trial will)
 
 
 def fit_command() -> list[str]:
@@ -136,6 +138,18 @@ def validation_values(metrics_csv: Path, metric: str) -> list[float]:
     except FileNotFoundError:
         return []
     return [float(r[metric]) for r in rows if r.get(metric) not in (None, "")]
+
+
+def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
+    """The metrics of a split (val_bleu, train_loss, ...) a finished run recorded, in its summary
+    or as columns of its metrics.csv, sorted."""
+    try:
+        with open(metrics_csv, newline="") as f:
+            columns = next(csv.reader(f), [])
+    except FileNotFoundError:
+        columns = []
+    numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
 
 
 class _Tee(threading.Thread):
@@ -292,7 +306,10 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     if value is None:
         values = validation_values(run_dir / schema.METRICS, metric)
         value = values[-1] if values else None
-    if value is None or not math.isfinite(float(value)):
-        return Outcome(Status.FAILED, None, summary, f"objective {metric} missing or not finite ({value})",
-                       reported)
+    if value is None:
+        logged = logged_metrics(summary, run_dir / schema.METRICS)
+        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "
+                       f"logged ({', '.join(logged) or 'nothing'})", reported, objective_absent=True)
+    if not math.isfinite(float(value)):
+        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not finite ({value})", reported)
     return Outcome(Status.FINISHED, float(value), summary, None, reported)

@@ -267,6 +267,26 @@ def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
     assert json.loads((Path(bad.user_attrs["run_dir"]) / "summary.json").read_text())["status"] == "failed"
 
 
+def test_an_objective_no_trial_logs_stops_the_sweep_after_its_first_trial(tmp_path):
+    """objective.metric val_bleu for runs that log val_loss only (a typo, or model.val_bleu false)
+    once trained every cell, each failing "missing" at its end."""
+    path = standin_sweep_file(tmp_path, "halt", lrs=[1e-3, 2e-3, 3e-3], seeds=1)
+    data = yaml.safe_load(path.read_text())
+    data["objective"] = {"metric": "val_bleu", "direction": "maximize"}
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert ("[halt] stopped: trial 0: objective val_bleu is not among the metrics this run logged (val_loss); "
+            "no other trial was started") in out.stderr
+    study = load(sqlite_url(tmp_path, "halt"), "halt")
+    assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING, TrialState.WAITING]
+    assert sorted(p.name for p in (tmp_path / "runs" / "halt").glob("t*")) == ["t0000-s0"]
+    # --resume tries again: one more trial, which stops it again
+    out = run_sweep(path, "--resume", LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT)
+    assert out.returncode == 2 and "[halt] stopped: trial 1: " in out.stderr, out.stdout + out.stderr
+    assert len(list((tmp_path / "runs" / "halt").glob("t*"))) == 2
+
+
 def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_path):
     # One cell: what resume must not do (run a cell twice, or one that is not the interrupted
     # one) shows as a third trial. 6 epochs of ~1 s: the trial outlives the wait below, and its
