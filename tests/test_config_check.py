@@ -199,6 +199,9 @@ NOT_AS_GIVEN = [
     (["--trainer.accelerator", "cpus"], "invalid value for trainer.accelerator: cpus: not an accelerator name "
                                         "(auto, cpu, cuda, gpu, mps, tpu)"),
     (["--trainer.accelerator", "tpu"], "invalid value for trainer.accelerator: tpu: no tpu device here"),
+    # a zero time limit stopped before the first step, and the untrained run was called finished
+    (["--trainer.max_time", "00:00:00:00"], "invalid value for trainer.max_time: 00:00:00:00 trains nothing"),
+    (["--trainer.max_time", '{"minutes": 0}'], "invalid value for trainer.max_time: {'minutes': 0} trains nothing"),
     (["--run.project", "nmt"], "option run.project has no effect here: it names the W&B project, and tracking is none"),
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),

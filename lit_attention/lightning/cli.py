@@ -402,6 +402,10 @@ def refuse_trainer_values(trainer) -> None:
         if trainer.get(key) == 0:
             raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
                               f"once it has trained); give a positive number")
+    seconds = duration_seconds(trainer.get("max_time"))
+    if seconds is not None and seconds <= 0:
+        raise ConfigError(f"invalid value for trainer.max_time: {trainer.get('max_time')} trains nothing (a run "
+                          f"is finished once it has trained); give a positive duration, DD:HH:MM:SS")
     for key, (passes, rule) in TRAINER_VALUES.items():
         value = trainer.get(key)
         if _number(value) and not passes(value):
@@ -423,6 +427,21 @@ def accelerator_unusable(name: str) -> str | None:
     if name not in AcceleratorRegistry:
         return f"not an accelerator name ({', '.join(sorted({'auto', 'gpu', *AcceleratorRegistry}))})"
     return None if AcceleratorRegistry[name]["accelerator"].is_available() else f"no {name} device here"
+
+
+def duration_seconds(value) -> float | None:
+    """Seconds of a Trainer ``max_time`` ("DD:HH:MM:SS", {"hours": 2}, a timedelta), or None
+    (none given, or a form Lightning itself will refuse)."""
+    import datetime
+    try:
+        if isinstance(value, str):
+            days, hours, minutes, seconds = map(int, value.split(":"))
+            value = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+        elif isinstance(value, dict):
+            value = datetime.timedelta(**value)
+    except (ValueError, TypeError):
+        return None
+    return value.total_seconds() if isinstance(value, datetime.timedelta) else None
 
 
 def run_tags(text: str) -> list[str]:
