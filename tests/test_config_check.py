@@ -202,6 +202,10 @@ NOT_AS_GIVEN = [
     # a zero time limit stopped before the first step, and the untrained run was called finished
     (["--trainer.max_time", "00:00:00:00"], "invalid value for trainer.max_time: 00:00:00:00 trains nothing"),
     (["--trainer.max_time", '{"minutes": 0}'], "invalid value for trainer.max_time: {'minutes': 0} trains nothing"),
+    # Lightning's debug run turns loggers and checkpoints off: a run store without metrics.csv or
+    # checkpoints, recorded as a finished run of its group
+    (["--trainer.fast_dev_run", "true"], "invalid value for trainer.fast_dev_run: True: Lightning then turns off"),
+    (["--trainer.fast_dev_run", "3"], "invalid value for trainer.fast_dev_run: 3: "),
     (["--run.project", "nmt"], "option run.project has no effect here: it names the W&B project, and tracking is none"),
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),

@@ -402,6 +402,11 @@ def refuse_trainer_values(trainer) -> None:
         if trainer.get(key) == 0:
             raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
                               f"once it has trained); give a positive number")
+    if trainer.get("fast_dev_run"):
+        raise ConfigError(f"invalid value for trainer.fast_dev_run: {trainer.get('fast_dev_run')}: Lightning then "
+                          "turns off the run store's logger and the checkpoints, and the run would be recorded "
+                          "as a finished run beside real ones; for a smoke test give --trainer.max_steps 1 "
+                          "--trainer.limit_val_batches 1 (and a --run.group of its own)")
     seconds = duration_seconds(trainer.get("max_time"))
     if seconds is not None and seconds <= 0:
         raise ConfigError(f"invalid value for trainer.max_time: {trainer.get('max_time')} trains nothing (a run "
