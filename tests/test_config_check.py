@@ -267,6 +267,16 @@ def test_a_data_setting_the_task_or_tokenizer_does_not_read_is_refused(config, a
     assert message in str(err) and "leave it unset" in str(err), str(err)
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+def test_validate_and_test_refuse_a_data_setting_not_read_too(subcommand):
+    """They read their data as fit does; `test --data.data_dir D` on a synthetic task tested the
+    generated pairs without a word (training settings they do ignore, of any family: a config is
+    shared with fit)."""
+    with pytest.raises(ConfigError, match="option data.data_dir has no effect here: synthetic task 'copy'"):
+        checker()([subcommand, "--config", str(CONFIGS / "copy.yaml"), "--data.data_dir", "/tmp"])
+    checker()([subcommand, "--config", str(CONFIGS / "copy.yaml"), "--model.lr", "0.5"])
+
+
 def test_a_data_setting_without_null_is_unset_by_its_default_which_the_message_names():
     err = parse_error("--config", CONFIGS / "copy.yaml", "--data.task", "files", "--data.data_dir", "/tmp")
     assert str(err).endswith("option data.n_train has no effect here: task 'files' reads its pairs from "

@@ -172,6 +172,8 @@ class LitAttentionCLI(LightningCLI):
             # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
             refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
             refuse_trainer_values(self.config[sub].trainer)
+        elif sub:   # the data they evaluate on is read as for fit
+            refuse_inert_settings(self.config[sub], given[sub], {}, groups=("data",))
         if sub:
             check_seed(self.config[sub].get("seed_everything"))
             refuse_untracked_project(self.config[sub], given[sub])
@@ -316,7 +318,7 @@ def decoding_settings(cfg) -> dict:
     return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
 
-def refuse_inert_settings(config, given, defaults) -> None:
+def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> None:
     """Stop (ConfigError) at a setting that the model or data module ``config`` builds would ignore
     (its class's ``inert_settings``: a family without a gradient has no optimizer to take a learning
     rate, a synthetic task reads no files, ...) when the files and flags (``given``: the
@@ -324,7 +326,7 @@ def refuse_inert_settings(config, given, defaults) -> None:
     for model.* and data.*, the class's). A default is no request: a run's config.yaml, which spells
     every default, still reads back."""
     inert, arguments = {}, {}
-    for group in ("model", "data"):
+    for group in groups:
         section = config.get(group)
         if section is None or not section.get("class_path"):
             continue

@@ -274,7 +274,7 @@ def test_fit_and_test_record_dropped_pairs_and_keep_hypotheses_aligned_with_the_
     assert "dropped 2 with an empty side, 1 longer than max_len=10 tokens" in result.stderr
     assert "val split 'val'" in result.stderr and "4 pairs, all kept" in result.stderr
     run = root / "default" / "r"
-    tested = cli_in_process("test", "--config", CONFIGS / "copy.yaml", "--data.data_dir", data,
+    tested = cli_in_process("test", "--config", files_config(tmp_path), "--data.data_dir", data,
                             "--run.root", root, *TINY, "--ckpt_path", run / "checkpoints" / "last.ckpt")
     assert tested.returncode == 0, tested.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
