@@ -240,8 +240,7 @@ class LitAttentionCLI(LightningCLI):
         if make_logger is not None:   # besides the run store
             tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
             loggers.append(make_logger(
-                self.run_dir.path, run.project, run.group, run.name or self.run_dir.run_id,
-                run.job_type, labels["tags"], tracker_id,
+                self.run_dir.path, run.project, run.group, labels["name"], run.job_type, labels["tags"], tracker_id,
                 config=yaml.safe_load(self.config_yaml)))
         trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
         if cfg.budget.steps is not None:

@@ -44,6 +44,7 @@ from lit_attention.tracking.liveness import gone, process_identity, run_state
 from lit_attention.tracking.schema import Status, config_name, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
+HALT = "lit_attention.halt"    # study user attr: why no further trial starts (set, or None)
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -52,7 +53,6 @@ DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 # fact since Optuna cannot change a failed trial's attributes. A queued trial carries NO_RECORD
 # (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and recording
 # itself); its worker replaces it with the stale-heartbeat reason naming itself.
-HALT = "lit_attention.halt"   # study user attr: why no further trial starts (set, or None)
 LOST = "error_if_lost"
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
 
