@@ -206,6 +206,9 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
         if added:
             print(f"rows: {', '.join(added)} added: runs that differ in it are different "
                   "configurations, never seeds of one", file=sys.stderr)
+    twice = [k for i, k in enumerate(rows + cols) if k in (rows + cols)[:i]]
+    if twice:   # pandas refused the duplicate column: a traceback
+        raise AnalysisError(f"{twice[0]} is given twice in --rows/--cols: a key is one axis of the table")
     missing = load.distinguishing(runs, candidates, given=rows + cols)
     if missing:
         raise AnalysisError(f"configuration keys {missing} vary across the runs but are not in "

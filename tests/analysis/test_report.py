@@ -118,6 +118,15 @@ def test_a_negative_count_or_seed_is_a_usage_error(study, tmp_path, capsys, args
     assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args", [["--rows", "model.attention", "--cols", "model.attention"],
+                                  ["--cols", "model.attention", "model.attention"]])
+def test_a_key_given_twice_in_rows_and_cols_is_a_usage_error(study, tmp_path, capsys, args):
+    """Was: pandas' "Cannot create duplicate column labels", exit 1."""
+    assert report.main([str(study), "--out", str(tmp_path / "out"), "--no-figures", *args]) == 2
+    assert "model.attention is given twice in --rows/--cols" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_group_picks_the_runs_of_one_group_of_a_local_store(study, tmp_path, capsys):
     """--group was read only with --wandb: on a local runs/ directory it was ignored, and the table
     averaged every group's runs."""
