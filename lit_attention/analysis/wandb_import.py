@@ -77,11 +77,25 @@ def history_frame(run_id: str, run_dir: str, rows: Iterable[dict]) -> pd.DataFra
     return frame
 
 
-def load_wandb(path: str, group: str | None, metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, metrics) of a W&B project ("entity/project"), optionally one group (study)."""
+def project_api(source: str):
+    """A W&B API client for project ``source`` (ENTITY/PROJECT), or AnalysisError saying why not:
+    a path that names no directory, or no API key (was: wandb's traceback, exit 1)."""
+    import re
+
     import wandb
 
-    api = wandb.Api()
+    if not re.fullmatch(r"[^/\s]+/[^/\s]+", source) or source.startswith((".", "~")):
+        raise AnalysisError(f"--wandb {source}: no such directory, and not a W&B project (ENTITY/PROJECT)")
+    try:
+        return wandb.Api()
+    except (wandb.errors.UsageError, wandb.errors.AuthenticationError) as exc:
+        raise AnalysisError(f"--wandb {source}: reading a W&B project needs an API key ({str(exc).splitlines()[0]}): "
+                            f"run `wandb login` or set WANDB_API_KEY; for offline runs give their directory") from None
+
+
+def load_wandb(path: str, group: str | None, metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, metrics) of a W&B project ("entity/project"), optionally one group (study)."""
+    api = project_api(path)
     runs = list(api.runs(path, filters={"group": group} if group else None))
     if not runs:
         raise SystemExit(f"error: no W&B runs in {path}" + (f" group {group}" if group else ""))
@@ -148,9 +162,7 @@ def _copier(contents: list[dict]):
 
 def _online_stores(path: str, group: str | None) -> dict | None:
     """name -> writer (a download) of the newest run-store artifact of every run of ``path``."""
-    import wandb
-
-    runs = list(wandb.Api().runs(path, filters={"group": group} if group else None))
+    runs = list(project_api(path).runs(path, filters={"group": group} if group else None))
     if not runs:
         raise SystemExit(f"error: no W&B runs in {path}" + (f" group {group}" if group else ""))
     stores = {}

@@ -54,3 +54,17 @@ def test_report_wandb_dir_without_offline_runs_says_so(tmp_path):
 def test_report_refuses_a_runs_dir_and_wandb_together(tmp_path):
     result = cli_in_process("report", tmp_path, "--wandb", "me/project", "--out", tmp_path / "out")
     assert result.returncode == 2 and "give RUNS_DIR or --wandb, not both" in result.stderr
+
+
+@pytest.mark.parametrize("source, message", [
+    ("missing/dir/x", "--wandb missing/dir/x: no such directory, and not a W&B project (ENTITY/PROJECT)"),
+    ("entity/project", "--wandb entity/project: reading a W&B project needs an API key"),
+])
+def test_a_wandb_source_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path, monkeypatch, source, message):
+    """Was: wandb's UsageError traceback (no API key), exit 1, also for a directory that does not exist."""
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))      # no key from a developer's ~/.netrc
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    result = cli_in_process("report", "--wandb", source, "--out", tmp_path / "out", "--no-figures", cwd=tmp_path)
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "out").exists()
