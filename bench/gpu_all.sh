@@ -9,6 +9,7 @@
 #    equal the eager step's (tests/lightning/test_graph_step.py); a checkpoint saved on the GPU is
 #    copied off it without waiting for the device, as it was at the save (test_checksum.py); a
 #    worker's batch, pinned, stays one Batch on its way to the GPU (tests/data/test_batching.py);
+#    and sweep --gpus 0 / --gpus 99 dry runs and the accelerator check as this machine sees them;
 # eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
 #    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
 #    attention, which plans each of the 11 shapes once), and last the padded plain step captured
@@ -39,6 +40,18 @@ if wants gputests; then
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/lightning/test_graph_step.py \
     tests/lightning/test_checksum.py tests/data/test_batching.py 2>&1 | tail -20 | tee "$out/gpu_tests.log"
   echo "GPU tests exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+  # session 28's refusals, decided from what this machine sees: a GPU it has plans (exit 0), one it
+  # lacks is refused (exit 2), and cuda/gpu are usable accelerators (None: no reason against them)
+  if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    python3 -m lit_attention.cli sweep sweeps/demo.yaml --gpus 0 --dry-run > "$out/gpus_seen.log" 2>&1
+    echo "sweep --gpus 0 --dry-run exit $? (0 expected)" | tee -a "$out/exits.txt"
+    python3 -m lit_attention.cli sweep sweeps/demo.yaml --gpus 99 --dry-run > "$out/gpus_unseen.log" 2>&1
+    echo "sweep --gpus 99 --dry-run exit $? (2 expected)" | tee -a "$out/exits.txt"
+    python3 -c "from lit_attention.lightning.cli import accelerator_unusable as u
+print('accelerator refusals (None None expected):', u('cuda'), u('gpu'))" 2>&1 | tee -a "$out/exits.txt"
+  else
+    echo "no GPU: the --gpus and accelerator checks were not run" | tee -a "$out/exits.txt"
+  fi
 fi
 if wants eager; then
   timeout 270 python3 bench/gpu_throughput.py --no-compile --time-limit 210 2>&1 | tee "$out/gpu_throughput.log"
