@@ -11,6 +11,8 @@ from typing import Any, Iterable, NamedTuple
 
 from lit_attention.registry import RENAMED
 
+SEED_RANGE = (0, 2 ** 32 - 1)   # the seeds seed_everything (numpy's generator) and Optuna's samplers take
+
 # Names other toolkits use for our options (PyTorch, Hugging Face, fairseq): a hint only, offered
 # when its target is one of the valid names at hand. Our own former names are registry.RENAMED.
 SYNONYMS = {

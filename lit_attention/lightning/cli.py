@@ -29,7 +29,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 
 from lit_attention import registry
-from lit_attention.config_check import ConfigError
+from lit_attention.config_check import SEED_RANGE, ConfigError
 from lit_attention.files import check_writable
 from lit_attention.lightning.budget import TrainingBudget, step_limit
 from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
@@ -392,7 +392,6 @@ TRAINER_VALUES = {
     "min_steps": (lambda v: v >= 0, "an integer >= 0"),
     "num_sanity_val_steps": (lambda v: v >= -1, "an integer >= -1 (-1: every validation batch)"),
 }
-SEEDS = (0, 2 ** 32 - 1)   # what seed_everything (numpy's generator) takes
 
 
 def refuse_trainer_values(trainer) -> None:
@@ -465,9 +464,9 @@ def refuse_untracked_project(config, given) -> None:
 
 def check_seed(seed) -> None:
     """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
-    if _number(seed) and not SEEDS[0] <= seed <= SEEDS[1]:
+    if _number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
-                          f"[{SEEDS[0]}, {SEEDS[1]}] (or true: a random one)")
+                          f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
 
 
 def inert_settings(section) -> dict:

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from lit_attention import metric_facts, registry
-from lit_attention.config_check import suggest
+from lit_attention.config_check import SEED_RANGE, suggest
 from lit_attention.sweep.space import Condition, Param, count
 from lit_attention.tracking.schema import SAFE_NAME, config_name
 
@@ -52,7 +52,6 @@ BASE_PARAM = "base"    # the space parameter whose choices are training config f
 # None). Optuna refuses some values only once the study opens (a median interval of 0, a seed of -1)
 # and takes others it cannot act on (a Hyperband reduction factor of 1); an option a sampler does
 # not read (grid enqueues every cell, so nothing is sampled) is refused as unknown.
-SEED_RANGE = (0, 2 ** 32 - 1)
 PRUNER_OPTIONS = {
     "none": {},
     "median": {"n_startup_trials": (0, None), "n_warmup_steps": (0, None), "interval_steps": (1, None),
@@ -547,7 +546,9 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
         if not seeds:
             ck.fail("seeds", "must not be empty")
         for s in seeds:
-            ck.int("seeds", s, 0)
+            ck.int("seeds", s, SEED_RANGE[0])
+            if s > SEED_RANGE[1]:
+                ck.fail("seeds", f"must be <= {SEED_RANGE[1]}, got {s}")
         if len(set(seeds)) != len(seeds):
             ck.fail("seeds", "duplicate seeds")
         seeds = list(seeds)

@@ -62,8 +62,7 @@ def hyps_file(split: str) -> str:
 
 def hyps_splits(run_dir) -> set[str]:
     """The splits whose hypotheses ``run_dir`` stores (hyps_file; not the references beside them)."""
-    found = (Path(run_dir) / HYPS).glob("*.txt")
-    return {f.name[:-len(".txt")] for f in found if f.is_file() and "." not in f.name[:-len(".txt")]}
+    return {f.stem for f in (Path(run_dir) / HYPS).glob("*.txt") if f.is_file() and "." not in f.stem}
 
 
 def refs_file(split: str) -> str:

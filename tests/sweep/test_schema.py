@@ -131,6 +131,7 @@ BAD = [
     ("not a config key", {"space": {"lr": [1, 2]}}, "space.lr"),
     # values Optuna refused only once the study was open (exit 1, "cannot open the study", a study.db
     # left), took without acting on them, or read against what the sweep asked for
+    ("a seed above 2**32-1", {"seeds": [1, 2 ** 32]}, "seeds"),    # was blamed on `space`, by the trial check
     ("sampler seed below 0", {"sampler": {"name": "tpe", "seed": -1}}, "sampler.seed"),
     ("sampler seed above 2**32-1", {"sampler": {"name": "random", "seed": 2 ** 32}}, "sampler.seed"),
     ("option the grid sampler does not read", {"sampler": {"name": "grid", "seed": 3}}, "sampler.seed"),
