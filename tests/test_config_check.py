@@ -191,9 +191,6 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
 # tests/lightning/test_cli_robust.py), and a sweep before its first trial ---------------------------
 
 NOT_AS_GIVEN = [
-    # a negative clipping norm flipped every gradient (the model climbed its loss); the others
-    # failed after the run had started (a 0 interval divided by zero), or were read as none or
-    # as greedy decoding
     # an accelerator Lightning has no name for, or this machine lacks: refused by the Trainer only,
     # which a sweep's check does not build, so every trial of the sweep failed
     (["--trainer.accelerator", "cpus"], "invalid value for trainer.accelerator: cpus: not an accelerator name "
@@ -207,6 +204,9 @@ NOT_AS_GIVEN = [
     (["--trainer.fast_dev_run", "true"], "invalid value for trainer.fast_dev_run: True: Lightning then turns off"),
     (["--trainer.fast_dev_run", "3"], "invalid value for trainer.fast_dev_run: 3: "),
     (["--run.project", "nmt"], "option run.project has no effect here: it names the W&B project, and tracking is none"),
+    # a negative clipping norm flipped every gradient (the model climbed its loss); the others
+    # failed after the run had started (a 0 interval divided by zero), or were read as none or
+    # as greedy decoding
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),
     (["--trainer.val_check_interval", "0"], "invalid value for trainer.val_check_interval: 0: it must be > 0"),
