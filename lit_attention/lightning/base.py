@@ -37,6 +37,7 @@ from torchmetrics import Metric
 from lit_attention.config_check import Inert
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import global_grad_norm_tensor
+from lit_attention.lightning.process_group import destroy_at_exit
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
@@ -195,6 +196,10 @@ class SequenceModule(LightningModule):
             params = self._parameters_list if self._parameters_list is not None else self.parameters()
             self._grad_norm = global_grad_norm_tensor(params)
         return self._grad_norm
+
+    def setup(self, stage: str) -> None:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            destroy_at_exit()   # a DDP rank: its gloo group is not left to the interpreter's end
 
     def on_train_start(self) -> None:
         # what each step's norm and clipping walk, found once (walking the modules took ~0.1 ms)
