@@ -66,6 +66,7 @@ def false_positives(seeds: int, sds, experiments: int, seed: int = 0, pooled: bo
     return robust / experiments, rejected_pooled / experiments if pooled else None
 
 
+@pytest.mark.slow   # 1,200 simulated ANOVAs, 2 CPU-s
 def test_unequal_spreads_the_pooled_f_rejects_too_often_and_the_robust_one_does_not():
     robust, pooled = false_positives(3, [[0.8, 1.0], [1.0, 10.2]], 600)
     assert pooled > 0.09 and robust < 0.08

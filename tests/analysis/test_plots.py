@@ -115,6 +115,7 @@ def test_attention_maps_show_one_sentence_per_configuration_with_its_tokens(demo
     assert fig.get_figwidth() == plots.TEXT_IN
 
 
+@pytest.mark.slow   # every figure drawn, 2 CPU-s
 def test_figures_share_the_paper_style(demo, tmp_path, figures):
     runs = aggregate.add_gradient_stats(load.load_runs(demo))
     agg = aggregate.aggregate(runs, KEYS, "val_bleu")

@@ -236,6 +236,7 @@ def test_latex_booktabs_escaped_bold_and_caption():
     assert "_" not in body.replace("tab:x", "") and "%" not in body
 
 
+@pytest.mark.slow   # pdflatex, 1.7 CPU-s
 def test_latex_compiles_with_pdflatex(study, tmp_path):
     """Every table compiles, and the default table of a realistic store (sweeps/demo.yaml: three
     configuration keys, every cost and gradient column) fits one column of a two-column paper,

@@ -185,6 +185,7 @@ def test_seed_test_equals_the_test_written_out_on_sacrebleu(tmp_path):
     assert sig.attrs["n_samples"] == 150 and sig.attrs["comparisons"] == 2
 
 
+@pytest.mark.slow   # 1.5 CPU-s
 def test_planted_effects_get_their_direction_and_one_seed_gets_no_mark(tmp_path, capsys):
     """Better over seeds: ▲; worse over seeds: ▼ (the old two-sided † marked both alike); as good:
     no mark; one seed: 'n=1' and no mark; failed, pruned, untested runs counted."""

@@ -9,6 +9,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
+@pytest.mark.slow   # two fits, 1.6-1.7 CPU-s each
 @pytest.mark.parametrize("wall", [False, True])
 def test_validation_spans_are_on_the_clock_of_the_steps(wall, tmp_path, monkeypatch):
     """A validation between two steps is taken out of the rate only if its span is measured on the

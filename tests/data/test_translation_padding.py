@@ -161,6 +161,7 @@ def test_padding_past_the_models_positions_is_refused_naming_the_key(tmp_path):
     toy_mt(tmp_path, pad_to_lengths=[8, 16, 32, 48, 600]).check_lengths(512, "the table")   # 600 unused
 
 
+@pytest.mark.slow   # a fit and a test, 2 CPU-s
 def test_fit_trains_on_padded_batches_and_its_checkpoint_tests(tmp_path):
     tiny = ["--data.n_train", "300", "--data.n_val", "20", "--data.n_test", "20", "--model.d_model", "32",
             "--model.ffn", "64", "--model.enc_layers", "1", "--model.dec_layers", "1",

@@ -1,5 +1,6 @@
 """bf16 autocast trains the Transformer as fp32 does: the loss curves track each other."""
 
+import pytest
 import torch
 
 from lit_attention.data.vocab import BOS, EOS, PAD
@@ -35,6 +36,7 @@ def losses(bf16: bool) -> list[float]:
     return curve
 
 
+@pytest.mark.slow   # two training curves, 2 CPU-s
 def test_bf16_autocast_loss_tracks_fp32_on_a_tiny_transformer():
     fp32, bf16 = losses(False), losses(True)
     assert fp32[-1] < 0.75 * fp32[0] and bf16[-1] < 0.75 * bf16[0]        # both learn

@@ -128,7 +128,9 @@ def test_a_dead_workers_trial_is_failed_at_once_and_its_retry_is_not_taken_for_d
     assert study.get_trials()[retry.number].state == optuna.trial.TrialState.RUNNING
 
 
-@pytest.mark.parametrize("name", ["demo", "scoring", "transformer", "lm", "reverse"])
+# the scoring and transformer sweeps check the most cells: 1.8 CPU-s each
+@pytest.mark.parametrize("name", ["demo", pytest.param("scoring", marks=pytest.mark.slow),
+                                  pytest.param("transformer", marks=pytest.mark.slow), "lm", "reverse"])
 def test_every_shipped_sweep_passes_the_training_cli_check(name, tmp_path):
     """Each family's options are set only where that family is (`when`), so every probe cell
     passes the model's own checks."""
