@@ -3,8 +3,8 @@
 Lightning destroys an NCCL group at exit but leaves a gloo group (DDP on CPUs) to the interpreter's
 own teardown. Gloo's worker threads then outlive the objects they hold, and a rank that has done
 all it was asked can still die with "terminate called without an active exception" (SIGABRT): a
-finished run whose process exits 134, a sweep trial read as failed. Destroying the group while
-the interpreter is whole avoids it (pytorch/pytorch#65231, #190489).
+finished run whose process then dies of a signal, which a sweep takes for a killed trial.
+Destroying the group while the interpreter is whole avoids it (pytorch/pytorch#65231, #190489).
 """
 
 from __future__ import annotations
