@@ -1,5 +1,5 @@
 """Regenerate every table, number and figure of docs/RESULTS.md (from the committed results/
-store) and docs/ANALYSIS.md (the calibration of the test, by simulation).
+store) and docs/ANALYSIS.md (the calibration of the test, from results/calibration/).
 
     python analysis/reproduce.py            # rewrite both documents (and RESULTS.md's figures)
     python analysis/reproduce.py --check    # exit 1, with a diff, if either differs
@@ -27,13 +27,11 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         delta_lo, delta_hi, mde, se, df, p, p_holm,
                                                         p_equivalent_holm, for the row matching
                                                         every KEY=VALUE after `::`
-    <!-- calibration pooled_arms=6 -->                  the seed test's false-positive rate, power
+    <!-- calibration results/calibration/seeds.csv -->  the seed test's false-positive rate, power
     ...                                                 and MDE on simulated experiments, as a
-    <!-- end -->                                        Markdown table (analysis/calibration.py;
-                                                        KEY=VALUE: seeds, ratios, experiments,
-                                                        pooled_arms; `blocks` first: the
-                                                        language-model test over token blocks,
-                                                        block_calibration.py)
+    <!-- end -->                                        Markdown table, from the committed results
+                                                        of the simulation (analysis/calibrate.py
+                                                        writes and checks them)
 
 A number in these documents outside such a block is one nobody can regenerate: don't write it.
 """
@@ -189,27 +187,16 @@ def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
 
 
 def calibration_table(spec: str) -> str:
-    """`[blocks] [seeds=2,3,5,10] [ratios=0.1,1,10] [experiments=N] [pooled_arms=K]` -> the
-    table (`blocks`: the language-model test over token blocks, block_calibration.py)."""
-    from lit_attention.analysis import block_calibration, calibration
-    options, module = {}, calibration
-    for pair in shlex.split(spec):
-        key, _, wanted = pair.partition("=")
-        if pair == "blocks":
-            module = block_calibration
-            continue
-        if key not in ("seeds", "ratios", "experiments", "pooled_arms") or (
-                key == "pooled_arms" and module is block_calibration):
-            raise ReproduceError(f"unknown calibration option {key!r} in {spec!r}; use blocks, seeds, "
-                                 "ratios, experiments or pooled_arms (not with blocks)")
-        try:
-            if key in ("seeds", "ratios"):
-                options[key] = tuple((int if key == "seeds" else float)(v) for v in wanted.split(","))
-            else:
-                options[key] = int(wanted)
-        except ValueError as exc:
-            raise ReproduceError(f"calibration option {pair!r}: {exc}") from exc
-    return "\n" + module.table(**options) + "\n"
+    """`results/calibration/NAME.csv` -> its calibration table (calibration_results.py)."""
+    from lit_attention.analysis import calibration_results
+    paths = shlex.split(spec)
+    if len(paths) != 1:
+        raise ReproduceError(f"a calibration block names one file under results/calibration/, not {spec!r} "
+                             "(analysis/calibrate.py simulates one)")
+    try:
+        return "\n" + calibration_results.markdown(calibration_results.read(REPO / paths[0])) + "\n"
+    except calibration_results.CalibrationFileError as exc:
+        raise ReproduceError(str(exc)) from exc
 
 
 def regenerate(text: str, docs: Path | None = None) -> str:

@@ -155,22 +155,23 @@ def test_committed_results_md_matches_the_committed_results_store():
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
 
 
-def test_the_calibration_table_is_regenerated_and_checked(tmp_path, capsys):
+def test_the_calibration_table_is_formatted_from_its_results_file_and_checked(tmp_path, capsys):
+    from lit_attention.analysis import calibration_results
+    rows = [calibration_results.simulate("seeds", n, 1.0, experiments=300) for n in (2, 3)]
+    calibration_results.write(tmp_path / "seeds.csv", rows)
     doc = tmp_path / "ANALYSIS.md"
-    doc.write_text("<!-- calibration seeds=2,3 ratios=1 experiments=300 -->\nold\n<!-- end -->\n")
+    doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} -->\nold\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
     assert reproduce.main(["--file", str(doc)]) == 0
     text = doc.read_text()
     assert "old" not in text and "| 2 seeds | 3 seeds |" in text and text.count("\n| 1 |") == 1
     assert reproduce.main(["--check", "--file", str(doc)]) == 0
-    doc.write_text("<!-- calibration seed=2 -->\n<!-- end -->\n")
+    doc.write_text("<!-- calibration pooled_arms=6 -->\n<!-- end -->\n")      # the former spec
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
-    assert "unknown calibration option 'seed'" in capsys.readouterr().err
-    doc.write_text("<!-- calibration blocks seeds=2 ratios=1 experiments=200 -->\n<!-- end -->\n")
-    assert reproduce.main(["--file", str(doc)]) == 0
-    assert "| σ²_seed / σ²_text | 2 seeds |" in doc.read_text()      # the token-block test's table
-    doc.write_text("<!-- calibration blocks pooled_arms=6 -->\n<!-- end -->\n")
+    assert "pooled_arms=6: No such file or directory" in capsys.readouterr().err
+    doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} blocks -->\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert "a calibration block names one file under results/calibration/" in capsys.readouterr().err
 
 
 def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tmp_path, store, capsys):

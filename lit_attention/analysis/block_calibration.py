@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lit_attention.analysis import seeds_x_sentences, token_blocks
-from lit_attention.analysis.calibration import EXPERIMENTS, POWER_AT, RATIOS, SEED, SEEDS, grid, rejected
+from lit_attention.analysis.calibration import EXPERIMENTS, POWER_AT, SEED, rejected
 
 BLOCK_TOKENS = 60          # tokens per block: T = BLOCKS x BLOCK_TOKENS
 CORRELATION = 5            # Q: tokens over which the text's difficulty is correlated
@@ -94,11 +94,8 @@ def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int 
                  float(np.median(blocks.detectable()) / true_sd), float(rejected(tokens).mean()))
 
 
-def table(seeds=SEEDS, ratios=RATIOS, experiments: int = EXPERIMENTS) -> str:
-    """Markdown: one row per seed/text variance ratio, one column per number of seeds, cells
-    'false positives % · power % · MDE (tokens i.i.d.: false positives %)'."""
-    def cell(n: int, ratio: float) -> str:
-        r = rates(n, ratio, experiments)
-        return (f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f} "
-                f"({100 * r.token_false_positive:.0f} %)")
-    return grid("σ²_seed / σ²_text", seeds, ratios, cell)
+def cell_text(r: Rates) -> str:
+    """A cell of the calibration table: 'false positives % · power % · MDE (tokens i.i.d.: false
+    positives %)'."""
+    return (f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f} "
+            f"({100 * r.token_false_positive:.0f} %)")

@@ -83,13 +83,9 @@ def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int 
                  float(np.median(result.detectable()) / true_sd))
 
 
-def table(seeds=SEEDS, ratios=RATIOS, experiments: int = EXPERIMENTS, pooled_arms: int | None = None) -> str:
-    """Markdown: one row per seed/sentence variance ratio, one column per number of seeds, cells
-    'false positives % · power %'."""
-    def cell(n: int, ratio: float) -> str:
-        r = rates(n, ratio, experiments, pooled_arms=pooled_arms)
-        return f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f}"
-    return grid("σ²_seed / σ²_sent", seeds, ratios, cell)
+def cell_text(r: Rates) -> str:
+    """A cell of the calibration table: 'false positives % · power % · MDE'."""
+    return f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f}"
 
 
 def grid(label: str, seeds, ratios, cell) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import pytest
 from analysis_stores import write_run
 from conftest import REPO
 from lit_attention.analysis import block_calibration, calibration, load, report, resampling, seeds_x_sentences
-from lit_attention.analysis import captions, significance, token_blocks
+from lit_attention.analysis import calibration_results, captions, significance, token_blocks
 from lit_attention.tracking.schema import token_nll_file
 
 TOKENS = 3000
@@ -124,20 +123,12 @@ def test_single_tokens_as_blocks_reject_true_nulls_far_too_often_and_blocks_do_n
 
 
 def shown_block_calibration() -> dict[tuple[int, float], tuple[float, float]]:
-    """{(seeds, variance ratio): (false positives, power)} as docs/ANALYSIS.md's block calibration
-    table shows them (one decimal of a percent, and none): the 80,000 simulated experiments behind
-    it run once, in analysis/reproduce.py --check (tests/test_reproduce.py), which fails unless the
-    table is what block_calibration.table() computes now."""
-    text = (REPO / "docs" / "ANALYSIS.md").read_text()
-    lines = re.search(r"<!-- calibration blocks -->\n(.*?)<!-- end -->", text, re.S).group(1).strip().splitlines()
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
-    seeds = [int(cell.split()[0]) for cell in rows[0][1:]]
-    shown = {}
-    for row in rows[2:]:
-        for n, cell in zip(seeds, row[1:]):
-            false_positive, power = re.match(r"([0-9.]+) % · ([0-9.]+) %", cell).groups()
-            shown[(n, float(row[0]))] = (float(false_positive) / 100, float(power) / 100)
-    return shown
+    """{(seeds, variance ratio): (false positives, power)} of the committed block calibration,
+    from which docs/ANALYSIS.md's table is formatted: its 80,000 simulated experiments run in
+    analysis/calibrate.py --check, and tests/analysis/test_calibration_results.py simulates its
+    smallest cell again."""
+    rows = calibration_results.read(REPO / "results" / "calibration" / "blocks.csv")
+    return {(r["seeds"], r["ratio"]): (r["false_positive"], r["power"]) for r in rows}
 
 
 def test_the_block_test_is_calibrated_for_any_seeds_and_variance_ratio():
