@@ -115,17 +115,48 @@ def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
     return u[:, sv > tol * max(sv.max(), 1.0)]
 
 
+@dataclass(frozen=True)
+class RobustDesign:
+    """What the robust test of a model needs that does not depend on the response (built once
+    for many responses of one design, as a calibration simulates)."""
+    names: list[str]
+    full: np.ndarray        # [n, rank] orthonormal basis of the full model
+    leverage: np.ndarray    # [n] h_ii
+    cell_df: np.ndarray     # [cells] n_c - 1, at least 1
+    bases: list[np.ndarray]  # per term, Q [n, df]: its columns after the terms below it
+    cell_onehot: np.ndarray  # [cells, n] 1 where the run is of the cell
+
+
+def robust_design(terms: list[Term], cells) -> RobustDesign:
+    """The response-free part of `robust` for these terms and cells."""
+    n = len(terms[0].columns) if terms else len(cells)
+    ones = np.ones((n, 1))
+    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
+    codes = pd.factorize(pd.Series(list(cells)).astype(str))[0]
+    bases = []
+    for term in terms:
+        base = _basis(np.column_stack([ones] + [t.columns for t in terms
+                                                if t.name != term.name and t.name not in term.above]))
+        bases.append(_basis(term.columns - base @ (base.T @ term.columns)))
+    cell_df = np.maximum(np.bincount(codes) - 1, 1)
+    return RobustDesign([t.name for t in terms], full, (full ** 2).sum(axis=1), cell_df, bases,
+                        (codes == np.arange(len(cell_df))[:, None]) * 1.0)
+
+
 def robust(y, terms: list[Term], cells) -> pd.DataFrame:
     """One row per term: f, df_den, p of the heteroscedasticity-robust test of its type-II
     hypothesis (module docstring); `cells` [n] labels the configuration of each run (its
     variance is estimated from its own runs). A run the model fits exactly (leverage 1: a
     configuration of one run in a saturated model) carries no residual; it gets the mean variance
     of the others. A term without df or a model without residual df gets no test."""
+    return robust_on(robust_design(terms, cells), y)
+
+
+def robust_on(design: RobustDesign, y) -> pd.DataFrame:
+    """`robust` for a design built once (robust_design)."""
     y = np.asarray(y, dtype=float)
     n = len(y)
-    ones = np.ones((n, 1))
-    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
-    leverage = (full ** 2).sum(axis=1)
+    full, leverage, cell_df = design.full, design.leverage, design.cell_df
     residual = y - full @ (full.T @ y)
     rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
     residual[np.abs(residual) < rounding] = 0.0
@@ -133,15 +164,10 @@ def robust(y, terms: list[Term], cells) -> pd.DataFrame:
     omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
     if exact.any() and (~exact).any():
         omega[exact] = omega[~exact].mean()
-    codes = pd.factorize(pd.Series(list(cells)).astype(str))[0]
-    cell_df = np.maximum(np.bincount(codes) - 1, 1)
     df_res = n - full.shape[1]
     rows = []
-    for term in terms:
-        row = dict(term=term.name, f=math.nan, df_den=math.nan, p=math.nan)
-        base = _basis(np.column_stack([ones] + [t.columns for t in terms
-                                                if t.name != term.name and t.name not in term.above]))
-        q = _basis(term.columns - base @ (base.T @ term.columns))
+    for name, q in zip(design.names, design.bases):
+        row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
         if q.shape[1] and df_res > 0:
             z = q.T @ y
             variance = (q * omega[:, None]).T @ q
@@ -155,9 +181,10 @@ def robust(y, terms: list[Term], cells) -> pd.DataFrame:
             wald = float(z @ inverse @ z)
             # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
             # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
-            shares = [inverse @ ((q[codes == cell] * omega[codes == cell, None]).T @ q[codes == cell])
-                      for cell in range(len(cell_df))]
-            a = sum((np.trace(m @ m) + np.trace(m) ** 2) / (2 * k) for m, k in zip(shares, cell_df))
+            per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
+            shares = inverse @ per_cell
+            a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
+                       / (2 * cell_df)).sum())
             c = df + 2 * a - 6 * a / (df + 2)
             nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
             f = wald / c

@@ -57,10 +57,11 @@ def false_positives(seeds: int, sds, experiments: int, seed: int = 0, pooled: bo
     rng = np.random.default_rng([seed, seeds])
     sds = np.asarray(sds)
     a, b, terms, cells = (two_by_two if len(sds) == 2 else three_by_two)(seeds)
+    design = anova.robust_design(terms, cells)      # one design, many responses
     robust = rejected_pooled = 0
     for _ in range(experiments):
         y = 5.0 * b + rng.normal(0, 1, len(a)) * sds[a, b]
-        robust += anova.robust(y, terms, cells)["p"].iloc[0] < 0.05
+        robust += anova.robust_on(design, y)["p"].iloc[0] < 0.05
         if pooled:
             rejected_pooled += anova.type2(y, terms)["p"].iloc[0] < 0.05
     return robust / experiments, rejected_pooled / experiments if pooled else None
