@@ -56,8 +56,14 @@ def count(n_tokens: int, blocks: int = BLOCKS) -> int:
 def cut(nll: np.ndarray, n_blocks: int) -> np.ndarray:
     """[T] per-token NLL -> [n_blocks, 2] (summed NLL, tokens) of contiguous blocks whose
     lengths differ by at most one token."""
-    parts = np.array_split(np.asarray(nll, dtype=np.float64), n_blocks)
-    return np.array([(part.sum(), len(part)) for part in parts])
+    nll = np.asarray(nll, dtype=np.float64)
+    size, longer = divmod(len(nll), n_blocks)       # the first `longer` blocks hold a token more
+    lengths = np.full(n_blocks, size) + (np.arange(n_blocks) < longer)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    sums, filled = np.zeros(n_blocks), lengths > 0       # a text shorter than n_blocks leaves some empty
+    if filled.any():
+        sums[filled] = np.add.reduceat(nll, starts[filled])
+    return np.column_stack([sums, lengths.astype(np.float64)])
 
 
 def score(kind: str, sums: np.ndarray) -> np.ndarray:
@@ -76,5 +82,5 @@ def unbiased(variance, n_blocks: int):
 def resampled(kind: str, weights: np.ndarray, stats: np.ndarray) -> np.ndarray:
     """Every run's score on every block resample: weights [B, K] (how often block k is drawn,
     resampling.draw over K blocks) @ stats [R, K, 2] -> [B, R]."""
-    sums = np.einsum("bk,rkc->brc", weights.astype(np.float64), stats)
+    sums = np.matmul(weights.astype(np.float64), stats).transpose(1, 0, 2)   # [R, B, 2] -> [B, R, 2]
     return score(kind, sums)

@@ -56,6 +56,7 @@ def compared(store, column="test_ppl"):
 def test_blocks_are_contiguous_and_rescored_as_defined():
     nll = np.arange(1, 11, dtype=np.float32)
     assert token_blocks.cut(nll, 3).tolist() == [[10, 4], [18, 3], [27, 3]]
+    assert token_blocks.cut(nll[:1], 2).tolist() == [[1, 1], [0, 0]]    # one token: an empty block
     assert token_blocks.count(100_000) == token_blocks.BLOCKS
     assert token_blocks.count(100) == 5 and token_blocks.count(10) == 2   # ≥ 20 tokens, ≥ 2 blocks
     assert token_blocks.parse("test_ppl") == ("test", "ppl")
