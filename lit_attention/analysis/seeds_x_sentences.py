@@ -77,8 +77,10 @@ def bootstrap_covariance(per_sentence: np.ndarray) -> np.ndarray:
 
 
 def resampled_covariance(scores: np.ndarray) -> np.ndarray:
-    """scores [B, R] (each run's score on B resampled test sets) -> their covariance [R, R]."""
-    return np.cov(scores, rowvar=False, ddof=1).reshape(scores.shape[1], scores.shape[1])
+    """scores [B, ..., R] (each run's score on B resampled test sets) -> their covariance
+    [..., R, R] (ddof 1)."""
+    centred = scores - scores.mean(axis=0)
+    return np.einsum("b...i,b...j->...ij", centred, centred, optimize=True) / (len(scores) - 1)
 
 
 @dataclass

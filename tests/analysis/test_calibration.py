@@ -91,6 +91,15 @@ def test_the_sentence_part_counts_the_shared_sentences_once():
     assert own > 4 * exact                                    # holds the sentences every arm shares
 
 
+def test_resampled_covariances_of_many_experiments_at_once_are_each_experiments():
+    scores = np.random.default_rng(6).normal(size=(300, 4, 5)) * [1, 2, 3, 4, 5]     # [B, E, R]
+    together = seeds_x_sentences.resampled_covariance(scores)
+    assert together.shape == (4, 5, 5)
+    for e in range(4):
+        assert together[e] == pytest.approx(np.cov(scores[:, e], rowvar=False), rel=1e-12)
+        assert seeds_x_sentences.resampled_covariance(scores[:, e]) == pytest.approx(together[e], rel=1e-12)
+
+
 def test_without_sentence_variance_it_is_welchs_t_test():
     """Equal spreads of 3 seeds: 4 degrees of freedom, and p the t table's."""
     result = seeds_x_sentences.compare(np.array([8.7, 9.1, 8.9]), np.array([9.0, 9.4, 9.2]))
@@ -140,8 +149,7 @@ def test_corpus_bleu_through_the_bootstrap_is_calibrated_too():
             stats = variants[np.arange(n_sentences), chosen].reshape(experiments * 2 * n, n_sentences, -1)
             full = ss.SCORES["bleu"](stats.sum(axis=1)).reshape(experiments, 2 * n)
             resampled = resampling.resampled_scores("bleu", draw, stats).reshape(-1, experiments, 2 * n)
-            part = np.array([seeds_x_sentences.sentence_variance(seeds_x_sentences.resampled_covariance(resampled[:, e]), n)
-                             for e in range(experiments)])
+            part = seeds_x_sentences.sentence_variance(seeds_x_sentences.resampled_covariance(resampled), n)
             result = seeds_x_sentences.compare(full[:, :n], full[:, n:], part, n_sentences)
             rate = calibration.rejected(result).mean()
             assert 0.03 <= rate <= 0.07, (n, seed_sd, rate, full[:, :n].var(axis=1, ddof=1).mean(), part.mean())
