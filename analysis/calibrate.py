@@ -45,9 +45,8 @@ def check(path: Path, cells: int | None = None) -> list[str]:
     differences, one line each."""
     differences = []
     for row in calibration_results.read(path)[:cells]:
-        fresh = calibration_results.resimulate(row)
-        if fresh != row:
-            changed = {k: (row[k], fresh[k]) for k in row if row[k] != fresh[k]}
+        changed = calibration_results.differences(row, calibration_results.resimulate(row))
+        if changed:
             differences.append(f"{path}: {row['seeds']} seeds at ratio {row['ratio']:g}: committed -> now {changed}")
     return differences
 

@@ -48,6 +48,15 @@ def resimulate(row: dict) -> dict:
     return simulate(**{key: row[key] for key in PARAMETERS})
 
 
+def differences(committed: dict, fresh: dict, rel: float = 1e-9) -> dict:
+    """{key: (committed, fresh)} of what differs between two rows of a cell. A rate is a share of
+    experiments and must be equal; the MDE passes through BLAS and libm, whose last bits differ
+    between CPUs, so it is compared to a relative ``rel``."""
+    return {key: (committed[key], fresh[key]) for key in committed
+            if not (committed[key] == fresh[key] or key == "detectable"
+                    and abs(committed[key] - fresh[key]) <= rel * abs(committed[key]))}
+
+
 def write(path: Path | str, rows: list[dict]) -> None:
     """Rows of one kind to CSV, floats as repr (they read back to the same numbers)."""
     kinds = {row["kind"] for row in rows}

@@ -61,6 +61,13 @@ def test_check_names_a_cell_whose_committed_number_is_not_the_simulations(tmp_pa
     assert "3 seeds at ratio 1: committed -> now {'false_positive': (0.5," in out and "2 seeds" not in out
 
 
+def test_the_mde_may_differ_in_its_last_bits_between_cpus_and_a_rate_may_not():
+    row = calibration_results.read(COMMITTED[0])[0]
+    assert calibration_results.differences(row, {**row, "detectable": row["detectable"] * (1 + 1e-12)}) == {}
+    assert calibration_results.differences(row, {**row, "detectable": row["detectable"] * 1.001})
+    assert list(calibration_results.differences(row, {**row, "power": row["power"] + 1 / 4000})) == ["power"]
+
+
 @pytest.mark.parametrize("content, said", [
     ("", "no cells"),
     ("kind,seeds\nnope,2\n", "kind 'nope' is not one of seeds, blocks"),
