@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if differences else 0
     if args.out is None or args.kind is None:
         parser.error("give OUT and KIND (seeds or blocks), or --check FILE ...")
-    if args.pooled_arms is not None and args.kind != "seeds":
-        parser.error("--pooled-arms is an option of the seeds calibration only")
-    rows = [calibration_results.simulate(args.kind, n, ratio, args.experiments, args.pooled_arms)
-            for ratio in args.ratios for n in args.seeds]
+    try:
+        rows = [calibration_results.simulate(args.kind, n, ratio, args.experiments, args.pooled_arms)
+                for ratio in args.ratios for n in args.seeds]
+    except ValueError as exc:          # an option the kind does not take: refused before it simulates
+        parser.error(str(exc))
     calibration_results.write(args.out, rows)
     print(f"{args.out}: {len(rows)} cells")
     return 0

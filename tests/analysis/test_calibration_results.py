@@ -91,7 +91,7 @@ def test_a_table_with_a_missing_cell_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("argv, said", [
-    (["out.csv", "blocks", "--pooled-arms", "6"], "--pooled-arms is an option of the seeds calibration only"),
+    (["out.csv", "blocks", "--pooled-arms", "6"], "pooled_arms is an option of the seeds calibration only, not of blocks"),
     (["--check", "a.csv", "--experiments", "10"], "it takes no --experiments"),
     (["out.csv"], "give OUT and KIND"),
     (["out.csv", "seeds", "--seeds", "2,x"], "not a comma-separated list of int"),
