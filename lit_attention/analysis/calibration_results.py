@@ -32,6 +32,12 @@ def rate_names(kind: str) -> list[str]:
     return [f.name for f in fields(KINDS[kind].Rates)]
 
 
+def rates_of(row: dict):
+    """The Rates of a cell's row (calibration.Rates or block_calibration.Rates, by its kind)."""
+    kind = row["kind"]
+    return KINDS[kind].Rates(**{name: row[name] for name in rate_names(kind)})
+
+
 def simulate(kind: str, seeds: int, ratio: float, experiments: int = calibration.EXPERIMENTS,
              pooled_arms: int | None = None, seed: int = calibration.SEED) -> dict:
     """One cell: its parameters and the rates of its simulation (a row of a calibration file)."""
@@ -109,8 +115,6 @@ def markdown(rows: list[dict]) -> str:
     missing = [f"{n} seeds at ratio {r:g}" for r in ratios for n in seeds if (n, r) not in cells]
     if missing or len(cells) != len(rows):
         raise CalibrationFileError(f"not one cell per seeds and ratio: {'missing ' + ', '.join(missing) if missing else 'a cell twice'}")
-    module = KINDS[kind]
-
     def cell(n: int, ratio: float) -> str:
-        return module.cell_text(module.Rates(**{name: cells[n, ratio][name] for name in rate_names(kind)}))
+        return KINDS[kind].cell_text(rates_of(cells[n, ratio]))
     return calibration.grid(LABELS[kind], seeds, ratios, cell)

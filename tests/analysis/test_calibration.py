@@ -23,8 +23,7 @@ def committed(name: str) -> dict[tuple[int, float], calibration.Rates]:
     analysis/calibrate.py --check's; tests/analysis/test_calibration_results.py simulates its
     smallest cell again."""
     rows = calibration_results.read(REPO / "results" / "calibration" / f"{name}.csv")
-    return {(r["seeds"], r["ratio"]): calibration.Rates(r["false_positive"], r["power"], r["detectable"])
-            for r in rows}
+    return {(r["seeds"], r["ratio"]): calibration_results.rates_of(r) for r in rows}
 
 
 @pytest.fixture(scope="module")
