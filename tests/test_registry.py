@@ -111,6 +111,7 @@ def test_rnn_scoring_arms_differ_in_the_scorer_only():
             assert abs(count_parameters(net_a) - count_parameters(net_b)) == H * dk
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_input_feeding_arms_differ_in_the_decoder_input_only():
     pairs = list(_neighbours(RNN_CONFIGS, "input_feeding"))
     assert {a["attention"] for a, _ in pairs} == {"bahdanau", "luong"}
@@ -122,6 +123,7 @@ def test_input_feeding_arms_differ_in_the_decoder_input_only():
         assert abs(width(net_a) - width(net_b)) == net_a.out_size
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_wiring_arms_differ_where_attention_enters_the_decoder_only():
     pairs = [(a, b) for a, b in _neighbours(RNN_CONFIGS, "attention")
              if {a["attention"], b["attention"]} == {"bahdanau", "luong"}]

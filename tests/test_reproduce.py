@@ -134,6 +134,7 @@ def test_the_tables_of_trials_and_improvement_are_regenerated(tmp_path, store, c
     assert "wrote no expected_max.md" in capsys.readouterr().err
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_figures_are_copied_next_to_the_document(tmp_path, store):
     doc = _doc(tmp_path, store, "<!-- figures STORE --metric val_bleu --baseline off -> figures/x -->"
                                 "<!-- end -->\n")

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis_stores import write_run
-from conftest import run_cli
+from conftest import cli_in_process, run_cli
 from lit_attention.analysis import aggregate, anova, captions, effects, effects_output, load, report, tables
 
 # Planted: heads matters most, depth less, scoring a little, positional encoding not at all, and
@@ -282,7 +282,7 @@ def test_cli_report_effects_writes_tables_and_figures(tmp_path):
 
 def test_cli_effects_usage_errors(tmp_path, capsys):
     group, _ = planted_sweep(tmp_path, seeds=(1,), scoring={"dot": 0.0}, positional={"sinusoidal": 0.0})
-    result = run_cli("report", group, "--interactions", "heads:enc_layers", timeout=120)
+    result = cli_in_process("report", group, "--interactions", "heads:enc_layers")
     assert result.returncode == 2 and "--interactions needs --effects" in result.stderr
     args = [str(group), "--out", str(tmp_path / "r"), "--no-figures", "--baseline", "off", "--effects"]
     assert report.main(args + ["--interactions", "heads:nope"]) == 2

@@ -100,6 +100,7 @@ def test_bars_and_their_whiskers_stay_inside_the_metric_range(tmp_path, figures)
     assert low == 1.0 and 95.0 < high < 100.0
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_attention_maps_show_one_sentence_per_configuration_with_its_tokens(demo, tmp_path, figures):
     runs = load.load_runs(demo)
     plots.plot_attention_grid(runs, KEYS, tmp_path / "attention")

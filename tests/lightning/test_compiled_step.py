@@ -27,6 +27,7 @@ def module(dm, **options) -> TranslationModule:
     return m.train()
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_the_step_function_is_compiled_only_when_asked(tmp_path):
     _, dm = batches(tmp_path, 2)
     eager, compiled = module(dm), module(dm, compile_step=True)

@@ -61,6 +61,7 @@ def test_every_variant_gives_finite_loss_that_training_reduces(positional, scori
     assert last < first - 0.2
 
 
+@pytest.mark.slow   # 1.6-2.1 CPU-s (the fast set's 2-minute target)
 def test_default_config_overfits_copy_task():
     torch.manual_seed(0)
     src = torch.randint(4, V, (8, 6))
