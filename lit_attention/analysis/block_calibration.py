@@ -94,6 +94,9 @@ def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int 
                  float(np.median(blocks.detectable()) / true_sd), float(rejected(tokens).mean()))
 
 
+LABEL = "σ²_seed / σ²_text"       # the calibration table's row header: the variance ratio simulated
+
+
 def cell_text(r: Rates) -> str:
     """A cell of the calibration table: 'false positives % · power % · MDE (tokens i.i.d.: false
     positives %)'."""

@@ -83,15 +83,9 @@ def rates(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, seed: int 
                  float(np.median(result.detectable()) / true_sd))
 
 
+LABEL = "σ²_seed / σ²_sent"       # the calibration table's row header: the variance ratio simulated
+
+
 def cell_text(r: Rates) -> str:
     """A cell of the calibration table: 'false positives % · power % · MDE'."""
     return f"{100 * r.false_positive:.1f} % · {100 * r.power:.0f} % · {r.detectable:.1f}"
-
-
-def grid(label: str, seeds, ratios, cell) -> str:
-    """A calibration table in Markdown: one row per variance ratio (``label``), one column per
-    number of seeds, each cell ``cell(seeds, ratio)``."""
-    lines = [f"| {label} | " + " | ".join(f"{n} seeds" for n in seeds) + " |", "|" + "---:|" * (len(seeds) + 1)]
-    for ratio in ratios:
-        lines.append(f"| {ratio:g} | " + " | ".join(cell(n, ratio) for n in seeds) + " |")
-    return "\n".join(lines)

@@ -20,7 +20,6 @@ from lit_attention.analysis import block_calibration, calibration
 from lit_attention.files import atomic_write
 
 KINDS = {"seeds": calibration, "blocks": block_calibration}
-LABELS = {"seeds": "σ²_seed / σ²_sent", "blocks": "σ²_seed / σ²_text"}
 PARAMETERS = ("kind", "seeds", "ratio", "experiments", "pooled_arms", "seed")
 
 
@@ -115,6 +114,9 @@ def markdown(rows: list[dict]) -> str:
     missing = [f"{n} seeds at ratio {r:g}" for r in ratios for n in seeds if (n, r) not in cells]
     if missing or len(cells) != len(rows):
         raise CalibrationFileError(f"not one cell per seeds and ratio: {'missing ' + ', '.join(missing) if missing else 'a cell twice'}")
-    def cell(n: int, ratio: float) -> str:
-        return KINDS[kind].cell_text(rates_of(cells[n, ratio]))
-    return calibration.grid(LABELS[kind], seeds, ratios, cell)
+    lines = [f"| {KINDS[kind].LABEL} | " + " | ".join(f"{n} seeds" for n in seeds) + " |",
+             "|" + "---:|" * (len(seeds) + 1)]
+    for ratio in ratios:
+        texts = [KINDS[kind].cell_text(rates_of(cells[n, ratio])) for n in seeds]
+        lines.append(f"| {ratio:g} | " + " | ".join(texts) + " |")
+    return "\n".join(lines)
