@@ -307,8 +307,8 @@ def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: I
                                    f"{row['run_dir']}: a copy of {first['run_dir']} ({_identity_text(key)}"
                                    f"{'; its files differ' if differs else ''}): counted once",
                                    row["group"], row["run_id"]))
-    counted = {id(row) for row in kept.values()}
-    rows = [row for _, row in read if id(row) in counted]
+    # in the order of the runs, not of where they lie: a W&B report lists them as the local one
+    rows = sorted(kept.values(), key=lambda row: (str(row["group"]), str(row["run_id"]), row["run_dir"]))
     if not rows and not skipped:
         raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {where}")
     if not rows:

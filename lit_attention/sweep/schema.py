@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import reprlib
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -330,6 +331,36 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
     return Condition(ref, values, negate)
 
 
+def _one_value(choices: list) -> tuple | None:
+    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML's
+    text) and 0.001, "a" and "a". A boolean is never a number; two texts are one only if equal."""
+    seen: dict[tuple, tuple] = {}
+    for i, choice in enumerate(choices):
+        if isinstance(choice, bool):
+            keys = [("bool", choice)]
+        elif isinstance(choice, str):
+            keys, number = [("text", choice)], _text_number(choice)
+            found = seen.get(("number", number)) if number is not None else None
+            if found:
+                return found, (i, choice)
+            if number is not None:
+                seen.setdefault(("text number", number), (i, choice))
+        else:
+            keys = [("number", choice), ("text number", choice)]
+        found = next((seen[k] for k in keys if k in seen), None)
+        if found:
+            return found, (i, choice)
+        seen.setdefault(keys[0], (i, choice))
+    return None
+
+
+def _text_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
     key = f"space.{name}"
     if not isinstance(name, str) or not name.startswith(PREFIXES) or not config_name(name).rpartition(".")[2]:
@@ -355,8 +386,11 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
                 ck.fail(f"{key}.choices", f"choices are scalars (str, int, float, bool), got {c!r}")
             if isinstance(c, float) and not math.isfinite(c):
                 ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
-        if len(set(map(repr, choices))) != len(choices):
-            ck.fail(f"{key}.choices", "duplicate values")
+        same = _one_value(choices)
+        if same:
+            (i, a), (j, b) = same
+            ck.fail(f"{key}.choices", f"choices {i + 1} and {j + 1} ({reprlib.repr(a)} and {reprlib.repr(b)}) "
+                                      "are one value: a configuration would run twice, its runs counted as seeds")
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)
