@@ -34,6 +34,7 @@ from lit_attention.files import atomic_write
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import SUMMARY, Status, Summary, SummaryError
+from lit_attention.tracking.wandb import RUN_FOLDER
 
 FINISHED = Status.FINISHED
 MAX_TEXT = 10_000      # characters of a text value a row keeps (a value is data, not a dump)
@@ -42,7 +43,7 @@ MAX_MESSAGE = 400      # characters of one warning or error line
 MAX_WARNINGS = 5       # runs left out named one line each on stderr; the rest in excluded.csv
 # Directories of a run store that hold no other run: its checkpoints, and W&B's directory of the
 # run (whose run-store snapshots are this same run, as logged).
-RUN_PARTS = (schema.CHECKPOINTS, "wandb")
+RUN_PARTS = (schema.CHECKPOINTS, RUN_FOLDER)
 UNREADABLE, DUPLICATE = "unreadable", "duplicate"
 
 

@@ -82,6 +82,9 @@ def make_wandb_logger(run_dir: Path, project: str, group: str, name: str, job_ty
     return logger
 
 
+RUN_FOLDER = "wandb"   # W&B's directory of a run inside its run directory (the logger's save_dir)
+
+
 # The run store a W&B run carries as an artifact of this type (a new version after every `fit`
 # and `test`): what `report --wandb` needs for the same tests and figures as on the local store.
 RUN_STORE_ARTIFACT = "run-store"
