@@ -124,12 +124,7 @@ def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
         problems.append(Skipped(Path(exc.filename), UNREADABLE, f"{exc.filename}: cannot be listed ({exc.strerror})"))
 
     for here, dirs, files in os.walk(root, onerror=unlisted, followlinks=True):
-        try:
-            stat = os.stat(here)
-        except OSError as exc:
-            unlisted(exc)
-            dirs[:] = []
-            continue
+        stat = os.stat(here)
         if (stat.st_dev, stat.st_ino) in seen:   # reached again through a link: the same files
             dirs[:] = []
             continue
@@ -222,8 +217,6 @@ def read_summary(run_dir: Path | str) -> Summary:
         return schema.read_summary(run_dir)
     except SummaryError as exc:
         raise AnalysisError(cut(str(exc), MAX_MESSAGE)) from None
-    except RecursionError:
-        raise AnalysisError(f"{schema.summary_path(run_dir)}: nested too deeply to read") from None
 
 
 CONFIG_CACHE = "config.cache.json"    # a run's config.yaml parsed, beside it

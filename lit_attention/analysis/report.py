@@ -2,7 +2,8 @@
 
 Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
 table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and the
-directories the reader left out: unreadable ones, copies of a run read elsewhere), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
+directories the reader left out: unreadable ones, copies of a run read elsewhere), runs.csv,
+significance.csv (when a baseline is tested) and the figures (PNG + PDF);
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
 with --trials expected_max.csv/.md and its figure; with --improvement improvement.csv/.md; report-files.json
 lists them, so that the next report into DIR removes those it does not write.
@@ -634,7 +635,8 @@ def check_out(request: Request) -> None:
     for path in sorted(out.iterdir()):
         if (path.suffix in OUTPUT_SUFFIXES or path.name == MANIFEST) and not path.is_file():
             raise AnalysisError(f"--out {out}: {path.name} is no file, and the report writes a file of that name")
-    if request.wandb and (out / WANDB_STORES).exists() and not (out / WANDB_STORES).is_dir():
+    stores = out / WANDB_STORES     # where the artifacts of a W&B project's runs are downloaded
+    if request.wandb and not Path(request.wandb).is_dir() and stores.exists() and not stores.is_dir():
         raise AnalysisError(f"--out {out}: {WANDB_STORES} is a file, and --wandb downloads run stores into it")
 
 

@@ -99,14 +99,14 @@ def project_api(source: str):
 
 def scan_wandb(source: str, group: str | None = None, into: Path | None = None,
                metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame, list[Skipped]]:
-    """(runs, curves, skipped) of ``source``: a directory holding offline W&B runs, or a project
-    (ENTITY/PROJECT, optionally one group) whose artifacts are downloaded under ``into`` (a new
+    """(runs, curves, skipped) of ``source`` (of its ``group`` only, if given): a directory holding
+    offline W&B runs, or a project (ENTITY/PROJECT) whose artifacts are downloaded under ``into`` (a new
     temporary directory if None). ``curves``: the W&B history (metrics.csv shape) of the runs read
     from their summaries, whose run_dir is `wandb:<path>`; the other runs' curves are their
     metrics.csv (`load.load_metrics`)."""
     if Path(source).is_dir():
         runs, skipped = load.read_runs(*offline_stores(Path(source)), where=source)
-        return runs, pd.DataFrame(), skipped
+        return runs if group is None else runs[runs["group"] == group], pd.DataFrame(), skipped
     import wandb
 
     api = project_api(source)

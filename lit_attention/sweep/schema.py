@@ -332,33 +332,20 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
 
 
 def _one_value(choices: list) -> tuple | None:
-    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML's
-    text) and 0.001, "a" and "a". A boolean is never a number; two texts are one only if equal."""
+    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML
+    reads it as text) and 0.001, "a" and "a"; a boolean is never a number."""
     seen: dict[tuple, tuple] = {}
     for i, choice in enumerate(choices):
-        if isinstance(choice, bool):
-            keys = [("bool", choice)]
-        elif isinstance(choice, str):
-            keys, number = [("text", choice)], _text_number(choice)
-            found = seen.get(("number", number)) if number is not None else None
-            if found:
-                return found, (i, choice)
-            if number is not None:
-                seen.setdefault(("text number", number), (i, choice))
-        else:
-            keys = [("number", choice), ("text number", choice)]
-        found = next((seen[k] for k in keys if k in seen), None)
-        if found:
-            return found, (i, choice)
-        seen.setdefault(keys[0], (i, choice))
+        key = choice
+        if isinstance(choice, str):
+            try:
+                key = float(choice)
+            except ValueError:
+                pass
+        if (isinstance(choice, bool), key) in seen:
+            return seen[isinstance(choice, bool), key], (i, choice)
+        seen[isinstance(choice, bool), key] = (i, choice)
     return None
-
-
-def _text_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:

@@ -143,7 +143,7 @@ def test_an_output_path_that_cannot_be_written_stops_before_any_work(runs, tmp_p
     (tmp_path / "file").write_text("mine")
     out, extra = {"a file": (tmp_path / "file", ()), "under a file": (tmp_path / "file" / "report", ()),
                   "a directory where a file goes": (tmp_path / "out", ()),
-                  "wandb-runs a file": (tmp_path / "out", ("--wandb", runs))}[case]
+                  "wandb-runs a file": (tmp_path / "out", ("--wandb", "me/project"))}[case]
     if case == "a directory where a file goes":
         (out / "table.md").mkdir(parents=True)
     if case == "wandb-runs a file":
