@@ -106,14 +106,14 @@ def skipped_frame(skipped: Iterable[Skipped]) -> pd.DataFrame:
 
 
 def find_run_dirs(root: Path | str) -> list[Path]:
-    """Every directory under `root` (or `root` itself) holding a summary.json."""
+    """Every directory under `root` (or `root` itself) holding a summary.json or a metrics.csv."""
     return _walk(Path(root))[0]
 
 
 def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
     """(run dirs, directories that cannot be listed) under ``root``. Symbolic links are followed,
     each directory read once; RUN_PARTS of a run are not entered."""
-    if (root / SUMMARY).exists():
+    if (root / SUMMARY).exists() or (root / schema.METRICS).exists():
         return [root], []
     if not root.is_dir():
         raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}: "
@@ -129,7 +129,7 @@ def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
             dirs[:] = []
             continue
         seen.add((stat.st_dev, stat.st_ino))
-        if SUMMARY in files or SUMMARY in dirs:
+        if SUMMARY in files or SUMMARY in dirs or schema.METRICS in files:   # a run that lost its summary too
             found.append(Path(here))
             dirs[:] = [d for d in dirs if d not in RUN_PARTS]
         dirs.sort()

@@ -95,12 +95,15 @@ def test_the_excluded_count_is_the_rows_of_excluded_csv(runs, tmp_path):
     (runs / "study" / "luong-s1" / "summary.json").write_text("{")
     (runs / "study" / "luong-s2" / "summary.json").unlink()
     (runs / "study" / "luong-s2" / "summary.json").mkdir()
+    (runs / "study" / "luong-s3" / "summary.json").unlink()      # a run that lost its summary
     result = report_of(runs, tmp_path / "out")
     assert result.returncode == 0, result.stderr
     excluded = pd.read_csv(tmp_path / "out" / "excluded.csv")
-    assert excluded_count(result.stdout) == len(excluded) == 4
-    assert "4 excluded (1 no val_bleu, 1 failed, 2 unreadable)" in result.stdout
-    assert excluded.set_index("run_id").loc["luong-s2", "reason"].endswith("cannot be read (Is a directory)")
+    assert excluded_count(result.stdout) == len(excluded) == 5
+    assert "5 excluded (1 no val_bleu, 1 failed, 3 unreadable)" in result.stdout
+    reasons = excluded.set_index("run_id")["reason"]
+    assert reasons["luong-s2"].endswith("cannot be read (Is a directory)")
+    assert reasons["luong-s3"] == f"{runs / 'study' / 'luong-s3' / 'summary.json'}: does not exist"
 
 
 def test_a_huge_value_is_shown_cut_with_its_size(runs, tmp_path):
@@ -184,6 +187,7 @@ DAMAGE = {   # what is done to a run -> what the reader makes of it
     "nested deep": ("unreadable", lambda d: (d / "summary.json").write_text("[" * 100_000 + "]" * 100_000)),
     "a directory": ("unreadable", lambda d: ((d / "summary.json").unlink(), (d / "summary.json").mkdir())),
     "empty": ("unreadable", lambda d: (d / "summary.json").write_text("")),
+    "no summary": ("unreadable", lambda d: (d / "summary.json").unlink()),
     "a huge name": ("ok", lambda d: set_summary(d, name="n" * 300_000)),
     "a huge metric": ("invalid", lambda d: set_summary(d, val_bleu="7" * 300_000)),
     "no config": ("ok", lambda d: (d / "config.yaml").unlink()),
