@@ -120,6 +120,6 @@ def finish(run_dir: Path | None = None) -> None:
     wandb = sys.modules.get("wandb")
     if wandb is None or getattr(wandb, "run", None) is None:
         return
-    if run_dir is not None and schema.summary_path(Path(run_dir)).is_file():
+    if run_dir is not None and schema.summary_path(Path(run_dir)).is_file() and not wandb.run.disabled:
         wandb.run.log_artifact(run_store_artifact(wandb, Path(run_dir)))
     wandb.finish()
