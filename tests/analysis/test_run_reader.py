@@ -52,7 +52,7 @@ def excluded_count(stdout: str) -> int:
 
 
 def test_a_backup_copy_of_a_study_beside_it_counts_each_run_once(runs, tmp_path):
-    """A copy used to double every n, narrowing the CI: the copies are named and counted once."""
+    """The copies are named and counted once: n and the CI are those of the study alone."""
     alone = report_of(runs, tmp_path / "alone")
     shutil.copytree(runs / "study", runs / "study-backup")
     shutil.copytree(runs / "study" / "luong-s1", runs / "study" / "luong-s1-copy")
@@ -88,8 +88,19 @@ def test_a_run_is_its_uuid_wherever_it_lies(runs, tmp_path):
     assert "its files differ" in reason       # its seed and BLEU are not the other copy's
 
 
+def test_without_a_uuid_a_run_is_its_group_id_start_and_commit(runs, tmp_path):
+    """Older stores: two machines' `t0000-s0` of one study started at different times are two runs."""
+    for name, started in (("a", "2026-01-01T00:00:00Z"), ("b", "2026-01-02T00:00:00Z"), ("c", "2026-01-02T00:00:00Z")):
+        run = write_run(tmp_path / "runs" / name, "study", "t0000-s0", seed=1, model=model("none"), val_bleu=5.0)
+        set_summary(run, started_at=started, git_commit="abc")
+    frame, skipped = load.scan_runs(runs)
+    assert len(frame) == 6 + 2 and [s.path for s in skipped] == [runs / "c" / "study" / "t0000-s0"]
+    assert "(group study, run_id t0000-s0, started_at 2026-01-02T00:00:00Z, git_commit abc)" in skipped[0].reason
+
+
 def test_the_excluded_count_is_the_rows_of_excluded_csv(runs, tmp_path):
-    """A finished run without the metric was excluded but not counted, unreadable ones apart."""
+    """Every run left out is counted in the one number printed: finished without the metric,
+    failed, unreadable."""
     set_summary(runs / "study" / "none-s1", val_bleu=None)
     set_summary(runs / "study" / "none-s2", status="failed")
     (runs / "study" / "luong-s1" / "summary.json").write_text("{")
@@ -107,7 +118,8 @@ def test_the_excluded_count_is_the_rows_of_excluded_csv(runs, tmp_path):
 
 
 def test_a_huge_value_is_shown_cut_with_its_size(runs, tmp_path):
-    """A 10 MB string in a summary became a 10 MB warning line and tens of MB of report files."""
+    """A 10 MB string in a summary is a warning line of a few hundred characters and a few kB of
+    report files."""
     huge = "x" * 10_000_000
     set_summary(runs / "study" / "none-s1", val_bleu=huge, name=huge)
     set_summary(runs / "study" / "none-s2", status=huge)

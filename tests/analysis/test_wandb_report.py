@@ -135,7 +135,7 @@ class Artifact:
 
 
 def test_online_runs_without_the_artifact_fall_back_to_their_summaries_one_by_one(tmp_path):
-    """One run without the artifact used to turn every run into its summary only."""
+    """A run without the artifact is read from its summary; the others from their run stores."""
     from wandb.apis.public import Run
 
     from lit_attention.analysis import load
