@@ -121,7 +121,7 @@ def test_a_negative_count_or_seed_is_a_usage_error(study, tmp_path, capsys, args
 @pytest.mark.parametrize("args", [["--rows", "model.attention", "--cols", "model.attention"],
                                   ["--cols", "model.attention", "model.attention"]])
 def test_a_key_given_twice_in_rows_and_cols_is_a_usage_error(study, tmp_path, capsys, args):
-    """Was: pandas' "Cannot create duplicate column labels", exit 1."""
+    """A key is one axis of the table: given twice, it is a usage error naming it."""
     assert report.main([str(study), "--out", str(tmp_path / "out"), "--no-figures", *args]) == 2
     assert "model.attention is given twice in --rows/--cols" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

@@ -112,7 +112,7 @@ def test_report_refuses_a_runs_dir_and_wandb_together(tmp_path):
     ("entity/project", "--wandb entity/project: reading a W&B project needs an API key"),
 ])
 def test_a_wandb_source_that_cannot_be_read_is_one_line_not_a_traceback(tmp_path, monkeypatch, source, message):
-    """Was: wandb's UsageError traceback (no API key), exit 1, also for a directory that does not exist."""
+    """A directory that does not exist, or a project without an API key: one line, no output directory."""
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))      # no key from a developer's ~/.netrc
     monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
