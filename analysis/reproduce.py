@@ -27,6 +27,13 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         delta_lo, delta_hi, mde, se, df, p, p_holm,
                                                         p_equivalent_holm, for the row matching
                                                         every KEY=VALUE after `::`
+    <!-- provenance results/demo -->                   which code made the store, when and where:
+    ...                                                 its commit(s), dates and machines; --check
+    <!-- end -->                                        fails when its training code (the
+                                                        fingerprint of tracking/provenance.py)
+                                                        differs from this checkout's, unless the
+                                                        marker says `older` (the page then says
+                                                        "made by older code; see CHANGELOG")
     <!-- calibration results/calibration/seeds.csv -->  the seed test's false-positive rate, power
     ...                                                 and MDE on simulated experiments, as a
     <!-- end -->                                        Markdown table, from the committed results
@@ -54,7 +61,7 @@ REPO = Path(__file__).resolve().parents[1]
 RESULTS_MD = REPO / "docs" / "RESULTS.md"
 DOCS = (RESULTS_MD, REPO / "docs" / "ANALYSIS.md")
 
-BLOCK = re.compile(r"<!-- (report|value|figures|calibration|sig)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
+BLOCK = re.compile(r"<!-- (report|value|figures|calibration|sig|provenance)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
 STATS = ("mean", "std", "min", "max", "median", "n")
 TEST_STATS = ("delta", "delta_lo", "delta_hi", "mde", "se", "df", "p", "p_holm", "p_equivalent_holm")
 
@@ -199,8 +206,57 @@ def calibration_table(spec: str) -> str:
         raise ReproduceError(str(exc)) from exc
 
 
+def provenance(spec: str) -> str:
+    """`STORE [older]` -> one line: the store's commits, dates and machines, and whether its
+    training code is this checkout's."""
+    from lit_attention.analysis import load
+    from lit_attention.tracking.provenance import code_fingerprint
+    store, *flags = shlex.split(spec)
+    if flags not in ([], ["older"]):
+        raise ReproduceError(f"a provenance block takes a store and optionally 'older', not {spec!r}")
+    runs = load.load_runs(_store(store))
+
+    def values(column: str, shorten=lambda v: v) -> list[str]:
+        found = runs[column].dropna() if column in runs else []
+        return sorted({shorten(str(v)) for v in found})
+
+    commits, dates = values("git_commit", lambda v: v[:7]), values("started_at", lambda v: v[:10])
+    machines, made_by = values("machine"), values("code_fingerprint")
+    recorded = runs["code_fingerprint"] if "code_fingerprint" in runs else runs["run_id"].map(lambda _: None)
+    older = not (recorded.notna().all() and set(recorded) == {code_fingerprint()})
+    if older and not flags:
+        raise ReproduceError(
+            f"{store} was made by training code other than this checkout's (fingerprint "
+            f"{', '.join(made_by) or 'not recorded'}; now {code_fingerprint()}): re-make it, or mark its "
+            f"provenance block 'older' and say what changed in CHANGELOG.md")
+    if flags and not older:
+        raise ReproduceError(f"{store} was made by this checkout's training code: drop 'older' from its provenance block")
+    span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "date not recorded"
+    code = "made by older code; see CHANGELOG" if older else "training code as in this checkout"
+    commit = ("commit not recorded" if not commits else f"commit {commits[0]}" if len(commits) == 1 else
+              f"commits {', '.join(commits[:3])}" + (f" and {len(commits) - 3} more" if len(commits) > 3 else ""))
+    return (f"`{store}`: {commit}, {span}, "
+            f"{'; '.join(machines) or 'machine not recorded'}; {code}.")
+
+
+def stores_without_provenance(text: str) -> list[str]:
+    """The run stores a document's blocks read that no provenance block of it describes."""
+    used, described = set(), set()
+    for match in BLOCK.finditer(text):
+        kind, spec = match.group(1), (match.group(2) or "").strip()
+        if kind in ("report", "value", "figures", "sig") and spec:
+            used.add(shlex.split(spec)[0])
+        elif kind == "provenance" and spec:
+            described.add(shlex.split(spec)[0])
+    return sorted(used - described)
+
+
 def regenerate(text: str, docs: Path | None = None) -> str:
     """The document with every generated block rebuilt (figures copied under ``docs`` if given)."""
+    missing = stores_without_provenance(text)
+    if missing:
+        raise ReproduceError(f"no <!-- provenance STORE --> block for {', '.join(missing)}: a page says "
+                             "which code made every store it reports")
     with tempfile.TemporaryDirectory() as tmp:
         tests = {}
 
@@ -215,6 +271,8 @@ def regenerate(text: str, docs: Path | None = None) -> str:
                     body = calibration_table(spec)
                 elif kind == "sig":
                     body = test_statistic(spec, Path(tmp), tests)
+                elif kind == "provenance":
+                    body = provenance(spec)
                 else:
                     body = value(spec)
             return f"<!-- {kind}{' ' * bool(spec)}{spec} -->{body}<!-- end -->"
