@@ -117,7 +117,7 @@ def short_caption(caption: str) -> str:
     test = TEST_PART.search(caption)
     if test:
         pooled, left_out = POOLED.search(test[0]), LEFT_OUT.search(test[0])
-        said = (f" Baseline {test[1]}; {test[2]}" + (f", {test[3]} comparisons" if test[3] else "")
+        said = (f" Baseline {test[1]}; {test[2]}" + (f", {test[3]} comparison{'s' * (test[3] != '1')}" if test[3] else "")
                 + (f", seed SD pooled over {pooled[1]} arms ({pooled[2]}, {pooled[3]} df)" if pooled else "")
                 + (f" (the text's variance left out: {left_out[1]})" if left_out else "") + ".")
         caption = caption[:test.start()] + said + caption[test.end():]

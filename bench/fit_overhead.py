@@ -44,7 +44,7 @@ import benchlib as B
 from step_clock import PairedPlainStep, StepClock
 
 GOAL = 0.9
-# Small enough to be overhead-bound on a 2-core CPU (a step of ~10-20 ms).
+# Small enough for a step's fixed costs to show on a 2-core CPU.
 SMALL_TRANSFORMER = dict(d_model=64, heads=4, enc_layers=2, dec_layers=2, ffn=128, dropout=0.1,
                          norm="pre", tie_embeddings=True)
 

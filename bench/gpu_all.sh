@@ -4,20 +4,20 @@
 #
 #   bash bench/gpu_all.sh "$OUT" [PART ...]
 #
-# PART (default: gputests eager profile writes, about 8 minutes on an H200):
-# gputests (~40 s): the tests that need CUDA, with the rest of their files (graph_step's losses
+# PART (default: gputests eager profile writes; each part runs under its own timeout below):
+# gputests: the tests that need CUDA, with the rest of their files (graph_step's losses
 #    equal the eager step's; a checkpoint saved on the GPU is copied off it as it was at the save;
 #    a worker's batch, pinned, stays one Batch on its way to the GPU), and `sweep --gpus 0` /
 #    `--gpus 99` dry runs and the accelerator check as this machine sees them;
-# eager (~3.5 min): bench/gpu_throughput.py's eager rows (plain loop vs `fit`, fp32 and bf16,
+# eager: bench/gpu_throughput.py's eager rows (plain loop vs `fit`, fp32 and bf16,
 #    padded batches, CUDA graphs, graph_step);
-# profile (~2.5 min): gpu_throughput.py --part profile: fit's steps inside and between, host waits,
+# profile: gpu_throughput.py --part profile: fit's steps inside and between, host waits,
 #    the main thread's share of them on a CPU, fp32's cProfile;
-# writes (~1.5 min): gpu_throughput.py --part writes: checkpoints by the writer thread vs in line;
-# sweep (~8 min, not by default): bench/gpu_sweep.py, packed trials on one GPU;
-# compiled (<= 3.5 min, not by default: torch.compile has crashed the process on some torch
-#    versions): the plain loop compiled with CUDA graphs over padded batches;
-# demo (<= 80 s, not by default): the README's main job on this machine.
+# writes: gpu_throughput.py --part writes: checkpoints by the writer thread vs in line;
+# sweep (not by default): bench/gpu_sweep.py, packed trials on one GPU;
+# compiled (not by default: torch.compile has crashed the process on some torch versions): the
+#    plain loop compiled with CUDA graphs over padded batches;
+# demo (not by default): the README's main job on this machine.
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
 out=${1:-gpu-out}

@@ -13,7 +13,7 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
   (dynamic), and compiled with CUDA graphs (``mode="reduce-overhead"``: a graph recorded per
   shape, which only few shapes make affordable). Their tokens/s count the target tokens of their
   own batches, so they compare with the unpadded rows in useful work; on a GPU also bf16 over
-  padded batches with cuDNN's attention allowed (it builds a plan per shape, ~13 ms each: the
+  padded batches with cuDNN's attention allowed (it builds a plan per shape: the
   reason sdpa_backends.py never allows it for unpadded batches);
 - "whole step in a CUDA graph" (on a GPU, last): the padded plain loop with each shape's whole
   step (forward, loss, backward, clipping, Adam) captured once with ``torch.cuda.graph`` and
