@@ -161,7 +161,7 @@ def test_the_calibration_table_is_formatted_from_its_results_file_and_checked(tm
     from lit_attention.analysis import calibration_results
     rows = [calibration_results.simulate("seeds", n, 1.0, experiments=300) for n in (2, 3)]
     calibration_results.write(tmp_path / "seeds.csv", rows)
-    doc = tmp_path / "ANALYSIS.md"
+    doc = tmp_path / "REPORT.md"
     doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} -->\nold\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
     assert reproduce.main(["--file", str(doc)]) == 0
