@@ -8,7 +8,7 @@
 `seeds`: the seed x sentence test (lit_attention/analysis/calibration.py); `blocks`: the
 language-model test over token blocks (block_calibration.py). One row per cell (every number of
 seeds at every variance ratio), each with what simulates it again; analysis/reproduce.py formats
-docs/ANALYSIS.md's tables from these files. Run --check after changing a simulation or the test
+docs/REPORT.md's tables from these files. Run --check after changing a simulation or the test
 it calibrates (the three committed tables: a few CPU-minutes), and write the files again if the
 change is meant.
 """

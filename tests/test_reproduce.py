@@ -1,4 +1,5 @@
-"""analysis/reproduce.py and analysis/export.py: docs/RESULTS.md is regenerated from results/."""
+"""analysis/reproduce.py, export.py and doc_words.py: the docs' numbers are regenerated from
+results/, and the manual's prose is counted."""
 
 import importlib.util
 import json
@@ -19,7 +20,7 @@ def _script(name):
     return module
 
 
-reproduce, export = _script("reproduce"), _script("export")
+reproduce, export, doc_words = _script("reproduce"), _script("export"), _script("doc_words")
 
 BLEU = {"none": [10.0, 12.0], "bahdanau": [30.0, 33.0]}
 
@@ -220,7 +221,7 @@ def test_the_calibration_table_is_formatted_from_its_results_file_and_checked(tm
     from lit_attention.analysis import calibration_results
     rows = [calibration_results.simulate("seeds", n, 1.0, experiments=300) for n in (2, 3)]
     calibration_results.write(tmp_path / "seeds.csv", rows)
-    doc = tmp_path / "ANALYSIS.md"
+    doc = tmp_path / "REPORT.md"
     doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} -->\nold\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
     assert reproduce.main(["--file", str(doc)]) == 0
@@ -246,3 +247,26 @@ def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tm
     doc.write_text(doc.read_text().replace("p_holm", "p_value"))
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
     assert "unknown test statistic 'p_value'" in capsys.readouterr().err
+
+
+def test_a_tables_caption_leaves_the_method_to_the_method_block(tmp_path, store):
+    spec = "STORE --metric val_ppl --baseline attention=none"
+    doc = _doc(tmp_path, store, f"<!-- method {spec} -->\n<!-- end -->\n<!-- report {spec} -->\n<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    method, table = doc.read_text().split("<!-- report ")
+    assert "Satterthwaite" in method and "| " not in method
+    caption = table.strip().splitlines()[-2]
+    assert "Baseline model.attention=none; test over seeds" in caption and "1 comparisons" not in caption
+    assert "Satterthwaite" not in caption and "Student-t interval" not in caption
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+
+
+def test_prose_words_leave_out_table_rows_generated_blocks_and_comments():
+    text = ("Two words.\n\n| a | b |\n|---|---|\n| c d e | f |\n\n"
+            "Mean <!-- value x y mean -->1.0<!-- end --> here.\n"
+            "<!-- report x -->\n| t |\nits caption\n<!-- end -->\n<!-- a comment -->\n")
+    assert doc_words.prose_words(text) == 4
+
+
+def test_the_manual_stays_within_its_word_budget(capsys):
+    assert doc_words.main(["--max", "16000"]) == 0, capsys.readouterr().out
