@@ -10,7 +10,7 @@ measures, each in a fresh process:
     tables      report --no-figures --baseline off
     sig cold    report --no-figures with its default test of every configuration vs the
                 baseline (seeds x sentences: the seeds' variance plus the bootstrap covariance of
-                the sentences, Student's t; analysis/seeds_x_sentences.py), sentence statistics computed (on all CPUs) and
+                the sentences, Student's t; analysis/statistics.py), sentence statistics computed (on all CPUs) and
                 cached in the stores
     sig warm    the same again, statistics read from the caches (the report a researcher re-runs)
 

@@ -412,7 +412,7 @@ def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
 
 @paper_style
 def plot_expected_max(table: pd.DataFrame, keys: list[str], metric: str, stem) -> list[Path]:
-    """Expected best `metric` against the number of trials, one line per family (expected_max.py's
+    """Expected best `metric` against the number of trials, one line per family (trials.py's
     table: keys, trials, expected_max, sd), band: ± one standard deviation."""
     if table.empty:
         return []

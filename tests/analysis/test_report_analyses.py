@@ -1,5 +1,5 @@
 """`lit-attention report --trials --improvement` on the demo study (FIXTURE run store,
-tests/analysis_stores.py): the files and the printed tables of expected_max.py and improvement.py."""
+tests/analysis_stores.py): the files and the printed tables of trials.py."""
 
 from __future__ import annotations
 
