@@ -6,7 +6,8 @@ unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
 with --trials expected_max.csv/.md and its figure; with --improvement improvement.csv/.md; report-files.json
 lists them, so that the next report into DIR removes those it does not write.
-Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
+Prints the baseline and each configuration's mean, Δ, CI and p (tables.terminal_view) and
+the files written. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
 
@@ -595,11 +596,17 @@ def _report(request: Request, state: dict) -> int:
         printed, figures = printed + effect_tables, figures + effect_figures
     analysis_tables, analysis_figures = write_analyses(request, trials, trial_keys, improved, baseline)
     printed, figures = printed + analysis_tables, figures + analysis_figures
-    print("\n".join(printed))
     excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())
-    unreadable = f", {len(skipped)} unreadable run{'s' * (len(skipped) != 1)} skipped" if skipped else ""
-    print(f"{len(runs)} runs, {len(agg)} configurations, {excluded} runs excluded{unreadable} "
-          f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
+    unreadable = f", {len(skipped)} unreadable" if skipped else ""
+    against = f"; Δ and p against {baseline}" if baseline else ""
+    print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "
+                            f"{len(agg)} configurations, {excluded} excluded{unreadable}{against}", tables.WIDTH))
+    print("\n".join(tables.terminal_view(agg, rows + cols, request.metric, sig, is_base, request.digits)))
+    written = ["table.md (full table, caption)", "table.csv", "table.tex", *(["pivot.md/.tex"] if cols else []),
+               *(["effects_*.md"] if found is not None else []), *(["expected_max.md"] if trials is not None else []),
+               *(["improvement.md"] if improved is not None else []),
+               *([f"{len({f.stem for f in figures})} figures"] if figures else []), "excluded.csv"]
+    print(f"in {out}: {', '.join(written)}")
     removed, kept = record_outputs(out, earlier, finished=True)
     if removed:
         print(f"removed {len(removed)} file{'s' * (len(removed) != 1)} of the earlier report in {out} that this "

@@ -597,3 +597,52 @@ def columns_help() -> str:
     return (f"the columns of table.tex/table.md beside the configuration keys, in the order given, of: {listed}, "
             f"or all; default: the metric, then {', '.join(ranked)} and the rest, as long as table.tex "
             "fits one column of a two-column paper (table.md: all)")
+
+
+WIDTH = 100           # the terminal view's width
+SHOWN = 10            # configurations the terminal view lists beside the baseline
+
+
+def abbreviate(text: str, width: int) -> str:
+    """`text` within `width` characters: the longest ' / ' part shortened first, each cut marked …."""
+    parts = text.split(" / ")
+    while len(" / ".join(parts)) > width:
+        longest = max(range(len(parts)), key=lambda i: len(parts[i]))
+        if len(parts[longest]) <= 2:
+            return text[:max(width - 1, 0)] + "…"
+        parts[longest] = parts[longest].rstrip("…")[:-1] + "…"
+    return " / ".join(parts)
+
+
+def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None,
+                  baseline: pd.Series | None, digits: int = 1) -> list[str]:
+    """What the report prints: a header and the baseline's row, then each configuration's mean ±
+    sd (n), Δ vs the baseline [95% CI], Holm p and mark, the SHOWN largest |Δ| (no test: the SHOWN
+    best means) and how many more table.md holds, each line within WIDTH characters."""
+    is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
+    names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    stats = [mean_std(m, s, digits) + f" ({int(n)})" for m, s, n in zip(agg["mean"], agg["std"], agg["n"])]
+    tested = sig is not None
+    delta = delta_cells(agg, keys, sig, digits) if tested else [""] * len(agg)
+    p = p_cells(agg, keys, sig, baseline) if tested else [""] * len(agg)
+    shown = marks(agg, keys, sig)
+    if tested:
+        found = [abs(row["delta"]) if row is not None and pd.notna(row["delta"]) else -1.0
+                 for row in _by_config(agg, keys, sig)]
+    else:
+        found = list(agg["mean"].fillna(-math.inf) * (1 if higher_is_better(metric) else -1))
+    order = [i for i in range(len(agg)) if is_base.iloc[i]]
+    others = sorted((i for i in range(len(agg)) if not is_base.iloc[i]), key=lambda i: -found[i])
+    order += others[:SHOWN]
+    header = [" / ".join(key_label(k) for k in keys) or "configuration", "mean ± sd (n)"]
+    if tested:
+        header += [HEADER["delta"] if any("[" in d for d in delta) else "Δ", HEADER["p"]]
+    rows = [[names[i], stats[i]] + ([delta[i], f"{p[i]} {shown[i]}".rstrip()] if tested else []) for i in order]
+    widths = [max(len(r[j]) for r in [header] + rows) for j in range(len(header))]
+    widths[0] = max(8, min(widths[0], WIDTH - sum(widths[1:]) - 2 * (len(header) - 1)))
+    lines = ["  ".join([abbreviate(r[0], widths[0]).ljust(widths[0])]
+                       + [c.ljust(w) for c, w in zip(r[1:], widths[1:])]).rstrip()
+             for r in [header] + rows]
+    if len(others) > SHOWN:
+        lines.append(f"{len(others) - SHOWN} more in table.md")
+    return lines

@@ -274,7 +274,8 @@ def test_cli_report_effects_writes_tables_and_figures(tmp_path):
     out = tmp_path / "report"
     result = run_cli("report", group, "--effects", "--baseline", "off", "--out", out, timeout=180)
     assert result.returncode == 0, result.stderr
-    assert "| model.heads × model.enc_layers | 4 × 2 " in result.stdout
+    assert "| model.heads × model.enc_layers | 4 × 2 " in (out / "effects_interactions.md").read_text()
+    assert "effects_*.md" in result.stdout.splitlines()[-1]
     importance = pd.read_csv(out / "effects_importance.csv").set_index("term")
     factors = importance[importance["kind"] == "factor"]
     assert factors.index.tolist() == ["model.heads", "model.enc_layers", "model.positional"]

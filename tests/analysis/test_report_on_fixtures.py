@@ -326,13 +326,14 @@ def test_plots_are_valid_nonempty_images(runs, tmp_path):
 
 
 @pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
-def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, capsys):
+def test_report_main_writes_everything_and_prints_the_answer_first(study, tmp_path, capsys):
     out = tmp_path / "report"
     code = report.main([str(study), "--out", str(out), "--baseline", "attention=none", "scoring=dot",
                         "--samples", "200", "--cols", "model.attention", "--rows", "model.scoring"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| Scoring \\ Attention" in printed and "▲" in printed and "ddof=1" in printed
+    assert "▲" in printed and "pivot.md/.tex" in printed.splitlines()[-1]
+    assert "| Scoring \\ Attention" in (out / "pivot.md").read_text() and "ddof=1" in (out / "table.md").read_text()
     for name in ("table.tex", "table.md", "table.csv", "table_trace.csv", "excluded.csv",
                  "significance.csv", "runs.csv", "pivot.tex", "pivot.md", "ablation_bars.png",
                  "ablation_bars.pdf", "learning_curves_ppl.png", "bleu_by_length.pdf",

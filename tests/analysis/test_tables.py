@@ -20,7 +20,7 @@ import pytest
 from analysis_stores import write_run
 from conftest import REPO
 from lit_attention import registry
-from lit_attention.analysis import aggregate, captions, load, tables
+from lit_attention.analysis import aggregate, captions, load, report, tables
 from lit_attention.analysis.captions import caption_text, scoring_note
 
 
@@ -181,7 +181,7 @@ def test_marks_show_direction_and_never_sit_on_one_seed():
 
 ANALYSIS = REPO / "lit_attention" / "analysis"
 # The modules that build, choose or caption the summary table's tables.
-SUMMARY_MODULES = ("tables.py", "tables.py", "captions.py", "report.py")
+SUMMARY_MODULES = ("tables.py", "captions.py", "report.py")
 
 
 def _two_cells() -> pd.DataFrame:
@@ -349,3 +349,65 @@ def test_a_configuration_with_no_finished_run_yet_does_not_make_the_budgets_diff
     write_run(tmp_path, "g", "lstm-2", seed=2, model={"family": "lstm"}, val_bleu=20.0)
     agg = aggregate.aggregate(load.load_runs(tmp_path), ["model.family"], "val_bleu")
     assert "budgets differ between rows" in captions.caption_text("val_bleu", agg, captions.CI_METHOD, None)
+
+
+def _sweep_agg(n: int, label_length: int = 6) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """n configurations (the first the baseline) with long labels, and a test of every other one."""
+    names = [f"{'x' * label_length}{i}" for i in range(n)]
+    agg = pd.DataFrame({"model.family": names, "model.scoring": [f"scoring-{'y' * label_length}"] * n,
+                        "mean": [20.0 + 0.1 * i * (-1) ** i for i in range(n)], "std": [1.25] * n,
+                        "n": [4] * n})
+    delta = agg["mean"] - agg["mean"].iloc[0]
+    sig = pd.DataFrame({"model.family": names[1:], "model.scoring": agg["model.scoring"].iloc[1:],
+                        "delta": delta.iloc[1:], "delta_lo": delta.iloc[1:] - 1.5, "delta_hi": delta.iloc[1:] + 1.5,
+                        "direction": ["better" if d > 0 else "worse" for d in delta.iloc[1:]],
+                        "p": 0.001, "p_holm": 0.004, "significant": True, "n_tested": 4, "n_baseline": 4,
+                        "note": ""})
+    sig.attrs.update(test="seeds", n_samples=1000)
+    return agg, sig, pd.Series([True] + [False] * (n - 1))
+
+
+@pytest.mark.parametrize("n, label_length", [(4, 6), (250, 6), (250, 80), (3, 200)])
+def test_the_terminal_view_fits_100_characters_with_the_baseline_first(n, label_length):
+    agg, sig, base = _sweep_agg(n, label_length)
+    lines = tables.terminal_view(agg, ["model.family", "model.scoring"], "val_bleu", sig, base)
+    assert max(map(len, lines)) <= tables.WIDTH
+    rows = lines[1:]
+    assert rows[0].startswith("xxx") and rows[0].endswith("baseline")
+    assert ("…" in rows[0]) == (label_length > 30)                         # abbreviated to fit
+    shown = min(n - 1, tables.SHOWN)
+    assert len(rows) == 1 + shown + (n - 1 > tables.SHOWN)
+    if n - 1 > tables.SHOWN:
+        assert rows[-1] == f"{n - 1 - tables.SHOWN} more in table.md"
+    deltas = [abs(float(r.split("(4)")[1].split()[0])) for r in rows[1:1 + shown]]
+    assert deltas == sorted(deltas, reverse=True)                          # the largest |Δ| first
+    assert deltas[0] == pytest.approx(abs(sig["delta"]).max()) and len(set(deltas)) > 1
+    assert all(r.rstrip().endswith(("▲", "▼")) for r in rows[1:1 + shown])
+
+
+def test_labels_are_abbreviated_part_by_part():
+    assert tables.abbreviate("transformer / scaled_dot / 4", 100) == "transformer / scaled_dot / 4"
+    short = tables.abbreviate("transformer / scaled_dot / 4", 20)
+    assert len(short) <= 20 and short.endswith(" / 4") and short.count("…") == 2
+    assert len(tables.abbreviate("a" * 300, 30)) == 30
+
+
+def test_without_a_test_the_view_lists_the_best_means(tmp_path):
+    agg, _, _ = _sweep_agg(30)
+    lines = tables.terminal_view(agg, ["model.family"], "val_ppl", None, None)
+    assert lines[0].split() == ["Family", "mean", "±", "sd", "(n)"]
+    means = [float(line.split()[1]) for line in lines[1:11]]
+    assert means == sorted(means) and lines[-1] == "20 more in table.md"     # perplexity: lowest first
+
+
+def test_the_report_prints_the_view_then_one_line_naming_the_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert report.main([str(REPO / "results" / "demo"), "--out", "report", "--no-figures"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert max(map(len, printed)) <= tables.WIDTH
+    assert printed[0].startswith("val_bleu (BLEU ↑): 8 runs, 4 configurations, 0 excluded; Δ and p against")
+    assert printed[2].startswith("rnn / none / –") and printed[2].endswith("baseline")
+    assert [line.split()[0] + line.split()[2] for line in printed[3:6]] == ["rnnbahdanau", "rnnbahdanau",
+                                                                          "transformer–"]
+    assert printed[-1] == "in report: table.md (full table, caption), table.csv, table.tex, excluded.csv"
+    assert "| Family      | Attention   | Scoring    | BLEU ↑ " in (tmp_path / "report" / "table.md").read_text()
