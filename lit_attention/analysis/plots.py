@@ -35,6 +35,7 @@ from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
 COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
+SHOWN = 3        # configurations a figure draws beside the baseline: one row of attention maps
 GRAD_NORM = r"$\Vert\partial L / \partial h_t\Vert$"   # mathtext: h with subscript t
 # Okabe & Ito (2008), "Color universal design"; yellow last, it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")

@@ -465,9 +465,17 @@ def check_width(request: Request, name: str, cells: pd.DataFrame, best: pd.DataF
               f"{'' if request.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
 
 
-def write_figures(request: Request, runs, metrics, agg, keys, sig) -> list[Path]:
+def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> list[Path]:
     out = request.out
     m = request.metric
+    chosen, more = tables.leading(agg, keys, m, sig, is_base, plots.SHOWN)
+    if more:    # a sweep: what a reader can tell apart in a figure; every row is in table.csv
+        agg = agg.iloc[chosen]
+        drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
+        runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
+        metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics
+        print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
+              f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
     # against the step, and against the target tokens seen when the summaries record them
     for x in ("step", "tokens"):
@@ -589,7 +597,7 @@ def _report(request: Request, state: dict) -> int:
     except (AnalysisError, FileNotFoundError) as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig)
+    figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
         effect_tables, effect_figures = effects.write_effects(
             found, out, pairs, metric_facts.higher_is_better(request.metric), request.digits, not request.no_figures)

@@ -614,26 +614,30 @@ def abbreviate(text: str, width: int) -> str:
     return " / ".join(parts)
 
 
+def leading(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None,
+            baseline: pd.Series | None, shown: int = SHOWN) -> tuple[list[int], int]:
+    """(positions in `agg` of the baseline and the `shown` configurations of largest |Δ| (untested:
+    of best mean), how many others there are): what the terminal view and the figures show."""
+    is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
+    rows = _by_config(agg, keys, sig)
+    size = [abs(row["delta"]) if row is not None and pd.notna(row["delta"]) else -1.0 for row in rows]
+    best = list(agg["mean"].fillna(-math.inf) * (1 if higher_is_better(metric) else -1))
+    others = sorted((i for i in range(len(agg)) if not is_base.iloc[i]), key=lambda i: (-size[i], -best[i]))
+    return [i for i in range(len(agg)) if is_base.iloc[i]] + others[:shown], max(0, len(others) - shown)
+
+
 def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataFrame | None,
                   baseline: pd.Series | None, digits: int = 1) -> list[str]:
     """What the report prints: a header and the baseline's row, then each configuration's mean ±
-    sd (n), Δ vs the baseline [95% CI], Holm p and mark, the SHOWN largest |Δ| (no test: the SHOWN
-    best means) and how many more table.md holds, each line within WIDTH characters."""
-    is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
+    sd (n), Δ vs the baseline [95% CI], Holm p and mark, as `leading` picks them, and how many
+    more table.md holds, each line within WIDTH characters."""
     names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
     stats = [mean_std(m, s, digits) + f" ({int(n)})" for m, s, n in zip(agg["mean"], agg["std"], agg["n"])]
     tested = sig is not None
     delta = delta_cells(agg, keys, sig, digits) if tested else [""] * len(agg)
     p = p_cells(agg, keys, sig, baseline) if tested else [""] * len(agg)
     shown = marks(agg, keys, sig)
-    if tested:
-        found = [abs(row["delta"]) if row is not None and pd.notna(row["delta"]) else -1.0
-                 for row in _by_config(agg, keys, sig)]
-    else:
-        found = list(agg["mean"].fillna(-math.inf) * (1 if higher_is_better(metric) else -1))
-    order = [i for i in range(len(agg)) if is_base.iloc[i]]
-    others = sorted((i for i in range(len(agg)) if not is_base.iloc[i]), key=lambda i: -found[i])
-    order += others[:SHOWN]
+    order, more = leading(agg, keys, metric, sig, baseline)
     header = [" / ".join(key_label(k) for k in keys) or "configuration", "mean ± sd (n)"]
     if tested:
         header += [HEADER["delta"] if any("[" in d for d in delta) else "Δ", HEADER["p"]]
@@ -643,6 +647,4 @@ def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     lines = ["  ".join([abbreviate(r[0], widths[0]).ljust(widths[0])]
                        + [c.ljust(w) for c, w in zip(r[1:], widths[1:])]).rstrip()
              for r in [header] + rows]
-    if len(others) > SHOWN:
-        lines.append(f"{len(others) - SHOWN} more in table.md")
-    return lines
+    return lines + ([f"{more} more in table.md"] if more else [])
