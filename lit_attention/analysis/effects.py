@@ -55,7 +55,7 @@ from lit_attention.analysis import load
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.plots import paper_style, plt, save
 from lit_attention.analysis.statistics import f_sf, holm
-from lit_attention.analysis.tables import label, number, p_text, to_latex, to_markdown
+from lit_attention.analysis.tables import ci_text, label, number, p_text, to_latex, to_markdown
 from lit_attention.files import atomic_write
 from lit_attention.metric_facts import metric_range
 
@@ -138,17 +138,13 @@ def robust_design(terms: list[Term], cells) -> RobustDesign:
                         (codes == np.arange(len(cell_df))[:, None]) * 1.0)
 
 
-def robust(y, terms: list[Term], cells) -> pd.DataFrame:
-    """One row per term: f, df_den, p of the heteroscedasticity-robust test of its type-II
-    hypothesis (module docstring); `cells` [n] labels the configuration of each run (its
-    variance is estimated from its own runs). A run the model fits exactly (leverage 1: a
-    configuration of one run in a saturated model) carries no residual; it gets the mean variance
-    of the others. A term without df or a model without residual df gets no test."""
-    return robust_on(robust_design(terms, cells), y)
-
-
 def robust_on(design: RobustDesign, y) -> pd.DataFrame:
-    """`robust` for a design built once (robust_design)."""
+    """One row per term: f, df_den, p of the heteroscedasticity-robust test of its type-II
+    hypothesis (module docstring) on a design built once (robust_design: `cells` labels the
+    configuration of each run, its variance estimated from its own runs). A run the model fits
+    exactly (leverage 1: a configuration of one run in a saturated model) carries no residual; it
+    gets the mean variance of the others. A term without df or a model without residual df gets
+    no test."""
     y = np.asarray(y, dtype=float)
     n = len(y)
     full, leverage, cell_df = design.full, design.leverage, design.cell_df
@@ -188,7 +184,6 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-SEED_TERM = "seed (block)"
 NOT_SET = "–"
 # Metrics on a 0-100 scale: confidence limits are clipped to it.
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
@@ -318,9 +313,8 @@ def pair_name(a: str, b: str) -> str:
     return f"{a} × {b}"
 
 
-def design(data: pd.DataFrame, factors: list[Factor], interactions: bool,
-           seed_block: bool) -> list[tuple[Term, str, np.ndarray]]:
-    """(term, kind, domain) of the model: factors, estimable two-way interactions, the seed block."""
+def design(data: pd.DataFrame, factors: list[Factor], interactions: bool) -> list[tuple[Term, str, np.ndarray]]:
+    """(term, kind, domain) of the model: factors and estimable two-way interactions."""
     parts = [(f.name, "factor", (f.name,), f.mask, _codes(data, f)) for f in factors]
     if interactions:
         for a, b in itertools.combinations(factors, 2):
@@ -328,9 +322,6 @@ def design(data: pd.DataFrame, factors: list[Factor], interactions: bool,
             if columns is not None:
                 parts.append((pair_name(a.name, b.name), "interaction", (a.name, b.name),
                               a.mask & b.mask, columns))
-    if seed_block:
-        seed = Factor("seed", tuple(_order(data["seed"])), np.ones(len(data), dtype=bool), "all runs")
-        parts.append((SEED_TERM, "block", (), seed.mask, _codes(data, seed)))
     terms = []
     for name, kind, members, mask, columns in parts:
         # Marginality: a term is tested after the terms below it, not after those containing it
@@ -349,18 +340,18 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     runs their own variance. Seeds are no block: seed 1 of one configuration shares nothing with
     seed 1 of another (as in the seed test)."""
     configs = data[[f.name for f in factors]].fillna(NOT_SET).astype(str).agg("|".join, axis=1)
-    terms = design(data, factors, interactions=True, seed_block=False)
+    terms = design(data, factors, interactions=True)
     table = type2(data["y"], [t for t, _, _ in terms])
     residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
     if residual_df < 1 and any(kind == "interaction" for _, kind, _ in terms):
-        terms = design(data, factors, interactions=False, seed_block=False)
+        terms = design(data, factors, interactions=False)
         table = type2(data["y"], [t for t, _, _ in terms])
         residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
         notes.append("Two-way interactions not fitted: with them no residual degrees of freedom "
                      "would remain (too few seeds per configuration).")
     if residual_df < 1:
         notes.append("No residual degrees of freedom (one run per configuration): no F-tests.")
-    tests = robust(data["y"], [t for t, _, _ in terms], configs).set_index("term")
+    tests = robust_on(robust_design([t for t, _, _ in terms], configs), data["y"]).set_index("term")
     named = table["term"].isin(tests.index)
     for column in ("f", "p"):
         table.loc[named, column] = table.loc[named, "term"].map(tests[column])
@@ -375,7 +366,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     tested = table["kind"].isin(["factor", "interaction"])
     table["p_holm"] = math.nan
     table.loc[tested, "p_holm"] = holm(table.loc[tested, "p"].tolist())
-    order = {"factor": 0, "interaction": 1, "block": 2, "residual": 3, "total": 4}
+    order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
     table = table.assign(_kind=table["kind"].map(order), _eta=-table["eta_sq"])
     table = table[(table["df"] > 0) | ~table["kind"].isin(["interaction"])]   # nested pairs vanish
     return table.sort_values(["_kind", "_eta"]).drop(columns=["_kind", "_eta"]).reset_index(drop=True)
@@ -655,10 +646,6 @@ def ss_text(x) -> str:
     return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _ci(lo, hi, digits: int) -> str:
-    return "" if pd.isna(lo) else f"[{number(lo, digits)}, {number(hi, digits)}]"
-
-
 def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per term: where, df, SS, η², F, p (and PED-ANOVA); the top factor and pair in bold."""
     t = effects.importance
@@ -684,7 +671,7 @@ def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) ->
     """One row per (factor, level): mean, 95% CI, configurations, runs; best level in bold."""
     m = effects.marginal
     cells = pd.DataFrame({effects.metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [_ci(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
+                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
                           "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
                           "matched": m["matched"].tolist()},
                          index=pd.MultiIndex.from_frame(m[["factor", "level"]]))
@@ -703,7 +690,7 @@ def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
                                    levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])]))
     m = pd.concat(frames, ignore_index=True)
     cells = pd.DataFrame({metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [_ci(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
+                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
                           "CI over": m["ci_over"].tolist(), "matched": m["matched"].tolist()},
                          index=pd.MultiIndex.from_frame(m[["interaction", "levels"]]))
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)

@@ -95,9 +95,13 @@ def save(fig, stem: Path | str) -> list[Path]:
     return paths
 
 
+def _averaged(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The runs the tables average: only they appear in the figures, too."""
+    return runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
+
+
 def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
-    # Only runs that are averaged in the tables appear in the figures, too.
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
+    good = _averaged(runs, metric)
     frame = frame[frame["run_dir"].isin(good["run_dir"])]
     return frame.assign(config=frame["run_dir"].map(config_labels(good, keys)))
 
@@ -345,8 +349,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
     shortest one every configuration stored, so its tokens stay legible). Run stores written
     before the maps were stored as data: their pictures (attention/*.png), one row per
     configuration."""
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
-    names = config_labels(good, keys)
+    names = config_labels(_averaged(runs, metric), keys)
     found = {}
     for config in sorted(set(names)):
         for run_dir in sorted(names.index[names == config]):

@@ -135,11 +135,6 @@ def t_sf(t, df) -> np.ndarray:
     return out
 
 
-def t_cdf(t, df) -> np.ndarray:
-    """P(T <= t)."""
-    return t_sf(-np.asarray(t, dtype=float), df)
-
-
 def t_quantile(p, df) -> np.ndarray:
     """The t with P(T <= t) = p (0 < p < 1): Newton's method on sf, a step that leaves the
     bracket known to hold the root bisecting it instead; within 1e-12 (relative above 1) of the root."""

@@ -379,9 +379,12 @@ def _mean(t: Table) -> list[str]:
     return [mean_std(m, s, t.digits, k) for m, s, k in zip(t.agg["mean"], t.agg["std"], shown)]
 
 
+def ci_text(lo, hi, digits: int) -> str:
+    return "" if pd.isna(lo) else f"[{number(lo, digits)}, {number(hi, digits)}]"
+
+
 def _ci(t: Table) -> list[str]:
-    return ["" if pd.isna(lo) else f"[{number(lo, t.digits)}, {number(hi, t.digits)}]"
-            for lo, hi in zip(t.agg["ci_lo"], t.agg["ci_hi"])]
+    return [ci_text(lo, hi, t.digits) for lo, hi in zip(t.agg["ci_lo"], t.agg["ci_hi"])]
 
 
 def _excluded(t: Table) -> list[str]:
@@ -451,10 +454,7 @@ def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: i
         if row is None or pd.isna(row["delta"]):
             cells.append("")
             continue
-        text = f"{row['delta']:+.{digits}f}"
-        if not pd.isna(row["delta_lo"]):
-            text += f" [{number(row['delta_lo'], digits)}, {number(row['delta_hi'], digits)}]"
-        cells.append(text)
+        cells.append(f"{row['delta']:+.{digits}f} {ci_text(row['delta_lo'], row['delta_hi'], digits)}".rstrip())
     return cells
 
 

@@ -357,7 +357,7 @@ def test_on_the_committed_reverse_store_the_effects_agree_with_the_seed_test(tmp
     assert table.loc["model.attention", "df_den"] < 5           # Welch-type: the noisy cells' df
     data = found.data
     pooled = effects.type2(data["y"], [t for t, _, _ in effects.design(
-        data, found.factors, interactions=True, seed_block=False)]).set_index("term")
+        data, found.factors, interactions=True)]).set_index("term")
     assert pooled.loc["model.attention", "p"] < 0.001 < table.loc["model.attention", "p"]
     marginal = found.marginal.set_index(["factor", "level"])["mean"]
     better = marginal[("model.attention", "bahdanau")] > marginal[("model.attention", "none")]
@@ -387,7 +387,7 @@ def test_on_two_groups_it_is_welchs_t_test():
     x, y = np.array([10.1, 12.5, 11.0, 15.2]), np.array([3.0, 3.4, 2.9])
     values = np.concatenate([x, y])
     group = np.r_[np.ones(4), np.zeros(3)]
-    [row] = effects.robust(values, [effects.Term("g", group[:, None])], group).to_dict("records")
+    [row] = effects.robust_on(effects.robust_design([effects.Term("g", group[:, None])], group), values).to_dict("records")
     welch = statistics.seed_test(x, y)                  # seeds only: Welch's t and its df
     assert row["f"] == pytest.approx(float(welch.delta / welch.se) ** 2, rel=1e-9)
     assert row["df_den"] == pytest.approx(float(welch.df), rel=1e-9)
@@ -398,9 +398,9 @@ def test_on_two_groups_it_is_welchs_t_test():
 
 def test_a_term_without_spread_or_df_is_handled():
     a, b, terms, cells = two_by_two(2)
-    exact = effects.robust(5.0 * b + 1.0, terms, cells).set_index("term")   # no noise at all
+    exact = effects.robust_on(effects.robust_design(terms, cells), 5.0 * b + 1.0).set_index("term")   # no noise at all
     assert exact.loc["B", "p"] == 0.0 and np.isnan(exact.loc["A", "p"])
-    one_run = effects.robust(np.arange(4.0), two_by_two(1)[2], two_by_two(1)[3])   # saturated
+    one_run = effects.robust_on(effects.robust_design(*two_by_two(1)[2:4]), np.arange(4.0))   # saturated
     assert one_run["p"].isna().all()
 
 

@@ -164,7 +164,7 @@ def naive_seed_test(base, systems, refs, n_samples, seed):
         half = statistics.t_quantile(0.975, df) * math.sqrt(var)
         t = delta / math.sqrt(var)
         found.append((delta, delta - half, delta + half, float(statistics.t_sf(t, df)),
-                      float(statistics.t_cdf(t, df))))
+                      float(statistics.t_sf(-t, df))))
     return found
 
 
