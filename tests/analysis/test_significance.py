@@ -374,7 +374,7 @@ def test_pooled_seeds_equivalence_and_the_detectable_difference(tmp_path):
 
 
 def test_a_caption_describes_only_the_columns_its_table_shows(tmp_path):
-    """table.tex used to keep the description of the CI, p and Δ columns it had dropped."""
+    """table.tex describes only the CI, p and Δ columns it keeps."""
     refs = references(100, seed=5)
     study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.2, 10)] * 2})
     described = ("95% CI: Student-t", "p (Holm): test over seeds", "Δ [95% CI]: difference",

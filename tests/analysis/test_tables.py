@@ -64,7 +64,7 @@ def test_no_note_without_scoring_arms_or_recorded_encoder_output():
     assert scoring_note(pd.DataFrame({"model.scoring": ["dot", "general"]})) is None
 
 
-# --- paper tables: human headers, chosen columns, width, caption (issue 18 §3) ---
+# --- paper tables: human headers, chosen columns, width, caption ---
 
 def _agg(keys: dict):
     frame = pd.DataFrame(keys)
