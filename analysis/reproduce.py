@@ -243,15 +243,15 @@ def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
 
 
 def calibration_table(spec: str) -> str:
-    """`results/calibration/NAME.csv` -> its calibration table (calibration_results.py)."""
-    from lit_attention.analysis import calibration_results
+    """`results/calibration/NAME.csv` -> its calibration table (calibration_sim.py)."""
+    import calibration_sim
     paths = shlex.split(spec)
     if len(paths) != 1:
         raise ReproduceError(f"a calibration block names one file under results/calibration/, not {spec!r} "
                              "(analysis/calibrate.py simulates one)")
     try:
-        return "\n" + calibration_results.markdown(calibration_results.read(REPO / paths[0])) + "\n"
-    except calibration_results.CalibrationFileError as exc:
+        return "\n" + calibration_sim.markdown(calibration_sim.read(REPO / paths[0])) + "\n"
+    except calibration_sim.CalibrationFileError as exc:
         raise ReproduceError(str(exc)) from exc
 
 

@@ -49,7 +49,7 @@ def test_no_private_lightning_attribute_is_used():
 # properties). Not counted: docstrings and the literal text of f-strings (messages, docs).
 # Allowed, (file, name) -> why, are only strings that are not the choice but the same word:
 CHOICE_LITERAL_ALLOWED = {
-    ("lit_attention/analysis/effects_output.py", "none"): "matplotlib's linestyle",
+    ("lit_attention/analysis/effects.py", "none"): "matplotlib's linestyle",
     ("lit_attention/analysis/plots.py", "none"): "matplotlib's linestyle",
     ("lit_attention/analysis/wandb_import.py", "wandb"): "the wandb package's command line",
     ("lit_attention/tracking/wandb.py", "wandb"): "the wandb package and its run folder",
@@ -153,8 +153,8 @@ def _imported_distributions(folders: list[str]) -> set[str]:
     import sys
 
     owner = importlib.metadata.packages_distributions()
-    local = {Path(name).stem for name in _tracked_python_sources()     # tests' and bench's helpers
-             if name.startswith(("tests/", "bench/"))}
+    local = {Path(name).stem for name in _tracked_python_sources()     # tests', bench's, analysis/'s helpers
+             if name.startswith(("tests/", "bench/", "analysis/"))}
     found = set()
     for name, text in _tracked_python_sources().items():
         if not name.startswith(tuple(f"{f}/" for f in folders)):

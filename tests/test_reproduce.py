@@ -218,9 +218,9 @@ def test_committed_results_md_matches_the_committed_results_store():
 
 
 def test_the_calibration_table_is_formatted_from_its_results_file_and_checked(tmp_path, capsys):
-    from lit_attention.analysis import calibration_results
-    rows = [calibration_results.simulate("seeds", n, 1.0, experiments=300) for n in (2, 3)]
-    calibration_results.write(tmp_path / "seeds.csv", rows)
+    import calibration_sim
+    rows = [calibration_sim.simulate_cell("seeds", n, 1.0, experiments=300) for n in (2, 3)]
+    calibration_sim.write(tmp_path / "seeds.csv", rows)
     doc = tmp_path / "REPORT.md"
     doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} -->\nold\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
