@@ -129,7 +129,7 @@ calibrate = _calibrate()
 
 def test_the_committed_files_are_the_three_tables_docs_show():
     assert [p.name for p in COMMITTED] == ["blocks.csv", "seeds-pooled6.csv", "seeds.csv"]
-    text = (REPO / "docs" / "ANALYSIS.md").read_text()
+    text = (REPO / "docs" / "REPORT.md").read_text()
     for path in COMMITTED:
         assert f"<!-- calibration {path.relative_to(REPO)} -->" in text
 
