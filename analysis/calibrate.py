@@ -5,10 +5,10 @@
     python analysis/calibrate.py results/calibration/blocks.csv blocks
     python analysis/calibrate.py --check results/calibration/*.csv   # exit 1 if a cell differs
 
-`seeds`: the seed x sentence test (lit_attention/analysis/calibration.py); `blocks`: the
-language-model test over token blocks (block_calibration.py). One row per cell (every number of
+`seeds`: the seed x sentence test; `blocks`: the language-model test over token blocks (both
+simulated by calibration_sim.py beside this script). One row per cell (every number of
 seeds at every variance ratio), each with what simulates it again; analysis/reproduce.py formats
-docs/ANALYSIS.md's tables from these files. Run --check after changing a simulation or the test
+docs/REPORT.md's tables from these files. Run --check after changing a simulation or the test
 it calibrates (the three committed tables: a few CPU-minutes), and write the files again if the
 change is meant.
 """
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from lit_attention.analysis import calibration, calibration_results
+import calibration_sim as cs
 
 
 def _numbers(kind: type):
@@ -44,8 +44,8 @@ def check(path: Path, cells: int | None = None) -> list[str]:
     """Simulate the first ``cells`` cells of a calibration file (all by default) again; the
     differences, one line each."""
     differences = []
-    for row in calibration_results.read(path)[:cells]:
-        changed = calibration_results.differences(row, calibration_results.resimulate(row))
+    for row in cs.read(path)[:cells]:
+        changed = cs.differences(row, cs.resimulate(row))
         if changed:
             differences.append(f"{path}: {row['seeds']} seeds at ratio {row['ratio']:g}: committed -> now {changed}")
     return differences
@@ -56,10 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", nargs="+", type=Path, metavar="FILE",
                         help="simulate every cell of these files again; exit 1 if one differs")
     parser.add_argument("out", nargs="?", type=Path, help="the CSV to write")
-    parser.add_argument("kind", nargs="?", choices=sorted(calibration_results.KINDS))
-    parser.add_argument("--seeds", type=_numbers(int), default=calibration.SEEDS)
-    parser.add_argument("--ratios", type=_numbers(float), default=calibration.RATIOS)
-    parser.add_argument("--experiments", type=_positive, default=calibration.EXPERIMENTS)
+    parser.add_argument("kind", nargs="?", choices=sorted(cs.KINDS))
+    parser.add_argument("--seeds", type=_numbers(int), default=cs.SEEDS)
+    parser.add_argument("--ratios", type=_numbers(float), default=cs.RATIOS)
+    parser.add_argument("--experiments", type=_positive, default=cs.EXPERIMENTS)
     parser.add_argument("--pooled-arms", type=_positive, default=None,
                         help="seeds only: the seed variance pooled over this many arms")
     args = parser.parse_args(argv)
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--check simulates what each file says; it takes no {'OUT KIND' if args.out else given[0]}")
         try:
             differences = [line for path in args.check for line in check(path)]
-        except calibration_results.CalibrationFileError as exc:
+        except cs.CalibrationFileError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print("\n".join(differences) or f"every cell of {len(args.check)} file(s) is what the simulation gives now")
@@ -78,11 +78,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None or args.kind is None:
         parser.error("give OUT and KIND (seeds or blocks), or --check FILE ...")
     try:
-        rows = [calibration_results.simulate(args.kind, n, ratio, args.experiments, args.pooled_arms)
+        rows = [cs.simulate_cell(args.kind, n, ratio, args.experiments, args.pooled_arms)
                 for ratio in args.ratios for n in args.seeds]
     except ValueError as exc:          # an option the kind does not take: refused before it simulates
         parser.error(str(exc))
-    calibration_results.write(args.out, rows)
+    cs.write(args.out, rows)
     print(f"{args.out}: {len(rows)} cells")
     return 0
 

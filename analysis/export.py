@@ -11,12 +11,15 @@ is replaced (re-exporting a finished run after `lit-attention test` adds its tes
 only by the same run: one whose task, seed and model settings differ (a new study reusing the run
 ids t0000-s0, ... of a lost one) is refused, and nothing is exported.
 A run whose summary.json cannot be read (tracking/schema.py) is not exported: nothing is copied,
-and the message names the file and what is wrong.
+and the message names the file and what is wrong. Paths of the machine that made a run (the
+summary's run_dir, the config's run.root) stay behind too: a committed store names none.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -45,7 +48,22 @@ def export_run(run_dir: Path, destination: Path) -> Path:
     for name in KEEP_DIRS:
         if (run_dir / name).is_dir():
             shutil.copytree(run_dir / name, target / name, ignore=shutil.ignore_patterns(*CACHES))
+    without_machine_paths(target)
     return target
+
+
+ROOT_LINE = re.compile(r"^(\s+root: )(/.*)$", re.M)   # run.root in a resolved config.yaml
+
+
+def without_machine_paths(run: Path) -> None:
+    """Drop summary.json's run_dir and make config.yaml's run.root the relative `runs`."""
+    summary = schema.summary_path(run)
+    fields = json.loads(summary.read_text())
+    if fields.pop("run_dir", None) is not None:
+        summary.write_text(json.dumps(fields, indent=2) + "\n")
+    config = run / schema.CONFIG
+    if config.is_file():
+        config.write_text(ROOT_LINE.sub(r"\1runs", config.read_text()))
 
 
 IDENTITY = ("task", "seed", "model")   # summary.json fields that say which cell a run is

@@ -1,17 +1,21 @@
-"""Regenerate every table, number and figure of docs/RESULTS.md (from the committed results/
-store) and docs/ANALYSIS.md (the calibration of the test, from results/calibration/).
+"""Regenerate every table, number and figure of README.md and docs/RESULTS.md (from the committed
+results/ store) and docs/REPORT.md (the calibration of the test, from results/calibration/).
 
-    python analysis/reproduce.py            # rewrite both documents (and RESULTS.md's figures)
-    python analysis/reproduce.py --check    # exit 1, with a diff, if either differs
+    python analysis/reproduce.py            # rewrite the documents (and RESULTS.md's figures)
+    python analysis/reproduce.py --check    # exit 1, with a diff, if one differs
 
 The documents mark what is generated with HTML comments (invisible on GitHub); everything
 between a marker and the next `<!-- end -->` is replaced:
 
     <!-- report results/demo --metric val_bleu -->      a table: `lit-attention report` on the
-    ...                                                 store with these options, as Markdown
-    <!-- end -->                                        (`... --trials :: expected_max`: the
-                                                        table of --trials; `:: improvement`: of
-                                                        --improvement)
+    ...                                                 store with these options, as Markdown,
+    <!-- end -->                                        and its caption without the method
+                                                        (short_caption); `... --trials ::
+                                                        expected_max`: the table of --trials;
+                                                        `:: improvement`: of --improvement
+    <!-- method results/demo --metric val_bleu -->      the same report's whole caption: the
+    ...                                                 method, stated once for the tables
+    <!-- end -->                                        whose captions leave it out
     <!-- value results/demo val_bleu mean model.family=transformer digits=1 -->61.8<!-- end -->
                                                         one number in the text: mean, std, min,
                                                         max, median or n of a metric over the
@@ -27,6 +31,13 @@ between a marker and the next `<!-- end -->` is replaced:
                                                         delta_lo, delta_hi, mde, se, df, p, p_holm,
                                                         p_equivalent_holm, for the row matching
                                                         every KEY=VALUE after `::`
+    <!-- provenance results/demo -->                   which code made the store, when and where:
+    ...                                                 its commit(s), dates and machines; --check
+    <!-- end -->                                        fails when its training code (the
+                                                        fingerprint of tracking/provenance.py)
+                                                        differs from this checkout's, unless the
+                                                        marker says `older` (the page then says
+                                                        "made by older code; see CHANGELOG")
     <!-- calibration results/calibration/seeds.csv -->  the seed test's false-positive rate, power
     ...                                                 and MDE on simulated experiments, as a
     <!-- end -->                                        Markdown table, from the committed results
@@ -51,10 +62,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS_MD = REPO / "docs" / "RESULTS.md"
-DOCS = (RESULTS_MD, REPO / "docs" / "ANALYSIS.md")
+DOCS = (REPO / "README.md", REPO / "docs" / "RESULTS.md", REPO / "docs" / "REPORT.md")
 
-BLOCK = re.compile(r"<!-- (report|value|figures|calibration|sig)(?: ([^\n]*?))? -->(.*?)<!-- end -->", re.S)
+BLOCK = re.compile(r"<!-- (report|method|value|figures|calibration|sig|provenance)(?: ([^\n]*?))? -->(.*?)"
+                   r"<!-- end -->", re.S)
 STATS = ("mean", "std", "min", "max", "median", "n")
 TEST_STATS = ("delta", "delta_lo", "delta_hi", "mde", "se", "df", "p", "p_holm", "p_equivalent_holm")
 
@@ -81,9 +92,49 @@ def _store(path: str) -> str:
     return str(store)
 
 
-def table(spec: str, scratch: Path) -> str:
+# The parts of a caption that state the method, the same in every table of a page: the page
+# states them once (a `method` block) and each table's caption keeps what is its own.
+METHOD_PARTS = [
+    (r": mean ± standard deviation \(ddof=1\) over n = ", ", n = "),
+    (r"; 95% CI: Student-t interval over seeds, mean ± t\(0\.975, n-1\)·s/√n; s with ddof=1"
+     r"(?:, clipped to (?:\[[^\]]*\]|at least [\d.]+))?(?=\.)", ""),
+    (r" Best value per column in bold\.", ""),
+    (r"; steps, train s \(wall time\) and train FLOPs are what training used\.", "."),
+    (r" Δ \[95% CI\]: difference of the seed means from the baseline's[^.]*\.", ""),
+    (r" MDE: the difference the test finds with 80 % power at α = 0\.05 \(before Holm\)\.", ""),
+    (r" ≈ (±\S+) \(TOST, Holm\): two one-sided tests that \|Δ\| is below the margin[^.]*\.",
+     r" ≈: equivalent within \1 (TOST)."),
+    (r" n=1: one seed \(here or in the baseline\), so no test over seeds and no mark\.", ""),
+    (r" sacreBLEU signature: \S+\.", ""),
+    (r" ‖∂L/∂h_t‖ decay/step: exp of the least-squares slope .*? the seeds there are\)\.", ""),
+    (r" \(every token scored once, from the tokens of its window only; no state carried\)", ""),
+]
+TEST_PART = re.compile(r" [▲▼]/[▲▼]: better/worse than the baseline \((.*?)\)(?: on the \w+ hypotheses)?, "
+                       r"Holm-adjusted p < 0\.05; [^:]*: (test over [^:]*): .*?Holm-corrected over both "
+                       r"directions(?: of (\d+) comparisons?)?[^.]*\.")
+POOLED = re.compile(r"one seed standard deviation pooled over the (\d+) arms tested \(([\d.]+), (\d+) df")
+LEFT_OUT = re.compile(r"the evaluated text's own variance is left out: ([^;]*);")
+
+
+def short_caption(caption: str) -> str:
+    """``caption`` less the METHOD_PARTS (a part it lacks is left alone); the test against the
+    baseline named by its baseline, kind, comparisons and a pooled seed SD."""
+    for pattern, replacement in METHOD_PARTS:
+        caption = re.sub(pattern, replacement, caption, count=1)
+    test = TEST_PART.search(caption)
+    if test:
+        pooled, left_out = POOLED.search(test[0]), LEFT_OUT.search(test[0])
+        said = (f" Baseline {test[1]}; {test[2]}" + (f", {test[3]} comparison{'s' * (test[3] != '1')}" if test[3] else "")
+                + (f", seed SD pooled over {pooled[1]} arms ({pooled[2]}, {pooled[3]} df)" if pooled else "")
+                + (f" (the text's variance left out: {left_out[1]})" if left_out else "") + ".")
+        caption = caption[:test.start()] + said + caption[test.end():]
+    return caption
+
+
+def table(spec: str, scratch: Path, whole_caption: bool = False) -> str:
     """`STORE OPTIONS [:: NAME]` -> the report's table.md, or its NAME.md (expected_max,
-    improvement: the tables of --trials and --improvement)."""
+    improvement: the tables of --trials and --improvement), with its caption shortened; with
+    ``whole_caption``, that caption alone, the method included."""
     report_part, _, name = spec.partition(" :: ")
     store, *options = shlex.split(report_part)
     out = _report([_store(store), *options, "--no-figures"], scratch / "table")
@@ -91,7 +142,12 @@ def table(spec: str, scratch: Path) -> str:
     if not path.is_file():
         written = ", ".join(sorted(p.stem for p in out.glob("*.md")))
         raise ReproduceError(f"the report {report_part!r} wrote no {path.name} (it wrote {written})")
-    return "\n" + path.read_text().strip() + "\n"
+    lines = path.read_text().strip().splitlines()
+    rows = [line for line in lines if line.startswith("|")]
+    caption = " ".join(line for line in lines if line.strip() and not line.startswith("|"))
+    if whole_caption:
+        return "\n" + caption + "\n"
+    return "\n" + "\n".join(rows) + ("\n\n" + short_caption(caption) if caption else "") + "\n"
 
 
 def figures(spec: str, scratch: Path, docs: Path | None) -> str:
@@ -187,34 +243,85 @@ def test_statistic(spec: str, scratch: Path, tests: dict) -> str:
 
 
 def calibration_table(spec: str) -> str:
-    """`results/calibration/NAME.csv` -> its calibration table (calibration_results.py)."""
-    from lit_attention.analysis import calibration_results
+    """`results/calibration/NAME.csv` -> its calibration table (calibration_sim.py)."""
+    import calibration_sim
     paths = shlex.split(spec)
     if len(paths) != 1:
         raise ReproduceError(f"a calibration block names one file under results/calibration/, not {spec!r} "
                              "(analysis/calibrate.py simulates one)")
     try:
-        return "\n" + calibration_results.markdown(calibration_results.read(REPO / paths[0])) + "\n"
-    except calibration_results.CalibrationFileError as exc:
+        return "\n" + calibration_sim.markdown(calibration_sim.read(REPO / paths[0])) + "\n"
+    except calibration_sim.CalibrationFileError as exc:
         raise ReproduceError(str(exc)) from exc
+
+
+def provenance(spec: str) -> str:
+    """`STORE [older]` -> one line: the store's commits, dates and machines, and whether its
+    training code is this checkout's."""
+    from lit_attention.analysis import load
+    from lit_attention.tracking.provenance import code_fingerprint
+    store, *flags = shlex.split(spec)
+    if flags not in ([], ["older"]):
+        raise ReproduceError(f"a provenance block takes a store and optionally 'older', not {spec!r}")
+    runs = load.load_runs(_store(store))
+
+    def values(column: str, shorten=lambda v: v) -> list[str]:
+        found = runs[column].dropna() if column in runs else []
+        return sorted({shorten(str(v)) for v in found})
+
+    commits, dates = values("git_commit", lambda v: v[:7]), values("started_at", lambda v: v[:10])
+    machines, made_by = values("machine"), values("code_fingerprint")
+    recorded = runs["code_fingerprint"] if "code_fingerprint" in runs else runs["run_id"].map(lambda _: None)
+    older = not (recorded.notna().all() and set(recorded) == {code_fingerprint()})
+    if older and not flags:
+        raise ReproduceError(
+            f"{store} was made by training code other than this checkout's (fingerprint "
+            f"{', '.join(made_by) or 'not recorded'}; now {code_fingerprint()}): re-make it, or mark its "
+            f"provenance block 'older' and say what changed in CHANGELOG.md")
+    if flags and not older:
+        raise ReproduceError(f"{store} was made by this checkout's training code: drop 'older' from its provenance block")
+    span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}" if dates else "date not recorded"
+    code = "made by older code; see CHANGELOG" if older else "training code as in this checkout"
+    commit = ("commit not recorded" if not commits else f"commit {commits[0]}" if len(commits) == 1 else
+              f"commits {', '.join(commits[:3])}" + (f" and {len(commits) - 3} more" if len(commits) > 3 else ""))
+    return (f"`{store}`: {commit}, {span}, "
+            f"{'; '.join(machines) or 'machine not recorded'}; {code}.")
+
+
+def stores_without_provenance(text: str) -> list[str]:
+    """The run stores a document's blocks read that no provenance block of it describes."""
+    used, described = set(), set()
+    for match in BLOCK.finditer(text):
+        kind, spec = match.group(1), (match.group(2) or "").strip()
+        if kind in ("report", "value", "figures", "sig") and spec:
+            used.add(shlex.split(spec)[0])
+        elif kind == "provenance" and spec:
+            described.add(shlex.split(spec)[0])
+    return sorted(used - described)
 
 
 def regenerate(text: str, docs: Path | None = None) -> str:
     """The document with every generated block rebuilt (figures copied under ``docs`` if given)."""
+    missing = stores_without_provenance(text)
+    if missing:
+        raise ReproduceError(f"no <!-- provenance STORE --> block for {', '.join(missing)}: a page says "
+                             "which code made every store it reports")
     with tempfile.TemporaryDirectory() as tmp:
         tests = {}
 
         def rebuild(match: re.Match) -> str:
             kind, spec = match.group(1), (match.group(2) or "").strip()
             with tempfile.TemporaryDirectory(dir=tmp) as scratch:
-                if kind == "report":
-                    body = table(spec, Path(scratch))
+                if kind in ("report", "method"):
+                    body = table(spec, Path(scratch), whole_caption=kind == "method")
                 elif kind == "figures":
                     body = figures(spec, Path(scratch), docs)
                 elif kind == "calibration":
                     body = calibration_table(spec)
                 elif kind == "sig":
                     body = test_statistic(spec, Path(tmp), tests)
+                elif kind == "provenance":
+                    body = provenance(spec)
                 else:
                     body = value(spec)
             return f"<!-- {kind}{' ' * bool(spec)}{spec} -->{body}<!-- end -->"

@@ -103,7 +103,7 @@ def target_tokens(batch: dict) -> int:
 
 def seq2seq_loss(net, batch, label_smoothing: float = 0.1, fused: bool = True) -> torch.Tensor:
     """The training loss TranslationModule.training_step computes (output projection fused with
-    the loss); ``fused=False``: the logits first, then the loss (before session 12)."""
+    the loss); ``fused=False``: the logits first, then the loss (the unfused step, as a baseline)."""
     from lit_attention.data.vocab import PAD
     from lit_attention.models.loss import decoder_loss, smoothed_cross_entropy
     out = net(batch["src"], batch["tgt_in"])

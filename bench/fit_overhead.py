@@ -6,14 +6,14 @@ their default intervals (gradient norms, per-module norms every 50 steps, gradie
 checkpoints, the progress bar (drawn into a buffer). After each of its steps a plain loop takes one
 step on the same batch (step_clock.PairedPlainStep): a copy of the model with the same fused Adam,
 schedule, fused loss and clipping, timed apart. The two alternate step by step so that both see
-the same machine: run one after the other, the plain loop's own rate moved by 10 % between rounds
-of one invocation, more than the overhead measured. Validation (at the end of the epoch) is not
+the same machine: run one after the other, the plain loop's own rate moves between rounds of one
+invocation by more than the overhead measured. Validation (at the end of the epoch) is not
 timed. Time is this process's CPU time (one torch thread): the machine is shared, and wall time
 counted the work of other processes.
 
 A second figure leaves out the steps whose batch shape is new: the budget counts the FLOPs of
 each new shape once (models/flops.py), which over a whole run is paid by few of its steps
-(Multi30k: 104 shapes in 1,200 steps).
+(a Multi30k run has about a hundred shapes in a thousand steps).
 
 The model is small enough for the step's fixed costs to show on a CPU (what a launch-bound GPU
 step also exposes); goal: fit/plain >= 0.9 (the median of the rounds).
@@ -22,10 +22,6 @@ A bare Lightning Trainer runs the same pairs once more: a LightningModule whose 
 plain loop's loss, with Lightning's own clipping and schedule, and no logger, checkpoint, progress
 bar or callback of ours (BareModule). Of the milliseconds `fit` adds to a step, this is the part
 that Lightning's loop costs by itself, which nothing in lit_attention can remove.
-
-A last, untimed run counts the torch calls made from Python in each step of both (step_clock.OpCount):
-on a launch-bound GPU each costs the host a call and usually a kernel launch, and the count is the
-same on every CPU, so a call `fit` adds to every step shows even where this CPU's timing hides it.
 
     .venv/bin/python bench/fit_overhead.py [--quick] [--steps 150] [--rounds 3]
 """
@@ -48,7 +44,7 @@ import benchlib as B
 from step_clock import PairedPlainStep, StepClock
 
 GOAL = 0.9
-# Small enough to be overhead-bound on a 2-core CPU (a step of ~10-20 ms).
+# Small enough for a step's fixed costs to show on a 2-core CPU.
 SMALL_TRANSFORMER = dict(d_model=64, heads=4, enc_layers=2, dec_layers=2, ffn=128, dropout=0.1,
                          norm="pre", tie_embeddings=True)
 
@@ -69,16 +65,15 @@ def _arg(value) -> str:
 
 def fit_clock(data: dict, model: dict, steps: int, seed: int, root: Path, accelerator: str = "cpu",
               precision: str = "32-true", extra: tuple[str, ...] = (), paired: bool = False,
-              callbacks: tuple[dict, ...] = (), count_ops: bool = False) -> StepClock:
+              callbacks: tuple[dict, ...] = ()) -> StepClock:
     """The step clock of `lit-attention fit` run in this process; ``paired``: with a plain step
-    after each of its steps (``PairedPlainStep.last`` holds them; ``count_ops``: it counts both
-    steps' torch calls instead of timing them); ``callbacks``: more callbacks (class_path and init_args)."""
+    after each of its steps (``PairedPlainStep.last`` holds them); ``callbacks``: more callbacks (class_path and init_args)."""
     from lit_attention.cli import main
 
     callbacks = [{"class_path": "step_clock.StepClock"}, *callbacks]
     if paired:
         callbacks.append({"class_path": "step_clock.PairedPlainStep",
-                          "init_args": {"lr": model["lr"], "warmup": model["warmup"], "count_ops": count_ops}})
+                          "init_args": {"lr": model["lr"], "warmup": model["warmup"]}})
     argv = ["fit", "--seed_everything", str(seed), "--run.root", str(root),
             "--trainer.accelerator", accelerator, "--trainer.devices", "1", "--trainer.precision", precision,
             "--trainer.max_steps", str(steps),
@@ -179,12 +174,6 @@ def main() -> None:
                   f"known shapes): fit +{extra['fit'][-1]:.2f} ms, a bare Lightning Trainer "
                   f"+{extra['bare Lightning'][-1]:.2f} ms", flush=True)
 
-        fit_clock(data, model, args.steps, args.seed, Path(tmp) / "counted", paired=True, count_ops=True)
-        calls = PairedPlainStep.last.ops_per_step(args.warmup)
-    print(f"torch calls from Python per step (untimed run; median = a step between two logged or measured ones, "
-          f"mean = with their share): fit {calls['fit median']:.0f}, plain {calls['plain median']:.0f} "
-          f"(median, fit/plain {calls['fit median'] / calls['plain median']:.3f}); fit {calls['fit mean']:.0f}, "
-          f"plain {calls['plain mean']:.0f} (mean, {calls['fit mean'] / calls['plain mean']:.3f})")
 
     fit_extra, bare_extra = (statistics.median(v) for v in extra.values())
     print(f"CPU ms a step over the plain step (a step of a known shape, median of the rounds): fit +{fit_extra:.2f}, "

@@ -1,31 +1,23 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 38 in one call of a lent GPU machine (../shared/gpu/README.md); logs go to
-# OUT (default gpu-out/), a short table last:
+# Every GPU measurement in one call of a GPU machine; logs go to OUT (default gpu-out/), the
+# SUMMARY lines and exit statuses last:
 #
-#   source .gpu/env.sh; bash bench/gpu_all.sh "$OUT" [PART ...]
+#   bash bench/gpu_all.sh "$OUT" [PART ...]
 #
-# PART (default: gputests eager profile writes, about 8 minutes on an H200):
-# gputests (~40 s): the tests that need CUDA, with the rest of their files: model.graph_step's losses
-#    equal the eager step's (tests/lightning/test_graph_step.py); a checkpoint saved on the GPU is
-#    copied off it without waiting for the device, as it was at the save (test_checksum.py); a
-#    worker's batch, pinned, stays one Batch on its way to the GPU (tests/data/test_batching.py);
-#    and sweep --gpus 0 / --gpus 99 dry runs and the accelerator check as this machine sees them;
-# eager (~3.5 min): bench/gpu_throughput.py's eager rows: plain loop vs `fit` (fp32/bf16, fit without
-#    loader workers), the plain loop over padded batches (data.pad_to_lengths; bf16 also with cuDNN's
-#    attention, which plans each of the 11 shapes once), and last the padded plain step captured
-#    whole in a CUDA graph per shape (eager kernels, no launches from Python), fp32 and bf16, the
-#    padded plain loop with graph_step's graphs (forward and backward; fp32), and
-#    `fit --model.graph_step true` over the padded batches (forward and backward from graphs);
-# profile (~2.5 min): bench/gpu_fit_profile.py: fit's steps inside and between, the main thread's
-#    share of them on a CPU (beside the plain loop's), host waits, fp32's cProfile, fp32 again with a
-#    0.5 ms GIL switch interval, and the same spans and waits for fit --model.graph_step true;
-# attribution (~1.5 min, not by default: measured in sessions 21-22): bench/gpu_fit_attribution.py:
-#    fit without FLOP counting, diagnostics;
-# compiled (<= 3.5 min, not by default: it crashed the process on torch 2.11, 2026-11-27): the plain
-#    loop compiled with CUDA graphs (inductor, mode="reduce-overhead") over padded batches;
-# writes (~1.5 min): bench/gpu_checkpoint_writes.py, fit with checkpoints written by the writer
-#    thread vs in line;
-# demo (<= 80 s, not by default: measured on 2026-11-27): the README's main job on this machine.
+# PART (default: gputests eager profile writes; each part runs under its own timeout below):
+# gputests: the tests that need CUDA, with the rest of their files (graph_step's losses
+#    equal the eager step's; a checkpoint saved on the GPU is copied off it as it was at the save;
+#    a worker's batch, pinned, stays one Batch on its way to the GPU), and `sweep --gpus 0` /
+#    `--gpus 99` dry runs and the accelerator check as this machine sees them;
+# eager: bench/gpu_throughput.py's eager rows (plain loop vs `fit`, fp32 and bf16,
+#    padded batches, CUDA graphs, graph_step);
+# profile: gpu_throughput.py --part profile: fit's steps inside and between, host waits,
+#    the main thread's share of them on a CPU, fp32's cProfile;
+# writes: gpu_throughput.py --part writes: checkpoints by the writer thread vs in line;
+# sweep (not by default): bench/gpu_sweep.py, packed trials on one GPU;
+# compiled (not by default: torch.compile has crashed the process on some torch versions): the
+#    plain loop compiled with CUDA graphs over padded batches;
+# demo (not by default): the README's main job on this machine.
 # Without a GPU each part says so and exits 0.
 set -uo pipefail
 out=${1:-gpu-out}
@@ -40,8 +32,8 @@ if wants gputests; then
   timeout 150 python3 -m pytest -q -rs -p no:cacheprovider tests/lightning/test_graph_step.py \
     tests/lightning/test_checksum.py tests/data/test_batching.py 2>&1 | tail -20 | tee "$out/gpu_tests.log"
   echo "GPU tests exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
-  # session 28's refusals, decided from what this machine sees: a GPU it has plans (exit 0), one it
-  # lacks is refused (exit 2), and cuda/gpu are usable accelerators (None: no reason against them)
+  # refusals decided from what this machine sees: a GPU it has plans (exit 0), one it lacks is
+  # refused (exit 2), and cuda/gpu are usable accelerators (None: no reason against them)
   if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     python3 -m lit_attention.cli sweep sweeps/demo.yaml --gpus 0 --dry-run > "$out/gpus_seen.log" 2>&1
     echo "sweep --gpus 0 --dry-run exit $? (0 expected)" | tee -a "$out/exits.txt"
@@ -58,12 +50,12 @@ if wants eager; then
   echo "gpu_throughput (eager) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants profile; then
-  timeout 150 python3 bench/gpu_fit_profile.py --out "$out" 2>&1 | tee "$out/gpu_fit_profile.log"
-  echo "gpu_fit_profile exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+  timeout 150 python3 bench/gpu_throughput.py --part profile --out "$out" 2>&1 | tee "$out/gpu_profile.log"
+  echo "gpu_throughput --part profile exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
-if wants attribution; then
-  timeout 130 python3 bench/gpu_fit_attribution.py 2>&1 | tee "$out/gpu_fit_attribution.log"
-  echo "gpu_fit_attribution exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+if wants sweep; then
+  timeout 540 python3 bench/gpu_sweep.py 2>&1 | tee "$out/gpu_sweep.log"
+  echo "gpu_sweep exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants compiled; then
   timeout 210 python3 bench/gpu_throughput.py --rows '^plain 32-true$|32-true compiled with CUDA graphs, padded' \
@@ -71,8 +63,8 @@ if wants compiled; then
   echo "gpu_throughput (compiled) exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants writes; then
-  timeout 150 python3 bench/gpu_checkpoint_writes.py 2>&1 | tee "$out/gpu_checkpoint_writes.log"
-  echo "gpu_checkpoint_writes exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
+  timeout 150 python3 bench/gpu_throughput.py --part writes 2>&1 | tee "$out/gpu_writes.log"
+  echo "gpu_throughput --part writes exit ${PIPESTATUS[0]}" | tee -a "$out/exits.txt"
 fi
 if wants demo && python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   start=$(date +%s)

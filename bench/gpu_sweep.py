@@ -13,7 +13,7 @@ FLOP budget, all trials at once on the GPU (the default packing), from start to 
     # on the GPU machine of ../shared/gpu/README.md: source .gpu/env.sh; python3 bench/gpu_sweep.py
 
 Without a GPU it says so and exits 0 (--cpu runs it on the CPU anyway, to check the script).
-Sized to finish in under 8 minutes on one H100/H200 (--time-limit); goal: >= 4x one trial's
+--time-limit bounds the whole script; goal: >= 4x one trial's
 aggregate throughput with 8 packed, and the whole reference sweep (--budget-fraction 1 --seeds 3)
 in <= 15 minutes.
 """

@@ -9,11 +9,11 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
 - fit: ``lit_attention.cli.main(["fit", ...])`` in this process, every callback it adds; the
   compiled rows with ``--model.compile_step true``;
 - "padded": the plain loop over batches padded to multiples of 8 (``data.pad_to_lengths``: 11
-  shapes in an epoch instead of 35, 1.2x the steps; bench/shape_buckets.py), eager, compiled
+  shapes in an epoch instead of 35, 1.2x the steps), eager, compiled
   (dynamic), and compiled with CUDA graphs (``mode="reduce-overhead"``: a graph recorded per
   shape, which only few shapes make affordable). Their tokens/s count the target tokens of their
   own batches, so they compare with the unpadded rows in useful work; on a GPU also bf16 over
-  padded batches with cuDNN's attention allowed (it builds a plan per shape, ~13 ms each: the
+  padded batches with cuDNN's attention allowed (it builds a plan per shape: the
   reason sdpa_backends.py never allows it for unpadded batches);
 - "whole step in a CUDA graph" (on a GPU, last): the padded plain loop with each shape's whole
   step (forward, loss, backward, clipping, Adam) captured once with ``torch.cuda.graph`` and
@@ -29,11 +29,12 @@ The reference Transformer (configs/reference/multi30k-transformer.yaml's size) o
 Rows run eager first, then compiled (compiling takes tens of seconds a row); those not started
 when ``--time-limit`` has passed are skipped and said so.
 
-Printed: target tokens/s, ms/step, and the ratios issue 38 sets goals for: fit/plain (>= 0.9),
-bf16-mixed/fp32 under fit (>= 1.3), compiled/eager plain (>= 1.5). On a machine without a CUDA
-GPU it says so and exits 0. One call, under 8 minutes on an H100/H200:
+Printed: target tokens/s, ms/step, and the ratios with goals: fit/plain (>= 0.9), bf16-mixed/fp32
+under fit (>= 1.3), compiled/eager plain (>= 1.5). On a machine without a CUDA GPU it says so and
+exits 0. ``--part profile`` and ``--part writes`` run gpu_fit_parts.py's profiles of `fit` instead
+of the rows.
 
-    .venv/bin/python bench/gpu_throughput.py [--quick] [--steps 150] [--no-compile]
+    .venv/bin/python bench/gpu_throughput.py [--quick] [--steps 150] [--no-compile] [--part rows|profile|writes]
 
 ``--device cpu`` runs the same rows on the CPU (a check of the script, not a GPU figure).
 """
@@ -189,23 +190,6 @@ def no_gpu(args, script: str) -> bool:
     return True
 
 
-def fit_script_args(p, script: str):
-    """The parsed arguments of a GPU script that times `fit` (``--steps``, ``--warmup`` and ``--device``
-    added to parser ``p``), with torch set up; None, after saying so, where ``--device cuda`` finds no
-    CUDA GPU. ``--quick``: 12 steps, 4 untimed."""
-    p.add_argument("--steps", type=int, default=150)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    args = p.parse_args()
-    if no_gpu(args, script):
-        return None
-    if args.quick:
-        args.steps, args.warmup = 12, 4
-    args.threads = args.threads or 8
-    B.setup(args)
-    return args
-
-
 def reference_batches(args, **options) -> tuple[dict, object, list[dict]]:
     """(data arguments, prepared TranslationDataModule, its first ``args.steps`` training batches,
     pinned on a GPU): Multi30k in the reference config's settings, or synthetic toy-mt with
@@ -236,6 +220,9 @@ def main() -> None:
     p.add_argument("--time-limit", type=float, default=300.0,
                    help="seconds after which the rows not yet started are skipped (the table and ratios "
                         "still print)")
+    p.add_argument("--part", choices=("rows", "profile", "writes"), default="rows",
+                   help="the rows (default), or a part of gpu_fit_parts.py: fit's step profile, its checkpoint writer")
+    p.add_argument("--out", type=Path, default=None, help="folder for the whole Python profiles (--part profile)")
     args = p.parse_args()
     if no_gpu(args, "gpu_throughput"):
         return
@@ -243,6 +230,12 @@ def main() -> None:
         args.steps, args.warmup = 12, 4
     args.threads = args.threads or min(os.cpu_count() or 1, 8)
     B.setup(args)
+    if args.part != "rows":
+        import gpu_fit_parts
+        found = getattr(gpu_fit_parts, args.part)(args)
+        name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
+        B.summary(f"gpu_throughput: {name}: {found}")
+        return
     import fit_overhead as F
     from step_clock import StepClock
     StepClock.wall, StepClock.wall_sync_at = True, args.warmup   # the span the plain loop times too

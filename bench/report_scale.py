@@ -10,9 +10,11 @@ measures, each in a fresh process:
     tables      report --no-figures --baseline off
     sig cold    report --no-figures with its default test of every configuration vs the
                 baseline (seeds x sentences: the seeds' variance plus the bootstrap covariance of
-                the sentences, Student's t; analysis/seeds_x_sentences.py), sentence statistics computed (on all CPUs) and
+                the sentences, Student's t; analysis/statistics.py), sentence statistics computed (on all CPUs) and
                 cached in the stores
     sig warm    the same again, statistics read from the caches (the report a researcher re-runs)
+    figures     sig warm with the figures the report draws by default (the baseline and the
+                configurations of largest |Δ|), and its ratio to sig warm
 
 beside what a user would otherwise run: sacreBLEU's PairedTest (paired bootstrap) of every
 (system, baseline) pair of runs with the same seed, with the same number of resamples, measured on
@@ -138,13 +140,19 @@ def write_run(run_dir: Path, seed: int, model: dict, bleu: float, hyps: list[str
     write_summary(run_dir, summary)
     (run_dir / "config.yaml").write_text(config_yaml(seed, model))
     rows = ["step,epoch,time,train_loss,lr,grad_norm/total,val_loss,val_ppl,val_bleu"]
-    rows += [f"{s},{s // 200},{s * 0.4:.1f},{3 - s / 1000:.3f},0.002,0.8,,," for s in range(10, 1510, 10)]
+    rows += [f"{s},{s // 200},{s * 0.4:.1f},{3 - s / 1000:.3f},0.002,0.8,"
+             + (f"{2.5 - s / 2000:.3f},{8 - s / 500:.2f},{bleu * s / 1500:.2f}" if s % 200 == 0 else ",,")
+             for s in range(10, 1510, 10)]
     (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
-    flow = ["step,position,distance,norm"]
-    flow += [f"{s},{p},{30 - p},{0.9 ** (30 - p):.5f}" for s in (500, 1000, 1500) for p in range(31)]
+    flow = ["step,direction,sentence,position,distance,norm"]
+    flow += [f"{s},{d},{i},{p},{30 - p},{(0.9 + 0.01 * i) ** (30 - p):.5f}" for s in (500, 1000, 1500)
+             for d in ("forward", "backward") for i in range(4) for p in range(31)]
     (run_dir / "gradflow.csv").write_text("\n".join(flow) + "\n")
-    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt", "attention/example0.png"):
+    for name in ("checkpoints/best.ckpt", "checkpoints/last.ckpt"):
         (run_dir / name).write_bytes(b"\0" * 64)       # placeholders: the report never reads them
+    words = hyps[0].split()[:12] or ["."]
+    weights = [[1.0 / len(words)] * len(words) for _ in words]
+    (run_dir / "attention" / "val-0.json").write_text(json.dumps(dict(source=words, target=words, weights=weights)))
     (run_dir / "hyps" / "test.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     (run_dir / "hyps" / "test.ref.txt").write_text(refs, encoding="utf-8")
 
@@ -183,7 +191,7 @@ def measure(kind: str, study: str, samples: int, pairs: int) -> dict:
         load.load_runs(study)
     else:
         from lit_attention.analysis import report
-        args = [study, "--out", str(Path(study).parent / f"report-{kind}"), "--no-figures"]
+        args = [study, "--out", str(Path(study).parent / f"report-{kind}")] + ["--no-figures"] * (kind != "figures")
         args += ["--baseline", "off"] if kind == "tables" else [
             "--baseline", "attention=none", "--samples", str(samples)]
         with open(os.devnull, "w") as null:
@@ -287,7 +295,7 @@ def main() -> int:
           f"{extraction_us_per_sentence(refs, 'chrf'):.0f} us/sentence (a BLEU table needs BLEU's)")
     root = Path(args.root or tempfile.mkdtemp(prefix="report_scale_"))
     header = ("| runs | write s | load s first / again | tables s (MB) | sig cold s (MB) | sig warm s (MB) "
-              "| PairedTest s (est.) | warm speed-up |")
+              "| figures s (MB) | figures / warm | PairedTest s (est.) | warm speed-up |")
     lines = [header, "|---" * (header.count("|") - 1) + "|"]
     results = []
     try:
@@ -300,15 +308,17 @@ def main() -> int:
             tables = in_fresh_process("tables", study, args.samples)
             cold = in_fresh_process("cold", study, args.samples)
             warm = in_fresh_process("warm", study, args.samples)
+            figures = in_fresh_process("figures", study, args.samples)
             paired_run = in_fresh_process("paired", study, args.samples, args.paired_test_pairs)
             per_pair, timed = paired_run["seconds"], paired_run["timed"]
             n_pairs = (max(1, size // len(SEEDS)) - 1) * len(SEEDS)
             paired = per_pair * n_pairs
-            results.append((size, warm["seconds"], paired))
+            results.append((size, warm["seconds"], paired, figures["seconds"]))
             lines.append(
                 f"| {size} | {written:.1f} | {load['seconds']:.2f} / {reload['seconds']:.2f} | {tables['seconds']:.1f} "
                 f"({tables['peak_mb']:.0f}) | {cold['seconds']:.1f} ({cold['peak_mb']:.0f}; workers "
                 f"{cold['worker_peak_mb']:.0f}) | {warm['seconds']:.1f} ({warm['peak_mb']:.0f}) | "
+                f"{figures['seconds']:.1f} ({figures['peak_mb']:.0f}) | {figures['seconds'] / warm['seconds']:.2f} | "
                 f"{paired:.0f} ({per_pair:.2f} s/pair x {n_pairs} pairs, {timed} timed) "
                 f"| {paired / warm['seconds']:.0f}x |")
             print(lines[-1], flush=True)
@@ -322,12 +332,14 @@ def main() -> int:
     print("load: summary.json + config.yaml of every run; tables: report --no-figures --baseline off; "
           "sig: + the seed-aware test (seed variance + sentence bootstrap covariance, Student's t) vs attention=none, "
           "Holm; cold: computing and caching "
-          "sentence statistics, warm: reading them; MB: peak resident memory of the report process "
+          "sentence statistics, warm: reading them; figures: sig warm with the default figures; MB: peak "
+          "resident memory of the report process "
           "(cold: and of its statistics workers). PairedTest: sacreBLEU's own test on the same "
           "pairs of runs (one seed each), timed on the first pairs and multiplied by the number of pairs.")
-    size, warm, paired = results[-1]
+    size, warm, paired, figures = results[-1]
     print(f"SUMMARY report_scale: {size} runs, significance at {args.samples} resamples: "
-          f"{warm:.1f} s warm vs sacreBLEU PairedTest {paired:.0f} s (est.), {paired / warm:.0f}x")
+          f"{warm:.1f} s warm vs sacreBLEU PairedTest {paired:.0f} s (est.), {paired / warm:.0f}x; "
+          f"with figures {figures:.1f} s, {figures / warm:.2f}x the report without")
     return 0
 
 

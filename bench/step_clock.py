@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import collections
 import statistics
 import sys
 import time
 
 import torch
 from lightning.pytorch import Callback
-from torch.overrides import TorchFunctionMode
 
 from lit_attention.models.flops import batch_key
 
@@ -105,60 +103,26 @@ class StepClock(Callback):
         return steps_per_second(self.times, warmup, self.keys if seen_shapes_only else None, self.validating)
 
 
-class OpCount(TorchFunctionMode):
-    """The torch functions and tensor methods called from Python while active, by name (``ops``).
-    On a launch-bound GPU each costs the host its Python call and usually a kernel launch; the count
-    is the same on any CPU for the same code, so a call `fit` adds to every step shows here where a
-    CPU's timing hides it. (The backward pass runs in C++ and is not counted.)"""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: collections.Counter = collections.Counter()
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        self.ops[getattr(func, "__qualname__", str(func))] += 1
-        return func(*args, **(kwargs or {}))
-
-
 class PairedPlainStep(Callback):
     """After each of `fit`'s training steps, one step of a plain loop on the same batch, timed
     apart (bench/fit_overhead.py): a copy of the model taken when training starts, with its own
     fused Adam, schedule, fused loss and clipping (benchlib.train_step).
 
     The two alternate step by step, so both see the same machine: measured as two separate runs,
-    the plain loop alone read 35.8-39.6 steps/CPU-s across the rounds of one invocation, which
-    swamped a difference of a few per cent. ``fit_spans[i]`` is `fit`'s step i, from the end of
+    the plain loop's own rate moves across the rounds of one invocation by more than the
+    difference of a few per cent measured. ``fit_spans[i]`` is `fit`'s step i, from the end of
     the plain step before it to this hook (its other callbacks, Lightning's loop, the next batch's
-    fetch, the step itself), less any validation in between; ``plain_spans[i]`` the plain step.
-
-    ``count_ops``: ``fit_ops[i]`` and ``plain_ops[i]`` count the torch calls of the same spans
-    (``OpCount``; counting slows every operator, so the spans then time nothing useful)."""
+    fetch, the step itself), less any validation in between; ``plain_spans[i]`` the plain step."""
 
     last: "PairedPlainStep | None" = None
 
-    def __init__(self, lr: float = 1e-3, warmup: int = 400, count_ops: bool = False):
-        self.lr, self.warmup, self.count_ops = lr, warmup, count_ops
+    def __init__(self, lr: float = 1e-3, warmup: int = 400):
+        self.lr, self.warmup = lr, warmup
         self.fit_spans: list[float] = []
         self.plain_spans: list[float] = []
-        self.fit_ops: list[collections.Counter] = []
-        self.plain_ops: list[collections.Counter] = []
         self.keys: list = []
         self._mark = self._validating = self._validation_began = 0.0
-        self._counting: OpCount | None = None
-        self._span_ops: collections.Counter = collections.Counter()
         PairedPlainStep.last = self
-
-    def _count(self, on: bool) -> None:
-        """Count `fit`'s operators from now (on) or pause (off), adding to this span's."""
-        if not self.count_ops:
-            return
-        if self._counting is not None:
-            self._counting.__exit__(None, None, None)
-            self._span_ops += self._counting.ops
-            self._counting = None
-        if on:
-            self._counting = OpCount()
-            self._counting.__enter__()
 
     def on_train_start(self, trainer, pl_module):
         import copy
@@ -167,48 +131,21 @@ class PairedPlainStep(Callback):
         self._step = B.train_step
         self.net = copy.deepcopy(pl_module.net).train()
         self.opt, self.sched = B.adam_with_warmup(self.net.parameters(), self.lr, self.warmup)
-        self._count(True)
         self._mark = clock()
 
     def on_validation_start(self, trainer, pl_module):
-        self._count(False)
         self._validation_began = clock()
 
     def on_validation_end(self, trainer, pl_module):
         self._validating += clock() - self._validation_began
-        self._count(True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         now = clock()
         self.fit_spans.append(now - self._mark - self._validating)
         self.keys.append(batch_key(batch))
-        if self.count_ops:
-            self._count(False)
-            self.fit_ops.append(self._span_ops)
-            self._span_ops = collections.Counter()
-            with OpCount() as plain:
-                self._step(self.net, self.opt, self.sched, batch)
-            self.plain_ops.append(plain.ops)
-            self._count(True)
-        else:
-            self._step(self.net, self.opt, self.sched, batch)
+        self._step(self.net, self.opt, self.sched, batch)
         self._mark, self._validating = clock(), 0.0
         self.plain_spans.append(self._mark - now)
-
-    def on_train_end(self, trainer, pl_module):
-        self._count(False)
-
-    def on_exception(self, trainer, pl_module, exception):
-        self._count(False)
-
-    def ops_per_step(self, warmup: int) -> dict[str, float]:
-        """Torch calls per step after the first ``warmup`` of a known batch shape (``count_ops``;
-        a new shape's FLOPs are counted, once, by torch calls too): the median of each (a step
-        between two measured or logged ones) and the mean (their share included)."""
-        steps = zip(known_shapes(self.keys, warmup), self.fit_ops[warmup:], self.plain_ops[warmup:])
-        fit, plain = zip(*((sum(f.values()), sum(p.values())) for known, f, p in steps if known))
-        return {"fit median": statistics.median(fit), "plain median": statistics.median(plain),
-                "fit mean": statistics.fmean(fit), "plain mean": statistics.fmean(plain)}
 
     def median_extra_ms(self, warmup: int) -> float:
         """The median, over the steps of a known batch shape after the first ``warmup``, of the

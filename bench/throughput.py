@@ -6,7 +6,7 @@ Luong-general), at the reference RNN size (embedding and hidden 256, one bidirec
 layer, one decoder layer). Each row runs the same batches through forward, label-smoothed loss,
 backward, clipping and fused Adam, as `fit` does. The loss fuses the output projection with the
 label-smoothed cross-entropy (models/loss.linear_cross_entropy); the row "transformer, logits
-then loss" is the fp32 Transformer with the [N, V] logits formed first (as before session 12).
+then loss" is the fp32 Transformer with the [N, V] logits formed first (the unfused baseline).
 
 The two Transformer rows are measured in turn, step by step (fp32, bf16, fp32, ... with the order
 swapped every round), for --rounds rounds over the same batches, and an fp32 GEMM is probed

@@ -37,7 +37,7 @@ METRICS = {
 }
 # The metrics sentence_stats scores from hypotheses, sentence by sentence.
 SENTENCE_LEVEL = tuple(name for name, row in METRICS.items() if row.from_hypotheses)
-# The metrics token_blocks scores from per-token losses.
+# The metrics the seed test scores from per-token losses over token blocks (analysis.statistics).
 TOKEN_LEVEL = tuple(name for name, row in METRICS.items() if row.from_token_losses)
 LOWER_IS_BETTER = ("loss", "ppl", "ter")   # words that make a metric without a row lower-is-better
 

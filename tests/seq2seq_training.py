@@ -28,29 +28,38 @@ def train_on_batch(model, src, tgt_in, tgt_out, steps: int, lr: float,
     return first.item(), loss_of(model, src, tgt_in, tgt_out).item()
 
 
-# A forward pass in float64: float32 sums of the logits differ between CPUs' kernels (AVX2,
-# AVX-512, AMX reassociate differently) by up to ~1e-6 relative, as much as a real change of a
-# constant does; in float64 that noise is ~1e-15, so the tolerance below can be tight: a one-float32-
-# ulp change of the recurrent scaled_dot's 1/sqrt(d) moves its logit sum by 2.5e-11 relative, and
-# each golden test checks that it is caught.
-FINGERPRINT_RTOL = FINGERPRINT_ATOL = 1e-12
+# Golden fingerprints: what a model computes, comparable between CPUs. The model is built and run
+# in float64 (float64 is the default dtype while it is built, so its initial parameters are drawn in
+# float64: a float32 draw differs in its last bit between torch's kernel sets). The tolerance is
+# an error bound of that computation, not a measured spread: each summed value carries a relative
+# rounding error of at most DEPTH * u (u = 2**-53 and DEPTH bounds the accumulations on the longest
+# path through these tiny nets), and summing N of them adds N * u, so a sum of N values moves by at
+# most (DEPTH + N) * u * sum(|x|) between kernel sets that reassociate differently.
+U64 = 2.0 ** -53
+DEPTH = 10_000
 
 
-def fingerprint(model, src, tgt_in) -> list[float]:
-    """[sum of the parameters, sum and sum of squares of the evaluation logits], computed in
-    float64 (the model is converted in place): what a change in the order parameters are
-    initialised in, or in what a forward pass computes, moves."""
-    model = model.double().eval()
+def fingerprint(build, src, tgt_in) -> tuple[list[float], list[float]]:
+    """([sum of the parameters, sum and sum of squares of the evaluation logits], [their error
+    bounds]) of the model ``build()`` returns, built and run in float64: what a change in the order
+    parameters are initialised in, or in what a forward pass computes, moves."""
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        model = build().double().eval()
+    finally:
+        torch.set_default_dtype(default)
     with torch.no_grad():
         logits = model(src, tgt_in).logits
-        params = sum(p.sum() for p in model.parameters())
-    return [float(params), float(logits.sum()), float((logits ** 2).sum())]
+        params = torch.cat([p.flatten() for p in model.parameters()])
+    values = [params, logits, logits ** 2]
+    return ([float(v.sum()) for v in values],
+            [(DEPTH + v.numel()) * U64 * float(v.abs().sum()) for v in values])
 
 
-def fingerprints_differing(got: dict[str, list[float]], golden: dict[str, list[float]]) -> list[str]:
-    """The names whose fingerprint in ``got`` differs from ``golden`` beyond the tolerance."""
-    assert got.keys() == golden.keys()
-    return [name for name, expected in golden.items()
-            if not torch.allclose(torch.tensor(got[name], dtype=torch.float64),
-                                  torch.tensor(expected, dtype=torch.float64),
-                                  rtol=FINGERPRINT_RTOL, atol=FINGERPRINT_ATOL)]
+def fingerprints_differing(got: dict[str, tuple], expected: dict[str, list[float]]) -> list[str]:
+    """The names whose fingerprint in ``got`` ((values, bounds), as ``fingerprint`` returns) is
+    farther from ``expected`` than its error bound."""
+    assert got.keys() == expected.keys()
+    return [name for name, (values, bounds) in got.items()
+            if any(abs(v - e) > b for v, e, b in zip(values, expected[name], bounds, strict=True))]

@@ -49,7 +49,7 @@ def test_no_private_lightning_attribute_is_used():
 # properties). Not counted: docstrings and the literal text of f-strings (messages, docs).
 # Allowed, (file, name) -> why, are only strings that are not the choice but the same word:
 CHOICE_LITERAL_ALLOWED = {
-    ("lit_attention/analysis/effects_output.py", "none"): "matplotlib's linestyle",
+    ("lit_attention/analysis/effects.py", "none"): "matplotlib's linestyle",
     ("lit_attention/analysis/plots.py", "none"): "matplotlib's linestyle",
     ("lit_attention/tracking/wandb.py", "wandb"): "the wandb package and its run folder",
     ("lit_attention/tracking/run_store.py", "wandb"): "a package whose version a run records",
@@ -137,38 +137,6 @@ def test_the_choice_literal_check_finds_every_spelling_but_prose():
                     (7, "gru")}
 
 
-def _layout_entries() -> dict[str, str]:
-    """docs/ARCHITECTURE.md's lit_attention/ layout: entry ("models/", "cli.py") -> its text."""
-    text = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    block = text[text.index("```\nlit_attention/\n") + len("```\nlit_attention/\n"):]
-    entries, name = {}, None
-    for line in block.splitlines():
-        if not line.startswith(" "):      # the next top-level folder: the package's layout ends
-            break
-        if not line.startswith("   "):    # "  name   what it is"
-            name = line.split()[0]
-            entries[name] = ""
-        entries[name] += " " + line.strip()
-    return entries
-
-
-def test_the_architecture_layout_names_every_module():
-    """A module added under lit_attention/ without a word in docs/ARCHITECTURE.md fails here."""
-    entries = _layout_entries()
-    missing = []
-    for path in sorted((REPO / "lit_attention").rglob("*.py")):
-        parts = path.relative_to(REPO / "lit_attention").parts
-        if parts[-1] == "__init__.py" and len(parts) > 1:
-            continue
-        entry = parts[0] if len(parts) == 1 else parts[0] + "/"
-        words = re.findall(r"[\w./-]+", entries.get(entry, ""))
-        if len(parts) > 1 and not (parts[-1] in words and all(f"{d}/" in words for d in parts[1:-1])):
-            missing.append("/".join(parts))
-        elif len(parts) == 1 and entry not in entries and parts[0] != "__init__.py":
-            missing.append(parts[0])
-    assert not missing, f"docs/ARCHITECTURE.md's layout does not name: {', '.join(missing)}"
-
-
 # Distributions the code needs without importing them by name: pandas' DataFrame.to_markdown
 # imports tabulate (the report's table.md).
 NEEDED_BY_CALL = {"tabulate": ".to_markdown("}
@@ -184,8 +152,8 @@ def _imported_distributions(folders: list[str]) -> set[str]:
     import sys
 
     owner = importlib.metadata.packages_distributions()
-    local = {Path(name).stem for name in _tracked_python_sources()     # tests' and bench's helpers
-             if name.startswith(("tests/", "bench/"))}
+    local = {Path(name).stem for name in _tracked_python_sources()     # tests', bench's, analysis/'s helpers
+             if name.startswith(("tests/", "bench/", "analysis/"))}
     found = set()
     for name, text in _tracked_python_sources().items():
         if not name.startswith(tuple(f"{f}/" for f in folders)):
@@ -416,8 +384,8 @@ def test_no_modules_or_folders_import_each_other():
 
 
 def test_the_import_checks_find_the_circle_and_the_upward_imports_they_were_written_for():
-    """The state before issue 34: cli.py -> sweep/cli.py -> sweep/driver.py -> cli.py, and
-    tracking/callback.py importing lightning/ while lightning/diagnostics.py imports tracking/."""
+    """A circle cli.py -> sweep/cli.py -> sweep/driver.py -> cli.py, and tracking/callback.py
+    importing lightning/ while lightning/diagnostics.py imports tracking/."""
     sources = {
         "lit_attention/cli.py": "def main():\n    from lit_attention.sweep.cli import main\n",
         "lit_attention/sweep/__init__.py": "",

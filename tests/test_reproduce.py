@@ -1,6 +1,9 @@
-"""analysis/reproduce.py and analysis/export.py: docs/RESULTS.md is regenerated from results/."""
+"""analysis/reproduce.py, export.py and doc_words.py: the docs' numbers are regenerated from
+results/, and the manual's prose is counted."""
 
 import importlib.util
+import json
+import re
 import subprocess
 import sys
 
@@ -17,7 +20,7 @@ def _script(name):
     return module
 
 
-reproduce, export = _script("reproduce"), _script("export")
+reproduce, export, doc_words = _script("reproduce"), _script("export"), _script("doc_words")
 
 BLEU = {"none": [10.0, 12.0], "bahdanau": [30.0, 33.0]}
 
@@ -37,9 +40,68 @@ def store(tmp_path):
 
 
 def _doc(tmp_path, store, body):
+    """A page with ``body``, and the provenance block every page gives each store it reports."""
+    if "provenance" not in body:
+        body = "<!-- provenance STORE older --><!-- end -->\n" + body
     doc = tmp_path / "RESULTS.md"
     doc.write_text(body.replace("STORE", str(store)))
     return doc
+
+
+def made_by(store, fingerprint):
+    for summary in store.glob("*/summary.json"):
+        fields = json.loads(summary.read_text())
+        summary.write_text(json.dumps({**fields, "code_fingerprint": fingerprint, "git_commit": "0123456789ab",
+                                       "machine": "Some CPU (AVX2), 2 cores"}))
+
+
+def test_provenance_names_commit_date_and_machine_and_checks_the_training_code(tmp_path, store, capsys):
+    from lit_attention.tracking.provenance import code_fingerprint
+    made_by(store, code_fingerprint())
+    doc = _doc(tmp_path, store, "<!-- provenance STORE --><!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    assert "commit 0123456, date not recorded, Some CPU (AVX2), 2 cores; training code as in this checkout." \
+        in doc.read_text()
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+    doc.write_text(doc.read_text().replace(" -->", " older -->", 1))     # marked older, but it is not
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert "drop 'older'" in capsys.readouterr().err
+    made_by(store, "0" * 16)                                             # the training code changed since
+    doc = _doc(tmp_path, store, "<!-- provenance STORE -->x<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert f"{store} was made by training code other than this checkout's" in capsys.readouterr().err
+    doc = _doc(tmp_path, store, "<!-- provenance STORE older --><!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    assert "made by older code; see CHANGELOG." in doc.read_text()
+
+
+def test_a_store_reported_without_provenance_is_refused(tmp_path, store, capsys):
+    doc = tmp_path / "RESULTS.md"
+    doc.write_text(f"<!-- value {store} val_bleu n -->4<!-- end -->\n")
+    assert reproduce.main(["--check", "--file", str(doc)]) == 2
+    assert f"no <!-- provenance STORE --> block for {store}" in capsys.readouterr().err
+
+
+def test_export_leaves_the_machines_paths_behind(store):
+    for run in store.iterdir():
+        assert "run_dir" not in json.loads((run / "summary.json").read_text())
+    config = store / "none-s1" / "config.yaml"
+    config.write_text(config.read_text() + "run:\n  root: /somewhere/runs\n  group: study\n")
+    export.without_machine_paths(store / "none-s1")
+    assert "  root: runs\n" in config.read_text() and "/somewhere" not in config.read_text()
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.])/(work|tmp|home|root|Users|scratch)/")
+
+
+def test_no_committed_result_names_a_path_of_the_machine_that_made_it():
+    tracked = subprocess.run(["git", "ls-files", "results"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    if not tracked:
+        pytest.skip("not a git checkout")
+    named = [path for path in tracked if path.endswith((".json", ".yaml", ".csv"))
+             and MACHINE_PATH.search((REPO / path).read_text(errors="replace"))]
+    assert named == []
 
 
 def test_export_keeps_the_compact_files_only(store):
@@ -128,8 +190,7 @@ def test_the_tables_of_trials_and_improvement_are_regenerated(tmp_path, store, c
     assert "| trials " in text and "Expected best val_bleu" in text
     assert "P(X > baseline)" in text and "IQM val_bleu" in text
     assert reproduce.main(["--check", "--file", str(doc)]) == 0
-    doc.write_text("<!-- report STORE --metric val_bleu :: expected_max -->\n<!-- end -->\n".replace(
-        "STORE", str(store)))
+    doc = _doc(tmp_path, store, "<!-- report STORE --metric val_bleu :: expected_max -->\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 2          # no --trials: no such table
     assert "wrote no expected_max.md" in capsys.readouterr().err
 
@@ -157,10 +218,10 @@ def test_committed_results_md_matches_the_committed_results_store():
 
 
 def test_the_calibration_table_is_formatted_from_its_results_file_and_checked(tmp_path, capsys):
-    from lit_attention.analysis import calibration_results
-    rows = [calibration_results.simulate("seeds", n, 1.0, experiments=300) for n in (2, 3)]
-    calibration_results.write(tmp_path / "seeds.csv", rows)
-    doc = tmp_path / "ANALYSIS.md"
+    import calibration_sim
+    rows = [calibration_sim.simulate_cell("seeds", n, 1.0, experiments=300) for n in (2, 3)]
+    calibration_sim.write(tmp_path / "seeds.csv", rows)
+    doc = tmp_path / "REPORT.md"
     doc.write_text(f"<!-- calibration {tmp_path / 'seeds.csv'} -->\nold\n<!-- end -->\n")
     assert reproduce.main(["--check", "--file", str(doc)]) == 1
     assert reproduce.main(["--file", str(doc)]) == 0
@@ -186,3 +247,26 @@ def test_test_statistics_in_the_text_come_from_the_reports_significance_table(tm
     doc.write_text(doc.read_text().replace("p_holm", "p_value"))
     assert reproduce.main(["--check", "--file", str(doc)]) == 2
     assert "unknown test statistic 'p_value'" in capsys.readouterr().err
+
+
+def test_a_tables_caption_leaves_the_method_to_the_method_block(tmp_path, store):
+    spec = "STORE --metric val_ppl --baseline attention=none"
+    doc = _doc(tmp_path, store, f"<!-- method {spec} -->\n<!-- end -->\n<!-- report {spec} -->\n<!-- end -->\n")
+    assert reproduce.main(["--file", str(doc)]) == 0
+    method, table = doc.read_text().split("<!-- report ")
+    assert "Satterthwaite" in method and "| " not in method
+    caption = table.strip().splitlines()[-2]
+    assert "Baseline model.attention=none; test over seeds" in caption and "1 comparisons" not in caption
+    assert "Satterthwaite" not in caption and "Student-t interval" not in caption
+    assert reproduce.main(["--check", "--file", str(doc)]) == 0
+
+
+def test_prose_words_leave_out_table_rows_generated_blocks_and_comments():
+    text = ("Two words.\n\n| a | b |\n|---|---|\n| c d e | f |\n\n"
+            "Mean <!-- value x y mean -->1.0<!-- end --> here.\n"
+            "<!-- report x -->\n| t |\nits caption\n<!-- end -->\n<!-- a comment -->\n")
+    assert doc_words.prose_words(text) == 4
+
+
+def test_the_manual_stays_within_its_word_budget(capsys):
+    assert doc_words.main(["--max", "16000"]) == 0, capsys.readouterr().out

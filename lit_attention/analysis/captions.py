@@ -2,23 +2,19 @@
 (metric, split, decoding, n, the interval and its method, exclusions, budgets), the test against
 the baseline (how its p-values were obtained: test_method) and its columns, what the test left
 out, what the rows also differ in, and how the gradient flow was measured; the table's columns
-are columns.py's rows, their headers named from there. --effects: the ANOVA's method, a term's
-F-test, the marginal and interaction means (effects_captions).
+are tables.COLUMNS' rows, their headers named from there. The captions of --effects are in
+effects.py.
 """
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 
 from lit_attention import registry
-from lit_attention.analysis import load, significance, tables
+from lit_attention.analysis import load, significance
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, GRADFLOW_RESAMPLES
-from lit_attention.analysis.columns import HEADER, gradflow_cells
-from lit_attention.analysis.effects import Effects, bounds, pair_name, term_row
 from lit_attention.metric_facts import SPLITS, metric_label, metric_name, metric_range, split_of
-from lit_attention.analysis.tables import BETTER, EQUIVALENT, WORSE, key_label, label
+from lit_attention.analysis.tables import BETTER, EQUIVALENT, HEADER, WORSE, gradflow_cells, key_label, label
 
 CI_METHOD = "95% CI: Student-t interval over seeds, mean ± t(0.975, n-1)·s/√n; s with ddof=1"
 GRADFLOW_METHOD = ("‖∂L/∂h_t‖ decay/step: exp of the least-squares slope of the mean log ‖∂L/∂h_t‖ "
@@ -217,7 +213,7 @@ def test_method(n_samples: int = significance.N_SAMPLES, seed: int = significanc
     title = "test over seeds × token blocks" if blocks else "test over seeds" if values else significance.TESTS[test]
     return (f"{title}: the difference of the seed means "
             f"over its standard error, the variance {variance}, against Student's t with "
-            f"Satterthwaite's degrees of freedom (calibrated: docs/ANALYSIS.md); p is one-sided "
+            f"Satterthwaite's degrees of freedom (calibrated: docs/REPORT.md); p is one-sided "
             f"in the direction of Δ, Holm-corrected over both directions{family}")
 
 
@@ -226,58 +222,3 @@ def test_method_of(result: pd.DataFrame) -> str:
     return test_method(**{k: result.attrs[k] for k in ("n_samples", "seed", "test", "comparisons",
                                                          "values", "metric", "split", "pooled", "blocks",
                                                          "no_blocks")})
-
-
-# -- --effects: the ANOVA's tables and figures --------------------------------------------------
-
-ETA = "η²"
-NU = "ν"        # the robust F's denominator degrees of freedom
-MARGINAL_METHOD = ("mean of the per-configuration means (each over its seeds); 95% CI: Student-t "
-                   "over those configuration means, mean ± t(0.975, k-1)·s/√k, so it covers seed "
-                   "noise and the spread over the other factors (over the seeds of the one "
-                   "configuration when a level has only one)")
-ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
-                "(main effects, every estimable two-way interaction; seeds are no block: seed numbers are "
-                "not paired across configurations); η² = SS / total SS; F: the Wald test of the term's "
-                "type-II hypothesis with each configuration's own variance (HC2: robust to seeds that "
-                "spread unequally, which the pooled residual mean square is not), against F(df, ν) with "
-                "Satterthwaite's ν over the configurations (Welch-type; calibrated: docs/ANALYSIS.md), "
-                "Holm-adjusted over all factor and interaction terms. A conditional factor is coded only "
-                "where it is set (column 'where', if any) and tested after the factors it depends on")
-
-
-def anova_p_text(p) -> str:
-    """A Holm-adjusted p of the F-test (tables.p_text: from F, no resampling floor); '' for none."""
-    return "" if p is None or pd.isna(p) else tables.p_text(p, p, math.inf)
-
-
-def term_text(effects: Effects, name: str) -> str:
-    """'η² = 0.41, F(2, 17.3) = 12.3, p (Holm) <0.001' for a term of the ANOVA (or why there is none)."""
-    row = term_row(effects, name)
-    if row is None:
-        return "no interaction term (nested or not estimable)"
-    if pd.isna(row["f"]):
-        return f"{ETA} = {row['eta_sq']:.3f} (no F-test)"
-    p = anova_p_text(row["p_holm"])
-    return (f"{ETA} = {row['eta_sq']:.3f}, F({int(row['df'])}, {row['df_den']:.1f}) = {row['f']:.2f}, "
-            f"p (Holm) {p if p.startswith('<') else '= ' + p}")
-
-
-def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
-    metric = effects.metric
-    design = " ".join(effects.notes)
-    limits = bounds(metric)
-    clipped = f" CIs clipped to the metric's range [{limits[0]:g}, {limits[1]:g}]." if limits else ""
-    importance = f"Importance of each factor for {metric}: {ANOVA_METHOD}. {design}"
-    if effects.ped_note:
-        importance += " " + effects.ped_note
-    marginal = (f"Marginal means of {metric}: per level, the {MARGINAL_METHOD}. Matched: only the "
-                "combinations of the other factors present at every level of the factor are averaged "
-                "('all': every combination; 'k of K': K-k left out for missing cells; 'unmatched': the "
-                "levels share no combination, e.g. nested factors, so plain means). Best level per "
-                f"factor in bold.{clipped} {design}")
-    tests = "; ".join(f"{pair_name(a, b)}: {term_text(effects, pair_name(a, b))}" for a, b in pairs)
-    interactions = (f"Two-way interaction means of {metric}: per pair of levels, the {MARGINAL_METHOD}, "
-                    f"matched over the other factors as in the marginal means.{clipped} Interaction terms of the "
-                    f"type-II ANOVA of the importance table: {tests}.")
-    return {"importance": importance, "marginal": marginal, "interactions": interactions}

@@ -1,4 +1,5 @@
-"""Factor effects of a sweep: which swept keys move the objective, by how much, and together with what.
+"""Factor effects of a sweep (--effects): which swept keys move the objective, by how much, and
+together with what; their tables (LaTeX, Markdown, CSV), captions and figures (PNG + PDF).
 
 A factor is a configuration key that takes two or more values among the usable runs (finished,
 finite metric). A conditional factor (model.heads only for Transformers, model.scoring only with
@@ -6,14 +7,36 @@ attention) is set on part of the runs, its domain; it is analysed there only, ne
 runs where it does not exist.
 
 - importance: one least-squares model of the metric on every run (main effects, every estimable
-  two-way interaction; seeds are no block), type-II sums of squares (anova.py); eta_sq = SS /
-  total SS; F and p robust to configurations whose seeds spread unequally (anova.robust). A conditional factor is coded within its domain and tested after the
-  factors it depends on. When runs/<study>/study.db exists, Optuna's PED-ANOVA importance of each
-  swept parameter is added beside it (read-only).
+  two-way interaction; seeds are no block), type-II sums of squares; eta_sq = SS / total SS; F
+  and p robust to configurations whose seeds spread unequally (`robust`). A conditional factor
+  is coded within its domain and tested after the factors it depends on. When
+  runs/<study>/study.db exists, Optuna's PED-ANOVA importance of each swept parameter is added
+  beside it (read-only).
 - marginal means: per level, the mean of the per-configuration means (each over its seeds), over
   the combinations of the other factors present at every level (matched), with a Student-t 95% CI
   over those configuration means.
 - interaction means: the same for each pair of levels of two factors.
+
+**Analysis of variance by least squares** (numpy only). A model is a list of terms; a term is a
+name and its design columns ([n, k] float). The sum of squares of a term is type II (Langsrud
+2003): the drop in residual sum of squares when the term is added to the model of every term not
+*above* it (terms the caller marks as containing it, e.g. its interactions). Degrees of freedom
+are rank differences, so aliased or rank-deficient designs (missing cells, conditional factors)
+give the df they really have, never a made-up one.
+
+`type2` tests with the pooled residual variance, which assumes every configuration's runs spread
+alike; seeds of sweeps do not (one cell's SD 0.8, another's 10.2), and then it rejects true
+nulls far too often. `robust` tests the same type-II hypotheses without that assumption: with Q an
+orthonormal basis of the term's columns after the terms below it, the type-II SS is |Q'y|², and
+Q'y has covariance Q' diag(σ²_i) Q, estimated from the full model's residuals e_i as
+e_i² / (1 - h_ii) (HC2, unbiased for cell-means designs: it is Welch's per-cell variance; MacKinnon
+& White 1985, *J. Econometrics* 29:305). The Wald statistic (Q'y)' V⁻¹ (Q'y) is referred to F(df, ν)
+after Johansen's Welch-James correction (Johansen 1980, *Biometrika* 67:85), each cell
+(configuration) holding a variance estimate on n_c - 1 df: for a 1-df term Welch's t² against
+Satterthwaite's df (Welch 1947).
+
+Files, in the report directory: effects_importance.*, effects_marginal.*, effects_interactions.*
+(tables) and effects_marginal.{png,pdf}, effects_interaction_<A>_x_<B>.{png,pdf} (figures).
 """
 
 from __future__ import annotations
@@ -28,13 +51,139 @@ import numpy as np
 import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
-from lit_attention.analysis import anova, load
+from lit_attention.analysis import load
 from lit_attention.analysis.load import AnalysisError
-from lit_attention.analysis.significance import holm
+from lit_attention.analysis.plots import paper_style, plt, save
+from lit_attention.analysis.statistics import f_sf, holm
+from lit_attention.analysis.tables import ci_text, label, number, p_text, to_latex, to_markdown
+from lit_attention.files import atomic_write
 from lit_attention.metric_facts import metric_range
-from lit_attention.analysis.tables import label
 
-SEED_TERM = "seed (block)"
+@dataclass(frozen=True)
+class Term:
+    name: str
+    columns: np.ndarray            # [n, k] design columns of this term
+    above: frozenset = frozenset()  # names of terms that contain this one (left out of its base)
+
+
+def _fit(y: np.ndarray, blocks: list[np.ndarray]) -> tuple[float, int]:
+    """(residual sum of squares, rank) of y regressed on an intercept and the given columns."""
+    x = np.column_stack([np.ones(len(y))] + blocks)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    residual = y - x @ coef
+    return float(residual @ residual), int(np.linalg.matrix_rank(x))
+
+
+def type2(y, terms: list[Term]) -> pd.DataFrame:
+    """One row per term (then 'residual' and 'total'): df, ss, eta_sq, f, p.
+
+    eta_sq = ss / total ss; f = (ss/df) / (residual ss / residual df); p from F(df, residual df).
+    A term that adds no rank (aliased with terms below it) gets df 0 and no test.
+    """
+    y = np.asarray(y, dtype=float)
+    total = float(((y - y.mean()) ** 2).sum())
+    rss_full, rank_full = _fit(y, [t.columns for t in terms])
+    df_res = len(y) - rank_full
+    rss_full = rss_full if df_res > 0 else 0.0     # a saturated model fits exactly (not 1e-30)
+    ms_res = rss_full / df_res if df_res > 0 else math.nan
+    rows = []
+    for term in terms:
+        base = [t.columns for t in terms if t.name != term.name and t.name not in term.above]
+        rss_without, rank_without = _fit(y, base)
+        rss_with, rank_with = _fit(y, base + [term.columns])
+        df = rank_with - rank_without
+        ss = max(rss_without - rss_with, 0.0) if df else 0.0
+        f = (ss / df) / ms_res if df and ms_res > 0 else math.nan
+        rows.append(dict(term=term.name, df=df, ss=ss, f=f, p=f_sf(f, df, df_res)))
+    rows.append(dict(term="residual", df=df_res, ss=rss_full, f=math.nan, p=math.nan))
+    rows.append(dict(term="total", df=len(y) - 1, ss=total, f=math.nan, p=math.nan))
+    table = pd.DataFrame(rows)
+    table.insert(3, "eta_sq", table["ss"] / total if total > 0 else math.nan)
+    return table
+
+
+def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """An orthonormal basis [n, rank] of the column space of `columns`."""
+    if columns.shape[1] == 0:
+        return columns
+    u, sv, _ = np.linalg.svd(columns, full_matrices=False)
+    return u[:, sv > tol * max(sv.max(), 1.0)]
+
+
+@dataclass(frozen=True)
+class RobustDesign:
+    """What the robust test of a model needs that does not depend on the response (built once
+    for many responses of one design, as a calibration simulates)."""
+    names: list[str]
+    full: np.ndarray        # [n, rank] orthonormal basis of the full model
+    leverage: np.ndarray    # [n] h_ii
+    cell_df: np.ndarray     # [cells] n_c - 1, at least 1
+    bases: list[np.ndarray]  # per term, Q [n, df]: its columns after the terms below it
+    cell_onehot: np.ndarray  # [cells, n] 1 where the run is of the cell
+
+
+def robust_design(terms: list[Term], cells) -> RobustDesign:
+    """The response-free part of `robust` for these terms and cells."""
+    n = len(terms[0].columns) if terms else len(cells)
+    ones = np.ones((n, 1))
+    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
+    codes = pd.factorize(pd.Series(list(cells)).astype(str))[0]
+    bases = []
+    for term in terms:
+        base = _basis(np.column_stack([ones] + [t.columns for t in terms
+                                                if t.name != term.name and t.name not in term.above]))
+        bases.append(_basis(term.columns - base @ (base.T @ term.columns)))
+    cell_df = np.maximum(np.bincount(codes) - 1, 1)
+    return RobustDesign([t.name for t in terms], full, (full ** 2).sum(axis=1), cell_df, bases,
+                        (codes == np.arange(len(cell_df))[:, None]) * 1.0)
+
+
+def robust_on(design: RobustDesign, y) -> pd.DataFrame:
+    """One row per term: f, df_den, p of the heteroscedasticity-robust test of its type-II
+    hypothesis (module docstring) on a design built once (robust_design: `cells` labels the
+    configuration of each run, its variance estimated from its own runs). A run the model fits
+    exactly (leverage 1: a configuration of one run in a saturated model) carries no residual; it
+    gets the mean variance of the others. A term without df or a model without residual df gets
+    no test."""
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    full, leverage, cell_df = design.full, design.leverage, design.cell_df
+    residual = y - full @ (full.T @ y)
+    rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
+    residual[np.abs(residual) < rounding] = 0.0
+    exact = leverage > 1 - 1e-9
+    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
+    if exact.any() and (~exact).any():
+        omega[exact] = omega[~exact].mean()
+    df_res = n - full.shape[1]
+    rows = []
+    for name, q in zip(design.names, design.bases):
+        row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
+        if q.shape[1] and df_res > 0:
+            z = q.T @ y
+            variance = (q * omega[:, None]).T @ q
+            df = q.shape[1]
+            if not variance.any():     # no spread at all: any difference is exact
+                moved = bool((np.abs(z) > rounding).any())
+                row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
+                rows.append(row)
+                continue
+            inverse = np.linalg.pinv(variance)
+            wald = float(z @ inverse @ z)
+            # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
+            # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
+            per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
+            shares = inverse @ per_cell
+            a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
+                       / (2 * cell_df)).sum())
+            c = df + 2 * a - 6 * a / (df + 2)
+            nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
+            f = wald / c
+            row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 NOT_SET = "–"
 # Metrics on a 0-100 scale: confidence limits are clipped to it.
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
@@ -164,9 +313,8 @@ def pair_name(a: str, b: str) -> str:
     return f"{a} × {b}"
 
 
-def design(data: pd.DataFrame, factors: list[Factor], interactions: bool,
-           seed_block: bool) -> list[tuple[anova.Term, str, np.ndarray]]:
-    """(term, kind, domain) of the model: factors, estimable two-way interactions, the seed block."""
+def design(data: pd.DataFrame, factors: list[Factor], interactions: bool) -> list[tuple[Term, str, np.ndarray]]:
+    """(term, kind, domain) of the model: factors and estimable two-way interactions."""
     parts = [(f.name, "factor", (f.name,), f.mask, _codes(data, f)) for f in factors]
     if interactions:
         for a, b in itertools.combinations(factors, 2):
@@ -174,39 +322,36 @@ def design(data: pd.DataFrame, factors: list[Factor], interactions: bool,
             if columns is not None:
                 parts.append((pair_name(a.name, b.name), "interaction", (a.name, b.name),
                               a.mask & b.mask, columns))
-    if seed_block:
-        seed = Factor("seed", tuple(_order(data["seed"])), np.ones(len(data), dtype=bool), "all runs")
-        parts.append((SEED_TERM, "block", (), seed.mask, _codes(data, seed)))
     terms = []
     for name, kind, members, mask, columns in parts:
         # Marginality: a term is tested after the terms below it, not after those containing it
         # (its interactions) or living inside its domain (conditional factors nested in it).
         above = frozenset(other for other, _, other_members, other_mask, _ in parts if other != name
                           and ((members and set(members) < set(other_members)) or _inside(other_mask, mask)))
-        terms.append((anova.Term(name, columns, above), kind, mask))
+        terms.append((Term(name, columns, above), kind, mask))
     return terms
 
 
 def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> pd.DataFrame:
     """The type-II ANOVA table of the metric `y`, factors first, by eta_sq; appends design notes.
 
-    SS and η² are type II (anova.type2); F, its denominator df (df_den) and p are the
-    heteroscedasticity-robust test of the same hypothesis (anova.robust), each configuration's
+    SS and η² are type II (type2); F, its denominator df (df_den) and p are the
+    heteroscedasticity-robust test of the same hypothesis (robust), each configuration's
     runs their own variance. Seeds are no block: seed 1 of one configuration shares nothing with
     seed 1 of another (as in the seed test)."""
     configs = data[[f.name for f in factors]].fillna(NOT_SET).astype(str).agg("|".join, axis=1)
-    terms = design(data, factors, interactions=True, seed_block=False)
-    table = anova.type2(data["y"], [t for t, _, _ in terms])
+    terms = design(data, factors, interactions=True)
+    table = type2(data["y"], [t for t, _, _ in terms])
     residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
     if residual_df < 1 and any(kind == "interaction" for _, kind, _ in terms):
-        terms = design(data, factors, interactions=False, seed_block=False)
-        table = anova.type2(data["y"], [t for t, _, _ in terms])
+        terms = design(data, factors, interactions=False)
+        table = type2(data["y"], [t for t, _, _ in terms])
         residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
         notes.append("Two-way interactions not fitted: with them no residual degrees of freedom "
                      "would remain (too few seeds per configuration).")
     if residual_df < 1:
         notes.append("No residual degrees of freedom (one run per configuration): no F-tests.")
-    tests = anova.robust(data["y"], [t for t, _, _ in terms], configs).set_index("term")
+    tests = robust_on(robust_design([t for t, _, _ in terms], configs), data["y"]).set_index("term")
     named = table["term"].isin(tests.index)
     for column in ("f", "p"):
         table.loc[named, column] = table.loc[named, "term"].map(tests[column])
@@ -221,7 +366,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     tested = table["kind"].isin(["factor", "interaction"])
     table["p_holm"] = math.nan
     table.loc[tested, "p_holm"] = holm(table.loc[tested, "p"].tolist())
-    order = {"factor": 0, "interaction": 1, "block": 2, "residual": 3, "total": 4}
+    order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
     table = table.assign(_kind=table["kind"].map(order), _eta=-table["eta_sq"])
     table = table[(table["df"] > 0) | ~table["kind"].isin(["interaction"])]   # nested pairs vanish
     return table.sort_values(["_kind", "_eta"]).drop(columns=["_kind", "_eta"]).reset_index(drop=True)
@@ -237,7 +382,7 @@ def _context(factor_set: list[Factor], mask: np.ndarray, exclude: tuple[str, ...
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
-    the other factors of their common domain (see captions.MARGINAL_METHOD); CIs clipped to `limits`."""
+    the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
     mask = np.logical_and.reduce([next(f for f in factors if f.name == k).mask for k in keys])
     inside = data[mask]
     context = _context(factors, mask, keys, data)
@@ -437,3 +582,212 @@ def _crossed(effects: Effects, a: str, b: str) -> str | None:
 def interaction_means(effects: Effects, a: str, b: str) -> pd.DataFrame:
     """Matched mean and CI of the metric for every observed (level of a, level of b)."""
     return cell_means(effects.data, effects.factors, (a, b), bounds(effects.metric))
+
+
+# -- captions ----------------------------------------------------------------------------------
+
+ETA = "η²"
+NU = "ν"        # the robust F's denominator degrees of freedom
+MARGINAL_METHOD = ("mean of the per-configuration means (each over its seeds); 95% CI: Student-t "
+                   "over those configuration means, mean ± t(0.975, k-1)·s/√k, so it covers seed "
+                   "noise and the spread over the other factors (over the seeds of the one "
+                   "configuration when a level has only one)")
+ANOVA_METHOD = ("type-II sums of squares (Langsrud 2003) of one least-squares model of every usable run "
+                "(main effects, every estimable two-way interaction; seeds are no block: seed numbers are "
+                "not paired across configurations); η² = SS / total SS; F: the Wald test of the term's "
+                "type-II hypothesis with each configuration's own variance (HC2: robust to seeds that "
+                "spread unequally, which the pooled residual mean square is not), against F(df, ν) with "
+                "Satterthwaite's ν over the configurations (Welch-type; calibrated: docs/REPORT.md), "
+                "Holm-adjusted over all factor and interaction terms. A conditional factor is coded only "
+                "where it is set (column 'where', if any) and tested after the factors it depends on")
+
+
+def anova_p_text(p) -> str:
+    """A Holm-adjusted p of the F-test (p_text: from F, no resampling floor); '' for none."""
+    return "" if p is None or pd.isna(p) else p_text(p, p, math.inf)
+
+
+def term_text(effects: Effects, name: str) -> str:
+    """'η² = 0.41, F(2, 17.3) = 12.3, p (Holm) <0.001' for a term of the ANOVA (or why there is none)."""
+    row = term_row(effects, name)
+    if row is None:
+        return "no interaction term (nested or not estimable)"
+    if pd.isna(row["f"]):
+        return f"{ETA} = {row['eta_sq']:.3f} (no F-test)"
+    p = anova_p_text(row["p_holm"])
+    return (f"{ETA} = {row['eta_sq']:.3f}, F({int(row['df'])}, {row['df_den']:.1f}) = {row['f']:.2f}, "
+            f"p (Holm) {p if p.startswith('<') else '= ' + p}")
+
+
+def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
+    metric = effects.metric
+    design = " ".join(effects.notes)
+    limits = bounds(metric)
+    clipped = f" CIs clipped to the metric's range [{limits[0]:g}, {limits[1]:g}]." if limits else ""
+    importance = f"Importance of each factor for {metric}: {ANOVA_METHOD}. {design}"
+    if effects.ped_note:
+        importance += " " + effects.ped_note
+    marginal = (f"Marginal means of {metric}: per level, the {MARGINAL_METHOD}. Matched: only the "
+                "combinations of the other factors present at every level of the factor are averaged "
+                "('all': every combination; 'k of K': K-k left out for missing cells; 'unmatched': the "
+                "levels share no combination, e.g. nested factors, so plain means). Best level per "
+                f"factor in bold.{clipped} {design}")
+    tests = "; ".join(f"{pair_name(a, b)}: {term_text(effects, pair_name(a, b))}" for a, b in pairs)
+    interactions = (f"Two-way interaction means of {metric}: per pair of levels, the {MARGINAL_METHOD}, "
+                    f"matched over the other factors as in the marginal means.{clipped} Interaction terms of the "
+                    f"type-II ANOVA of the importance table: {tests}.")
+    return {"importance": importance, "marginal": marginal, "interactions": interactions}
+
+
+# -- tables and figures ------------------------------------------------------------------------
+
+def ss_text(x) -> str:
+    """Sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209."""
+    return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per term: where, df, SS, η², F, p (and PED-ANOVA); the top factor and pair in bold."""
+    t = effects.importance
+    columns = {"where": t["where"].tolist()} if (t["where"] != "all runs").any() else {}
+    columns.update({"df": t["df"].astype(int).astype(str).tolist(),
+                    "SS": [ss_text(x) for x in t["ss"]],
+                    ETA: [number(x, 3) for x in t["eta_sq"]],
+                    "F": [number(x, 2) for x in t["f"]],
+                    NU: [number(x, 1) for x in t["df_den"]],
+                    "p (Holm)": [anova_p_text(x) for x in t["p_holm"]]})
+    if "ped_anova" in t:
+        columns["PED-ANOVA"] = [number(x, 3) for x in t["ped_anova"]]
+    cells = pd.DataFrame(columns, index=pd.Index(t["term"].tolist(), name="term"))
+    best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
+    for kind in ("factor", "interaction"):
+        rows = t.index[t["kind"] == kind]
+        if len(rows):
+            best.iloc[t.loc[rows, "eta_sq"].idxmax(), list(cells.columns).index(ETA)] = True
+    return cells, best
+
+
+def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) -> tuple:
+    """One row per (factor, level): mean, 95% CI, configurations, runs; best level in bold."""
+    m = effects.marginal
+    cells = pd.DataFrame({effects.metric: [number(x, digits) for x in m["mean"]],
+                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
+                          "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
+                          "matched": m["matched"].tolist()},
+                         index=pd.MultiIndex.from_frame(m[["factor", "level"]]))
+    best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
+    shown = m["mean"].round(digits)
+    target = shown.groupby(m["factor"]).transform("max" if higher_is_better else "min")
+    best[effects.metric] = (shown == target).to_numpy()
+    return cells, best
+
+
+def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
+    """One row per (pair, level of A, level of B): mean, 95% CI, configurations, runs."""
+    frames = []
+    for (a, b), frame in means.items():
+        frames.append(frame.assign(interaction=pair_name(a, b),
+                                   levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])]))
+    m = pd.concat(frames, ignore_index=True)
+    cells = pd.DataFrame({metric: [number(x, digits) for x in m["mean"]],
+                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
+                          "CI over": m["ci_over"].tolist(), "matched": m["matched"].tolist()},
+                         index=pd.MultiIndex.from_frame(m[["interaction", "levels"]]))
+    return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
+
+
+def latex(cells, best, caption: str, label: str) -> str:
+    return to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$")
+
+
+def stem_name(key: str) -> str:
+    """A file-name-safe short form of a key: model.enc_layers -> enc_layers."""
+    return key.removeprefix("model.").replace(".", "_").replace("/", "_")
+
+
+def numeric(levels) -> bool:
+    try:
+        [float(level) for level in levels]
+    except ValueError:
+        return False
+    return True
+
+
+@paper_style
+def plot_marginal_means(effects: Effects, stem) -> list[Path]:
+    """One panel per factor: the marginal mean at each level with its 95% CI."""
+    factors = effects.factors
+    n_cols = min(4, len(factors))
+    n_rows = math.ceil(len(factors) / n_cols)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 2.8 * n_rows), squeeze=False)
+    for ax, f in zip(axes.flat, factors):
+        m = effects.marginal[effects.marginal["factor"] == f.name]
+        x = np.arange(len(m))
+        low = (m["mean"] - m["ci_lo"]).fillna(0).clip(lower=0)
+        high = (m["ci_hi"] - m["mean"]).fillna(0).clip(lower=0)
+        ax.errorbar(x, m["mean"], yerr=[low, high], marker="o", capsize=4, color="C0",
+                    linestyle="-" if numeric(f.levels) else "none")   # no line between categories
+        ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
+        ax.set_xlim(-0.5, len(m) - 0.5)
+        row = term_row(effects, f.name)
+        eta = f"{ETA} = {row['eta_sq']:.2f}" if row is not None else ""
+        ax.set_title(f"{f.name}\n{eta}" + ("" if not f.conditional else f" ({f.where})"), fontsize="small")
+        ax.grid(alpha=0.3, axis="y")
+    for ax in axes.flat[len(factors):]:
+        ax.axis("off")
+    for ax in axes[:, 0]:
+        ax.set_ylabel(f"{effects.metric} (mean, 95% CI)")
+    return save(fig, stem)
+
+
+@paper_style
+def plot_interaction(effects: Effects, a: str, b: str, means: pd.DataFrame, stem) -> list[Path]:
+    """Levels of `a` on the x axis, one line per level of `b`: matched means with 95% CIs."""
+    levels_a = list(effects.factor(a).levels)
+    fig, ax = plt.subplots(figsize=(5, 3.6))
+    n_lines = means[b].nunique()
+    for i, (level, line) in enumerate(means.groupby(b, observed=True, sort=True)):
+        x = np.array([levels_a.index(v) for v in line[a].astype(str)]) + 0.06 * (i - (n_lines - 1) / 2)
+        low = (line["mean"] - line["ci_lo"]).fillna(0).clip(lower=0)
+        high = (line["ci_hi"] - line["mean"]).fillna(0).clip(lower=0)
+        ax.errorbar(x, line["mean"], yerr=[low, high], marker="o", capsize=3, label=str(level))
+    ax.set_xticks(np.arange(len(levels_a)), levels_a)
+    ax.set_xlabel(a)
+    ax.set_ylabel(f"{effects.metric} (mean, 95% CI)")
+    ax.set_title(f"{pair_name(a, b)}\n{term_text(effects, pair_name(a, b))}", fontsize="small")
+    ax.legend(title=b, fontsize="small")
+    ax.grid(alpha=0.3)
+    return save(fig, stem)
+
+
+def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], higher_is_better: bool,
+                  digits: int = 1, figures: bool = True) -> tuple[list[str], list[Path]]:
+    """Every effects table and figure; returns (Markdown tables to print, figure files)."""
+    text = effects_captions(effects, pairs)
+    atomic_write(out / "effects_importance.csv", effects.importance.to_csv(index=False))
+    atomic_write(out / "effects_marginal.csv", effects.marginal.to_csv(index=False))
+    means = {(a, b): interaction_means(effects, a, b) for a, b in pairs}
+    layouts = [("effects_importance", "tab:importance", importance_table(effects, digits)),
+               ("effects_marginal", "tab:marginal", marginal_table(effects, higher_is_better, digits))]
+    if means:
+        atomic_write(out / "effects_interactions.csv",
+                     pd.concat([m.rename(columns={a: "first", b: "second"}).assign(interaction=pair_name(a, b))
+                                for (a, b), m in means.items()]).to_csv(index=False))
+        layouts.append(("effects_interactions", "tab:interactions",
+                        interaction_table(means, effects.metric, digits)))
+    printed = []
+    for name, tex_label, (cells, best) in layouts:
+        caption = text[name.removeprefix("effects_")]
+        atomic_write(out / f"{name}.tex", latex(cells, best, caption, tex_label))
+        markdown = to_markdown(cells, best, caption)
+        atomic_write(out / f"{name}.md", markdown)
+        printed.append(markdown)
+    if not means:
+        printed.append("No interaction table or plot: no two factors are crossed (every pair is nested, "
+                       "aliased or never set in the same run).\n")
+    files: list[Path] = []
+    if figures:
+        files += plot_marginal_means(effects, out / "effects_marginal")
+        for (a, b), m in means.items():
+            files += plot_interaction(effects, a, b, m, out / f"effects_interaction_{stem_name(a)}_x_{stem_name(b)}")
+    return printed, files

@@ -35,6 +35,7 @@ from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
 COLUMN_IN, TEXT_IN = 3.3, 6.75      # figure widths: one column, the text width
+SHOWN = 3        # configurations a figure draws beside the baseline: one row of attention maps
 GRAD_NORM = r"$\Vert\partial L / \partial h_t\Vert$"   # mathtext: h with subscript t
 # Okabe & Ito (2008), "Color universal design"; yellow last, it is faint on white.
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
@@ -94,9 +95,13 @@ def save(fig, stem: Path | str) -> list[Path]:
     return paths
 
 
+def _averaged(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The runs the tables average: only they appear in the figures, too."""
+    return runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
+
+
 def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
-    # Only runs that are averaged in the tables appear in the figures, too.
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
+    good = _averaged(runs, metric)
     frame = frame[frame["run_dir"].isin(good["run_dir"])]
     return frame.assign(config=frame["run_dir"].map(config_labels(good, keys)))
 
@@ -344,8 +349,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
     shortest one every configuration stored, so its tokens stay legible). Run stores written
     before the maps were stored as data: their pictures (attention/*.png), one row per
     configuration."""
-    good = runs[usable(runs, metric)] if metric in runs else runs[runs["status"] == Status.FINISHED]
-    names = config_labels(good, keys)
+    names = config_labels(_averaged(runs, metric), keys)
     found = {}
     for config in sorted(set(names)):
         for run_dir in sorted(names.index[names == config]):
@@ -412,7 +416,7 @@ def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
 
 @paper_style
 def plot_expected_max(table: pd.DataFrame, keys: list[str], metric: str, stem) -> list[Path]:
-    """Expected best `metric` against the number of trials, one line per family (expected_max.py's
+    """Expected best `metric` against the number of trials, one line per family (trials.py's
     table: keys, trials, expected_max, sd), band: ± one standard deviation."""
     if table.empty:
         return []

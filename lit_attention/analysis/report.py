@@ -7,7 +7,8 @@ significance.csv (when a baseline is tested) and the figures (PNG + PDF);
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
 with --trials expected_max.csv/.md and its figure; with --improvement improvement.csv/.md; report-files.json
 lists them, so that the next report into DIR removes those it does not write.
-Prints the Markdown table. A run whose summary.json or config.yaml is malformed, or whose metric is
+Prints the baseline and each configuration's mean, Δ, CI and p (tables.terminal_view) and
+the files written. A run whose summary.json or config.yaml is malformed, or whose metric is
 inf/NaN, gets one warning line on stderr and is counted, never averaged.
 """
 
@@ -25,10 +26,12 @@ from pathlib import Path
 import pandas as pd
 
 from lit_attention.analysis import aggregate as agg_mod
-from lit_attention.analysis import effects, effects_output, expected_max, improvement, load, plots
+from lit_attention.analysis import effects, load, plots
 from lit_attention import metric_facts
-from lit_attention.analysis import captions, columns, significance, tables
+from lit_attention.analysis import captions, significance, tables
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.analysis.trials import (expected_max_markdown, expected_max_table, improvement_markdown,
+                                           improvement_table)
 from lit_attention.files import atomic_write
 from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking import schema
@@ -107,7 +110,7 @@ def parse_args(argv: list[str]) -> Request:
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
     p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
-                   help=columns.columns_help())
+                   help=tables.columns_help())
     p.add_argument("--wide", action="store_true",
                    help="table.tex as a table* that fits the text width of a two-column paper")
     p.add_argument("--label", default=None,
@@ -381,7 +384,7 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
                                                and not sig.attrs["values"] else None),
                                    marked=sig is None or sig.attrs["test"] == significance.DEFAULT_TEST,
                                    shown=shown)
-    summary = tables.labelled(*columns.summary_table(agg, keys, request.metric, sig, is_base, request.digits),
+    summary = tables.labelled(*tables.summary_table(agg, keys, request.metric, sig, is_base, request.digits),
                               request.metric)
     also = list(also)
     legend = captions.differences_note(agg, keys, also)
@@ -430,7 +433,7 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
 def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
     """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
     limit = tables.width_limit(request.wide)
-    cells, best, left_out = columns.choose_columns(cells, best, metric_facts.metric_label(request.metric),
+    cells, best, left_out = tables.choose_columns(cells, best, metric_facts.metric_label(request.metric),
                                                   request.columns, limit)
     if left_out and request.columns is None:
         print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if request.wide else 'column'} "
@@ -444,8 +447,8 @@ def keys_fit(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> bool:
     """Whether table.tex fits with every key as a column and the metric, its CI and n (or the
     --columns asked for): the other statistics then make room for the keys."""
     metric = metric_facts.metric_label(request.metric)
-    wanted = request.columns or [n for n in ("mean", "ci", "n") if n in columns.column_names(cells, metric)]
-    cells, best, _ = columns.choose_columns(cells, best, metric, wanted)
+    wanted = request.columns or [n for n in ("mean", "ci", "n") if n in tables.column_names(cells, metric)]
+    cells, best, _ = tables.choose_columns(cells, best, metric, wanted)
     return tables.tabular_width(cells, best) <= tables.width_limit(request.wide)
 
 
@@ -458,9 +461,17 @@ def check_width(request: Request, name: str, cells: pd.DataFrame, best: pd.DataF
               f"{'' if request.wide else 'use --wide, '}fewer --rows/--cols or --columns", file=sys.stderr)
 
 
-def write_figures(request: Request, runs, metrics, agg, keys, sig) -> list[Path]:
+def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> list[Path]:
     out = request.out
     m = request.metric
+    chosen, more = tables.leading(agg, keys, m, sig, is_base, plots.SHOWN)
+    if more:    # a sweep: what a reader can tell apart in a figure; every row is in table.csv
+        agg = agg.iloc[chosen]
+        drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
+        runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
+        metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics
+        print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
+              f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
     # against the step, and against the target tokens seen when the summaries record them
     for x in ("step", "tokens"):
@@ -485,17 +496,17 @@ def factor_effects(request: Request, runs: pd.DataFrame) -> tuple:
 
 
 def trial_curves(request: Request, runs: pd.DataFrame) -> tuple:
-    """--trials: (expected_max.py's table, its family keys), or (None, [])."""
+    """--trials: (trials.expected_max_table, its family keys), or (None, [])."""
     if request.trials is None:
         return None, []
     keys = [load.resolve_key(runs, k) for k in request.trials] or [k for k in ("model.family",) if k in runs]
     better = metric_facts.higher_is_better(request.metric)
-    return expected_max.expected_max_table(runs, keys, request.metric, better), keys
+    return expected_max_table(runs, keys, request.metric, better), keys
 
 
 def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
                             is_base) -> pd.DataFrame | None:
-    """--improvement: improvement.py's table of every row against the significance test's baseline."""
+    """--improvement: trials.improvement_table of every row against the significance test's baseline."""
     if not request.improvement:
         return None
     if is_base is None:
@@ -507,7 +518,7 @@ def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFr
         raise AnalysisError(f"--improvement needs one baseline configuration; the baseline matches "
                             f"{len(chosen)}")
     seed = significance.SEED if request.resample_seed is None else request.resample_seed
-    return improvement.improvement_table(runs, config, chosen.iloc[0].to_dict(), request.metric,
+    return improvement_table(runs, config, chosen.iloc[0].to_dict(), request.metric,
                                          metric_facts.higher_is_better(request.metric), seed=seed)
 
 
@@ -518,13 +529,13 @@ def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> 
     better = metric_facts.higher_is_better(request.metric)
     if trials is not None:
         atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
-        printed.append(expected_max.markdown(trials, trial_keys, request.metric, better, request.digits))
+        printed.append(expected_max_markdown(trials, trial_keys, request.metric, better, request.digits))
         atomic_write(out / "expected_max.md", printed[-1])
         if not request.no_figures:
             figures += plots.plot_expected_max(trials, trial_keys, request.metric, out / "expected_max")
     if improved is not None:
         atomic_write(out / "improvement.csv", improved.to_csv(index=False))
-        printed.append(improvement.markdown(improved, request.metric, baseline, better, digits=request.digits))
+        printed.append(improvement_markdown(improved, request.metric, baseline, better, digits=request.digits))
         atomic_write(out / "improvement.md", printed[-1])
     return printed, figures
 
@@ -594,17 +605,23 @@ def _report(request: Request, state: dict) -> int:
                     break
         print(f"error: {load.cut(error_text(exc), load.MAX_MESSAGE)}", file=sys.stderr)
         return 2
-    figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig)
+    figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
-        effect_tables, effect_figures = effects_output.write_effects(
+        effect_tables, effect_figures = effects.write_effects(
             found, out, pairs, metric_facts.higher_is_better(request.metric), request.digits, not request.no_figures)
         printed, figures = printed + effect_tables, figures + effect_figures
     analysis_tables, analysis_figures = write_analyses(request, trials, trial_keys, improved, baseline)
     printed, figures = printed + analysis_tables, figures + analysis_figures
-    print("\n".join(printed))
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
-    print(f"{len(runs)} runs, {len(agg)} configurations, {len(excluded)} excluded{why} "
-          f"(see {out / 'excluded.csv'}); wrote tables and {len(figures)} figure files to {out}")
+    against = f"; Δ and p against {baseline}" if baseline else ""
+    print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "
+                            f"{len(agg)} configurations, {len(excluded)} excluded{why}{against}", tables.WIDTH))
+    print("\n".join(tables.terminal_view(agg, rows + cols, request.metric, sig, is_base, request.digits)))
+    written = ["table.md (full table, caption)", "table.csv", "table.tex", *(["pivot.md/.tex"] if cols else []),
+               *(["effects_*.md"] if found is not None else []), *(["expected_max.md"] if trials is not None else []),
+               *(["improvement.md"] if improved is not None else []),
+               *([f"{len({f.stem for f in figures})} figures"] if figures else []), "excluded.csv"]
+    print(f"in {out}: {', '.join(written)}")
     removed, kept = record_outputs(out, earlier, finished=True)
     if removed:
         print(f"removed {len(removed)} file{'s' * (len(removed) != 1)} of the earlier report in {out} that this "

@@ -1,6 +1,6 @@
 """Tests of every configuration of a table against a baseline, with Holm's correction.
 
-The default test treats seeds as the random factor (seeds_x_sentences.py): the difference of seed
+The default test treats seeds as the random factor (statistics.seed_test): the difference of seed
 means, its variance from the seeds (the spread of the runs' corpus scores, per arm or pooled over
 the arms of the table) plus the test sentences (the bootstrap covariance of distinct runs'
 scores, paired), referred to Student's t with Satterthwaite's degrees of freedom; one-sided in
@@ -15,9 +15,9 @@ For comparisons of single runs, sacreBLEU PairedTest's sentence-level tests stay
 sacreBLEU's), Holm-corrected over the comparisons. They see test-set variance only.
 
 All tests run on cached sentence statistics (tracking/sentence_stats.py) with one seeded draw of
-resampled test sets shared by every comparison (resampling.py). A language model's perplexity or
+resampled test sets shared by every comparison (statistics.draw). A language model's perplexity or
 loss is tested the same way with contiguous blocks of its test tokens in place of sentences
-(token_blocks.py), when every run recorded its per-token losses; another metric, or runs without
+(statistics.py's token blocks), when every run recorded its per-token losses; another metric, or runs without
 them, is tested on the per-run values of the summaries: seeds are then the only resampled factor
 (the caption says why).
 """
@@ -32,19 +32,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from lit_attention.analysis import resampling
-from lit_attention.analysis import seeds_x_sentences as sb
-from lit_attention.tracking import sentence_stats as ss
-from lit_attention.analysis import token_blocks
+from lit_attention import metric_facts
+from lit_attention.analysis import statistics as st
 from lit_attention.analysis.aggregate import clip
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.metric_facts import SPLITS, metric_range
-from lit_attention.tracking.schema import Status, hyps_file, refs_file
+from lit_attention.tracking import sentence_stats as ss
+from lit_attention.tracking.schema import Status, hyps_file, refs_file, token_nll_file
 
 N_SAMPLES = 10_000          # the seed test's; sentence tests: at least, more for many comparisons
 MAX_DEFAULT_SAMPLES = 50_000   # the draw alone is 4 bytes x resamples x sentences
 SEED = 12345                # sacreBLEU's default seed
-ALPHA = 0.05
 RESOLVE = 0.01              # Holm-adjusted p-values the default number of resamples can go below
 DEFAULT_TEST = "seeds"
 SENTENCE_TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTest bs)",
@@ -52,7 +50,7 @@ SENTENCE_TESTS = {"bootstrap": "paired bootstrap resampling (sacreBLEU PairedTes
 TESTS = {DEFAULT_TEST: "test over seeds × sentences", **SENTENCE_TESTS}
 ONE_SEED = "n=1"            # the note of a comparison a seed-aware test cannot make
 NO_DATA = "untested"        # ... of one without hypotheses (or values) to test
-MIN_POOLED_DF = 3           # fewer: the Satterthwaite mix rejects too often (calibration.py: 7.9 %
+MIN_POOLED_DF = 3           # fewer: the Satterthwaite mix rejects too often (analysis/calibration_sim.py: 7.9 %
                             # of true nulls with 2 arms of 2 seeds pooled)
 
 
@@ -104,7 +102,7 @@ def observed_differences(metric: str, base: np.ndarray, systems: np.ndarray) -> 
                      for b, s in zip(base, systems)])
 
 
-def pvalues(metric: str, draw: resampling.Draw, base: np.ndarray, systems: np.ndarray,
+def pvalues(metric: str, draw: st.Draw, base: np.ndarray, systems: np.ndarray,
             base_scores: np.ndarray | None = None) -> np.ndarray:
     """p-values of R paired comparisons: base and systems are sentence statistics [R, N, K]
     (row r of `base` is the baseline that system r is compared with). A bootstrap may be given
@@ -112,10 +110,10 @@ def pvalues(metric: str, draw: resampling.Draw, base: np.ndarray, systems: np.nd
     observed = observed_differences(metric, base, systems)
     if draw.kind == "bootstrap":
         if base_scores is None:
-            base_scores = resampling.resampled_scores(metric, draw, base)
-        return bootstrap_pvalues(base_scores, resampling.resampled_scores(metric, draw, systems),
+            base_scores = st.resampled_scores(metric, draw, base)
+        return bootstrap_pvalues(base_scores, st.resampled_scores(metric, draw, systems),
                                  observed)
-    return permutation_pvalues(*resampling.swapped_scores(metric, draw, base, systems), observed)
+    return permutation_pvalues(*st.swapped_scores(metric, draw, base, systems), observed)
 
 
 def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
@@ -130,21 +128,9 @@ def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], me
     base_score, sys_score = ss.corpus_score(metric, base_stats), ss.corpus_score(metric, sys_stats)
     if list(system) == list(baseline):
         return dict(baseline=base_score, system=sys_score, p=1.0)   # see _identical
-    draw = resampling.draw(test, len(refs), n_samples, seed)
+    draw = st.draw(test, len(refs), n_samples, seed)
     p = pvalues(metric, draw, base_stats[None], sys_stats[None])[0]
     return dict(baseline=base_score, system=sys_score, p=float(p))
-
-
-def holm(pvalues: list[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the input order (NaN entries are left out)."""
-    present = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
-    m = len(present)
-    adjusted = [math.nan] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(present):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
-    return adjusted
 
 
 # ---- the table's comparisons ------------------------------------------------------------------
@@ -267,8 +253,8 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
-    result["significant"] = result["p_holm"] < ALPHA
-    result["equivalent"] = result["p_equivalent_holm"] < ALPHA
+    result["significant"] = result["p_holm"] < st.ALPHA
+    result["equivalent"] = result["p_equivalent_holm"] < st.ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
                         values=column, metric=metric, split=split,
                         blocks=source.block_info, no_blocks=source.no_blocks,
@@ -302,7 +288,7 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
                width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
-    """The seeds x sentences test (seeds_x_sentences.py) of every configuration against the baseline;
+    """The seeds x sentences test (statistics.seed_test) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
@@ -329,7 +315,7 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
     bounds = (-width, width) if width is not None else (None, None)
     family = []                # (row index, p up, p down)
     for i, observed, part in tested:
-        result = sb.compare(observed, base_observed, part, source.n_sentences,
+        result = st.seed_test(observed, base_observed, part, source.n_sentences,
                             pooled=pooled and (pooled["variance"], pooled["df"]))
         low, high = result.interval()
         rows[i].update(delta_lo=clip(float(low), bounds), delta_hi=clip(float(high), bounds),
@@ -337,21 +323,21 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         if margin is not None:
             rows[i]["p_equivalent"] = float(result.equivalence_p(margin))
         family.append((i, float(result.p_up()), float(result.p_down())))
-    adjusted = holm([up for _, up, _ in family] + [down for _, _, down in family])
+    adjusted = st.holm([up for _, up, _ in family] + [down for _, _, down in family])
     for k, (i, up, down) in enumerate(family):
         delta = rows[i]["delta"]
         pick = (k,) if delta > 0 else (k + len(family),) if delta < 0 else (k, k + len(family))
         rows[i]["p"] = max((up, down)[j // len(family)] for j in pick)
         rows[i]["p_holm"] = max(adjusted[j] for j in pick)
     if margin is not None:
-        for (i, *_), p in zip(family, holm([rows[i]["p_equivalent"] for i, *_ in family])):
+        for (i, *_), p in zip(family, st.holm([rows[i]["p_equivalent"] for i, *_ in family])):
             rows[i]["p_equivalent_holm"] = p
     return rows, pooled
 
 
 def _pooled(groups: list[np.ndarray]) -> dict:
     """The seed variance pooled over the arms with two or more runs, for compare() and the caption."""
-    variance, df = sb.pooled_variance(groups)
+    variance, df = st.pooled_variance(groups)
     if df < MIN_POOLED_DF:
         raise AnalysisError(f"pooling the seed variance needs at least {MIN_POOLED_DF} degrees of "
                             f"freedom (runs minus arms); these arms give {df}: test without pooling")
@@ -396,7 +382,7 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
         chunk = pairs[start:start + CHUNK]
         for (i, *_), result in zip(chunk, tester(chunk)):
             found[i] = result
-    adjusted = dict(zip(found, holm([p for p, _ in found.values()])))
+    adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
     rows = []
     for i, (_, dirs, untested) in enumerate(configs):
         p, delta = found.get(i, (math.nan, math.nan))
@@ -407,6 +393,21 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
     return rows
 
 
+TOKENS_AGREE = 1e-4    # relative: a token file whose mean is not the summary's value is stale
+
+
+def _token_level(column: str) -> tuple[str, str] | None:
+    """(split, kind) of a summary column `<split>_ppl` / `<split>_loss`, else None."""
+    split, kind = metric_facts.parse(column)
+    return (split, kind) if split and kind in metric_facts.TOKEN_LEVEL else None
+
+
+def _token_nll(run_dir: str, split: str) -> np.ndarray | None:
+    """[T] float32 per-token NLL of the run's `split` in stream order, or None when not recorded."""
+    path = Path(run_dir) / token_nll_file(split)
+    return np.load(path, allow_pickle=False) if path.is_file() else None
+
+
 class _Source:
     """What a family of comparisons resamples: every tested run's corpus scores on one shared
     draw of the split's sentences, or (with a summary `column`) the runs' values."""
@@ -415,14 +416,14 @@ class _Source:
         self.store, self.column = store, column
         self.values = pd.to_numeric(runs.set_index("run_dir")[column], errors="coerce") if column else None
         # a language model's loss or perplexity: resampled over contiguous blocks of its tokens
-        # when every tested run recorded them (token_blocks.py); else over seeds only, and why
-        self.lm = token_blocks.parse(column) if column else None
+        # when every tested run recorded them (statistics.py); else over seeds only, and why
+        self.lm = _token_level(column) if column else None
         self.blocks: dict[str, np.ndarray] = {}
         self.no_blocks: str | None = None
         with_refs = [d for d in runs.loc[is_base, "run_dir"] if store.refs(d).is_file()]
         with_refs += [d for d in runs.loc[~is_base, "run_dir"] if store.refs(d).is_file()]
         self.refs_run = with_refs[0] if with_refs else None   # the baseline's references first
-        self.draw: resampling.Draw | None = None
+        self.draw: st.Draw | None = None
         self.refs_hash: str | None = None
 
     def testable(self, group: pd.DataFrame) -> list[str]:
@@ -446,12 +447,12 @@ class _Source:
         """Every run's block statistics and the family's draw of blocks, or `no_blocks` saying
         why the test falls back to the seeds alone."""
         split, kind = self.lm
-        losses = {d: token_blocks.load(d, split) for d in run_dirs}
+        losses = {d: _token_nll(d, split) for d in run_dirs}
         missing = [d for d, nll in losses.items() if nll is None]
         lengths = {len(nll) for nll in losses.values() if nll is not None}
         stale = [d for d, nll in losses.items() if nll is not None and len(nll) and not math.isclose(
-            float(token_blocks.score(kind, np.array([nll.sum(dtype=np.float64), len(nll)]))),
-            self.values[d], rel_tol=token_blocks.AGREE)]
+            float(st.block_score(kind, np.array([nll.sum(dtype=np.float64), len(nll)]))),
+            self.values[d], rel_tol=TOKENS_AGREE)]
         if missing:
             self.no_blocks = (f"{len(missing)} of the {len(run_dirs)} runs recorded no per-token "
                               f"losses of the {SPLITS.get(split, split)} tokens")
@@ -462,9 +463,9 @@ class _Source:
             self.no_blocks = f"{len(stale)} runs' per-token losses do not give their {self.column}"
         if self.no_blocks:
             return
-        n_blocks = token_blocks.count(lengths.pop())
-        self.blocks = {d: token_blocks.cut(nll, n_blocks) for d, nll in losses.items()}
-        self.draw = resampling.draw("bootstrap", n_blocks, self.n_samples, self.seed)
+        n_blocks = st.block_count(lengths.pop())
+        self.blocks = {d: st.cut_blocks(nll, n_blocks) for d, nll in losses.items()}
+        self.draw = st.draw("bootstrap", n_blocks, self.n_samples, self.seed)
 
     @property
     def block_info(self) -> dict | None:
@@ -505,13 +506,13 @@ class _Source:
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
-        resampled covariance of distinct runs (seeds_x_sentences.sentence_variance); 0 for values
+        resampled covariance of distinct runs (statistics.sentence_variance); 0 for values
         without token blocks."""
         if self.column and not self.blocks:
             return 0.0
-        covariance = sb.resampled_covariance(np.hstack([scores, base_scores]))
-        part = float(sb.sentence_variance(covariance, scores.shape[1]))
-        return token_blocks.unbiased(part, self.draw.n_sentences) if self.blocks else part
+        covariance = st.resampled_covariance(np.hstack([scores, base_scores]))
+        part = float(st.sentence_variance(covariance, scores.shape[1]))
+        return st.unbiased(part, self.draw.n_sentences) if self.blocks else part
 
     def scores(self, run_dirs: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """([B, n] each run's score on each resample (a value: the same on every resample),
@@ -520,13 +521,13 @@ class _Source:
             observed = self.observed(run_dirs)
             if self.blocks:
                 stats = np.stack([self.blocks[d] for d in run_dirs])
-                return token_blocks.resampled(self.lm[1], self.draw.weights, stats), observed
+                return st.resampled_blocks(self.lm[1], self.draw.weights, stats), observed
             return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
         stats = self._stats(run_dirs)
         if self.draw is None or self.draw.n_sentences != stats.shape[1]:
-            self.draw = resampling.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
+            self.draw = st.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
         observed = np.array([ss.corpus_score(self.store.metric, s) for s in stats])
-        return resampling.resampled_scores(self.store.metric, self.draw, stats), observed
+        return st.resampled_scores(self.store.metric, self.draw, stats), observed
 
 
 CHUNK = 256    # pairs whose statistics are loaded and tested together
@@ -546,12 +547,12 @@ class _Tester:
 
     def __init__(self, store: RunStats, metric: str, test: str, n_samples: int, seed: int):
         self.store, self.metric, self.test, self.n_samples, self.seed = store, metric, test, n_samples, seed
-        self.draws: dict[int, resampling.Draw] = {}
+        self.draws: dict[int, st.Draw] = {}
         self.baselines: dict[tuple[str, str], tuple[ss.SentenceStats, np.ndarray | None]] = {}
 
-    def _draw(self, n_sentences: int) -> resampling.Draw:
+    def _draw(self, n_sentences: int) -> st.Draw:
         if n_sentences not in self.draws:
-            self.draws[n_sentences] = resampling.draw(self.test, n_sentences, self.n_samples, self.seed)
+            self.draws[n_sentences] = st.draw(self.test, n_sentences, self.n_samples, self.seed)
         return self.draws[n_sentences]
 
     def _baseline(self, base_dir: str, refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
@@ -561,7 +562,7 @@ class _Tester:
             stats = self.store.get(base_dir, key[1])
             scores = None
             if self.test == "bootstrap" and len(stats):
-                scores = resampling.resampled_scores(self.metric, self._draw(len(stats)),
+                scores = st.resampled_scores(self.metric, self._draw(len(stats)),
                                                      stats.of(self.metric)[None])[:, 0]
             self.baselines[key] = (stats, scores)
         return self.baselines[key]

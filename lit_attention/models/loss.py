@@ -4,10 +4,10 @@
 target positions and a V-word vocabulary: an fp32 copy of bf16 logits (autocast runs the loss in
 fp32), the log-softmax, and in the backward a zero-filled gradient of the NLL term, a second one
 of the smoothing term, their sum, the log-softmax backward and the cast back to bf16: a dozen
-passes over N x V floats (4,096 x 8,000 on the reference Transformer), 28 % of a bf16 training
-step and 15 % of an fp32 one on a 2-core CPU. Here the same loss keeps one fp32 number per row
-(the log-sum-exp) and works through the logits a block of rows at a time, so the fp32 block stays
-in cache; the backward writes the gradient, in the logits' dtype, in one sweep.
+passes over N x V floats (4,096 x 8,000 on the reference Transformer), a large share of a CPU's
+training step. Here the same loss keeps one fp32 number per row (the log-sum-exp; float64 for
+float64 logits) and works through the logits a block of rows at a time, so the block stays in
+cache; the backward writes the gradient, in the logits' dtype, in one sweep.
 
 Per non-ignored row with logits x and target t (lse = log sum_v exp x_v):
 
@@ -44,13 +44,14 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         n, v = logits.shape
         keep = target != ignore_index
         safe = torch.where(keep, target, 0)[:, None]                       # [N, 1]
-        lse = torch.empty(n, dtype=torch.float32, device=logits.device)
-        mean = torch.empty(n, dtype=torch.float32, device=logits.device)
+        acc = accumulation_dtype(logits.dtype)
+        lse = torch.empty(n, dtype=acc, device=logits.device)
+        mean = torch.empty(n, dtype=acc, device=logits.device)
         for a, b in _blocks(n, v):
-            x = logits[a:b].float()
+            x = logits[a:b].to(acc)
             torch.logsumexp(x, 1, out=lse[a:b])
             torch.mean(x, 1, out=mean[a:b])
-        rows = lse - (1 - eps) * logits.gather(1, safe).squeeze(1).float() - eps * mean
+        rows = lse - (1 - eps) * logits.gather(1, safe).squeeze(1).to(acc) - eps * mean
         count = keep.sum()
         ctx.save_for_backward(logits, safe, lse, keep, count)
         ctx.eps = eps
@@ -60,11 +61,11 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
     def backward(ctx, grad_loss):
         logits, safe, lse, keep, count = ctx.saved_tensors
         eps, (n, v) = ctx.eps, logits.shape
-        scale = torch.where(keep, grad_loss / count, 0.0)[:, None]       # [N, 1] fp32
-        hit = torch.full(safe.shape, -(1 - eps), dtype=torch.float32, device=logits.device)
+        scale = torch.where(keep, grad_loss / count, 0.0)[:, None]       # [N, 1]
+        hit = torch.full(safe.shape, -(1 - eps), dtype=lse.dtype, device=logits.device)
         grad = torch.empty_like(logits)
         for a, b in _blocks(n, v):
-            p = torch.sub(logits[a:b], lse[a:b, None]).exp_()             # softmax, fp32
+            p = torch.sub(logits[a:b], lse[a:b, None]).exp_()             # softmax, in lse's dtype
             p.sub_(eps / v).scatter_add_(1, safe[a:b], hit[a:b]).mul_(scale[a:b])
             grad[a:b] = p
         return grad, None, None, None
@@ -101,20 +102,25 @@ def linear_cross_entropy(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     return _LinearCrossEntropy.apply(x, weight, bias, target, ignore_index, label_smoothing)
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Softmax and sums run in fp32 for half-precision logits, in float64 for float64 ones."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def fused_pays(device_type: str) -> bool:
     """Whether the fused projection + loss beats F.linear then F.cross_entropy on this device.
 
     It exists for a CPU's memory traffic (the [N, V] logits do not fit its caches). On a GPU the
-    logits fit its memory, and 32 blocks of small kernels per step (58 logsumexp launches a step
-    on an H200, 3-4 ms of a 23 ms launch-bound step, issue 38) cost more than two large ones.
+    logits fit its memory, and many blocks of small, launch-bound kernels per step cost more than
+    two large ones (docs/BENCHMARKS.md).
     """
     return device_type == "cpu"
 
 
-ROWS_PER_BLOCK = 128    # of the logits: [128, V] (4 MB fp32 at V = 8,000; fastest of 32-2,048 here)
+ROWS_PER_BLOCK = 128    # of the logits: [128, V] (4 MB fp32 at V = 8,000: a block stays in cache)
 # Under autocast the weight gradient is accumulated in fp32 from bf16 products: one product per
-# 512 rows (their bf16 gradients kept) instead of one per block: 103 -> 83 ms for the reference
-# loss (bf16, 2 threads); in fp32, one per block was fastest.
+# 512 rows (their bf16 gradients kept) rather than one per block halves those products' overhead;
+# in fp32, one per block is fastest (bench/throughput.py).
 ROWS_PER_WEIGHT_GRAD_LOW_PRECISION = 512
 
 
@@ -123,7 +129,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
     def forward(ctx, x, weight, bias, target, ignore_index, eps):
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-        low = dtype != torch.float32
+        low, acc = dtype in (torch.float16, torch.bfloat16), accumulation_dtype(dtype)
         with torch.autocast(device, enabled=False):
             xc, wc = x.to(dtype), weight.to(dtype)
             bc = None if bias is None else bias.to(dtype)
@@ -131,12 +137,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
             keep = target != ignore_index
             safe = torch.where(keep, target, 0)[:, None]                      # [N, 1]
             count = keep.sum()
-            scale = (keep / count).to(torch.float32)[:, None]                  # [N, 1]; NaN if none kept
-            hit = torch.full(safe.shape, -(1 - eps), dtype=torch.float32, device=x.device)
-            rows = torch.empty(n, dtype=torch.float32, device=x.device)
+            scale = (keep / count).to(acc)[:, None]                            # [N, 1]; NaN if none kept
+            hit = torch.full(safe.shape, -(1 - eps), dtype=acc, device=x.device)
+            rows = torch.empty(n, dtype=acc, device=x.device)
             grad_x = torch.empty(n, x.shape[1], dtype=dtype, device=x.device)
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device)
-            grad_b = None if bias is None else torch.zeros(v, dtype=torch.float32, device=x.device)
+            grad_w = torch.zeros(weight.shape, dtype=acc, device=x.device)
+            grad_b = None if bias is None else torch.zeros(v, dtype=acc, device=x.device)
             group = ROWS_PER_WEIGHT_GRAD_LOW_PRECISION if low else ROWS_PER_BLOCK
             if low:
                 kept = torch.empty(min(group, n), v, dtype=dtype, device=x.device)   # d loss / d logits
@@ -144,7 +150,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
                 h = min(g + group, n)
                 for a in range(g, h, ROWS_PER_BLOCK):
                     b = min(a + ROWS_PER_BLOCK, h)
-                    z = (xc[a:b] @ wc.t() if bc is None else torch.addmm(bc, xc[a:b], wc.t())).float()
+                    z = (xc[a:b] @ wc.t() if bc is None else torch.addmm(bc, xc[a:b], wc.t())).to(acc)
                     lse = torch.logsumexp(z, 1)
                     rows[a:b] = lse - (1 - eps) * z.gather(1, safe[a:b]).squeeze(1) - eps * z.mean(1)
                     p = z.sub_(lse[:, None]).exp_()                            # softmax, in place
@@ -167,6 +173,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss):
         grad_x, grad_w, grad_b = ctx.saved_tensors
-        (x_dtype, w_dtype), g = ctx.dtypes, grad_loss.float()
+        (x_dtype, w_dtype), g = ctx.dtypes, grad_loss.to(grad_w.dtype)
         return ((grad_x * g).to(x_dtype), (grad_w * g).to(w_dtype),
                 None if grad_b is None else (grad_b * g).to(w_dtype), None, None, None)

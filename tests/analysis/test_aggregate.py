@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from lit_attention import metric_facts
-from lit_attention.analysis import aggregate, captions, columns
+from lit_attention.analysis import aggregate, captions, tables
 
 
 def test_t_intervals_stay_inside_the_metric_range():
@@ -31,7 +31,7 @@ def test_the_table_and_its_caption_show_the_clipped_interval():
                          "run_id": ["r1", "r2"]})
     agg = aggregate.aggregate(runs, ["k"], "val_bleu")
     assert agg.loc[0, "ci_hi"] == 100.0 and agg.loc[0, "ci_lo"] == 0.0
-    cells, _ = columns.summary_table(agg, ["k"], "val_bleu")
+    cells, _ = tables.summary_table(agg, ["k"], "val_bleu")
     assert cells.iloc[0]["95% CI"] == "[0.0, 100.0]"
     caption = captions.caption_text("val_bleu", agg, captions.CI_METHOD, None)
     assert "Student-t interval over seeds" in caption and "clipped to [0, 100]" in caption

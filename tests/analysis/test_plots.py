@@ -188,3 +188,21 @@ def test_an_undrawn_figure_is_made_and_named_but_written_empty(tmp_path, figures
     assert all(p.stat().st_size == 0 for p in undrawn) and all(p.stat().st_size > 0 for p in drawn)
     assert len(figures) == 2 and figures[1].axes[0].get_ylabel() == "Validation BLEU"   # made all the same
     assert plots.plot_ablation_bars(agg, ["model.attention"], "val_bleu", tmp_path / "after")[0].stat().st_size > 0
+
+
+def test_a_sweep_draws_the_baseline_and_the_leading_configurations(tmp_path, figures, capsys):
+    """At sweep scale a figure shows what a reader can tell apart; every row stays in table.csv."""
+    from lit_attention.analysis import report
+    for config in range(12):
+        for seed in (1, 2):
+            write_run(tmp_path, "g", f"c{config}-s{seed}", seed=seed, val_bleu=20.0 + config + seed / 10,
+                      model=dict(family="rnn", attention="none" if config == 0 else f"a{config}"))
+    assert report.main([str(tmp_path / "g"), "--out", str(tmp_path / "report"), "--baseline", "attention=none",
+                        "--samples", "100"]) == 0
+    assert f"figures: the baseline and the {plots.SHOWN} configurations of largest |Δ|; 8 more in " \
+           "table.csv" in capsys.readouterr().err
+    bars = next(fig for fig in figures if "whiskers" in fig.axes[0].get_title(loc="right")).axes[0]
+    assert [t.get_text() for t in bars.get_xticklabels()] == ["none", "a11", "a10", "a9"]
+    curves = next(fig for fig in figures if fig.axes[0].get_xlabel() == "training step")
+    assert len(curves.axes[0].get_lines()) == 1 + plots.SHOWN
+    assert len(pd.read_csv(tmp_path / "report" / "table.csv")) == 12

@@ -1,5 +1,5 @@
 """`lit-attention report --trials --improvement` on the demo study (FIXTURE run store,
-tests/analysis_stores.py): the files and the printed tables of expected_max.py and improvement.py."""
+tests/analysis_stores.py): the files and the printed tables of trials.py."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ def test_report_trials_and_improvement_on_the_demo_study(tmp_path):
     # transformer [50.8, 52.4]: two draws -> 50.8 / 4 + 52.4 * 3 / 4
     assert trials.loc[("transformer", 2), "expected_max"] == pytest.approx(52.0)
     assert trials.loc[("rnn", 6), "n_runs"] == 6 and ("transformer", 3) not in trials.index
-    assert "| rnn (N=6) " in result.stdout and "| transformer (N=2) " in result.stdout
-    assert "| 35.2 ± 14.1 " in result.stdout           # rnn, n = 1: mean ± population sd
+    printed = (out / "expected_max.md").read_text()
+    assert "| rnn (N=6) " in printed and "| transformer (N=2) " in printed
+    assert "| 35.2 ± 14.1 " in printed           # rnn, n = 1: mean ± population sd
 
     improved = pd.read_csv(out / "improvement.csv")
     base = improved[improved["baseline"]]
@@ -35,8 +36,10 @@ def test_report_trials_and_improvement_on_the_demo_study(tmp_path):
     beaten = improved[~improved["baseline"]]
     assert (beaten["p_improvement"] == 1.0).all() and (beaten["p_ci_lo"] == 1.0).all()   # every pair wins
     assert base["iqm"].item() == pytest.approx((14.2 + 16.9) / 2)          # 2 runs: nothing cut
-    assert "| 1.00 [1.00, 1.00]" in result.stdout and "baseline (model.attention=none)" in result.stdout
-    assert "With 2 runs in the smallest stratum the bootstrap sees only those runs" in result.stdout
+    printed = (out / "improvement.md").read_text()
+    assert "| 1.00 [1.00, 1.00]" in printed and "baseline (model.attention=none)" in printed
+    assert "With 2 runs in the smallest stratum the bootstrap sees only those runs" in printed
+    assert "expected_max.md, improvement.md" in result.stdout.splitlines()[-1]
 
 
 def test_improvement_without_a_baseline_is_a_usage_error(tmp_path):

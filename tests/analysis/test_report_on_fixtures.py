@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from analysis_stores import SIGNATURE, corrupt, demo_study, references, write_run
-from lit_attention.analysis import aggregate, captions, columns, load, plots, report, significance, tables
+from lit_attention.analysis import aggregate, captions, load, plots, report, significance, tables
+from lit_attention.analysis.statistics import holm
 
 # Two-sided 95% Student-t critical values from printed tables (not computed by the code under test).
 T_TABLE = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 9: 2.2622, 30: 2.0423}
@@ -138,7 +139,7 @@ def test_gradient_stats_from_metrics_and_gradflow(runs):
             for column in (name, f"{name}_lo", f"{name}_hi"):
                 assert row[column] == pytest.approx(decay)
             assert row[f"gradflow_sentences_{direction}"] == 12     # 4 sentences x 3 finished seeds
-    cells, _ = columns.summary_table(agg, KEYS, "val_bleu")
+    cells, _ = tables.summary_table(agg, KEYS, "val_bleu")
     assert cells[captions.GRADFLOW_COLUMN].tolist()[0] == (
         "forward 0.900 [0.900, 0.900]; backward 0.900 [0.900, 0.900]")
     caption = captions.caption_text("val_bleu", agg, captions.CI_METHOD, None)
@@ -174,9 +175,9 @@ def test_gradflow_of_the_old_format_is_not_the_same_quantity_and_is_left_out():
 
 def test_holm_against_hand_computed_example():
     # sorted: .005*4=.02, .01*3=.03, .03*2=.06, .04*1=.04 -> max with previous: .06
-    assert significance.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert significance.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
-    adjusted = significance.holm([0.02, math.nan])
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    adjusted = holm([0.02, math.nan])
     assert adjusted[0] == pytest.approx(0.02) and math.isnan(adjusted[1])
 
 
@@ -214,7 +215,7 @@ def _labelled_table():
     agg = pd.DataFrame({"model.drop_rate %": ["0_1", "50%"], "mean": [27.31, 30.04],
                         "std": [0.5, 0.25], "ci_lo": [26.0, 29.0], "ci_hi": [28.6, 31.0],
                         "n": [3, 3], "n_failed": [1, 0], "n_pruned": [0, 2], "n_other": [0, 0]})
-    cells, best = columns.summary_table(agg, ["model.drop_rate %"], "val_bleu")
+    cells, best = tables.summary_table(agg, ["model.drop_rate %"], "val_bleu")
     caption = captions.caption_text("val_bleu", agg, captions.CI_METHOD, SIGNATURE)
     return agg, cells, best, caption
 
@@ -325,13 +326,14 @@ def test_plots_are_valid_nonempty_images(runs, tmp_path):
 
 
 @pytest.mark.slow   # over 2 CPU seconds (2.2-4.3 s alone on 2 cores)
-def test_report_main_writes_everything_and_prints_markdown(study, tmp_path, capsys):
+def test_report_main_writes_everything_and_prints_the_answer_first(study, tmp_path, capsys):
     out = tmp_path / "report"
     code = report.main([str(study), "--out", str(out), "--baseline", "attention=none", "scoring=dot",
                         "--samples", "200", "--cols", "model.attention", "--rows", "model.scoring"])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "| Scoring \\ Attention" in printed and "▲" in printed and "ddof=1" in printed
+    assert "▲" in printed and "pivot.md/.tex" in printed.splitlines()[-1]
+    assert "| Scoring \\ Attention" in (out / "pivot.md").read_text() and "ddof=1" in (out / "table.md").read_text()
     for name in ("table.tex", "table.md", "table.csv", "table_trace.csv", "excluded.csv",
                  "significance.csv", "runs.csv", "pivot.tex", "pivot.md", "ablation_bars.png",
                  "ablation_bars.pdf", "learning_curves_ppl.png", "bleu_by_length.pdf",

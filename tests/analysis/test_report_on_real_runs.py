@@ -67,7 +67,8 @@ def test_real_runs_table_equals_independent_statistics(real_study, tmp_path, cap
         assert float(row["mean"]) == pytest.approx(statistics.mean(values), rel=1e-9)
         if len(values) == 1:  # one seed: no std, no interval, shown as a bare mean
             assert row["std"] == row["ci_lo"] == ""
-            assert f"| {values[0]:.3f}" in printed
+            assert f"| {values[0]:.3f}" in (out / "table.md").read_text()
+            assert f"{values[0]:.3f} (1)" in printed
         else:
             assert values[0] != values[1]   # two seeds, really different
             mean, sd = statistics.mean(values), statistics.stdev(values)   # stdev: ddof=1

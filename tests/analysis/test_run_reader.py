@@ -47,7 +47,7 @@ def report_of(runs, out, *args):
 
 def excluded_count(stdout: str) -> int:
     """The number of runs excluded, as the report's last line says it."""
-    line = stdout.strip().splitlines()[-1]
+    line = next(line for line in stdout.splitlines() if " configurations, " in line)
     return int(line.split(" configurations, ")[1].split(" excluded")[0])
 
 
@@ -69,7 +69,7 @@ def test_a_backup_copy_of_a_study_beside_it_counts_each_run_once(runs, tmp_path)
     assert "6 runs, 2 configurations, 7 excluded (7 duplicate)" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
     assert len(warnings) == load.MAX_WARNINGS + 1 and "2 more run directories left out" in warnings[-1]
-    assert alone.stdout.splitlines()[-1].startswith("6 runs, 2 configurations, 0 excluded (see")
+    assert alone.stdout.splitlines()[0].endswith("6 runs, 2 configurations, 0 excluded")
 
 
 def test_a_run_is_its_uuid_wherever_it_lies(runs, tmp_path):

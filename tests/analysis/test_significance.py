@@ -1,7 +1,10 @@
 """The tests against a baseline: the seeds x sentences test equals a direct implementation
 on sacreBLEU's corpus BLEU, finds planted effects in the right direction and never a seed-level
 effect that the seeds do not show; the sentence-level tests give sacreBLEU PairedTest's p-values
-(same draw: the same numbers; another draw: within Monte Carlo error) for single runs."""
+(same draw: the same numbers; another draw: within Monte Carlo error) for single runs.
+
+A language model's perplexity is tested over contiguous blocks of its test tokens: the report
+uses them when every run recorded its token losses and says why when it cannot."""
 
 from __future__ import annotations
 
@@ -17,9 +20,11 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
-from lit_attention.analysis import aggregate, captions, load, report, resampling, significance, student_t, tables
-from lit_attention.tracking import sentence_stats as ss
+from lit_attention.analysis import aggregate, captions, load, report, significance, statistics, tables
 from lit_attention.analysis.load import AnalysisError
+from lit_attention.tracking import sentence_stats as ss
+from lit_attention.tracking.schema import token_nll_file
+
 
 B = 1000
 
@@ -54,7 +59,7 @@ def sacrebleu_p(refs, base, others, metric, test_type) -> list[float]:
 def our_p(corpus_stats: dict, metric: str, test: str, seed: int) -> np.ndarray:
     base_stats = corpus_stats[0][metric]
     stats = np.stack([corpus_stats[i][metric] for i in range(1, len(corpus_stats))])
-    draw = resampling.draw(test, stats.shape[1], B, seed)
+    draw = statistics.draw(test, stats.shape[1], B, seed)
     return significance.pvalues(metric, draw, np.broadcast_to(base_stats, stats.shape), stats)
 
 
@@ -133,7 +138,7 @@ def naive_seed_test(base, systems, refs, n_samples, seed):
     (the sentences of the family's draw, listed one by one); the sentence part of Var(Δ) from the
     covariances of distinct runs over the resamples, the seed part from the runs' BLEU on the
     whole test set (Welch), Satterthwaite's df with N - 1 for the sentences, Student's t."""
-    weights = resampling.draw("bootstrap", len(refs), n_samples, seed).weights.astype(int)
+    weights = statistics.draw("bootstrap", len(refs), n_samples, seed).weights.astype(int)
     picks = [np.repeat(np.arange(len(refs)), w) for w in weights]
 
     def scores(runs):
@@ -156,10 +161,10 @@ def naive_seed_test(base, systems, refs, n_samples, seed):
         df = var ** 2 / (va ** 2 / (len(full) - 1) + vb ** 2 / (len(base_full) - 1)
                          + sentence ** 2 / (len(refs) - 1))
         delta = full.mean() - base_full.mean()
-        half = student_t.quantile(0.975, df) * math.sqrt(var)
+        half = statistics.t_quantile(0.975, df) * math.sqrt(var)
         t = delta / math.sqrt(var)
-        found.append((delta, delta - half, delta + half, float(student_t.sf(t, df)),
-                      float(student_t.cdf(t, df))))
+        found.append((delta, delta - half, delta + half, float(statistics.t_sf(t, df)),
+                      float(statistics.t_sf(-t, df))))
     return found
 
 
@@ -175,7 +180,7 @@ def test_seed_test_equals_the_test_written_out_on_sacrebleu(tmp_path):
             for a, seeds in plan.items()}
     expected = naive_seed_test(hyps["none"], [hyps["bahdanau"], hyps["luong"]], refs, 150, 3)
     ups, downs = [e[3] for e in expected], [e[4] for e in expected]
-    adjusted = significance.holm(ups + downs)
+    adjusted = statistics.holm(ups + downs)
     for row, (observed, lo, hi, up, down), k in zip(sig.itertuples(), expected, range(2)):
         assert row.delta == pytest.approx(observed, abs=1e-9)
         assert (row.delta_lo, row.delta_hi) == pytest.approx((lo, hi), abs=1e-7)
@@ -342,7 +347,7 @@ def test_seed_numbers_are_not_paired_and_unmatched_ones_are_counted(tmp_path):
 
 def test_pooled_seeds_equivalence_and_the_detectable_difference(tmp_path):
     """--pool-seeds pools over the arms tested and says so; two arms of two seeds are refused
-    (2 df: calibration.py shows too many false positives); --equivalence marks a row whose
+    (2 df: calibration_sim.py shows too many false positives); --equivalence marks a row whose
     whole interval lies within the margin ≈ and not one that differs; every tested row prints
     the difference it could detect."""
     refs = references(200, seed=5)
@@ -369,7 +374,7 @@ def test_pooled_seeds_equivalence_and_the_detectable_difference(tmp_path):
 
 
 def test_a_caption_describes_only_the_columns_its_table_shows(tmp_path):
-    """table.tex used to keep the description of the CI, p and Δ columns it had dropped."""
+    """table.tex describes only the CI, p and Δ columns it keeps."""
     refs = references(100, seed=5)
     study = store(tmp_path, refs, {"none": [(0.5, 0)] * 2, "bahdanau": [(0.2, 10)] * 2})
     described = ("95% CI: Student-t", "p (Holm): test over seeds", "Δ [95% CI]: difference",
@@ -384,3 +389,82 @@ def test_a_caption_describes_only_the_columns_its_table_shows(tmp_path):
         assert not [words for words in described if words in caption], name
     caption = (tmp_path / "few" / "table.md").read_text()
     assert "▲/▼: better/worse than the baseline" in caption and "; test: test over seeds" in caption
+
+
+TOKENS = 3000
+
+
+def smooth(rng, n: int, q: int = 50) -> np.ndarray:
+    draws = rng.normal(0, 1, n + q)
+    return np.convolve(draws, np.ones(q) / np.sqrt(q), "valid")[:n]
+
+
+def lm_store(root, arms: dict[str, float], seeds: int = 3, seed_sd: float = 0.002, text=None):
+    """Runs of `arms` (family -> mean token NLL) on one text of TOKENS tokens whose difficulty
+    drifts (a moving average over 50 tokens) and suits each arm differently; each run's
+    hyps/test.nll.npy and its summary's test_loss / test_ppl."""
+    rng = np.random.default_rng(7)
+    common = smooth(rng, TOKENS)
+    dirs = {}
+    for family, level in arms.items():
+        own = 0.3 * smooth(rng, TOKENS) if text is None else text[family]
+        for s in range(seeds):
+            nll = np.clip(level + 0.3 * common + own + rng.normal(0, 0.2, TOKENS) + rng.normal(0, seed_sd),
+                          0.01, None).astype(np.float32)
+            run_dir = write_run(root, "lm", f"{family}-s{s}", seed=s, model=dict(family=family), task="files")
+            np.save(run_dir / token_nll_file("test"), nll)
+            summary = json.loads((run_dir / "summary.json").read_text())
+            loss = float(nll.mean(dtype=np.float64))
+            summary.update(test_loss=loss, test_ppl=math.exp(loss), val_bleu=None)
+            (run_dir / "summary.json").write_text(json.dumps(summary))
+            dirs.setdefault(family, []).append(run_dir)
+    return root / "lm", dirs
+
+
+def compared(store, column="test_ppl"):
+    runs = load.load_runs(store)
+    return significance.compare_to_baseline(runs, ["model.family"], {"model.family": "ngram"},
+                                            column=column, higher_is_better=False, n_samples=4000)
+
+
+def test_the_test_adds_the_texts_variance_from_blocks_of_tokens(tmp_path):
+    store, _ = lm_store(tmp_path, {"ngram": 1.8, "rnn": 1.75})
+    result = compared(store)
+    attrs = result.attrs
+    assert attrs["blocks"] == dict(blocks=statistics.BLOCKS, tokens=TOKENS, split="test")
+    row = result.iloc[0]
+    runs = load.load_runs(store)
+    ppl = {f: runs.loc[runs["model.family"] == f, "test_ppl"].to_numpy() for f in ("rnn", "ngram")}
+    seeds_only = statistics.seed_test(ppl["rnn"], ppl["ngram"])
+    assert row["se"] > 3 * float(seeds_only.se), "the text's variance dominates 3 seeds this close"
+    assert row["df"] < 2 * statistics.BLOCKS
+    text = captions.test_method_of(result)
+    assert f"{TOKENS:,} tokens cut into {statistics.BLOCKS} contiguous blocks of ≈100" in text
+
+
+def test_without_every_runs_token_losses_it_says_what_it_leaves_out(tmp_path):
+    store, dirs = lm_store(tmp_path, {"ngram": 1.8, "rnn": 1.75})
+    full = compared(store).iloc[0]
+    (dirs["rnn"][1] / token_nll_file("test")).unlink()
+    result = compared(store)
+    assert result.attrs["blocks"] is None
+    assert result.attrs["no_blocks"] == "1 of the 6 runs recorded no per-token losses of the test tokens"
+    assert result.iloc[0]["se"] < full["se"]
+    assert "the evaluated text's own variance is left out: 1 of the 6 runs" in captions.test_method_of(result)
+
+
+def test_token_losses_that_do_not_give_the_summarys_value_are_not_used(tmp_path):
+    store, dirs = lm_store(tmp_path, {"ngram": 1.8, "rnn": 1.75})
+    summary = dirs["ngram"][0] / "summary.json"
+    fields = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**fields, "test_ppl": fields["test_ppl"] * 1.01}))
+    result = compared(store)
+    assert result.attrs["no_blocks"] == "1 runs' per-token losses do not give their test_ppl"
+
+
+def test_the_report_caption_names_the_blocks(tmp_path):
+    store, _ = lm_store(tmp_path, {"ngram": 1.8, "rnn": 1.6, "transformer": 1.79})
+    assert report.main([str(store), "--out", str(tmp_path / "out"), "--no-figures", "--metric",
+                        "test_ppl", "--baseline", "family=ngram"]) == 0
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "contiguous blocks" in table and "▲" in table

@@ -107,6 +107,15 @@ def loss_and_grads(module, batch):
     return loss.detach(), {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
 
 
+# Padding changes which terms a kernel sums and in what order (wider matrices, masked positions), so
+# the two losses agree up to rounding only. In float64 an error bound of that rounding is far below
+# anything padding could leak: each value carries at most DEPTH * u relative error (u = 2**-53,
+# DEPTH bounding the accumulations along the longest path through these tiny nets), relative to the
+# largest magnitude in play. float32 would need a bound 2**29 times wider, near a real leak's size.
+U64, DEPTH = 2.0 ** -53, 10_000
+
+
+@pytest.mark.numeric
 @pytest.mark.parametrize("name", MODELS)
 def test_a_padded_batch_gives_the_loss_and_gradients_of_the_unpadded_one(name, examples):
     pairs, src_vocab, tgt_vocab = examples
@@ -114,19 +123,20 @@ def test_a_padded_batch_gives_the_loss_and_gradients_of_the_unpadded_one(name, e
     module = TranslationModule(**MODELS[name], d_model=16, enc_layers=2, dec_layers=2, dropout=0.0,
                                val_bleu=False, src_vocab_size=src_vocab, tgt_vocab_size=tgt_vocab)
     module.configure_model()
-    module.train()
+    module.double().train()
     plain = collate(pairs)
     padded = collate(pairs, pad_to=[plain["src"].size(1) + plain["tgt_in"].size(1) + 7])
     assert padded["src"].size(1) > plain["src"].size(1) + 6
     loss, grads = loss_and_grads(module, plain)
     padded_loss, padded_grads = loss_and_grads(module, padded)
-    torch.testing.assert_close(padded_loss, loss, rtol=1e-5, atol=1e-6)
+    assert loss.dtype == torch.float64
+    torch.testing.assert_close(padded_loss, loss, rtol=DEPTH * U64, atol=0)
     assert padded_grads.keys() == grads.keys()
-    # atol relative to the model's largest gradient: some are 0 in exact arithmetic (the attention
-    # keys' bias: softmax ignores a shift per query), what they hold is rounding of the others
+    # relative to the model's largest gradient: some are 0 in exact arithmetic (the attention keys'
+    # bias: softmax ignores a shift per query), what they hold is rounding of the others
     scale = max(float(grad.abs().max()) for grad in grads.values())
     for key, grad in grads.items():
-        torch.testing.assert_close(padded_grads[key], grad, rtol=1e-5, atol=1e-6 * scale, msg=key)
+        torch.testing.assert_close(padded_grads[key], grad, rtol=0, atol=DEPTH * U64 * scale, msg=key)
 
 
 # ---- refused settings ----------------------------------------------------------------------

@@ -10,6 +10,8 @@ import torch.nn.functional as F
 import lit_attention.models.loss as loss_module
 from lit_attention.models.loss import linear_cross_entropy, smoothed_cross_entropy
 
+pytestmark = pytest.mark.numeric   # floating-point equivalences: they hold on every CPU kernel set
+
 PAD = 0
 
 
@@ -34,6 +36,32 @@ def test_equals_torch_in_fp32(n, v, eps):
     assert torch.allclose(ours, theirs, rtol=1e-6, atol=1e-6)
     scale = their_grad.abs().max()
     assert torch.allclose(ours_grad, their_grad, rtol=1e-5, atol=1e-5 * scale)   # fp32 rounding
+
+
+@pytest.mark.numeric
+@pytest.mark.parametrize("fused", [False, True])
+def test_float64_logits_give_a_float64_loss_and_gradients(fused):
+    """A 64-true run keeps float64 through the loss: its result agrees with torch's float64 loss
+    to a float64 error bound (N * V * 2**-53 relative), far tighter than a float32 pass could."""
+    torch.manual_seed(0)
+    n, d, v = 40, 16, 300
+    x, w = torch.randn(n, d, dtype=torch.float64), torch.randn(v, d, dtype=torch.float64)
+    target = torch.randint(0, v, (n,))
+    target[::5] = PAD
+    bound = n * v * 2.0 ** -53
+
+    def run(fn):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = fn(xs, ws)
+        loss.backward()
+        return loss, xs.grad, ws.grad
+
+    ours = run((lambda a, b: linear_cross_entropy(a, b, None, target, PAD, 0.1)) if fused else
+               (lambda a, b: smoothed_cross_entropy(a @ b.t(), target, PAD, 0.1)))
+    theirs = run(lambda a, b: F.cross_entropy(a @ b.t(), target, ignore_index=PAD, label_smoothing=0.1))
+    assert all(t.dtype == torch.float64 for t in ours)
+    for mine, ref in zip(ours, theirs):
+        torch.testing.assert_close(mine, ref, rtol=0, atol=bound * float(ref.abs().max()))
 
 
 def test_bf16_logits_under_autocast_match_torchs_fp32_loss_and_bf16_gradient():

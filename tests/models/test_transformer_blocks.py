@@ -11,6 +11,8 @@ from lit_attention.models.positional import (AlibiBias, T5Bias, alibi_slopes, re
                                              sinusoidal_table, t5_bucket)
 from lit_attention.models.transformer import Block, Embeddings, Stack, init_weights
 
+pytestmark = pytest.mark.numeric   # floating-point equivalences: they hold on every CPU kernel set
+
 
 # every (relative encoding, scoring) pair the registry allows
 RELATIVE = [(p, s) for p, s in registry.transformer_variants() if p in registry.RELATIVE_POSITIONAL]

@@ -114,8 +114,10 @@ def test_two_workers_on_sqlite_finish_every_cell_once_and_resume_reruns_nothing(
     study = load(sqlite_url(tmp_path, "duo"), "duo")
     complete = assert_complete_without_duplicates(study, 2)
     assert len({t.user_attrs["worker"] for t in complete}) == 2  # both workers took trials
-    table = [line for line in out.stdout.splitlines() if line.startswith("| ")]  # the report's table
-    assert len(table) == 1 + 2 and "rnn" in table[1] + table[2] and "transformer" in table[1] + table[2]
+    lines = out.stdout.splitlines()          # the report's view: a header, one row per configuration
+    header = next(i for i, line in enumerate(lines) if "mean ± sd (n)" in line)
+    rows = " ".join(lines[header + 1:header + 3])
+    assert "rnn" in rows and "transformer" in rows and lines[header + 3].startswith("in ")
     assert (tmp_path / "runs" / "duo" / "report" / "table.tex").exists()
     again = run_sweep(path, "--resume")
     assert again.returncode == 0, again.stderr

@@ -1,26 +1,25 @@
-"""Where `fit`'s step time goes on a GPU, step by step: spans, host-device syncs, Python profile.
+"""Two parts of bench/gpu_throughput.py that profile `fit` on a GPU rather than rate it
+(``--part profile``, ``--part writes``); the reference Transformer on Multi30k 4,096-token batches,
+`fit` run in this process (lit_attention.cli.main) with every callback it adds.
 
-`fit` (the reference Transformer on Multi30k 4,096-token batches, 150 steps; lit_attention.cli.main
-in this process, every callback it adds) in fp32 and bf16-mixed with step_clock.StepProfile from
-step 20: the spans of each step (inside the training step, and between steps: Lightning's loop,
-the next batch, an epoch's end), the share of them the main thread spent on a CPU (against the
-plain loop's: a launch-bound step keeps it busy, so the rest is waiting, for the GIL that other
-threads hold or in a blocking call), and the source lines of every call that waited for the
-device. fp32 runs twice more: under cProfile (slower: its spans are not reported), whose top
-functions by own and by cumulative time are printed, and with a GIL switch interval of 0.5 ms
-instead of Python's 5 (a thread that holds the GIL is asked to let it go ten times sooner: if the
-main thread waits for the GIL, these steps are shorter). Last, on a GPU, `fit --model.graph_step
-true` (fp32, batches padded to multiples of 8) for 300 steps, its spans and waits from step 170
-(its second epoch). The plain loop's ms/step of bench/gpu_throughput.py is measured first, as the
-baseline. Without a CUDA GPU it says so and exits 0; ``--device cpu --quick`` runs it on the CPU
-with tiny sizes (a check of the script).
+profile: fit in fp32 and bf16-mixed with step_clock.StepProfile from step ``--warmup``: the spans
+of each step (inside the training step, and between steps: Lightning's loop, the next batch, an
+epoch's end), the share of them the main thread spent on a CPU (beside the plain loop's), and the
+source lines of every call that made the host wait for the device. fp32 runs twice more: under
+cProfile (its top functions printed) and with a GIL switch interval of 0.5 ms instead of Python's
+5 ms (if the main thread waits for the GIL, these steps are shorter). On a GPU, last, `fit
+--model.graph_step true` over padded batches, its spans from its second epoch.
 
-    source .gpu/env.sh; python3 bench/gpu_fit_profile.py [--steps 150] [--out DIR]
+writes: fit three times with its checkpoints written by the writer thread (the default on a
+GPU), in line (``ChecksummedCheckpointIO(background=False)``), and by the writer thread again
+(the order's effect): steps/s, the spans inside and between steps, the time a save held the
+training thread, and the longest steps.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import pstats
 import statistics
 import sys
@@ -31,6 +30,7 @@ import torch
 
 import benchlib as B
 
+IO = "lit_attention.lightning.checksum.ChecksummedCheckpointIO"
 SWITCH_INTERVAL = 0.0005   # seconds: the GIL switch interval of the extra fp32 run (Python's default: 0.005)
 
 
@@ -92,13 +92,9 @@ def print_profile(name: str, profile, out: Path | None) -> None:
     print("\n".join(lines[start:start + 21]), flush=True)
 
 
-def main() -> None:
-    p = B.parser(__doc__.splitlines()[0])
-    p.add_argument("--out", type=Path, default=None, help="folder for the whole profiles")
+def profile(args) -> str:
+    """The profile part; returns its summary."""
     import gpu_throughput as G
-    args = G.fit_script_args(p, "gpu_fit_profile")
-    if args is None:
-        return
     import fit_overhead as F
     from step_clock import StepProfile
     from lit_attention.lightning.translation import TranslationModule
@@ -145,9 +141,8 @@ def main() -> None:
             summary.append(f"{name.removeprefix('fit ')}: {fit}" if switch_interval else
                            f"{precision}: plain {plain:.1f} ms (main thread on a CPU {main_share(cpu):.0f} %), {fit}")
     if args.device == "cuda":   # last (a capture that fails can leave the device unusable)
-        # fit's graph_step over padded batches, from its second epoch (every shape captured): its
-        # steps are far from the plain loop's captured step (18.5 against 13.6 ms, session 23), as if
-        # host and device took turns; the waits for the device name what makes them
+        # fit's graph_step over padded batches, from its second epoch (every shape captured); the
+        # waits for the device name what keeps its steps from the plain loop's captured step
         callback = {"class_path": "step_clock.StepProfile", "init_args": {"start": args.steps + args.warmup}}
         padded = {**data, "pad_to_lengths": G.padded_lengths(dm)}
         with tempfile.TemporaryDirectory() as tmp:
@@ -160,9 +155,33 @@ def main() -> None:
                        f"{sum(profile.syncs.values()) / len(profile.inside):.2f} waits a step")
     else:
         print("fit 32-true, padded, graph_step: not run (it replays CUDA graphs)")
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU (not a GPU figure)"
-    B.summary(f"gpu_fit_profile: {name}: " + "; ".join(summary))
+    return "step profile: " + "; ".join(summary)
 
 
-if __name__ == "__main__":
-    main()
+def writes(args) -> str:
+    """The checkpoint-writer part; returns its summary."""
+    import gpu_throughput as G
+    import fit_overhead as F
+    from step_clock import StepClock, StepProfile
+    StepClock.wall, StepClock.wall_sync_at = True, args.warmup
+
+    data, _, _ = G.reference_batches(args)
+    model = F.model_args(B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE, lr=1e-3, warmup=400)
+    print(G.card(args.device), flush=True)
+    rates = {}
+    for label, background in (("writer thread", True), ("in line", False), ("writer thread again", True)):
+        plugin = ["--trainer.plugins", json.dumps({"class_path": IO, "init_args": {"background": background}})]
+        callback = {"class_path": "step_clock.StepProfile", "init_args": {"start": args.warmup}}
+        with tempfile.TemporaryDirectory() as tmp:
+            clock = F.fit_clock(data, model, args.steps, args.seed, Path(tmp), "gpu" if args.device == "cuda" else "cpu",
+                                "32-true", extra=tuple(plugin), callbacks=(callback,))
+        spans = StepProfile.last
+        rates[label] = clock.rate(args.warmup)
+        print(f"{label}: {rates[label]:.2f} steps/s; inside the step mean {statistics.mean(spans.inside) * 1e3:.1f} ms, "
+              f"median {statistics.median(spans.inside) * 1e3:.1f}; between steps mean "
+              f"{statistics.mean(spans.between) * 1e3:.2f} ms; {len(spans.saves)} checkpoint saves, median "
+              f"{statistics.median(spans.saves or [float('nan')]) * 1e3:.1f} ms; longest (ms inside + between): "
+              f"{spans.longest(5)}",
+              flush=True)
+    return (f"checkpoint writes: writer thread/in line steps/s {rates['writer thread'] / rates['in line']:.3f}, "
+            f"again {rates['writer thread again'] / rates['in line']:.3f}")
