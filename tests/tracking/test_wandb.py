@@ -3,6 +3,7 @@ wandb itself would use (WANDB_BASE_URL, its settings file, its default) and an a
 server (a real socket on the loopback stands in for it)."""
 
 import os
+import random
 import socket
 
 import pytest
@@ -114,3 +115,29 @@ def test_a_base_url_wandb_refuses_is_refused(no_key, monkeypatch, url):
     monkeypatch.setenv("WANDB_BASE_URL", url)
     with pytest.raises(ConfigError, match=f"W&B's base_url '{url}': .*WANDB_BASE_URL"):
         wandb_mode()
+
+
+
+def junk_url(rng: random.Random) -> str:
+    if rng.random() < 0.4:   # a host name, with or without a usable port
+        host = "".join(rng.choice("ab1-") for _ in range(rng.randrange(1, 6)))
+        return f"{rng.choice(['http', 'https'])}://{host}.example{rng.choice(['', ':8080', ':0', ':99999', '/x'])}"
+    text = "".join(rng.choice("aZ9.:/@[]% -_?#é\x00\n") for _ in range(rng.randrange(12)))
+    return rng.choice(["", "http://", "https://", "ftp://", "http://[", "//"]) + text
+
+
+def test_any_base_url_is_a_decision_or_one_line(no_key, monkeypatch):
+    """Whatever WANDB_BASE_URL holds: a mode and its reason, or one short line naming the setting."""
+    rng = random.Random(0)
+    for _ in range(40):
+        url = junk_url(rng)
+        if "\x00" in url:
+            continue   # no environment variable holds a NUL
+        monkeypatch.setenv("WANDB_BASE_URL", url)
+        wandb.teardown()
+        try:
+            mode, why = wandb_mode()
+        except ConfigError as e:
+            assert "\n" not in str(e) and len(str(e)) < 400 and "base_url" in str(e), (url, str(e))
+        else:
+            assert mode == "offline" and why.startswith("no API key for "), (url, why)
