@@ -4,8 +4,9 @@ Grid and brute force enumerate every configuration x seed cell up front and enqu
 the study is created; a worker pops a waiting trial atomically (Optuna marks it RUNNING in one
 database update), so two workers never run the same cell. Random and TPE sample a configuration
 and enqueue its other seeds. A trial's seed is its user attribute `seed`, not an Optuna parameter:
-seeds are replicates, and Optuna's importances and plots see only the configuration. A worker that dies mid-trial stops sending heartbeats; the next worker
-to look fails that trial (at once if the dead worker ran on its host) and re-queues its cell
+seeds are replicates, and Optuna's importances and plots see only the configuration. A worker that
+dies mid-trial stops sending heartbeats; the next worker to look fails that trial (at once if the
+dead worker ran on its host) and re-queues its cell
 (`fail_abandoned`, `RetryUncovered`). A worker that only stalled past the grace period finds its
 trial failed and stops its run (`Fence`), so that a cell never counts two runs. What Optuna cannot
 do in one transaction (create a study and enqueue its cells, re-queue a cell only if nothing covers
@@ -406,7 +407,7 @@ class Objective:
             # Another worker popped the last waiting trial between our look and our ask.
             self._skip(trial, "no waiting cell left")
         params = sp.suggest(trial, sweep.space)
-        seed = seed_of(me) if enqueued else sweep.seeds[0]   # a sampled configuration: the first seed
+        seed = sweep.seeds[0] if seed_of(me) is None else seed_of(me)   # sampled: the first seed
         trial.set_user_attr("seed", seed)
         cell = sp.cell_key(params, seed)
         others = [t for t in trials if t.number != trial.number]

@@ -251,10 +251,17 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     assert not _training_processes(victim)  # its training process died with it
 
 
-def test_seeds_are_replicates_that_optuna_does_not_rank_beside_the_knobs(tmp_path):
+@pytest.mark.parametrize("sampler", ["grid", "random"])
+def test_seeds_are_replicates_that_optuna_does_not_rank_beside_the_knobs(tmp_path, sampler):
     """The stand-in fit's val_loss is its seed plus a little: were the seed an Optuna parameter,
-    importances, the dashboard's plots and trials_dataframe() would rank it as the main effect."""
+    importances, the dashboard's plots and trials_dataframe() would rank it as the main effect.
+    Random sampling runs each sampled configuration once per seed as the grid does."""
     path = standin_sweep_file(tmp_path, "reps", lrs=[1e-3, 2e-3, 3e-3], seeds=2)
+    if sampler == "random":
+        data = yaml.safe_load(path.read_text())
+        data.update(sampler={"name": "random", "seed": 0}, n_trials=6,
+                    space={"model.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
     out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT)
     assert out.returncode == 0, out.stdout + out.stderr
     url = sqlite_url(tmp_path, "reps")
@@ -265,6 +272,7 @@ def test_seeds_are_replicates_that_optuna_does_not_rank_beside_the_knobs(tmp_pat
     frame = study.trials_dataframe()
     assert [c for c in frame.columns if c.startswith("params_")] == ["params_model.lr"]
     assert sorted(frame["user_attrs_seed"]) == [0, 0, 0, 1, 1, 1]
+    assert len({t.params["model.lr"] for t in study.get_trials()}) == 3   # each configuration: two seeds
     for t in study.get_trials():
         assert t.state == TrialState.COMPLETE and set(t.params) == {"model.lr"}
         assert t.user_attrs["val_loss"] == t.value and "metrics" not in t.user_attrs   # a number to sort by
