@@ -248,7 +248,8 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert summary["wandb_run_id"]
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
-    assert "W&B: offline (no API key for api.wandb.ai (WANDB_API_KEY unset, no ~/.netrc entry)); " \
+    import wandb
+    assert f"W&B: offline (no API key for {wandb.Settings().base_url} (`wandb login` stores one)); " \
            f"upload it later with `wandb sync {run_dir / 'wandb'}/offline-run-*`" in result.stderr
     # the whole resolved config reaches the W&B run, not only the model's hyperparameters
     inspect = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--summary", "--json",

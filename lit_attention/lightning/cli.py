@@ -218,9 +218,10 @@ class LitAttentionCLI(LightningCLI):
         # the run is refused (exit 2: bad data found once the model is built)
         new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
         self.session["created"] = new_dirs[-1] if new_dirs else None
-        callbacks = []
-        if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
-            callbacks.append(TrainingBudget(**vars(cfg.budget)))
+        # The budget before the diagnostics callback (see budget.py); on validate and test too,
+        # where it has nothing to count, so that a checkpoint's budget state finds its callback.
+        callbacks = [TrainingBudget(**vars(cfg.budget))]
+        if self.subcommand == "fit":
             callbacks.append(StopAtCleanPoint())
         labels = dict(name=run.name or self.run_dir.run_id, tags=run_tags(run.tags), job_type=run.job_type)
         callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,

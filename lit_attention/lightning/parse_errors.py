@@ -10,9 +10,28 @@ import re
 from lit_attention.config_check import suggest, unknown_option
 
 
+def class_path_problem(text: str, n: int = 3, width: int = 300) -> str | None:
+    """Of a union error, the complaint of the class its ``class_path`` names (a missing package, a
+    required argument), as "package.Class: complaint": that class is what was meant, not the
+    union's other members (a list, a bool). None when no class_path was refused."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        found = re.match(r"(\s*)- Problem with given class_path '([\w.]+)':", line)
+        if found:
+            indent, cause = len(found.group(1)), []
+            for more in lines[i + 1:]:
+                if len(more) - len(more.lstrip()) <= indent + 2 or len(cause) == n:
+                    break
+                cause.append(more.strip()[:width])
+            return f"{found.group(2)}: " + "\n  ".join(cause) if cause else None
+    return None
+
+
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     """At most n lines of an error; of jsonargparse's union errors only the one that matters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if problem := class_path_problem(text, n, width):
+        return problem
     if "Does not validate against any of the Union subtypes" in text:
         causes = [line[2:] for line in lines if line.startswith("- ") and "NoneType" not in line]
         lines = [c for c in causes if not c.startswith("Problem with given class_path")] or causes or lines
@@ -77,6 +96,8 @@ def short_parse_error(message: str, parsers: list) -> str:
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
     if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)
         return f"invalid value for {single.group(1)}: {_reason(single.group(2))}"
+    if single and (problem := class_path_problem(message, 1)):
+        return f"invalid value for {single.group(1)}: {problem}"
     if single:   # a union (int | None, or several literals): every alternative's complaint
         given = re.search(r"Given value: (.*)", message)
         value = given.group(1) if given else "?"

@@ -129,7 +129,7 @@ class Sweep:
                   f"({options_help(PRUNER_OPTIONS)}; min_resource <= max_resource)", "none")
     pruner_options: dict = field(default_factory=dict)    # of `pruner` written as a mapping
     seeds: list[int] = sweep_key(
-        "seeds", "`N` (seeds 0..N-1) or a list; the seed is a parameter of every trial", [0], shown="`1`")
+        "seeds", "`N` (seeds 0..N-1) or a list; each configuration runs once per seed (the trial attribute `seed`)", [0], shown="`1`")
     n_trials: int | None = sweep_key(
         "n_trials", "random/TPE: total trials (a multiple of the number of seeds); grid: optional cap",
         None, shown="(every cell; required with random/TPE)")

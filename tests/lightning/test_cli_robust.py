@@ -183,3 +183,15 @@ def test_every_checkpoint_the_trainer_writes_carries_its_checksum(finished_run):
     for name in ("best.ckpt", "last.ckpt"):
         ckpt = torch.load(finished_run / "default" / "R" / "checkpoints" / name, weights_only=True)
         assert ckpt[CHECKSUM_KEY] == content_checksum(ckpt)
+
+
+@pytest.mark.slow
+def test_validate_and_test_of_a_checkpoint_do_not_warn_of_a_missing_callback(finished_run, tmp_path):
+    """Every checkpoint holds the training budget's state: validate and test have its callback too
+    (Lightning warned "Please add the following callbacks: ['TrainingBudget']" every time)."""
+    root, run_dir = copy_of(finished_run, tmp_path)
+    best = run_dir / "checkpoints" / "best.ckpt"
+    for args in (["validate", "--run.id", "V"], ["test"]):
+        out = cli_in_process(*args, *TINY, "--run.root", root, "--ckpt_path", best)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "callbacks used to create the checkpoint" not in out.stderr, out.stderr[-3000:]

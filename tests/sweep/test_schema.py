@@ -192,7 +192,7 @@ def test_trial_command_follows_the_contract(tmp_path):
 def test_validation_rows_are_read_from_metrics_csv(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("step,epoch,train_loss,val_loss\n9,0,4.0,\n9,0,,3.5\n19,1,3.0,\n19,1,,2.5\n")
-    assert validation_values(path, "val_loss") == [3.5, 2.5]
+    assert validation_values(path, "val_loss") == [(9, 3.5), (19, 2.5)]   # global steps, not counts
     assert validation_values(tmp_path / "missing.csv", "val_loss") == []
 
 
