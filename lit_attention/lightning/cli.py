@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
+from jsonargparse import get_loader, set_loader
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -30,7 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from lit_attention import registry
 from lit_attention.config_check import SEED_RANGE, ConfigError
-from lit_attention.files import check_writable
+from lit_attention.files import FileError, check_writable, read_yaml
 from lit_attention.lightning.budget import TrainingBudget, step_limit
 from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
 from lit_attention.lightning.steps import progress_bar
@@ -42,9 +43,26 @@ from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
                                            new_run_id, run_path)
 
+STRICT_YAML = "strict_yaml"   # jsonargparse's parser mode that reads YAML through files.read_yaml
+
+
+def _load_strict(value: str, path: str = "", _yaml=get_loader("yaml")):
+    """jsonargparse's YAML loader behind files.read_yaml. What the reader refuses stops the command
+    (ConfigError is no loader exception: jsonargparse passes it on), except a command-line value
+    that is no YAML at all: jsonargparse reads that one as a string."""
+    try:
+        read_yaml(value, path or "(value)", mapping=bool(path))
+    except FileError as exc:
+        if exc.key == "(yaml)" and not path:
+            raise yaml.YAMLError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
+    return _yaml(value)
+
+
+set_loader(STRICT_YAML, _load_strict, (yaml.YAMLError,))
 # Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
-PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
-                 **{c: {"allow_abbrev": False} for c in LightningCLI.subcommands()}}
+PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False, "parser_mode": STRICT_YAML,
+                 **{c: {"allow_abbrev": False, "parser_mode": STRICT_YAML} for c in LightningCLI.subcommands()}}
 # log_every_n_steps: Lightning's own default. Each logged value costs a Lightning `self.log` call
 # (~0.5 ms of Python) and a read from the device: logging four values every 10 steps cost 1.3 % of
 # the CPU fit proxy's step (bench/fit_overhead.py, 0.900 -> 0.911 at 50; issue 38).
@@ -158,6 +176,7 @@ class LitAttentionCLI(LightningCLI):
         return run_path(run.root, run.group, run_id)
 
     def parse_arguments(self, parser, args):
+        check_config_files(sys.argv[1:] if args is None else args)
         try:
             super().parse_arguments(parser, args)
             given = parser.parse_args(args, defaults=False)   # what the files and flags say
@@ -344,6 +363,22 @@ def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> 
             allowed = " or ".join(dict.fromkeys(map(str, harmless)))
             raise ConfigError(f"option {setting} has no effect here: {reason}: leave it unset "
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
+
+
+def check_config_files(args) -> None:
+    """Read each ``--config FILE`` of ``args`` with files.read_yaml before jsonargparse does, which
+    takes a file of any size and encoding and names only its base name (its loader, _load_strict,
+    checks every other YAML it reads)."""
+    if not isinstance(args, (list, tuple)):
+        return
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg == "--config" and i + 1 < len(args) else \
+            arg.partition("=")[2] if str(arg).startswith("--config=") else None
+        if value is not None and os.path.isfile(value):
+            try:
+                read_yaml(Path(value))
+            except FileError as exc:
+                raise ConfigError(str(exc)) from None
 
 
 def refuse_logger_switch(value) -> None:
