@@ -31,6 +31,7 @@ from lightning.pytorch.cli import LightningCLI
 
 from lit_attention import registry
 from lit_attention.config_check import SEED_RANGE, ConfigError
+from lit_attention.data.text import DataError
 from lit_attention.files import FileError, check_writable, read_yaml
 from lit_attention.lightning.budget import TrainingBudget, step_limit
 from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
@@ -194,6 +195,7 @@ class LitAttentionCLI(LightningCLI):
         elif sub:   # the data they evaluate on is read as for fit
             refuse_inert_settings(self.config[sub], given[sub], {}, groups=("data",))
         if sub:
+            take_default_root_dir(self.config[sub], given[sub])
             check_seed(self.config[sub].get("seed_everything"))
             refuse_untracked_project(self.config[sub], given[sub])
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
@@ -204,7 +206,7 @@ class LitAttentionCLI(LightningCLI):
     def instantiate_classes(self):
         try:
             super().instantiate_classes()
-        except ConfigError:
+        except (ConfigError, DataError):
             raise
         except Exception as exc:  # a value the model, data or trainer class refuses
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from exc
@@ -281,12 +283,10 @@ class LitAttentionCLI(LightningCLI):
         trainer = self.trainer_class(**trainer_config)
         if self.subcommand == "fit":
             check_graph_step(cfg.model.init_args, cfg.data.init_args, trainer)
-        try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
-            check_writable(self.run_dir.path)   # read-only or full file system, before training
-        except OSError as exc:
-            fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
-            print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
-            raise SystemExit(1) from None
+        # once the config is valid, before anything is written: what Lightning would refuse only
+        # once the stage runs, and a run directory that cannot be made
+        trainer.plan(self.datamodule, self.subcommand)
+        check_run_dir(self.run_dir.path)
         self.session.update(trainer=trainer, run_dir=self.run_dir.path)
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
@@ -308,6 +308,22 @@ def write_fault(exc: BaseException, directory: Path | None = None) -> str | None
             return f"cannot write{where}: {exc.strerror}"
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def check_run_dir(path: Path) -> None:
+    """Before anything is written, where the run directory ``path`` cannot be made: ConfigError at
+    a file where a directory must be, or a directory the file system refuses to write in (no
+    permission, read-only); one line and exit 1 at a file system without room."""
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise ConfigError(f"cannot make the run directory {path}: {existing} is a file, not a directory")
+    try:
+        check_writable(existing)   # a probe file, removed again: nothing is made on the way
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"lit-attention: error: {write_fault(exc)}", file=sys.stderr)
+            raise SystemExit(1) from None
+        raise ConfigError(f"cannot write {existing}: {exc.strerror or exc}") from None
 
 
 class NothingToResume(Exception):
@@ -497,6 +513,20 @@ def refuse_untracked_project(config, given) -> None:
                           f"is {registry.NO_TRACKING}: leave it unset or add --tracking wandb")
 
 
+def take_default_root_dir(config, given) -> None:
+    """``--trainer.default_root_dir DIR``: Lightning's directory for a run's files, here the run
+    store's root (``--run.root``: each run writes under ``<root>/<group>/<id>``); ConfigError when
+    both are given and differ."""
+    root_dir = given.get("trainer.default_root_dir")
+    if root_dir is None:
+        return
+    root = given.get("run.root")
+    if root is not None and Path(root) != Path(root_dir):
+        raise ConfigError(f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
+                          f"every run is stored under (in <root>/<group>/<id>); give one")
+    config.run.root = str(root_dir)
+
+
 def check_seed(seed) -> None:
     """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
     if _number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
@@ -610,7 +640,6 @@ def train(argv: list[str]) -> int:
     """`lit-attention fit|validate|test ARGS`: the exit status (docs/ERRORS.md)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lit_attention.data.text import DataError
     from lit_attention.lightning.checksum import ChecksumError
     from lit_attention.lightning.stop_point import signal_name
     from lit_attention.threads import use_allowed_cores
