@@ -141,3 +141,16 @@ def test_fuzz_the_strict_reader_returns_a_mapping_or_one_line():
             assert str(e).startswith("f.yaml") and "\n" not in str(e) and len(str(e)) < 400, (text, str(e))
             continue
         assert isinstance(data, dict) and all(str(k) in lines for k in data), text
+
+
+def test_a_huge_invalid_value_is_shown_cut_with_its_size(tmp_path):
+    """A 500,000-character value where a number belongs was quoted whole in the error line."""
+    config = tmp_path / "x.yaml"
+    config.write_text("model:\n  init_args:\n    lr: " + "k" * 500_000 + "\n")
+    out = cli_in_process("fit", "--config", CONFIGS / "copy.yaml", "--config", config,
+                         "--run.root", tmp_path / "runs")
+    assert out.returncode == 2
+    line = the_line(out.stderr)
+    assert line.startswith("lit-attention fit: error: invalid value for model.lr: expected float, got 'kkk")
+    assert line.endswith("... (500,000 characters)'")
+    assert not (tmp_path / "runs").exists()
