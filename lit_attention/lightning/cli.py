@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import inspect
-import math
 import os
 import pickle
 import re
@@ -38,7 +37,8 @@ from lit_attention.lightning.parse_errors import class_at, first_lines, short_pa
 from lit_attention.lightning.steps import progress_bar
 from lit_attention.lightning.stop_point import StopAtCleanPoint
 from lit_attention.lightning.diagnostics import DiagnosticsCallback
-from lit_attention.lightning.trainer import Trainer
+from lit_attention.lightning.trainer import Trainer, is_number, refuse_trainer_values
+from lit_attention.lightning.trainer import accelerator_unusable  # noqa: F401 (the sweep asks it here)
 from lit_attention.lightning.run_store_callback import RunStoreCallback
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
@@ -423,83 +423,6 @@ def check_checkpoint_file(path) -> None:
                           f"this file is none (cut short, or another kind of file)")
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# Trainer values Lightning takes without acting on them as written: a negative clipping norm
-# scales every gradient by a negative factor (the model climbs its loss), an interval of 0 divides
-# by zero once training has started, a negative minimum or logging interval is read as none.
-# key -> (whether a number passes, what it must be); None (Lightning's default) always passes.
-TRAINER_VALUES = {
-    "gradient_clip_val": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0 (0: no clipping)"),
-    "accumulate_grad_batches": (lambda v: v >= 1, "an integer >= 1"),
-    "check_val_every_n_epoch": (lambda v: v >= 1, "an integer >= 1 (or null: validate by "
-                                                  "trainer.val_check_interval alone)"),
-    "val_check_interval": (lambda v: v > 0, "> 0: a number of training batches, or a fraction of "
-                                            "the epoch in (0, 1]"),
-    "log_every_n_steps": (lambda v: v >= 0, "an integer >= 0 (0: no per-step logging)"),
-    "min_epochs": (lambda v: v >= 0, "an integer >= 0"),
-    "min_steps": (lambda v: v >= 0, "an integer >= 0"),
-    "num_sanity_val_steps": (lambda v: v >= -1, "an integer >= -1 (-1: every validation batch)"),
-}
-
-
-def refuse_trainer_values(trainer) -> None:
-    """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
-    `fit` would stop before its first step and call the untrained run finished; and at a value of
-    TRAINER_VALUES that Lightning would take without acting on it as written."""
-    for key in ("max_epochs", "max_steps", "limit_train_batches"):
-        if trainer.get(key) == 0:
-            raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
-                              f"once it has trained); give a positive number")
-    if trainer.get("fast_dev_run"):
-        raise ConfigError(f"invalid value for trainer.fast_dev_run: {trainer.get('fast_dev_run')}: Lightning then "
-                          "turns off the run store's logger and the checkpoints, and the run would be recorded "
-                          "as a finished run beside real ones; for a smoke test give --trainer.max_steps 1 "
-                          "--trainer.limit_val_batches 1 (and a --run.group of its own)")
-    seconds = duration_seconds(trainer.get("max_time"))
-    if seconds is not None and seconds <= 0:
-        raise ConfigError(f"invalid value for trainer.max_time: {trainer.get('max_time')} trains nothing (a run "
-                          f"is finished once it has trained); give a positive duration, DD:HH:MM:SS")
-    for key, (passes, rule) in TRAINER_VALUES.items():
-        value = trainer.get(key)
-        if _number(value) and not passes(value):
-            raise ConfigError(f"invalid value for trainer.{key}: {value}: it must be {rule}")
-    accelerator = trainer.get("accelerator")
-    why = accelerator_unusable(accelerator) if isinstance(accelerator, str) else None
-    if why:
-        raise ConfigError(f"invalid value for trainer.accelerator: {accelerator}: {why}")
-
-
-def accelerator_unusable(name: str) -> str | None:
-    """Why Lightning's Trainer would refuse accelerator ``name`` on this machine, or None. Asked
-    here so that a sweep refuses it before its first trial (as it did not: every trial failed)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-
-    if name in ("auto", "gpu"):     # Lightning's own choice; gpu: whichever GPU kind is here
-        return None if name == "auto" or any(
-            AcceleratorRegistry[k]["accelerator"].is_available() for k in ("cuda", "mps")) else "no GPU here"
-    if name not in AcceleratorRegistry:
-        return f"not an accelerator name ({', '.join(sorted({'auto', 'gpu', *AcceleratorRegistry}))})"
-    return None if AcceleratorRegistry[name]["accelerator"].is_available() else f"no {name} device here"
-
-
-def duration_seconds(value) -> float | None:
-    """Seconds of a Trainer ``max_time`` ("DD:HH:MM:SS", {"hours": 2}, a timedelta), or None
-    (none given, or a form Lightning itself will refuse)."""
-    import datetime
-    try:
-        if isinstance(value, str):
-            days, hours, minutes, seconds = map(int, value.split(":"))
-            value = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        elif isinstance(value, dict):
-            value = datetime.timedelta(**value)
-    except (ValueError, TypeError):
-        return None
-    return value.total_seconds() if isinstance(value, datetime.timedelta) else None
-
-
 def run_tags(text: str) -> list[str]:
     """--run.tags 'a,b' -> ['a', 'b']."""
     return [t for t in text.split(",") if t]
@@ -529,7 +452,7 @@ def take_default_root_dir(config, given) -> None:
 
 def check_seed(seed) -> None:
     """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
-    if _number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+    if is_number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
                           f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
 
