@@ -54,8 +54,8 @@ def check_writable(directory: Path) -> None:
 # Bounds of a user-written YAML file (a training config, a sweep file): far above any real one,
 # far below what makes reading it slow. An alias bomb is a few lines that expand to billions of
 # nodes; a deep nesting overflows the recursive composer.
-MAX_YAML_BYTES = 1 << 20
-MAX_YAML_NODES = 100_000
+MAX_YAML_BYTES = 1 << 18
+MAX_YAML_NODES = 20_000
 MAX_YAML_DEPTH = 64
 MAX_SHOWN = 120   # characters of a value quoted in a message
 
