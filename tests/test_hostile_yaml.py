@@ -154,3 +154,19 @@ def test_a_huge_invalid_value_is_shown_cut_with_its_size(tmp_path):
     assert line.startswith("lit-attention fit: error: invalid value for model.lr: expected float, got 'kkk")
     assert line.endswith("... (200,000 characters)'")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where", ["base", "base choice"])
+def test_a_sweep_base_config_with_a_key_twice_stops_the_sweep_before_its_first_trial(tmp_path, where):
+    base = tmp_path / "base.yaml"
+    base.write_text((CONFIGS / "copy.yaml").read_text() + "seed_everything: 1\nseed_everything: 2\n")
+    first = f"base: {base}\n" if where == "base" else ""
+    choices = f"  base: {{choices: [{base}]}}\n" if where == "base choice" else ""
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"study_name: s\n{first}sampler: grid\nseeds: 1\nroot: {tmp_path / 'runs'}\n"
+                     "objective: {metric: val_loss, direction: minimize}\n"
+                     f"space:\n{choices}  model.lr: {{choices: [0.001]}}\n")
+    out = cli_in_process("sweep", sweep)
+    assert out.returncode == 2
+    assert f"{base}:" in the_line(out.stderr) and "seed_everything: duplicate key" in the_line(out.stderr)
+    assert not (tmp_path / "runs").exists()
