@@ -42,6 +42,8 @@ class Trainer(L.Trainer):
         ConfigError at a limit Lightning refuses only once the stage runs (after the run's record
         is started): a share of the batches that rounds to none, a validation interval longer
         than the epoch. A split of unknown length is not counted."""
+        if datamodule is None:
+            return {}
         datamodule.trainer = self   # (Lightning attaches it again when the stage starts)
         datamodule.setup(stage)
         batches = {}
