@@ -70,7 +70,7 @@ def read_lines(path: str, invalid: str = "raise", counts: dict | None = None) ->
     if not gzipped and data[:2] == GZIP_MAGIC:
         raise DataError(f"{path} is gzip-compressed: name it {path}.gz")
     if b"\x00" in data:
-        number = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        number = len(LINE_END.findall(data, 0, data.index(b"\x00"))) + 1
         raise DataError(f"{path}, line {number}: NUL byte: a binary file, not text "
                         "(or UTF-16 text: convert it to UTF-8)")
     raws = LINE_END.split(data)
