@@ -286,7 +286,7 @@ class LitAttentionCLI(LightningCLI):
         # once the config is valid, before anything is written: what Lightning would refuse only
         # once the stage runs, and a run directory that cannot be made
         trainer.plan(self.datamodule, self.subcommand)
-        check_run_dir(self.run_dir.path)
+        check_run_dir(self.run_dir.path, self.subcommand)
         self.session.update(trainer=trainer, run_dir=self.run_dir.path)
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
@@ -310,7 +310,7 @@ def write_fault(exc: BaseException, directory: Path | None = None) -> str | None
     return None
 
 
-def check_run_dir(path: Path) -> None:
+def check_run_dir(path: Path, command: str) -> None:
     """Before anything is written, where the run directory ``path`` cannot be made: ConfigError at
     a file where a directory must be, or a directory the file system refuses to write in (no
     permission, read-only); one line and exit 1 at a file system without room."""
@@ -321,7 +321,7 @@ def check_run_dir(path: Path) -> None:
         check_writable(existing)   # a probe file, removed again: nothing is made on the way
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            print(f"lit-attention: error: {write_fault(exc)}", file=sys.stderr)
+            print(f"lit-attention {command}: error: cannot write {existing}: {exc.strerror}", file=sys.stderr)
             raise SystemExit(1) from None
         raise ConfigError(f"cannot write {existing}: {exc.strerror or exc}") from None
 
@@ -388,7 +388,7 @@ def check_config_files(args) -> None:
     if not isinstance(args, (list, tuple)):
         return
     for i, arg in enumerate(args):
-        value = args[i + 1] if arg == "--config" and i + 1 < len(args) else \
+        value = args[i + 1] if arg in ("-c", "--config") and i + 1 < len(args) else \
             arg.partition("=")[2] if str(arg).startswith("--config=") else None
         if value is not None and os.path.isfile(value):
             try:
