@@ -86,13 +86,13 @@ def test_a_fit_config_the_strict_reader_refuses_stops_fit_in_one_line(tmp_path, 
 
 
 def test_a_strict_reading_holds_for_validate_and_for_a_config_inside_an_option(tmp_path):
-    """`validate` reads its config as `fit` does; a YAML file given as an option's value (not
-    --config) goes through the same reader."""
+    """`validate` reads its config as `fit` does (-c is --config); a YAML file given as an
+    option's value (not --config) goes through the same reader."""
     config = tmp_path / "x.yaml"
     config.write_bytes(REFUSED["duplicate key"][0])
-    out = cli_in_process("validate", "--config", CONFIGS / "copy.yaml", "--config", config,
+    out = cli_in_process("validate", "--config", CONFIGS / "copy.yaml", "-c", config,
                          "--run.root", tmp_path / "runs")
-    assert out.returncode == 2 and "trainer.max_epochs: duplicate key" in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 2 and f"{config}:3: trainer.max_epochs: duplicate key" in the_line(out.stderr)
     model = tmp_path / "model.yaml"
     model.write_text("class_path: lit_attention.lightning.translation.TranslationModule\n"
                      "init_args:\n  lr: 0.1\n  lr: 0.2\n")
