@@ -8,6 +8,7 @@ import inspect
 import re
 
 from lit_attention.config_check import suggest, unknown_option
+from lit_attention.files import shown
 
 
 def class_path_problem(text: str, n: int = 3, width: int = 300) -> str | None:
@@ -55,11 +56,11 @@ def _reason(text: str) -> str:
     m = re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text)
     if m:
         valid = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
-        return f"{m.group(2)!r} is not one of: {valid}"
+        return f"{shown(m.group(2))!r} is not one of: {valid}"
     m = re.match(r"Expected a <class '(\w+)'>\. Got value: (.*)", text)
     if m:
-        return f"expected {m.group(1)}, got {m.group(2)!r}"
-    return text[:300]
+        return f"expected {m.group(1)}, got {shown(m.group(2))!r}"
+    return shown(text, 300)
 
 
 def short_parse_error(message: str, parsers: list) -> str:
@@ -100,7 +101,7 @@ def short_parse_error(message: str, parsers: list) -> str:
         return f"invalid value for {single.group(1)}: {problem}"
     if single:   # a union (int | None, or several literals): every alternative's complaint
         given = re.search(r"Given value: (.*)", message)
-        value = given.group(1) if given else "?"
+        value = shown(given.group(1)) if given else "?"
         causes = [line.strip()[2:] for line in message.splitlines()
                   if line.strip().startswith("- ") and "NoneType" not in line]
         reasons = [_reason(f"{c}. Got value: {value}") if c.startswith("Expected a") and "Got value" not in c

@@ -103,6 +103,8 @@ class RunStoreCallback(Callback):
         dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
         if dropped:
             fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
+        if getattr(trainer.datamodule, "data_text", None):   # each data file: lines, line ends, BOMs, ...
+            fields["data_text"] = {**summary.get("data_text", {}), **trainer.datamodule.data_text}
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 fields["wandb_run_id"] = logger.experiment.id

@@ -162,7 +162,7 @@ def test_yaml_syntax_error_names_the_line(tmp_path, capsys):
     path = tmp_path / "broken.yaml"
     path.write_text("study_name: x\nspace: {model.family: [rnn\n")
     assert cli.main([str(path)]) == 2
-    assert "broken.yaml: line" in capsys.readouterr().err
+    assert "broken.yaml:3: (yaml): not valid YAML" in capsys.readouterr().err
 
 
 def test_mask_url_hides_the_password():
@@ -353,8 +353,8 @@ def test_base_choices_are_named_by_their_stems_in_the_study_the_progress_and_the
 @pytest.mark.parametrize("case,choices,extra,key,message", [
     ("missing file", ["COPY", "nowhere.yaml"], {}, "space.base.choices[1]", "training config 'nowhere.yaml' not found"),
     ("same stem", ["COPY", "sub/copy.yaml"], {}, "space.base.choices[1]", "has the same stem as"),
-    ("not a mapping", ["COPY", "list.yaml"], {}, "space.base.choices[1]", "a training config is a mapping"),
-    ("not YAML", ["COPY", "broken.yaml"], {}, "space.base.choices[1]", "not readable YAML"),
+    ("not a mapping", ["COPY", "list.yaml"], {}, "space.base.choices[1]", "must be a mapping of keys"),
+    ("not YAML", ["COPY", "broken.yaml"], {}, "space.base.choices[1]", "not valid YAML"),
     ("a condition", {"choices": ["COPY"], "when": {}}, {}, "space.base.when", "takes only `choices`"),
     ("both bases", ["COPY"], {"base": "COPY"}, "space.base", "also has a top-level base"),
     ("another kind", ["COPY", str(REPO / "configs" / "reference" / "shakespeare-ngram.yaml")], {},
