@@ -78,8 +78,8 @@ class Translator:
         self.module, self.src, self.tgt, self.max_tokens = module, src_tokenizer, tgt_tokenizer, max_tokens
         self.name = name
         self.precision = str(precision)
-        with warnings.catch_warnings():   # Fabric's notes on SLURM and precision: not the user's question
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings():   # Fabric's notes on SLURM and AMP: not the user's question
+            warnings.filterwarnings("ignore", message=".*`srun` command is available")
             logging.disable(logging.INFO)
             try:
                 self.fabric = Fabric(accelerator=accelerator, devices=1, precision=self.precision)
@@ -165,8 +165,8 @@ def load(target: str, accelerator: str = "auto") -> Translator:
     except (ImportError, AttributeError, ValueError) as exc:
         raise TranslateError(f"{run_dir / CONFIG}: model class {class_path!r} cannot be imported ({exc})") from None
     if not (isinstance(cls, type) and issubclass(cls, TranslationModule)):
-        raise TranslateError(f"{run_dir} is a {getattr(cls, '__name__', class_path)} run (a language model): "
-                             "translate decodes encoder-decoder translation runs")
+        raise TranslateError(f"{run_dir} is a {getattr(cls, '__name__', class_path)} run, not an encoder-decoder "
+                             "translation run (a language model has no source to translate)")
     try:
         check_checkpoint_file(ckpt)
     except ConfigError as exc:

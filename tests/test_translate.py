@@ -19,9 +19,9 @@ from lit_attention.lightning.translation import TranslationModule
 from lit_attention.sweep import evaluate
 from lit_attention.tracking.schema import write_summary
 
-TINY = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40",
-        "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
-        "--model.dec_layers", "1", "--trainer.enable_progress_bar", "false"]
+TINY = ["--data.n_train", "300", "--data.n_val", "40", "--data.n_test", "40", "--model.d_model", "32",
+        "--model.ffn", "64", "--model.enc_layers", "1", "--model.dec_layers", "1",
+        "--trainer.enable_progress_bar", "false"]
 
 
 def translate(*args, **kw):
@@ -126,7 +126,7 @@ def test_a_language_model_run_is_refused(run):
     config = yaml.safe_load((run / "config.yaml").read_text())
     config["model"]["class_path"] = "lit_attention.lightning.lm.LanguageModelModule"
     (run / "config.yaml").write_text(yaml.safe_dump(config))
-    one_line_error(translate(run), "LanguageModelModule run (a language model)")
+    one_line_error(translate(run), "LanguageModelModule run, not an encoder-decoder translation run")
 
 
 def test_a_missing_checkpoint_is_refused(run, tmp_path):
