@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         from lit_attention.lightning.cli import train
         return train(argv)
     if command == "translate":
-        from lit_attention.translate import main as translate_main
+        from lit_attention.lightning.translate import main as translate_main
         return translate_main(argv[1:])
     if command == "predict":
         print("lit-attention predict: error: there is no predict command: to decode new text, run "
