@@ -163,6 +163,23 @@ def test_bad_options_are_one_line(run, args, words):
     one_line_error(translate(run, *args), *words)
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(run, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    done = translate(run, "--output", tmp_path / "a-file" / "hyps.txt")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith(f"lit-attention translate: error: cannot write {tmp_path / 'a-file'}: ")
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_stdin_that_is_not_utf8_is_named_as_stdin(run):
+    done = subprocess.run([sys.executable, "-m", "lit_attention.cli", "translate", str(run)],
+                          input=b"a b\nc \xff d\n", capture_output=True, cwd=REPO, env=cli_env(), timeout=300)
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().strip() == ("lit-attention translate: error: <stdin>, line 2: not valid UTF-8 "
+                                            "(invalid start byte at byte 2)")
+
+
 def test_fuzz_every_input_line_gives_one_output_line(run, tmp_path):
     """Random lines (any Unicode, empty, blank, long, byte-order marks, NUL bytes, invalid UTF-8):
     exit 0 with one hypothesis per line, or exit 2 in one line, writing nothing, when a line cannot
