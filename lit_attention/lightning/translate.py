@@ -41,7 +41,6 @@ from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, CONFIG,
                                            read_summary)
 
 PROG = "lit-attention translate"
-STDIN = "<stdin>"
 
 
 class TranslateError(ValueError):
@@ -54,17 +53,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Translate text with a trained translation run: hypotheses only, "
-                "one line per input line.")
-    p.add_argument("run", metavar="RUN_DIR|CKPT", help=(
-        "a run directory (its checkpoints/best.ckpt, as `test` and `sweep --test` decode) or a "
-        "checkpoint in a run directory's checkpoints/"))
+    p = _Parser(prog=PROG, description="Translate text with a trained run: hypotheses only, a line per line.")
+    p.add_argument("run", metavar="RUN_DIR|CKPT", help="a run directory (its checkpoints/best.ckpt, which "
+                   "`test` decodes) or a checkpoint in a run directory's checkpoints/")
     p.add_argument("--input", help="source sentences, one a line, UTF-8 (FILE.gz: gzipped; default: stdin)")
     p.add_argument("--output", help="file for the hypotheses, written once all are decoded (default: stdout)")
-    p.add_argument("--beam", type=int, help=(
-        "beam size (default: the run's model.beam_size, as `test` decodes; 1: greedy, as validation)"))
-    p.add_argument("--accelerator", default="auto",
-                   help="where the model decodes: auto (a GPU if there is one, else the CPU), cpu, gpu")
+    p.add_argument("--beam", type=int, help="beam size (default: the run's, as `test`; 1: greedy, as validation)")
+    p.add_argument("--accelerator", default="auto", help="auto (a GPU if there is one), cpu, gpu, ...")
     return p
 
 
@@ -76,40 +71,36 @@ class Translator:
         from lightning.fabric import Fabric
 
         self.module, self.src, self.tgt, self.max_tokens = module, src_tokenizer, tgt_tokenizer, max_tokens
-        self.name = name
-        self.precision = str(precision)
+        self.precision, self.name = str(precision), name
         with warnings.catch_warnings():   # Fabric's notes on SLURM and AMP: not the user's question
             warnings.filterwarnings("ignore", message=".*`srun` command is available")
             logging.disable(logging.INFO)
             try:
                 self.fabric = Fabric(accelerator=accelerator, devices=1, precision=self.precision)
             except (ValueError, RuntimeError) as exc:
-                raise TranslateError(f"cannot decode with trainer.precision {self.precision} on accelerator "
-                                     f"{accelerator}: {first_lines(str(exc), 1)}") from None
+                raise TranslateError(f"trainer.precision {self.precision} on accelerator {accelerator}: "
+                                     f"{first_lines(str(exc), 1)}") from None
             finally:
                 logging.disable(logging.NOTSET)
-            self.fabric.setup_module(module)   # on its device, converted as the precision asks
+        self.fabric.setup_module(module)   # on its device, converted as the precision asks
         module.eval()
 
     def __call__(self, lines: list[str], beam_size: int | None = None, where: str = "input") -> list[str]:
         """The detokenized hypothesis of each line, by beam search of ``beam_size`` (default: the
         run's) or greedily (1); TranslateError naming a line longer than the model's position table."""
-        beam_size = beam_size or self.module.hparams.beam_size
         examples = [{"idx": i, "src": self.src.encode(line), "tgt": []} for i, line in enumerate(lines)]
         most = self.module.net.max_positions
         for ex in examples:
-            n = len(ex["src"]) + 1
-            if most is not None and n > most:
-                raise TranslateError(f"{where}, line {ex['idx'] + 1}: {n} tokens (with EOS), more than the "
-                                     f"{most} positions of the model's position table: shorten or split that line")
-        sampler = TokenBatchSampler([padded_length(ex["src"], ex["tgt"]) for ex in examples], self.max_tokens,
-                                    shuffle=False)
+            if most is not None and len(ex["src"]) + 1 > most:
+                raise TranslateError(f"{where}, line {ex['idx'] + 1}: {len(ex['src']) + 1} tokens (with EOS), more "
+                                     f"than the {most} positions of the model: shorten or split that line")
         hyps = [""] * len(lines)
         device = self.fabric.device
         with torch.inference_mode(), self.fabric.autocast(), attention_backends(device.type, self.precision):
-            for ids in sampler:
-                out = self.module.decode(collate([examples[i] for i in ids])["src"].to(device), beam_size)
-                for i, row in zip(ids, out.tolist()):
+            for ids in TokenBatchSampler([padded_length(ex["src"], []) for ex in examples], self.max_tokens,
+                                         shuffle=False):
+                src = collate([examples[i] for i in ids])["src"].to(device)
+                for i, row in zip(ids, self.module.decode(src, beam_size or self.module.hparams.beam_size).tolist()):
                     hyps[i] = self.tgt.decode(row)
         return hyps
 
@@ -124,63 +115,42 @@ def locate(target: str) -> tuple[Path, Path]:
         raise TranslateError(f"{target}: no such run directory or checkpoint")
     if path.parent.name != CHECKPOINTS:
         raise TranslateError(f"{target}: not a checkpoint in a run directory's {CHECKPOINTS}/ (translate reads "
-                             f"the run's {CONFIG} and summary.json): give the run directory or its checkpoint")
+                             f"the run's {CONFIG} and summary.json)")
     return path.parent.parent, path
-
-
-def _run_config(run_dir: Path) -> dict:
-    try:
-        config = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TranslateError(f"{run_dir / CONFIG}: cannot be read ({exc.strerror}): not a run directory?") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise TranslateError(f"{run_dir / CONFIG}: not a YAML config ({first_lines(str(exc), 1)})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("model"), dict) or not isinstance(
-            config.get("data"), dict):
-        raise TranslateError(f"{run_dir / CONFIG}: no model and data sections: not a run's config")
-    return config
-
-
-def _tokenizer_record(run_dir: Path) -> dict:
-    record = read_summary(run_dir).get("tokenizer_digest")
-    if record is None:
-        raise TranslateError(f"{run_dir}/summary.json records no tokenizer_digest (the run was trained before "
-                             "runs recorded their tokenizer files): translate cannot check that a tokenizer is "
-                             "the model's; train the run again, or decode a file with `lit-attention test`")
-    if set(record) != {"src", "tgt"} or not all(isinstance(e, dict) and isinstance(e.get("path"), str)
-                                                and isinstance(e.get("sha256"), str) for e in record.values()):
-        raise TranslateError(f"{run_dir}/summary.json: tokenizer_digest is not src and tgt, each a path and "
-                             "a sha256")
-    return record
 
 
 def load(target: str, accelerator: str = "auto") -> Translator:
     """The Translator of a run (RUN_DIR or CKPT); TranslateError, DataError, SummaryError or
     ChecksumError (one line each) for what cannot be translated with."""
     run_dir, ckpt = locate(target)
-    config = _run_config(run_dir)
-    class_path = config["model"].get("class_path", "")
     try:
-        cls = class_at(class_path)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise TranslateError(f"{run_dir / CONFIG}: model class {class_path!r} cannot be imported ({exc})") from None
+        config = yaml.safe_load((run_dir / CONFIG).read_text(encoding="utf-8"))
+        model, data = config["model"], config["data"].get("init_args") or {}
+        cls = class_at(model["class_path"])
+    except (OSError, ValueError, yaml.YAMLError, TypeError, KeyError, AttributeError, ImportError) as exc:
+        raise TranslateError(f"{run_dir / CONFIG}: not a run's config ({first_lines(str(exc), 1)})") from None
     if not (isinstance(cls, type) and issubclass(cls, TranslationModule)):
-        raise TranslateError(f"{run_dir} is a {getattr(cls, '__name__', class_path)} run, not an encoder-decoder "
+        raise TranslateError(f"{run_dir} is a {getattr(cls, '__name__', cls)} run, not an encoder-decoder "
                              "translation run (a language model has no source to translate)")
     try:
         check_checkpoint_file(ckpt)
     except ConfigError as exc:
         raise TranslateError(str(exc).replace("--ckpt_path ", "", 1)) from None
-    data_args = config["data"].get("init_args") or {}
-    default_data = inspect.signature(TranslationDataModule).parameters
-    tokenizers = recorded_tokenizers(data_args.get("tokenizer", default_data["tokenizer"].default),
-                                     _tokenizer_record(run_dir))
+    record = read_summary(run_dir).get("tokenizer_digest")
+    if record is None:
+        raise TranslateError(f"{run_dir}/summary.json records no tokenizer_digest (a run trained before runs "
+                             "recorded their tokenizer files): translate cannot check that a tokenizer is the model's")
+    defaults = inspect.signature(TranslationDataModule).parameters
+    try:
+        loaded = recorded_tokenizers(data.get("tokenizer", defaults["tokenizer"].default), record)
+        tokenizers = {side: loaded[side] for side in ("src", "tgt")}
+    except (KeyError, TypeError, AttributeError):
+        raise TranslateError(f"{run_dir}/summary.json: tokenizer_digest is not src and tgt, each a path and a "
+                             "sha256") from None
     try:
         checkpoint = torch.load(ckpt, map_location="cpu", weights_only=True)   # a crafted file runs no code
-    except pickle.UnpicklingError as exc:
+    except (pickle.UnpicklingError, RuntimeError) as exc:
         raise TranslateError(f"{ckpt}: refused to load: {first_lines(str(exc), 1)}") from None
-    except RuntimeError as exc:
-        raise TranslateError(f"{ckpt}: not a readable checkpoint ({first_lines(str(exc), 1)})") from None
     verify(checkpoint, ckpt)
     try:
         module = cls(**{k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")})
@@ -189,20 +159,19 @@ def load(target: str, accelerator: str = "auto") -> Translator:
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise TranslateError(f"{ckpt}: not a checkpoint of a {cls.__name__} ({first_lines(str(exc), 1)})") from None
     # the run's config decides decoding, as it does for `test --config <run>/config.yaml`
-    model_args = config["model"].get("init_args") or {}
-    module.hparams.update({k: model_args[k] for k in DECODING_HPARAMS if k in model_args})
-    for side, size in (("src", module.hparams.src_vocab_size), ("tgt", module.hparams.tgt_vocab_size)):
-        if tokenizers[side].vocab_size != size:
-            raise TranslateError(f"the run's {side} tokenizer has {tokenizers[side].vocab_size} tokens, the "
-                                 f"model {size}: not the tokenizer {ckpt} was trained with")
+    module.hparams.update({k: v for k, v in (model.get("init_args") or {}).items() if k in DECODING_HPARAMS})
+    for side in ("src", "tgt"):
+        if tokenizers[side].vocab_size != module.hparams[f"{side}_vocab_size"]:
+            raise TranslateError(f"the run's {side} tokenizer has {tokenizers[side].vocab_size} tokens, the model "
+                                 f"{module.hparams[f'{side}_vocab_size']}: not the tokenizer {ckpt} learned with")
     precision = (config.get("trainer") or {}).get("precision") or "32-true"
-    max_tokens = data_args.get("max_tokens", default_data["max_tokens"].default)
+    max_tokens = data.get("max_tokens", defaults["max_tokens"].default)
     return Translator(module, tokenizers["src"], tokenizers["tgt"], max_tokens, precision, accelerator, str(ckpt))
 
 
-def _read_input(path: str | None) -> tuple[list[str], str]:
-    """The input's lines (the data files' reader: UTF-8, BOM removed, a NUL byte refused) and
-    the name messages give it."""
+def read_input(path: str | None) -> tuple[list[str], str]:
+    """The input's lines, read as data files are (UTF-8, BOM removed, a NUL byte refused), and the
+    name messages give it."""
     if path is not None:
         return read_lines(path), path
     with tempfile.TemporaryDirectory() as tmp:   # the reader takes a file: stdin is spooled to one
@@ -210,22 +179,18 @@ def _read_input(path: str | None) -> tuple[list[str], str]:
         with open(spool, "wb") as f:
             f.write(sys.stdin.buffer.read())
         try:
-            return read_lines(spool), STDIN
+            return read_lines(spool), "<stdin>"
         except DataError as exc:
-            raise DataError(str(exc).replace(spool, STDIN)) from None
+            raise DataError(str(exc).replace(spool, "<stdin>")) from None
 
 
 def main(argv: list[str]) -> int:
-    if argv in (["-h"], ["--help"]):
-        parser().print_help()
-        return 0
     try:
         args = parser().parse_args(argv)
         if args.beam is not None and args.beam < 1:
             raise TranslateError(f"--beam must be >= 1 (1: greedy decoding), got {args.beam}")
-        why = accelerator_unusable(args.accelerator)
-        if why:
-            raise TranslateError(f"--accelerator {args.accelerator}: {why}")
+        if accelerator_unusable(args.accelerator):
+            raise TranslateError(f"--accelerator {args.accelerator}: {accelerator_unusable(args.accelerator)}")
         if args.output is not None:   # before any work: a refused output loses no translation
             try:
                 check_writable(Path(args.output).parent)
@@ -233,7 +198,7 @@ def main(argv: list[str]) -> int:
                 print(f"{PROG}: error: cannot write {exc.filename or args.output}: {exc.strerror}", file=sys.stderr)
                 return 1
         translator = load(args.run, args.accelerator)
-        lines, where = _read_input(args.input)
+        lines, where = read_input(args.input)
         beam = args.beam or translator.module.hparams.beam_size
         start = time.perf_counter()
         hyps = translator(lines, beam, where)
@@ -245,18 +210,14 @@ def main(argv: list[str]) -> int:
     try:
         if args.output is not None:
             atomic_write(args.output, text)
-        elif hasattr(sys.stdout, "buffer"):   # UTF-8 whatever the locale
+        else:   # UTF-8 whatever the locale
             sys.stdout.flush()
-            sys.stdout.buffer.write(text.encode("utf-8"))
-            sys.stdout.buffer.flush()
-        else:
-            sys.stdout.write(text)
+            getattr(sys.stdout, "buffer", sys.stdout).write(text.encode() if hasattr(sys.stdout, "buffer") else text)
+            sys.stdout.flush()
     except OSError as exc:
-        print(f"{PROG}: error: cannot write {exc.filename or args.output or 'stdout'}: {exc.strerror}",
-              file=sys.stderr)
+        print(f"{PROG}: error: cannot write {exc.filename or args.output or 'stdout'}: {exc.strerror}", file=sys.stderr)
         return 1
-    method = f"beam {beam}" if beam > 1 else "greedy"
     rate = f", {len(hyps) / seconds:.1f} sentences/s" if hyps and seconds else ""
-    print(f"{PROG}: {len(hyps)} lines with {translator.name}, {method}: {seconds:.2f} s of decoding{rate}",
-          file=sys.stderr)
+    print(f"{PROG}: {len(hyps)} lines with {translator.name}, {f'beam {beam}' if beam > 1 else 'greedy'}: "
+          f"{seconds:.2f} s of decoding{rate}", file=sys.stderr)
     return 0
