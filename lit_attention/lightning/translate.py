@@ -53,7 +53,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Translate text with a trained run: hypotheses only, a line per line.")
+    p = _Parser(prog=PROG, description="Translate text with a trained run: hypotheses only, one per input line.")
     p.add_argument("run", metavar="RUN_DIR|CKPT", help="a run directory (its checkpoints/best.ckpt, which "
                    "`test` decodes) or a checkpoint in a run directory's checkpoints/")
     p.add_argument("--input", help="source sentences, one a line, UTF-8 (FILE.gz: gzipped; default: stdin)")
