@@ -423,10 +423,10 @@ def test_trainer_logger_true_or_false_is_refused_naming_what_to_use(tmp_path, va
     assert "CSVLogger" in result.stderr and not any(tmp_path.iterdir())
 
 
-def test_predict_is_refused_with_the_command_that_decodes_a_file():
+def test_predict_is_refused_with_the_command_that_translates():
     result = cli_in_process("predict", "--config", CONFIGS / "copy.yaml")
     assert result.returncode == 2
-    assert "there is no predict command" in result.stderr and "lit-attention test" in result.stderr
+    assert "there is no predict command" in result.stderr and "lit-attention translate" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

@@ -322,3 +322,36 @@ def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[st
         return tok, tok
     return (_load_or_train(kind, (src_train,), vocab_size, model_type, cache_dir),
             _load_or_train(kind, (tgt_train,), vocab_size, model_type, cache_dir))
+
+
+def tokenizer_digest(tokenizers: dict[str, Tokenizer]) -> dict | None:
+    """What a run records of the tokenizers it trained with (summary.json's ``tokenizer_digest``):
+    for each side ("src", "tgt") its cache file, as an absolute path, and the sha256 of its bytes.
+    None if one was never written to a file (built in memory)."""
+    record = {}
+    for side, tok in tokenizers.items():
+        path = getattr(tok, "path", None)
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            record[side] = {"path": os.path.abspath(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+    return record
+
+
+def recorded_tokenizers(kind: str, record: dict) -> dict[str, Tokenizer]:
+    """The tokenizers a run recorded (``tokenizer_digest``), read from their files: DataError naming
+    the file when it is missing or its bytes differ from the recorded digest."""
+    cls = implementation(TOKENIZERS, check("tokenizer", kind, TOKENIZERS))
+    loaded = {}
+    for side, entry in record.items():
+        path = entry["path"]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise DataError(f"the run's {side} tokenizer {path} cannot be read ({exc.strerror})") from None
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise DataError(f"the run's {side} tokenizer {path} differs from the one it trained with (sha256 "
+                            f"{entry['sha256'][:12]}...): it was rebuilt or changed since")
+        loaded[side] = cls.from_bytes(data)
+    return loaded
