@@ -1,18 +1,23 @@
-"""Decoding speed: greedy and beam-5 sentences/s on Multi30k test2016, and the key/value cache's gain.
+"""Decoding speed: greedy, beam-5 and `translate` sentences/s on Multi30k test2016, against Joey NMT's translate.
 
 The model is a checkpoint (``--ckpt runs/<group>/<id>/checkpoints/best.ckpt`` of a
 TranslationModule) or, without one, the reference Transformer trained here for ``--train-steps``
 updates (an undertrained model writes longer, repetitive output, so prefer a real checkpoint).
 Baseline of the last table: greedy decoding without the cache, recomputing the whole prefix at
 every step (what a decoder without incremental state does), on the first ``--uncached`` sentences.
+`translate` row: `lit-attention translate`'s Translator (lit_attention/lightning/translate.py:
+tokenize, batch by tokens, beam search, detokenize) on the test sources as text, in fp32 on the
+CPU, timed around the call (the command's own "s of decoding").
 External baseline, same run: Joey NMT 2.3 (installed into its own virtualenv, see
-joeynmt_side_by_side.py) decodes test2016 with beam 5 using the *same weights*: the reference
+joeynmt_side_by_side.py) translates the same source lines (as our SentencePiece pieces, which it
+reads at word level) with ``joeynmt translate``'s code and the *same weights*: the reference
 Transformer's tensors are renamed to Joey's parameter names and loaded there (strictly), so both
 toolkits search the same model and their outputs can be compared line by line (BLEU of each, share
 of identical hypotheses). Joey's time is its own "Generation took" figure. Goal: >= 5x Joey NMT
-with beam 5. ``--no-joey`` skips it (and ``--quick`` always does).
+with beam 5. ``--no-joey`` skips it (and ``--quick`` always does); when Joey NMT cannot be
+installed, the script says so and prints our figures alone.
 
-    .venv/bin/python bench/decoding.py [--quick] [--ckpt PATH] [--train-steps 150] [--no-joey]
+    .venv/bin/python bench/decoding.py [--quick] [--ckpt PATH] [--train-steps 150] [--sentences N] [--no-joey]
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import torch
 import benchlib as B
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.decoding import beam_search, greedy_decode, max_output_lengths
+from lit_attention.lightning.translation import TranslationModule
 from lit_attention.models import build_seq2seq
+from lit_attention.lightning.translate import Translator
 
 # Our parameter names -> Joey NMT 2.3's (Transformer, pre-norm, tied embeddings), applied in order.
 JOEY_NAMES = [
@@ -71,9 +78,8 @@ def greedy_uncached(net, src, max_len_a=1.5, max_len_b=10):
 
 
 def load_checkpoint(path: str):
-    """(net, datamodule, model hyperparameters) from a TranslationModule checkpoint."""
+    """(module, datamodule, model hyperparameters) from a TranslationModule checkpoint."""
     from lit_attention.data.translation import TranslationDataModule
-    from lit_attention.lightning.translation import TranslationModule
     ckpt = torch.load(path, map_location="cpu", weights_only=True)   # a crafted file may not run code
 
     def init_args(hparams: dict) -> dict:           # LightningCLI also records "_class_path"
@@ -85,11 +91,11 @@ def load_checkpoint(path: str):
     module.load_state_dict(ckpt["state_dict"])
     dm = TranslationDataModule(**init_args(ckpt["datamodule_hyper_parameters"]))
     dm.setup("test")
-    return module.net, dm, hparams
+    return module, dm, hparams
 
 
 def train_model(args):
-    """(net, datamodule, model settings): the reference (or, with --quick, tiny) Transformer after
+    """(module, datamodule, model settings): the reference (or, with --quick, tiny) Transformer after
     args.train_steps plain updates."""
     dm, desc = B.translation_data(args.quick, 256 if args.quick else 4096, require_real=True)
     size = B.TINY_TRANSFORMER if args.quick else B.TRANSFORMER_SIZE
@@ -105,7 +111,10 @@ def train_model(args):
     print(f"trained {desc} transformer {size} for {args.train_steps} steps "
           f"({time.perf_counter() - start:.0f} s)")
     dm.setup("test")
-    return net, dm, dict(size, family="transformer", positional="sinusoidal", scoring="scaled_dot")
+    hparams = dict(size, family="transformer", positional="sinusoidal", scoring="scaled_dot")
+    module = TranslationModule(**hparams, src_vocab_size=dm.src_vocab_size, tgt_vocab_size=dm.tgt_vocab_size)
+    module.net = net
+    return module, dm, hparams
 
 
 def decode_all(batches, fn) -> tuple[float, float, list[torch.Tensor]]:
@@ -118,15 +127,6 @@ def decode_all(batches, fn) -> tuple[float, float, list[torch.Tensor]]:
     return sentences / (time.perf_counter() - start), lengths / max(sentences, 1), outputs
 
 
-def in_split_order(outputs, order: list[int], tokenizer) -> list[str]:
-    """Detokenized hypotheses, in the split's order, from per-batch id tensors and batch indices."""
-    texts = [tokenizer.decode(row.tolist()) for ids in outputs for row in ids]
-    ordered = [""] * len(texts)
-    for i, text in zip(order, texts):
-        ordered[i] = text
-    return ordered
-
-
 def joey_state(net) -> dict[str, torch.Tensor]:
     """Our Transformer's tensors under Joey NMT 2.3's parameter names."""
     state = {}
@@ -137,8 +137,8 @@ def joey_state(net) -> dict[str, torch.Tensor]:
     return state
 
 
-def joey_beam(net, dm, beam: int, threads: int) -> dict:
-    """Joey NMT's beam search over the test split with our weights: seconds, hypotheses in order."""
+def joey_translate(net, dm, sources: list[str], beam: int, threads: int) -> dict:
+    """Joey NMT's translate of ``sources`` with our weights: seconds, hypotheses in order."""
     from joeynmt_side_by_side import WORK, joey_config, joey_python, write_joey_data
 
     python = joey_python()
@@ -152,9 +152,12 @@ def joey_beam(net, dm, beam: int, threads: int) -> dict:
     config = out_dir / "config.yaml"
     config.write_text(joey_config(data, out_dir / "model", steps=1, log_every=1, beam=beam))
     (out_dir / "model").mkdir(exist_ok=True)
+    source = out_dir / "source.txt"    # our pieces, space-separated: what Joey reads at word level
+    source.write_text("".join(" ".join(tokenizer.pieces(tokenizer.encode(line))) + "\n" for line in sources),
+                      encoding="utf-8")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     proc = subprocess.run([str(python), str(Path(__file__).with_name("joeynmt_decode_driver.py")),
-                           str(config), str(weights), str(out_dir / "hyps")],
+                           str(config), str(weights), str(out_dir / "hyps.txt"), str(source)],
                           capture_output=True, text=True, env=env)
     (out_dir / "decode-output.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -164,6 +167,16 @@ def joey_beam(net, dm, beam: int, threads: int) -> dict:
     lines = Path(result["hypotheses"]).read_text(encoding="utf-8").splitlines()
     result["hyps"] = [tokenizer.sp.decode_pieces(line.split()) for line in lines]
     return result
+
+
+def joey_or_why(net, dm, sources, beam, threads) -> tuple[dict | None, str | None]:
+    """(Joey NMT's translate result, None), or (None, why it could not run): an install that fails
+    here (no package index, no wheel for this Python) is said, and our figures stand alone."""
+    try:
+        return joey_translate(net, dm, sources, beam, threads), None
+    except subprocess.CalledProcessError as exc:
+        return None, f"it could not be installed into its own virtualenv: {' '.join(map(str, exc.cmd[-3:]))} " \
+                     f"exited {exc.returncode}"
 
 
 def joey_mismatch(hparams: dict) -> str | None:
@@ -179,12 +192,13 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--uncached", type=int, default=200, help="sentences for the cache comparison")
     p.add_argument("--sentences", type=int, default=None, help="only the first N test sentences")
-    p.add_argument("--no-joey", action="store_true", help="skip Joey NMT's beam search")
+    p.add_argument("--no-joey", action="store_true", help="skip Joey NMT's translate")
     args = p.parse_args()
     if args.quick:
         args.train_steps, args.uncached, args.sentences = 30, 40, 40
     B.setup(args)
-    net, dm, hparams = load_checkpoint(args.ckpt) if args.ckpt else train_model(args)
+    module, dm, hparams = load_checkpoint(args.ckpt) if args.ckpt else train_model(args)
+    net = module.net
     net.eval()
     loaded = list(dm.test_dataloader())
     batches = [b["src"] for b in loaded]
@@ -195,26 +209,33 @@ def main() -> None:
           f"token batches of <= {dm.max_tokens} tokens")
 
     greedy, greedy_len, _ = decode_all(batches, lambda s: greedy_decode(net, s))
-    beam, beam_len, beam_out = decode_all(batches, lambda s: beam_search(net, s, beam_size=args.beam))
+    beam, beam_len, _ = decode_all(batches, lambda s: beam_search(net, s, beam_size=args.beam))
+    sources = dm.sources("test")[:n]
+    translator = Translator(module, dm.src_tokenizer, dm.tgt_tokenizer, dm.max_tokens, "32-true", "cpu")
+    start = time.perf_counter()
+    ours = translator(sources, args.beam)
+    translate = n / (time.perf_counter() - start)
     rows = [["lit-attention greedy", greedy, greedy_len, n / greedy],
-            [f"lit-attention beam {args.beam}", beam, beam_len, n / beam]]
-    skip_joey = ("--quick" if args.quick else "--no-joey" if args.no_joey
-                 else "--sentences (Joey decodes the whole split)" if args.sentences
-                 else joey_mismatch(hparams))
+            [f"lit-attention beam {args.beam}", beam, beam_len, n / beam],
+            [f"lit-attention translate beam {args.beam}", translate, float("nan"), n / translate]]
+    skip_joey = ("--quick" if args.quick else "--no-joey" if args.no_joey else joey_mismatch(hparams))
     joey = None
     if skip_joey is None:
-        joey = joey_beam(net, dm, args.beam, args.threads)
+        joey, skip_joey = joey_or_why(net, dm, sources, args.beam, args.threads)
+    if joey:
         joey_rate = n / joey["seconds"]
-        rows.append([f"Joey NMT 2.3 beam {args.beam}, same weights", joey_rate, float("nan"),
+        rows.append([f"Joey NMT 2.3 translate beam {args.beam}, same weights", joey_rate, float("nan"),
                      joey["seconds"]])
-    B.table(["decoder", "sentences/s", "mean output tokens", "seconds for the split"], rows)
+    B.table(["decoder", "sentences/s", "mean output tokens", "seconds for the sentences"], rows)
     if joey:
         from lit_attention.metrics import bleu_chrf
-        refs = dm.references("test")
-        ours = in_split_order(beam_out, [int(i) for b in loaded for i in b["idx"]], dm.tgt_tokenizer)
+        refs = dm.references("test")[:n]
         same = sum(a == b for a, b in zip(ours, joey["hyps"])) / n
-        print(f"beam {args.beam}, test BLEU: ours {bleu_chrf(ours, refs)['bleu']:.1f}, "
+        print(f"beam {args.beam}, test BLEU: translate {bleu_chrf(ours, refs)['bleu']:.1f}, "
               f"Joey NMT {bleu_chrf(joey['hyps'], refs)['bleu']:.1f}; identical hypotheses: {same:.0%}")
+        print(f"translate/Joey NMT translate, sentences/s: {translate / joey_rate:.2f}x (goal >= 5)")
+    else:
+        print(f"Joey NMT not run: {skip_joey}; translate alone: {translate:.1f} sentences/s")
     print()
 
     subset = first_sentences(batches, args.uncached)
@@ -224,8 +245,9 @@ def main() -> None:
     B.table(["greedy on the first sentences", "sentences/s", "vs uncached"],
             [["uncached (full recomputation)", uncached, 1.0], ["key/value cache", cached, cached / uncached]])
     print(f"cached and uncached outputs identical on the first batches: {'yes' if same else 'NO'}")
-    versus = (f"beam vs Joey NMT's {joey_rate:.1f}/s with the same weights: {beam / joey_rate:.1f}x, "
-              f"goal >= 5" if joey else f"Joey NMT not run: {skip_joey}")
+    versus = (f"translate {translate:.1f}/s vs Joey NMT translate's {joey_rate:.1f}/s with the same weights: "
+              f"{translate / joey_rate:.1f}x, goal >= 5" if joey
+              else f"translate {translate:.1f}/s; Joey NMT not run: {skip_joey}")
     B.summary(f"decoding: greedy {greedy:.1f} and beam-{args.beam} {beam:.1f} sentences/s "
               f"({versus}); cached/uncached greedy = {cached / uncached:.2f}x")
 

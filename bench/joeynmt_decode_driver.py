@@ -1,17 +1,19 @@
-"""Runs inside Joey NMT's virtualenv (not ours): beam search with our trained weights, timed by Joey.
+"""Runs inside Joey NMT's virtualenv (not ours): Joey's translate with our trained weights, timed by Joey.
 
-    <joey venv>/bin/python bench/joeynmt_decode_driver.py CONFIG WEIGHTS OUTPUT
+    <joey venv>/bin/python bench/joeynmt_decode_driver.py CONFIG WEIGHTS OUTPUT SOURCE
 
 WEIGHTS is a torch file written by bench/decoding.py: ``state`` (our Transformer's tensors under
 Joey NMT's parameter names, embedding rows in our token-id order) and ``pieces`` (our piece string
 of each token id). This script reorders the embedding rows into Joey's vocabulary (built from the
 same pieces), adds Joey's own fixed sinusoid tables, saves the result as a Joey checkpoint and runs
-``joeynmt test`` on the test split only; Joey loads it with a strict ``load_state_dict``, so a name
-or shape that does not match stops the run. Joey's own "Generation took" time is what
-bench/decoding.py reads back, from the last line printed here (JSON). Imports only Joey NMT and
-torch: our package is not installed in this virtualenv.
+what ``joeynmt translate`` runs on SOURCE as its standard input (one sentence a line, our pieces
+space-separated), hypotheses to OUTPUT; Joey loads the checkpoint with a strict
+``load_state_dict``, so a name or shape that does not match stops the run. Joey's own "Generation
+took" time is what bench/decoding.py reads back, from the last line printed here (JSON). Imports
+only Joey NMT and torch: our package is not installed in this virtualenv.
 """
 
+import contextlib
 import copy
 import json
 import logging
@@ -23,7 +25,7 @@ import torch
 from joeynmt.config import load_config, parse_global_args
 from joeynmt.data import load_data
 from joeynmt.model import build_model
-from joeynmt.prediction import test
+from joeynmt.prediction import translate
 
 EMBEDDING_ROWS = ("src_embed.lut.weight", "trg_embed.lut.weight", "decoder.output_layer.weight")
 
@@ -42,9 +44,8 @@ class GenerationTime(logging.Handler):
 
 
 def main() -> None:
-    config, weights, output = (Path(a) for a in sys.argv[1:4])
+    config, weights, output, source = (Path(a) for a in sys.argv[1:5])
     cfg = load_config(config)
-    cfg["data"].pop("dev", None)                        # decode the test split only
     saved = torch.load(weights, map_location="cpu", weights_only=True)
     our_id = {piece: i for i, piece in enumerate(saved["pieces"])}
 
@@ -68,10 +69,14 @@ def main() -> None:
     cfg["testing"]["load_model"] = str(ckpt)
     timer = GenerationTime()
     logging.getLogger("joeynmt.prediction").addHandler(timer)   # Joey's loggers do not propagate
-    test(cfg, output_path=str(output))
+    # as `joeynmt translate CONFIG < SOURCE > OUTPUT` (its output_path fails: n_best is read from the
+    # wrong part of the config in 2.3.0)
+    with open(source, encoding="utf-8") as sys.stdin, open(output, "w", encoding="utf-8") as out:
+        with contextlib.redirect_stdout(out):
+            translate(cfg)
     if len(timer.seconds) != 1:
         sys.exit(f"expected one 'Generation took' line from Joey NMT, saw {len(timer.seconds)}")
-    print(json.dumps({"seconds": timer.seconds[0], "hypotheses": f"{output}.test"}))
+    print(json.dumps({"seconds": timer.seconds[0], "hypotheses": str(output)}))
 
 
 if __name__ == "__main__":

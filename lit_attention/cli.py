@@ -1,4 +1,4 @@
-"""`lit-attention fit|validate|test|choices|sweep|report`: which module runs each command.
+"""`lit-attention fit|validate|test|translate|choices|sweep|report`: which module runs each command.
 
 Training goes through LightningCLI (lit_attention/lightning/cli.py); every run lands in the run
 store (`<run.root>/<run.group>/<run.id>/`) whatever the tracking choice.
@@ -48,9 +48,10 @@ def _choices(argv: list[str]) -> int:
     return 0
 
 
-USAGE = """usage: lit-attention {fit,validate,test,choices,sweep,report} ...
+USAGE = """usage: lit-attention {fit,validate,test,translate,choices,sweep,report} ...
 
   fit|validate|test   train or evaluate (LightningCLI; `lit-attention fit --help`)
+  translate RUN_DIR   translate stdin (or --input FILE) with a trained run: hypotheses to stdout
   choices [--json]    the registry of families, cells, scoring functions, positional encodings, tasks
   sweep FILE          run an Optuna study declared in a sweep YAML file
   report RUNS_DIR     tables and plots from a run store
@@ -71,14 +72,16 @@ def main(argv: list[str] | None = None) -> int:
     if command in TRAINING_COMMANDS:
         from lit_attention.lightning.cli import train
         return train(argv)
+    if command == "translate":
+        from lit_attention.lightning.translate import main as translate_main
+        return translate_main(argv[1:])
     if command == "predict":
-        print("lit-attention predict: error: there is no predict command: to decode a file, put it as "
-              "DATA_DIR/NAME.SRC beside its references NAME.TGT and run `lit-attention test --config CONFIG "
-              f"--ckpt_path CKPT --data.task {registry.FILES_TASK} --data.data_dir DATA_DIR --data.test_split NAME`; the "
-              "hypotheses are written to the run directory", file=sys.stderr)
+        print("lit-attention predict: error: there is no predict command: to decode new text, run "
+              "`lit-attention translate RUN_DIR < FILE` (hypotheses to stdout, one line per input line)",
+              file=sys.stderr)
         return 2
     if command and command not in ("-h", "--help"):
-        commands = (*TRAINING_COMMANDS, "choices", "sweep", "report")
+        commands = (*TRAINING_COMMANDS, "translate", "choices", "sweep", "report")
         print(f"lit-attention: error: {unknown_option(command, commands, 'command')}", file=sys.stderr)
         print(f"commands: {', '.join(commands)} (lit-attention --help)", file=sys.stderr)
         return 2

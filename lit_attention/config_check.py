@@ -74,11 +74,3 @@ def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> Con
     if near and near.rpartition(".")[2] == RENAMED.get(last):
         hint += " (renamed: docs/CONFIG.md)"
     return ConfigError(f"unknown {what} {name}{hint}")
-
-
-def check_keys(given: Iterable[str], valid: Iterable[str], prefix: str = "", what: str = "option") -> None:
-    """Raise ConfigError for the first key of ``given`` that is not in ``valid`` (names get ``prefix``)."""
-    valid = [prefix + v for v in valid]
-    for key in given:
-        if prefix + key not in valid:
-            raise unknown_option(prefix + key, valid, what)

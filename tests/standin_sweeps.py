@@ -86,7 +86,7 @@ def problems(url: str, name: str, root: Path, lrs=LRS, seeds: int = 2, steps: in
     found = []
     ts = trials(url, name)
     counted = [t for t in ts if not t.user_attrs.get("skipped")]
-    complete = Counter((t.params["model.lr"], t.params["seed"]) for t in counted if t.state == TrialState.COMPLETE)
+    complete = Counter((t.params["model.lr"], t.user_attrs["seed"]) for t in counted if t.state == TrialState.COMPLETE)
     wanted = {(lr, s) for lr in lrs for s in range(seeds)}
     found += [f"cell {c}: {complete[c]} complete trials" for c in sorted(wanted) if complete[c] != 1]
     found += [f"trial {t.number} left {t.state.name}" for t in ts if t.state in (TrialState.WAITING, TrialState.RUNNING)]

@@ -248,7 +248,8 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert summary["wandb_run_id"]
     offline = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline) == 1 and summary["wandb_run_id"] in offline[0].name
-    assert "W&B: offline (no API key for api.wandb.ai (WANDB_API_KEY unset, no ~/.netrc entry)); " \
+    import wandb
+    assert f"W&B: offline (no API key for {wandb.Settings().base_url} (`wandb login` stores one)); " \
            f"upload it later with `wandb sync {run_dir / 'wandb'}/offline-run-*`" in result.stderr
     # the whole resolved config reaches the W&B run, not only the model's hyperparameters
     inspect = subprocess.run([Path(sys.executable).parent / "wandb", "leet", "inspect", "--summary", "--json",
@@ -423,10 +424,10 @@ def test_trainer_logger_true_or_false_is_refused_naming_what_to_use(tmp_path, va
     assert "CSVLogger" in result.stderr and not any(tmp_path.iterdir())
 
 
-def test_predict_is_refused_with_the_command_that_decodes_a_file():
+def test_predict_is_refused_with_the_command_that_translates():
     result = cli_in_process("predict", "--config", CONFIGS / "copy.yaml")
     assert result.returncode == 2
-    assert "there is no predict command" in result.stderr and "lit-attention test" in result.stderr
+    assert "there is no predict command" in result.stderr and "lit-attention translate" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
 
 

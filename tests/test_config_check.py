@@ -5,7 +5,7 @@ import functools
 import pytest
 
 from conftest import CONFIGS, cli_in_process, unset_family_options
-from lit_attention.config_check import ConfigError, check_keys, suggest
+from lit_attention.config_check import ConfigError, suggest, unknown_option
 from lit_attention.registry import RENAMED
 
 MODEL = [f"model.{k}" for k in ("family", "d_model", "emb_size", "heads", "enc_layers", "dec_layers",
@@ -29,12 +29,10 @@ def test_a_synonym_is_offered_only_when_its_target_is_valid_here():
     assert suggest("num_heads", ["cell", "attention"]) is None
 
 
-def test_check_keys_names_the_first_unknown_key_in_one_line():
-    check_keys(["d_model", "heads"], ["d_model", "heads", "ffn"])
-    with pytest.raises(ConfigError) as err:
-        check_keys(["d_model", "hedas"], ["d_model", "heads", "ffn"], prefix="model.")
-    assert str(err.value) == "unknown option model.hedas — did you mean model.heads?"
-    assert err.value.exit_code == 2
+def test_an_unknown_option_is_one_line_with_the_nearest_name():
+    err = unknown_option("model.hedas", ["model.d_model", "model.heads", "model.ffn"])
+    assert isinstance(err, ConfigError) and err.exit_code == 2
+    assert str(err) == "unknown option model.hedas — did you mean model.heads?"
 
 
 # -- former names (registry.RENAMED) and options of another family, through the training CLI -----

@@ -183,6 +183,7 @@ class LMDataModule(LightningDataModule):
         self.eval_stride = max(window // 2, 1) if eval_stride is None else eval_stride
         self.tokenizer = None
         self.streams: dict[str, torch.Tensor] = {}
+        self.data_text: dict[str, dict[str, int]] = {}   # file -> what reading it found (text.read_lines)
         self.dropped: dict[str, dict[str, int]] = {}     # split -> {reason: lines dropped}
 
     @classmethod
@@ -214,12 +215,12 @@ class LMDataModule(LightningDataModule):
             return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
         if bool(h.val_path) != bool(h.test_path):
             raise ValueError("give both data.val_path and data.test_path, or neither")
-        lines = read_lines(h.path, invalid="mark")
+        lines = read_lines(h.path, invalid="mark", counts=self.data_text)
         if not lines:
             raise DataError(f"{h.path} is an empty file")
         if h.val_path:
-            split = {"train": (h.path, 0, lines), "val": (h.val_path, 0, read_lines(h.val_path)),
-                     "test": (h.test_path, 0, read_lines(h.test_path))}
+            split = {"train": (h.path, 0, lines), "val": (h.val_path, 0, read_lines(h.val_path, counts=self.data_text)),
+                     "test": (h.test_path, 0, read_lines(h.test_path, counts=self.data_text))}
         else:
             n_val, n_test = round(len(lines) * h.val_fraction), round(len(lines) * h.test_fraction)
             n_train = len(lines) - n_val - n_test

@@ -24,13 +24,14 @@ import sentencepiece as spm
 from lit_attention.config_check import Inert
 from lit_attention.data.text import DataError
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
-from lit_attention.files import atomic_write
+from lit_attention.files import atomic_write, shown
 from lit_attention.registry import SPM_MODELS, TOKENIZERS, check, implementation
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE_DIR = os.path.join(".cache", "lit_attention", "tokenizers")
-CACHE_FORMAT = 1     # bump when the saved files or the training recipe change
+CACHE_FORMAT = 2     # bump when the saved files or the training recipe change
+CACHE_HEADER = "lit-attention-tokenizer"   # a cache file's first line: this, the key it was built from, sha256
 
 
 @runtime_checkable
@@ -70,6 +71,10 @@ class _VocabTokenizer:
             raise ValueError(f"vocabulary must start with the specials {SPECIALS}")
         self.itos = list(itos)
         self.stoi = {token: i for i, token in enumerate(self.itos)}
+        if len(self.stoi) != len(self.itos) or not all(isinstance(t, str) for t in self.itos):
+            twice = next((t for t, n in Counter(map(repr, self.itos)).items() if n > 1), None)
+            raise ValueError(f"vocabulary lists {shown(twice)} twice" if twice is not None
+                             else "vocabulary holds a token that is no string")
 
     @property
     def vocab_size(self) -> int:
@@ -248,21 +253,40 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     settings = cls.settings(vocab_size, model_type)
     key = cache_key(kind, settings, *texts)
     path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{cls.file_suffix}")
-    if not os.path.isfile(path):
+    tok = _cached(cls, path, key, say=False)
+    if tok is None:
         os.makedirs(cache_dir, exist_ok=True)
         with _file_lock(os.path.join(cache_dir, ".lock")):
-            if not os.path.isfile(path):     # another rank may have trained it while we waited
+            tok = _cached(cls, path, key)    # another rank may have trained it while we waited
+            if tok is None:
                 tok = cls.trained([line for text in texts for line in text], settings)
-                atomic_write(path, tok.to_bytes())
+                data = tok.to_bytes()
+                atomic_write(path, f"{CACHE_HEADER} {key} {hashlib.sha256(data).hexdigest()}\n".encode() + data)
                 log.info("trained %s tokenizer (vocab %d), saved to %s", kind, tok.vocab_size,
                          path)
                 tok.cache_hit, tok.path = False, path
                 return tok
-    with open(path, "rb") as f:
-        tok = cls.from_bytes(f.read())
     log.info("loaded cached %s tokenizer (vocab %d) from %s", kind, tok.vocab_size, path)
     tok.cache_hit, tok.path = True, path
     return tok
+
+
+def _cached(cls, path: str, key: str, say: bool = True):
+    """The tokenizer cached at ``path``, or None: none is there, or the file is not what its first
+    line says it was built from (``key``) and holds (its sha256), or does not load (a vocabulary
+    that is not JSON or lists a token twice): then it is trained again (``say``: with a warning)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            header, _, data = f.read().partition(b"\n")
+        if header.split() != [CACHE_HEADER.encode(), key.encode(), hashlib.sha256(data).hexdigest().encode()]:
+            raise ValueError("its digest does not match what it holds or what it was built from")
+        return cls.from_bytes(data)
+    except Exception as exc:   # any cache that does not load is built again, never trusted
+        if say:
+            log.warning("%s: cached tokenizer not used (%s): training it again", path, shown(exc))
+        return None
 
 
 def check_vocab_size(vocab_size: int) -> None:
@@ -298,3 +322,36 @@ def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[st
         return tok, tok
     return (_load_or_train(kind, (src_train,), vocab_size, model_type, cache_dir),
             _load_or_train(kind, (tgt_train,), vocab_size, model_type, cache_dir))
+
+
+def tokenizer_digest(tokenizers: dict[str, Tokenizer]) -> dict | None:
+    """What a run records of the tokenizers it trained with (summary.json's ``tokenizer_digest``):
+    for each side ("src", "tgt") its cache file, as an absolute path, and the sha256 of its bytes.
+    None if one was never written to a file (built in memory)."""
+    record = {}
+    for side, tok in tokenizers.items():
+        path = getattr(tok, "path", None)
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            record[side] = {"path": os.path.abspath(path), "sha256": hashlib.sha256(f.read()).hexdigest()}
+    return record
+
+
+def recorded_tokenizers(kind: str, record: dict) -> dict[str, Tokenizer]:
+    """The tokenizers a run recorded (``tokenizer_digest``), read from their files: DataError naming
+    the file when it is missing or its bytes differ from the recorded digest."""
+    cls = implementation(TOKENIZERS, check("tokenizer", kind, TOKENIZERS))
+    loaded = {}
+    for side, entry in record.items():
+        path = entry["path"]
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise DataError(f"the run's {side} tokenizer {path} cannot be read ({exc.strerror})") from None
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise DataError(f"the run's {side} tokenizer {path} differs from the one it trained with (sha256 "
+                            f"{entry['sha256'][:12]}...): it was rebuilt or changed since")
+        loaded[side] = cls.from_bytes(data)
+    return loaded

@@ -99,6 +99,7 @@ class TranslationDataModule(L.LightningDataModule):
         self.pad_to_lengths = tuple(pad_to_lengths) if pad_to_lengths is not None else None
         self.stats: dict[str, dict[str, int]] = {}          # role -> {"lines": read, "pairs": kept}
         self.dropped: dict[str, dict[str, int]] = {}        # encoded role -> {reason: pairs dropped}
+        self.data_text: dict[str, dict[str, int]] = {}      # file -> what reading it found (text.read_lines)
         self._dropped_reading: dict[str, dict[str, int]] = {}
         self.datasets: dict[str, list[dict]] = {}
         self._loaders: dict[str, tuple] = {}    # role -> (trainer, loader) with worker processes
@@ -142,7 +143,7 @@ class TranslationDataModule(L.LightningDataModule):
         if self.task == FILES_TASK:
             src, tgt, dropped = read_parallel(resolve(self.data_dir, split, self.src_lang),
                                               resolve(self.data_dir, split, self.tgt_lang),
-                                              train=role == "train")
+                                              train=role == "train", counts=self.data_text)
         else:
             src, tgt = generate(self.task, self.sizes[role], split_seed(self.data_seed, split),
                                 self.min_len, self.max_len_words, self.n_symbols)

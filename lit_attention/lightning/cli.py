@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 import inspect
-import math
 import os
 import pickle
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
+from jsonargparse import get_loader, set_loader
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -30,21 +30,40 @@ from lightning.pytorch.cli import LightningCLI
 
 from lit_attention import registry
 from lit_attention.config_check import SEED_RANGE, ConfigError
-from lit_attention.files import check_writable
+from lit_attention.data.text import DataError
+from lit_attention.files import FileError, check_writable, read_yaml
 from lit_attention.lightning.budget import TrainingBudget, step_limit
 from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
 from lit_attention.lightning.steps import progress_bar
 from lit_attention.lightning.stop_point import StopAtCleanPoint
 from lit_attention.lightning.diagnostics import DiagnosticsCallback
-from lit_attention.lightning.trainer import Trainer
+from lit_attention.lightning.trainer import Trainer, is_number, refuse_trainer_values
+from lit_attention.lightning.trainer import accelerator_unusable  # noqa: F401 (the sweep asks it here)
 from lit_attention.lightning.run_store_callback import RunStoreCallback
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
                                            new_run_id, run_path)
 
+STRICT_YAML = "strict_yaml"   # jsonargparse's parser mode that reads YAML through files.read_yaml
+
+
+def _load_strict(value: str, path: str = "", _yaml=get_loader("yaml")):
+    """jsonargparse's YAML loader behind files.read_yaml. What the reader refuses stops the command
+    (ConfigError is no loader exception: jsonargparse passes it on), except a command-line value
+    that is no YAML at all: jsonargparse reads that one as a string."""
+    try:
+        read_yaml(value, path or "(value)", mapping=bool(path))
+    except FileError as exc:
+        if exc.key == "(yaml)" and not path:
+            raise yaml.YAMLError(str(exc)) from None
+        raise ConfigError(str(exc)) from None
+    return _yaml(value)
+
+
+set_loader(STRICT_YAML, _load_strict, (yaml.YAMLError,))
 # Options are never abbreviated: `--trainer.max_epoch` is a typo, not `--trainer.max_epochs`.
-PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False,
-                 **{c: {"allow_abbrev": False} for c in LightningCLI.subcommands()}}
+PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False, "parser_mode": STRICT_YAML,
+                 **{c: {"allow_abbrev": False, "parser_mode": STRICT_YAML} for c in LightningCLI.subcommands()}}
 # log_every_n_steps: Lightning's own default. Each logged value costs a Lightning `self.log` call
 # (~0.5 ms of Python) and a read from the device: logging four values every 10 steps cost 1.3 % of
 # the CPU fit proxy's step (bench/fit_overhead.py, 0.900 -> 0.911 at 50; issue 38).
@@ -158,6 +177,7 @@ class LitAttentionCLI(LightningCLI):
         return run_path(run.root, run.group, run_id)
 
     def parse_arguments(self, parser, args):
+        check_config_files(sys.argv[1:] if args is None else args)
         try:
             super().parse_arguments(parser, args)
             given = parser.parse_args(args, defaults=False)   # what the files and flags say
@@ -175,6 +195,7 @@ class LitAttentionCLI(LightningCLI):
         elif sub:   # the data they evaluate on is read as for fit
             refuse_inert_settings(self.config[sub], given[sub], {}, groups=("data",))
         if sub:
+            take_default_root_dir(self.config[sub], given[sub])
             check_seed(self.config[sub].get("seed_everything"))
             refuse_untracked_project(self.config[sub], given[sub])
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
@@ -185,7 +206,7 @@ class LitAttentionCLI(LightningCLI):
     def instantiate_classes(self):
         try:
             super().instantiate_classes()
-        except ConfigError:
+        except (ConfigError, DataError):
             raise
         except Exception as exc:  # a value the model, data or trainer class refuses
             raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from exc
@@ -218,9 +239,10 @@ class LitAttentionCLI(LightningCLI):
         # the run is refused (exit 2: bad data found once the model is built)
         new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
         self.session["created"] = new_dirs[-1] if new_dirs else None
-        callbacks = []
-        if self.subcommand == "fit":   # before the diagnostics callback (see budget.py)
-            callbacks.append(TrainingBudget(**vars(cfg.budget)))
+        # The budget before the diagnostics callback (see budget.py); on validate and test too,
+        # where it has nothing to count, so that a checkpoint's budget state finds its callback.
+        callbacks = [TrainingBudget(**vars(cfg.budget))]
+        if self.subcommand == "fit":
             callbacks.append(StopAtCleanPoint())
         labels = dict(name=run.name or self.run_dir.run_id, tags=run_tags(run.tags), job_type=run.job_type)
         callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
@@ -262,12 +284,10 @@ class LitAttentionCLI(LightningCLI):
         trainer = self.trainer_class(**trainer_config)
         if self.subcommand == "fit":
             check_graph_step(cfg.model.init_args, cfg.data.init_args, trainer)
-        try:   # once the config is valid (a bad one writes nothing): an unwritable root, a
-            check_writable(self.run_dir.path)   # read-only or full file system, before training
-        except OSError as exc:
-            fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
-            print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
-            raise SystemExit(1) from None
+        # once the config is valid, before anything is written: what Lightning would refuse only
+        # once the stage runs, and a run directory that cannot be made
+        trainer.plan(self.datamodule, self.subcommand)
+        check_run_dir(self.run_dir.path, self.subcommand)
         self.session.update(trainer=trainer, run_dir=self.run_dir.path)
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
@@ -289,6 +309,22 @@ def write_fault(exc: BaseException, directory: Path | None = None) -> str | None
             return f"cannot write{where}: {exc.strerror}"
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def check_run_dir(path: Path, command: str) -> None:
+    """Before anything is written, where the run directory ``path`` cannot be made: ConfigError at
+    a file where a directory must be, or a directory the file system refuses to write in (no
+    permission, read-only); one line and exit 1 at a file system without room."""
+    existing = next(p for p in (path, *path.parents) if p.exists() or p.is_symlink())
+    if not existing.is_dir():
+        raise ConfigError(f"cannot make the run directory {path}: {existing} is a file, not a directory")
+    try:
+        check_writable(existing)   # a probe file, removed again: nothing is made on the way
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            print(f"lit-attention {command}: error: cannot write {existing}: {exc.strerror}", file=sys.stderr)
+            raise SystemExit(1) from None
+        raise ConfigError(f"cannot write {existing}: {exc.strerror or exc}") from None
 
 
 class NothingToResume(Exception):
@@ -346,6 +382,22 @@ def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> 
                               f"(remove it from the config{', or set it to ' + allowed if allowed else ''})")
 
 
+def check_config_files(args) -> None:
+    """Read each ``--config FILE`` of ``args`` with files.read_yaml before jsonargparse does, which
+    takes a file of any size and encoding and names only its base name (its loader, _load_strict,
+    checks every other YAML it reads)."""
+    if not isinstance(args, (list, tuple)):
+        return
+    for i, arg in enumerate(args):
+        value = args[i + 1] if arg in ("-c", "--config") and i + 1 < len(args) else \
+            arg.partition("=")[2] if str(arg).startswith("--config=") else None
+        if value is not None and os.path.isfile(value):
+            try:
+                read_yaml(Path(value))
+            except FileError as exc:
+                raise ConfigError(str(exc)) from None
+
+
 def refuse_logger_switch(value) -> None:
     """`--trainer.logger true|false` asks for Lightning's default logger or for none; the run store
     is always written and W&B is `--tracking`: stop (ConfigError). A logger class is added."""
@@ -372,83 +424,6 @@ def check_checkpoint_file(path) -> None:
                           f"this file is none (cut short, or another kind of file)")
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# Trainer values Lightning takes without acting on them as written: a negative clipping norm
-# scales every gradient by a negative factor (the model climbs its loss), an interval of 0 divides
-# by zero once training has started, a negative minimum or logging interval is read as none.
-# key -> (whether a number passes, what it must be); None (Lightning's default) always passes.
-TRAINER_VALUES = {
-    "gradient_clip_val": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0 (0: no clipping)"),
-    "accumulate_grad_batches": (lambda v: v >= 1, "an integer >= 1"),
-    "check_val_every_n_epoch": (lambda v: v >= 1, "an integer >= 1 (or null: validate by "
-                                                  "trainer.val_check_interval alone)"),
-    "val_check_interval": (lambda v: v > 0, "> 0: a number of training batches, or a fraction of "
-                                            "the epoch in (0, 1]"),
-    "log_every_n_steps": (lambda v: v >= 0, "an integer >= 0 (0: no per-step logging)"),
-    "min_epochs": (lambda v: v >= 0, "an integer >= 0"),
-    "min_steps": (lambda v: v >= 0, "an integer >= 0"),
-    "num_sanity_val_steps": (lambda v: v >= -1, "an integer >= -1 (-1: every validation batch)"),
-}
-
-
-def refuse_trainer_values(trainer) -> None:
-    """Stop (ConfigError) at a trainer limit of 0 (max_epochs, max_steps, limit_train_batches):
-    `fit` would stop before its first step and call the untrained run finished; and at a value of
-    TRAINER_VALUES that Lightning would take without acting on it as written."""
-    for key in ("max_epochs", "max_steps", "limit_train_batches"):
-        if trainer.get(key) == 0:
-            raise ConfigError(f"invalid value for trainer.{key}: 0 trains nothing (a run is finished "
-                              f"once it has trained); give a positive number")
-    if trainer.get("fast_dev_run"):
-        raise ConfigError(f"invalid value for trainer.fast_dev_run: {trainer.get('fast_dev_run')}: Lightning then "
-                          "turns off the run store's logger and the checkpoints, and the run would be recorded "
-                          "as a finished run beside real ones; for a smoke test give --trainer.max_steps 1 "
-                          "--trainer.limit_val_batches 1 (and a --run.group of its own)")
-    seconds = duration_seconds(trainer.get("max_time"))
-    if seconds is not None and seconds <= 0:
-        raise ConfigError(f"invalid value for trainer.max_time: {trainer.get('max_time')} trains nothing (a run "
-                          f"is finished once it has trained); give a positive duration, DD:HH:MM:SS")
-    for key, (passes, rule) in TRAINER_VALUES.items():
-        value = trainer.get(key)
-        if _number(value) and not passes(value):
-            raise ConfigError(f"invalid value for trainer.{key}: {value}: it must be {rule}")
-    accelerator = trainer.get("accelerator")
-    why = accelerator_unusable(accelerator) if isinstance(accelerator, str) else None
-    if why:
-        raise ConfigError(f"invalid value for trainer.accelerator: {accelerator}: {why}")
-
-
-def accelerator_unusable(name: str) -> str | None:
-    """Why Lightning's Trainer would refuse accelerator ``name`` on this machine, or None. Asked
-    here so that a sweep refuses it before its first trial (as it did not: every trial failed)."""
-    from lightning.pytorch.accelerators import AcceleratorRegistry
-
-    if name in ("auto", "gpu"):     # Lightning's own choice; gpu: whichever GPU kind is here
-        return None if name == "auto" or any(
-            AcceleratorRegistry[k]["accelerator"].is_available() for k in ("cuda", "mps")) else "no GPU here"
-    if name not in AcceleratorRegistry:
-        return f"not an accelerator name ({', '.join(sorted({'auto', 'gpu', *AcceleratorRegistry}))})"
-    return None if AcceleratorRegistry[name]["accelerator"].is_available() else f"no {name} device here"
-
-
-def duration_seconds(value) -> float | None:
-    """Seconds of a Trainer ``max_time`` ("DD:HH:MM:SS", {"hours": 2}, a timedelta), or None
-    (none given, or a form Lightning itself will refuse)."""
-    import datetime
-    try:
-        if isinstance(value, str):
-            days, hours, minutes, seconds = map(int, value.split(":"))
-            value = datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-        elif isinstance(value, dict):
-            value = datetime.timedelta(**value)
-    except (ValueError, TypeError):
-        return None
-    return value.total_seconds() if isinstance(value, datetime.timedelta) else None
-
-
 def run_tags(text: str) -> list[str]:
     """--run.tags 'a,b' -> ['a', 'b']."""
     return [t for t in text.split(",") if t]
@@ -462,9 +437,23 @@ def refuse_untracked_project(config, given) -> None:
                           f"is {registry.NO_TRACKING}: leave it unset or add --tracking wandb")
 
 
+def take_default_root_dir(config, given) -> None:
+    """``--trainer.default_root_dir DIR``: Lightning's directory for a run's files, here the run
+    store's root (``--run.root``: each run writes under ``<root>/<group>/<id>``); ConfigError when
+    both are given and differ."""
+    root_dir = given.get("trainer.default_root_dir")
+    if root_dir is None:
+        return
+    root = given.get("run.root")
+    if root is not None and Path(root) != Path(root_dir):
+        raise ConfigError(f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
+                          f"every run is stored under (in <root>/<group>/<id>); give one")
+    config.run.root = str(root_dir)
+
+
 def check_seed(seed) -> None:
     """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
-    if _number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+    if is_number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
         raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
                           f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
 
@@ -575,7 +564,6 @@ def train(argv: list[str]) -> int:
     """`lit-attention fit|validate|test ARGS`: the exit status (docs/ERRORS.md)."""
     from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-    from lit_attention.data.text import DataError
     from lit_attention.lightning.checksum import ChecksumError
     from lit_attention.lightning.stop_point import signal_name
     from lit_attention.threads import use_allowed_cores

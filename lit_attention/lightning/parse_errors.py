@@ -8,11 +8,31 @@ import inspect
 import re
 
 from lit_attention.config_check import suggest, unknown_option
+from lit_attention.files import shown
+
+
+def class_path_problem(text: str, n: int = 3, width: int = 300) -> str | None:
+    """Of a union error, the complaint of the class its ``class_path`` names (a missing package, a
+    required argument), as "package.Class: complaint": that class is what was meant, not the
+    union's other members (a list, a bool). None when no class_path was refused."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        found = re.match(r"(\s*)- Problem with given class_path '([\w.]+)':", line)
+        if found:
+            indent, cause = len(found.group(1)), []
+            for more in lines[i + 1:]:
+                if len(more) - len(more.lstrip()) <= indent + 2 or len(cause) == n:
+                    break
+                cause.append(more.strip()[:width])
+            return f"{found.group(2)}: " + "\n  ".join(cause) if cause else None
+    return None
 
 
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     """At most n lines of an error; of jsonargparse's union errors only the one that matters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if problem := class_path_problem(text, n, width):
+        return problem
     if "Does not validate against any of the Union subtypes" in text:
         causes = [line[2:] for line in lines if line.startswith("- ") and "NoneType" not in line]
         lines = [c for c in causes if not c.startswith("Problem with given class_path")] or causes or lines
@@ -36,11 +56,11 @@ def _reason(text: str) -> str:
     m = re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text)
     if m:
         valid = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
-        return f"{m.group(2)!r} is not one of: {valid}"
+        return f"{shown(m.group(2))!r} is not one of: {valid}"
     m = re.match(r"Expected a <class '(\w+)'>\. Got value: (.*)", text)
     if m:
-        return f"expected {m.group(1)}, got {m.group(2)!r}"
-    return text[:300]
+        return f"expected {m.group(1)}, got {shown(m.group(2))!r}"
+    return shown(text, 300)
 
 
 def short_parse_error(message: str, parsers: list) -> str:
@@ -77,9 +97,11 @@ def short_parse_error(message: str, parsers: list) -> str:
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
     if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)
         return f"invalid value for {single.group(1)}: {_reason(single.group(2))}"
+    if single and (problem := class_path_problem(message, 1)):
+        return f"invalid value for {single.group(1)}: {problem}"
     if single:   # a union (int | None, or several literals): every alternative's complaint
         given = re.search(r"Given value: (.*)", message)
-        value = given.group(1) if given else "?"
+        value = shown(given.group(1)) if given else "?"
         causes = [line.strip()[2:] for line in message.splitlines()
                   if line.strip().startswith("- ") and "NoneType" not in line]
         reasons = [_reason(f"{c}. Got value: {value}") if c.startswith("Expected a") and "Got value" not in c

@@ -9,6 +9,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from lit_attention.data.tokenizers import tokenizer_digest
 from lit_attention.lightning.budget import TrainingBudget
 from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 from lit_attention.lightning.stop_point import inside_validation, signal_name
@@ -103,6 +104,11 @@ class RunStoreCallback(Callback):
         dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
         if dropped:
             fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
+        if getattr(trainer.datamodule, "data_text", None):   # each data file: lines, line ends, BOMs, ...
+            fields["data_text"] = {**summary.get("data_text", {}), **trainer.datamodule.data_text}
+        if stage == "fit" and hasattr(trainer.datamodule, "tgt_tokenizer"):   # what `translate` checks
+            dm = trainer.datamodule
+            fields["tokenizer_digest"] = tokenizer_digest({"src": dm.src_tokenizer, "tgt": dm.tgt_tokenizer})
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 fields["wandb_run_id"] = logger.experiment.id

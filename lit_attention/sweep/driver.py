@@ -3,8 +3,10 @@
 Grid and brute force enumerate every configuration x seed cell up front and enqueue them all when
 the study is created; a worker pops a waiting trial atomically (Optuna marks it RUNNING in one
 database update), so two workers never run the same cell. Random and TPE sample a configuration
-and enqueue its other seeds. A worker that dies mid-trial stops sending heartbeats; the next worker
-to look fails that trial (at once if the dead worker ran on its host) and re-queues its cell
+and enqueue its other seeds. A trial's seed is its user attribute `seed`, not an Optuna parameter:
+seeds are replicates, and Optuna's importances and plots see only the configuration. A worker that
+dies mid-trial stops sending heartbeats; the next worker to look fails that trial (at once if the
+dead worker ran on its host) and re-queues its cell
 (`fail_abandoned`, `RetryUncovered`). A worker that only stalled past the grace period finds its
 trial failed and stops its run (`Fence`), so that a cell never counts two runs. What Optuna cannot
 do in one transaction (create a study and enqueue its cells, re-queue a cell only if nothing covers
@@ -36,7 +38,7 @@ from optuna.trial import TrialState
 from lit_attention.sweep import interrupts
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
-from lit_attention.sweep.progress import SKIPPED, short_params
+from lit_attention.sweep.progress import SKIPPED, seed_of, short_params
 from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_changes
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
@@ -48,17 +50,24 @@ HALT = "lit_attention.halt"    # study user attr: why no further trial starts (s
 WAIT_SECONDS = 2.0
 PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
-# A failed trial's reason is its `error` (what its worker saw) or else its `error_if_lost`: what
-# another worker's heartbeat or liveness check means when it fails the trial, written before the
-# fact since Optuna cannot change a failed trial's attributes. A queued trial carries NO_RECORD
-# (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and recording
-# itself); its worker replaces it with the stale-heartbeat reason naming itself.
-LOST = "error_if_lost"
+# A failed trial without an `error` (what its worker saw) was failed by another worker's heartbeat
+# or liveness check: its worker, recorded when it took the trial, died or stalled; or it had none
+# yet (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and
+# recording itself). The reason is derived when read, so a finished trial carries none.
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
 
 
-def failure_reason(t: optuna.trial.FrozenTrial) -> str | None:
-    return t.user_attrs.get("error") or t.user_attrs.get(LOST)
+def failure_reason(t: optuna.trial.FrozenTrial) -> str:
+    if t.user_attrs.get("error"):
+        return t.user_attrs["error"]
+    worker = t.user_attrs.get("worker")
+    return (f"stale heartbeat: worker {worker} stopped sending heartbeats before the trial ended "
+            f"(killed, its machine lost, or stalled)") if worker else NO_RECORD
+
+
+def enqueue_cell(study: optuna.Study, cell: dict) -> None:
+    """Queue one configuration x seed cell: the configuration as fixed parameters, the seed apart."""
+    study.enqueue_trial({k: v for k, v in cell.items() if k != "seed"}, user_attrs={"seed": cell["seed"]})
 
 
 class StudyMismatch(SweepError):
@@ -130,7 +139,7 @@ class RetryUncovered:
                 # made the retry look abandoned the moment another worker took it (3 retries, the
                 # cell left failed: 1 of 7 driver kills on SQLite).
                 fresh = copy.deepcopy(trial)
-                fresh.user_attrs = {LOST: NO_RECORD}
+                fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
                 self.retry(study, fresh)
 
 
@@ -156,9 +165,8 @@ def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
         kwargs = {k: v for k, v in sweep.sampler_options.items() if k == "n_startup_trials"}
         base = optuna.samplers.TPESampler(seed=seed, **kwargs)
     else:  # grid/bruteforce trials are all enqueued; random fills the rest
-        base = optuna.samplers.RandomSampler(seed=seed)
-    # A sampled configuration starts with the first seed; its other seeds are enqueued.
-    return optuna.samplers.PartialFixedSampler({"seed": sweep.seeds[0]}, base)
+        return optuna.samplers.RandomSampler(seed=seed)
+    return base
 
 
 def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
@@ -180,10 +188,10 @@ def planned_cells(sweep: Sweep) -> list[dict]:
 
 
 def trial_cell(t: optuna.trial.FrozenTrial) -> str | None:
-    params = t.system_attrs.get("fixed_params") or t.params
-    if "seed" not in params:
+    seed = seed_of(t)
+    if seed is None:
         return t.user_attrs.get("cell")
-    return sp.cell_key({k: v for k, v in params.items() if k != "seed"}, params["seed"])
+    return sp.cell_key(t.system_attrs.get("fixed_params") or t.params, seed)
 
 
 def _counted(trials) -> list:
@@ -199,15 +207,14 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
     else:  # sampled configurations whose every attempt failed
         wanted, seen = [], set()
         for t in trials:
-            params = dict(t.system_attrs.get("fixed_params") or t.params)
             key = trial_cell(t)
-            if "seed" in params and key not in seen:
+            if seed_of(t) is not None and key not in seen:
                 seen.add(key)
-                wanted.append(params)
+                wanted.append({**(t.system_attrs.get("fixed_params") or t.params), "seed": seed_of(t)})
     n = 0
     for cell in wanted:
-        if sp.cell_key({k: v for k, v in cell.items() if k != "seed"}, cell["seed"]) not in covered:
-            study.enqueue_trial(cell, user_attrs={LOST: NO_RECORD})
+        if sp.cell_key(cell, cell["seed"]) not in covered:
+            enqueue_cell(study, cell)
             n += 1
     return n
 
@@ -278,7 +285,7 @@ def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
         orphan = process is None and t.datetime_start and (now - t.datetime_start).total_seconds() > sweep.grace_period
         if orphan or gone(process):
             try:
-                study.tell(t.number, state=TrialState.FAIL)   # its reason: its error_if_lost
+                study.tell(t.number, state=TrialState.FAIL)   # its reason: see failure_reason
             except ValueError:   # it ended meanwhile
                 continue
             retry(study, t)
@@ -391,8 +398,6 @@ class Objective:
     def _run(self, trial: optuna.Trial, fence: Fence) -> float:
         sweep = self.sweep
         worker = f"{socket.gethostname()}:{os.getpid()}"
-        trial.set_user_attr(LOST, f"stale heartbeat: worker {worker} sent none for {sweep.grace_period} s "
-                                  f"before the trial ended (killed, its machine lost, or stalled)")
         trial.set_user_attr("worker", worker)
         trial.set_user_attr("worker_process", process_identity())
         trials = trial.study.get_trials(deepcopy=False)
@@ -402,7 +407,8 @@ class Objective:
             # Another worker popped the last waiting trial between our look and our ask.
             self._skip(trial, "no waiting cell left")
         params = sp.suggest(trial, sweep.space)
-        seed = trial.suggest_categorical("seed", sweep.seeds)
+        seed = sweep.seeds[0] if seed_of(me) is None else seed_of(me)   # sampled: the first seed
+        trial.set_user_attr("seed", seed)
         cell = sp.cell_key(params, seed)
         others = [t for t in trials if t.number != trial.number]
         if any(trial_cell(t) == cell and t.state in DONE for t in _counted(others)):
@@ -418,7 +424,7 @@ class Objective:
                 if len(configs) >= sweep.n_trials // len(sweep.seeds):
                     self._skip(trial, "budget of configurations reached")
                 for s in sweep.seeds[1:]:
-                    trial.study.enqueue_trial({**params, "seed": s}, user_attrs={LOST: NO_RECORD})
+                    enqueue_cell(trial.study, {**params, "seed": s})
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
@@ -464,9 +470,9 @@ class Objective:
         s = out.summary
         trial.set_user_attr("status", out.status.value)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
-        trial.set_user_attr("metrics", {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf",
-                                                               "test_bleu", "params", "train_seconds", "epochs")
-                                        if s.get(k) is not None})
+        for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf", "test_bleu", "params", "train_seconds", "epochs"):
+            if s.get(k) is not None:   # one number per attribute: the dashboard sorts and filters by them
+                trial.set_user_attr(k, s[k])
         if out.error:
             trial.set_user_attr("error", out.error)
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
@@ -489,7 +495,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
     for t in trials:
         by_cell.setdefault(trial_cell(t), []).append(t)
     if sweep.enumerated:
-        wanted = [sp.cell_key({k: v for k, v in c.items() if k != "seed"}, c["seed"]) for c in planned_cells(sweep)]
+        wanted = [sp.cell_key(c, c["seed"]) for c in planned_cells(sweep)]
     else:
         wanted = [c for c in by_cell if c is not None]
     lines = []
@@ -502,7 +508,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
             lines.append(f"{label}: unfinished (still waiting or running)")
         elif attempts:
             last = attempts[-1]
-            why = failure_reason(last) or last.user_attrs.get("status") or NO_RECORD
+            why = failure_reason(last)
             lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {str(why)[:300]}")
         else:
             lines.append(f"{label}: never ran")

@@ -18,9 +18,15 @@ def counted_trials(study: optuna.Study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SKIPPED)]
 
 
+def seed_of(trial) -> int | None:
+    """A trial's seed: its user attribute (a parameter in studies created before seeds were
+    replicates); enqueued cells carry it before they start."""
+    return trial.user_attrs.get("seed", (trial.system_attrs.get("fixed_params") or trial.params).get("seed"))
+
+
 def _cell(trial) -> tuple:
     """The configuration x seed a trial runs (enqueued cells carry it before they start)."""
-    return tuple(sorted((trial.system_attrs.get("fixed_params") or trial.params).items()))
+    return (*sorted((trial.system_attrs.get("fixed_params") or trial.params).items()), ("seed", seed_of(trial)))
 
 
 def requeued(trials) -> set[int]:
@@ -65,7 +71,7 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
         line += f" ({c['requeued']} stopped and queued again)"
     b = best(study)
     if b is not None:
-        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={b.params.get('seed')})"
+        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={seed_of(b)})"
     return line
 
 
@@ -74,7 +80,7 @@ def trials_frame(study: optuna.Study, hide: tuple = ()) -> pd.DataFrame:
     trials = counted_trials(study)
     again = requeued(trials)
     for t in trials:
-        rows.append({"requeued": t.number in again, "trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": t.params.get("seed"),
+        rows.append({"requeued": t.number in again, "trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": seed_of(t),
                      "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
                      "error": t.user_attrs.get("error")})
     return pd.DataFrame(rows)

@@ -36,10 +36,9 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lit_attention import metric_facts, registry
 from lit_attention.config_check import SEED_RANGE, suggest
+from lit_attention.files import FileError, read_yaml
 from lit_attention.sweep.space import Condition, Param, count
 from lit_attention.tracking.schema import SAFE_NAME, config_name
 
@@ -66,7 +65,6 @@ SAMPLER_OPTIONS = {
     "bruteforce": {"seed": SEED_RANGE},   # the order of the cells
 }
 MAX_CELLS = 10_000     # configurations x seeds a grid may have (`lit-attention sweep --max-cells`)
-MAX_YAML_NODES = 100_000  # nodes of the file with every alias expanded (an alias bomb has billions)
 
 
 def options_help(options: dict) -> str:
@@ -77,13 +75,8 @@ def options_help(options: dict) -> str:
                      for name, opts in options.items() if opts)
 
 
-class SweepError(ValueError):
+class SweepError(FileError):
     """A malformed sweep file; the message names the file, the line (when known) and the key."""
-
-    def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
-        self.file, self.key, self.line = str(file), key, line
-        where = f"{file}:{line}" if line else str(file)
-        super().__init__(f"{where}: {key}: {message}")
 
 
 def sweep_key(name: str, help: str, default: Any = MISSING, *, shown: str | None = None,
@@ -130,7 +123,7 @@ class Sweep:
                   f"({options_help(PRUNER_OPTIONS)}; min_resource <= max_resource)", "none")
     pruner_options: dict = field(default_factory=dict)    # of `pruner` written as a mapping
     seeds: list[int] = sweep_key(
-        "seeds", "`N` (seeds 0..N-1) or a list; the seed is a parameter of every trial", [0], shown="`1`")
+        "seeds", "`N` (seeds 0..N-1) or a list; each configuration runs once per seed (the trial attribute `seed`)", [0], shown="`1`")
     n_trials: int | None = sweep_key(
         "n_trials", "random/TPE: total trials (a multiple of the number of seeds); grid: optional cap",
         None, shown="(every cell; required with random/TPE)")
@@ -495,11 +488,9 @@ def _parse_bases(ck: _Checker, spec: Any, path: Path, kind: str) -> tuple[Param,
             ck.fail(where, f"{choice!r} has the same stem as {written[stem]!r}; the stem names the choice "
                            "in the study and the runs: rename one file")
         try:
-            config = yaml.safe_load(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-            ck.fail(where, f"{choice!r} ({file}): not readable YAML: {' '.join(str(e).split())[:300]}")
-        if not isinstance(config, dict):
-            ck.fail(where, f"{choice!r} ({file}): a training config is a mapping, got {type(config).__name__}")
+            config, _ = read_yaml(file)
+        except FileError as e:
+            ck.fail(where, f"{choice!r}: {e}")
         model = config.get("model")
         init = model.get("init_args") if isinstance(model, dict) else None
         family = init.get("family") if isinstance(init, dict) else None
@@ -645,68 +636,10 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     return sweep
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate keys and alias bombs, and remembers each key's line."""
-
-
-def _walk(node, path: str, lines: dict[str, int], file: Path, sizes: dict[int, int]) -> int:
-    """Record ``lines[dotted key] = line``, refuse duplicate keys; the node's expanded size."""
-    if id(node) in sizes:   # an alias: counted again (that is what expanding it costs), walked once
-        return sizes[id(node)]
-    sizes[id(node)] = 1
-    size = 1
-    if isinstance(node, yaml.MappingNode):
-        seen: dict = {}
-        for key_node, value_node in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                size += _walk(value_node, path, lines, file, sizes)
-                continue
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else repr(key_node)
-            dotted = f"{path}.{key}" if path else str(key)
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise SweepError(file, dotted, f"duplicate key (first at line {seen[key]})", line)
-            seen[key] = line
-            lines.setdefault(dotted, line)
-            size += _walk(value_node, dotted, lines, file, sizes)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):   # items' lines too: `space.base.choices[1]`
-            lines.setdefault(f"{path}[{i}]", item.start_mark.line + 1)
-            size += _walk(item, path, lines, file, sizes)
-    sizes[id(node)] = size
-    if size > MAX_YAML_NODES:
-        raise SweepError(file, path or "(file)", f"more than {MAX_YAML_NODES:,} YAML nodes once aliases "
-                                                 "are expanded (an alias bomb?)", node.start_mark.line + 1)
-    return size
-
-
-def read_yaml(text: str, path: Path) -> tuple[Any, dict[str, int]]:
-    """The document and the line of every key (``{"space.model.lr.low": 12}``)."""
-    loader = _StrictLoader(text)
-    try:
-        node = loader.get_single_node()
-        lines: dict[str, int] = {}
-        if node is None:
-            return None, lines
-        _walk(node, "", lines, path, {})
-        return loader.construct_document(node), lines
-    finally:
-        loader.dispose()
-
-
 def load_sweep(path: Path | str, max_cells: int = MAX_CELLS) -> Sweep:
     """Read and validate a sweep file; raises SweepError naming the file, line and key."""
-    path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SweepError(path, "(file)", "not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise SweepError(path, "(file)", f"cannot read: {e}") from None
-    try:
-        data, lines = read_yaml(text, path)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(yaml)"
-        raise SweepError(path, where, f"not valid YAML: {getattr(e, 'problem', e)}") from None
+        data, lines = read_yaml(Path(path))
+    except FileError as e:
+        raise SweepError(e.file, e.key, e.reason, e.line) from None
     return parse_sweep(data, path, lines, max_cells)

@@ -130,14 +130,15 @@ def resumable(run_dir: Path) -> Summary | None:
     return summary if status in (Status.KILLED, Status.INTERRUPTED) else None
 
 
-def validation_values(metrics_csv: Path, metric: str) -> list[float]:
-    """The objective metric of every validation row so far, in order."""
+def validation_values(metrics_csv: Path, metric: str) -> list[tuple[int, float]]:
+    """(global step, value) of the objective metric in every validation row so far, in order: the
+    step is what pruning compares across trials (a validation count differs with the interval)."""
     try:
         with open(metrics_csv, newline="") as f:
             rows = list(csv.DictReader(f))
     except FileNotFoundError:
         return []
-    return [float(r[metric]) for r in rows if r.get(metric) not in (None, "")]
+    return [(int(r["step"]), float(r[metric])) for r in rows if r.get(metric) not in (None, "")]
 
 
 def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
@@ -262,9 +263,9 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             while True:
                 done = proc.poll() is not None
                 values = validation_values(run_dir / schema.METRICS, metric)
-                for value in values[reported:]:
+                for step, value in values[reported:]:
                     if not stop_sent and math.isfinite(value):
-                        report(value, reported)
+                        report(value, step)
                     reported += 1
                 if not done and not stop_sent and reported and should_prune():
                     schema.request_stop(run_dir, Status.PRUNED)
@@ -305,7 +306,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     value = summary.get(metric)
     if value is None:
         values = validation_values(run_dir / schema.METRICS, metric)
-        value = values[-1] if values else None
+        value = values[-1][1] if values else None
     if value is None:
         logged = logged_metrics(summary, run_dir / schema.METRICS)
         return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "

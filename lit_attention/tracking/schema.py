@@ -195,7 +195,8 @@ FIELDS: dict[str, type | tuple] = {
     "status": str, "error": str, "started_at": str, "finished_at": str, "heartbeat_at": str,
     "process": dict, "world_size": int, "git_commit": str, "versions": dict, "wandb_run_id": str,
     "name": str, "tags": list, "job_type": str,   # --run.name, --run.tags, --run.job_type
-    "model": dict, "params": int, "data_dropped": dict, "eval_protocol": str,
+    "model": dict, "params": int, "data_dropped": dict, "data_text": dict, "eval_protocol": str,
+    "tokenizer_digest": dict,   # side -> {"path", "sha256"} of each tokenizer file fit trained with
     "train_seconds": NUMBER, "train_tokens": NUMBER, "train_flops": NUMBER, "tokens_per_second": NUMBER,
     "budget_steps": NUMBER, "budget_tokens": NUMBER, "budget_flops": NUMBER, "budget_reached": bool,
     "stopped_by": str, "steps": int, "epochs": int, "best_val_loss": NUMBER,

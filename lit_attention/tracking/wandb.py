@@ -1,12 +1,13 @@
 """Weights & Biases: online when a key and the server are there, offline otherwise, never a hang.
 
-The server is WANDB_BASE_URL's (default https://api.wandb.ai); WANDB_MODE, when set, decides.
-An offline run is uploaded later with `wandb sync RUN_DIR/wandb/offline-run-*` (docs/SWEEPS.md).
+Server, key and mode are what the installed wandb finds (WANDB_BASE_URL, WANDB_API_KEY, NETRC or
+~/.netrc, WANDB_MODE, the settings `wandb login --host` and `wandb offline` write): the decision
+asks wandb, so it names the server wandb.init would talk to. An offline run is uploaded later with
+`wandb sync RUN_DIR/wandb/offline-run-*` (docs/SWEEPS.md).
 """
 
 from __future__ import annotations
 
-import netrc
 import os
 import shutil
 import socket
@@ -17,28 +18,35 @@ from urllib.parse import urlsplit
 from lit_attention.config_check import ConfigError
 from lit_attention.tracking import schema
 
-DEFAULT_BASE_URL = "https://api.wandb.ai"
 # WANDB_MODE values W&B accepts -> the mode they mean
 MODES = {"online": "online", "run": "online", "offline": "offline", "dryrun": "offline",
          "disabled": "disabled"}
 
 
-def server() -> tuple[str, int]:
-    """(host, port) of the W&B server: WANDB_BASE_URL's, else api.wandb.ai:443."""
-    url = urlsplit(os.environ.get("WANDB_BASE_URL") or DEFAULT_BASE_URL)
-    if not url.hostname:
-        raise ConfigError(f"WANDB_BASE_URL={os.environ['WANDB_BASE_URL']!r} names no host "
-                          f"(write e.g. http://wandb.example.org:8080)")
-    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
+def _settings():
+    """wandb's own settings for this process, as wandb.init reads them (no service started)."""
+    from wandb.sdk import wandb_setup
 
-
-def _has_api_key(host: str) -> bool:
-    if os.environ.get("WANDB_API_KEY"):
-        return True
     try:
-        return netrc.netrc().authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
+        return wandb_setup.singleton().settings
+    except ValueError as e:          # pydantic's ValidationError: a WANDB_* value wandb refuses
+        error = e.errors(include_url=False)[0] if hasattr(e, "errors") else {"msg": str(e)}
+        name = ".".join(map(str, error.get("loc", ()))) or "settings"
+        raise ConfigError(f"W&B's {name} {error.get('input', '')!r}: {error['msg']} (set by "
+                          f"WANDB_{name.upper()} or W&B's settings file)") from None
+
+
+def _has_api_key(base_url: str) -> bool:
+    """Whether wandb finds credentials for ``base_url`` (environment, netrc, settings), without
+    prompting, without the network and without changing the process's W&B session."""
+    from wandb.errors import AuthenticationError
+    from wandb.sdk.lib import wbauth
+
+    try:
+        return wbauth.authenticate_session(host=base_url, source="lit-attention", prompt=False,
+                                           update_session=False) is not None
+    except AuthenticationError as e:
+        raise ConfigError(f"W&B API key for {base_url}: {e}") from None
 
 
 def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
@@ -50,19 +58,24 @@ def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 def wandb_mode() -> tuple[str, str]:
-    """(mode, why): an explicit WANDB_MODE wins, else online only with a key for the server and a
-    route to it. A WANDB_MODE W&B does not know stops (ConfigError)."""
+    """(mode, why): an explicit WANDB_MODE wins, then a mode W&B's settings file holds
+    (`wandb offline`), else online only with a key for wandb's server and a route to it. A
+    WANDB_MODE or WANDB_BASE_URL W&B does not accept stops (ConfigError)."""
     given = os.environ.get("WANDB_MODE")
     if given:
         if given not in MODES:
             raise ConfigError(f"WANDB_MODE={given!r} is not one of: {', '.join(MODES)}")
         return MODES[given], f"WANDB_MODE={given}"
-    host, port = server()
-    if not _has_api_key(host):
-        return "offline", f"no API key for {host} (WANDB_API_KEY unset, no ~/.netrc entry)"
-    if not _reachable(host, port):
-        return "offline", f"{host}:{port} does not answer"
-    return "online", f"an API key and {host}:{port} answers"
+    settings = _settings()
+    if MODES.get(settings.mode, "online") != "online":
+        return MODES[settings.mode], f"W&B's settings say mode={settings.mode}"
+    url = urlsplit(settings.base_url)
+    if not _has_api_key(settings.base_url):
+        return "offline", f"no API key for {settings.base_url} (`wandb login` stores one)"
+    port = url.port or (443 if url.scheme == "https" else 80)
+    if not _reachable(url.hostname, port):
+        return "offline", f"{url.hostname}:{port} does not answer"
+    return "online", f"an API key and {url.hostname}:{port} answers"
 
 
 def make_wandb_logger(run_dir: Path, project: str, group: str, name: str, job_type: str,

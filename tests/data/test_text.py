@@ -153,3 +153,84 @@ def test_a_byte_order_mark_reaches_neither_the_vocabulary_nor_the_references(tmp
     assert dm.references("val") == ["Two dogs", "a cat"]
     assert dm.tgt_tokenizer.decode(dm.tgt_tokenizer.encode("Two dogs")) == "Two dogs"
     assert not any("\ufeff" in s for s in dm.sources("train") + dm.references("train"))
+
+
+# ---- line ends: one convention for every reader ------------------------------------------------
+
+def test_lf_crlf_and_a_lone_cr_end_lines_alike(tmp_path):
+    """A file with old-Mac line ends (lone CR) was one line: its pairs could not align with a
+    target file written on Unix. LF, CR LF and CR now each end a line, and are counted."""
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_bytes(b"a\rb\r\nc\n")
+    tgt.write_bytes(b"A\nB\nC")
+    counts = {}
+    assert read_parallel(str(src), str(tgt), counts=counts)[:2] == (["a", "b", "c"], ["A", "B", "C"])
+    assert counts[str(src)] == dict(lines=3, crlf=1, cr=1, bom=0, invalid_utf8=0, breaks=0)
+    assert counts[str(tgt)] == dict(lines=3, crlf=0, cr=0, bom=0, invalid_utf8=0, breaks=0)
+
+
+def test_a_lone_cr_that_makes_the_line_counts_differ_is_named(tmp_path):
+    src, tgt = tmp_path / "train.de", tmp_path / "train.en"
+    src.write_bytes(b"a\rb\nc\n")
+    tgt.write_bytes(b"A B\nC\n")
+    with pytest.raises(DataError, match=rf"{src} has 3 lines, .* has 2 lines \(a lone CR ends a line: "
+                                        rf"{src} has 1 ending in a lone CR\)"):
+        read_parallel(str(src), str(tgt))
+
+
+@pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"])
+def test_other_line_breaks_are_spaces_inside_a_line(tmp_path, sep):
+    """str.splitlines() ends a line at these too: in a data file they are a space inside one
+    sentence, as in a hyps file (tracking.schema.as_line), so no reader counts two sentences."""
+    path = tmp_path / "x.en"
+    path.write_bytes(f"one{sep}sentence\nnext\n".encode())
+    counts = {}
+    assert read_lines(str(path), counts=counts) == ["one sentence", "next"]
+    assert counts[str(path)]["breaks"] == 1 and counts[str(path)]["lines"] == 2
+
+
+def test_fuzz_the_counts_agree_with_the_lines_read(tmp_path):
+    """Random bytes of text, line ends, BOMs, line breaks and invalid UTF-8: the lines read and
+    the counts agree with the bytes, or the file is refused as binary (a NUL byte)."""
+    import random
+    rng = random.Random(52)
+    pieces = [b"a", b"xy z", b"\n", b"\r", b"\r\n", b"\xef\xbb\xbf", "\u2028".encode(), b"\xff", b"\xc3",
+              "é".encode(), b"\x00", b" "]
+    path = tmp_path / "x.txt"
+    for _ in range(300):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        path.write_bytes(data)
+        counts = {}
+        try:
+            lines = read_lines(str(path), invalid="mark", counts=counts)
+        except DataError as e:
+            assert b"\x00" in data and "NUL byte" in str(e) and "\n" not in str(e)
+            continue
+        c = counts[str(path)]
+        ends = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
+        assert c["lines"] == len(lines) == ends + (not data.endswith((b"\n", b"\r"))) - (data == b"")
+        assert c["crlf"] == data.count(b"\r\n") and c["cr"] == data.count(b"\r") - c["crlf"]
+        assert c["invalid_utf8"] == lines.count(None)
+        text = [line for line in lines if line is not None]
+        assert not any(ch in line for line in text for ch in "\r\n\u2028") and not any(
+            line.startswith("\ufeff") for line in text)
+
+
+@pytest.mark.slow
+def test_what_reading_each_data_file_found_is_in_the_summary(tmp_path):
+    import json
+
+    from conftest import cli_in_process, files_config
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "val", "test"):
+        (data / f"{split}.src").write_bytes(b"\xef\xbb\xbfein Hund\r\nzwei\r\xe2\x80\xa8Katzen\r\n" * 4)
+        (data / f"{split}.tgt").write_bytes(b"a dog\ntwo\ncats\n" * 4)
+    out = cli_in_process("fit", "--config", files_config(tmp_path), "--data.task", "files", "--data.data_dir", data,
+                         "--data.tokenizer", "word", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
+                         "--diagnostics.heatmaps", "0", "--diagnostics.gradflow_every", "0",
+                         "--run.root", tmp_path / "runs", "--run.id", "r", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((tmp_path / "runs" / "default" / "r" / "summary.json").read_text())
+    assert summary["data_text"][str(data / "train.src")] == dict(lines=12, crlf=8, cr=4, bom=4, invalid_utf8=0, breaks=4)
+    assert summary["data_text"][str(data / "val.tgt")] == dict(lines=12, crlf=0, cr=0, bom=0, invalid_utf8=0, breaks=0)

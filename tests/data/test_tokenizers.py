@@ -1,8 +1,10 @@
 """Tokenizers: the Tokenizer protocol, round trips, the shared cache (concurrent builds too)."""
 
+import hashlib
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,3 +95,38 @@ def test_every_tokenizer_follows_the_protocol(tmp_path, kind):
 def test_bad_tokenizer_choice():
     with pytest.raises(ValueError, match="valid choices: word, char, sentencepiece"):
         build_tokenizers("bytes", ["a"], ["b"])
+
+
+@pytest.mark.parametrize("damage", ["not JSON", "a token twice", "edited", "cut short", "another key"])
+def test_a_cached_vocabulary_that_is_not_what_it_was_built_as_is_trained_again(tmp_path, caplog, damage):
+    """A cached vocabulary listing a token twice was used (two ids for one word); one that was no
+    JSON was a traceback. Each cache file carries what it was built from and the digest of what it
+    holds: a file that does not match, or does not load, is trained again with a warning."""
+    lines = ["a b c", "b c d"]
+    first, _ = build_tokenizers("word", lines, lines, cache_dir=str(tmp_path))
+    path = Path(first.path)
+    header, _, body = path.read_bytes().partition(b"\n")
+    if damage == "not JSON":
+        path.write_bytes(header + b"\n{not json")
+    elif damage == "a token twice":   # with its digest made to match: the content check alone refuses it
+        body = body.replace(b'"d"', b'"b"')
+        path.write_bytes(b" ".join(header.split()[:2] + [hashlib.sha256(body).hexdigest().encode()]) + b"\n" + body)
+    elif damage == "edited":
+        path.write_bytes(header + b"\n" + body.replace(b'"d"', b'"e"'))
+    elif damage == "cut short":
+        path.write_bytes(path.read_bytes()[:40])
+    else:
+        path.write_bytes(b" ".join([header.split()[0], b"0" * 64, header.split()[2]]) + b"\n" + body)
+    with caplog.at_level("WARNING", logger="lit_attention.data.tokenizers"):
+        again, _ = build_tokenizers("word", lines, lines, cache_dir=str(tmp_path))
+    assert not again.cache_hit and again.itos == first.itos
+    assert [r.getMessage() for r in caplog.records if "cached tokenizer not used" in r.getMessage()], caplog.text
+    third, _ = build_tokenizers("word", lines, lines, cache_dir=str(tmp_path))   # the rebuilt one is trusted
+    assert third.cache_hit and third.itos == first.itos
+
+
+def test_a_vocabulary_with_a_token_twice_is_refused():
+    from lit_attention.data.tokenizers import WordTokenizer
+    from lit_attention.data.vocab import SPECIALS
+    with pytest.raises(ValueError, match="vocabulary lists 'b' twice"):
+        WordTokenizer([*SPECIALS, "a", "b", "b"])

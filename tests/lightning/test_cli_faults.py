@@ -1,5 +1,5 @@
-"""`fit` on a read-only or full file system: one line naming the path, exit 1, a run that can be
-started again once the fault is fixed. Real tmpfs mounts (root only; skipped otherwise)."""
+"""`fit` on a read-only file system (exit 2, before anything is written) or a full one (exit 1):
+one line naming the path, a run that can be started again once the fault is fixed. Real tmpfs mounts (root only; skipped otherwise)."""
 
 import csv
 
@@ -23,9 +23,9 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     fs = tmpfs("8m")
     fs.remount("ro")
     out = cli_in_process("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")   # refused before training
-    assert out.returncode == 1, out.stderr[-3000:]
+    assert out.returncode == 2, out.stderr[-3000:]
     errors = _errors(out.stderr)
-    assert errors == [f"lit-attention fit: error: cannot write {fs.path / 'runs'}: Read-only file system"], errors
+    assert errors == [f"lit-attention fit: error: cannot write {fs.path}: Read-only file system"], errors
 
     fs.remount("rw")
     again = cli_in_process("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")

@@ -56,6 +56,19 @@ def test_a_resume_from_a_truncated_last_ckpt_is_refused_and_leaves_the_run_untou
     assert json.loads(before["summary.json"])["status"] == "finished"
 
 
+def test_a_trainer_value_refused_on_resume_leaves_the_finished_run_untouched(finished_run, tmp_path):
+    """Lightning refuses a validation interval longer than the epoch once fit runs: the resumed
+    run was marked failed. It is refused before the run's record is touched."""
+    root, run_dir = copy_of(finished_run, tmp_path)
+    before = record(run_dir)
+    out = cli_in_process("fit", *TINY, "--run.root", root, "--run.id", "R", "--trainer.max_steps", "8",
+                         "--ckpt_path", "last", "--trainer.val_check_interval", "1000")
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 1 and "invalid value for trainer.val_check_interval: 1000" in errors[0], errors
+    assert record(run_dir) == before
+
+
 def test_a_resume_whose_checkpoint_does_not_load_leaves_the_run_untouched(finished_run, tmp_path):
     """A checkpoint that is a whole zip but does not fit the model fails inside Lightning's fit,
     after setup: the run's record is only taken over once the checkpoint has loaded."""
@@ -183,3 +196,15 @@ def test_every_checkpoint_the_trainer_writes_carries_its_checksum(finished_run):
     for name in ("best.ckpt", "last.ckpt"):
         ckpt = torch.load(finished_run / "default" / "R" / "checkpoints" / name, weights_only=True)
         assert ckpt[CHECKSUM_KEY] == content_checksum(ckpt)
+
+
+@pytest.mark.slow
+def test_validate_and_test_of_a_checkpoint_do_not_warn_of_a_missing_callback(finished_run, tmp_path):
+    """Every checkpoint holds the training budget's state: validate and test have its callback too
+    (Lightning warned "Please add the following callbacks: ['TrainingBudget']" every time)."""
+    root, run_dir = copy_of(finished_run, tmp_path)
+    best = run_dir / "checkpoints" / "best.ckpt"
+    for args in (["validate", "--run.id", "V"], ["test"]):
+        out = cli_in_process(*args, *TINY, "--run.root", root, "--ckpt_path", best)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "callbacks used to create the checkpoint" not in out.stderr, out.stderr[-3000:]

@@ -87,7 +87,7 @@ def sqlite_url(tmp_path: Path, name: str) -> str:
 
 
 def cells(trials) -> list[tuple]:
-    return [tuple(sorted(t.params.items())) for t in trials]
+    return [(*sorted(t.params.items()), t.user_attrs["seed"]) for t in trials]
 
 
 def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
@@ -99,7 +99,7 @@ def assert_complete_without_duplicates(study: optuna.Study, n: int) -> list:
     for t in complete:
         run_dir = Path(t.user_attrs["run_dir"])
         summary = json.loads((run_dir / "summary.json").read_text())
-        assert summary["status"] == "finished" and summary["seed"] == t.params["seed"]
+        assert summary["status"] == "finished" and summary["seed"] == t.user_attrs["seed"]
         assert summary["val_loss"] == pytest.approx(t.value)
         assert "wandb_run_id" in t.user_attrs
     return complete
@@ -249,8 +249,39 @@ def test_worker_killed_mid_trial_its_trial_fails_and_its_cell_runs_again(tmp_pat
     retries = [t for t in trials if t.user_attrs.get("retry_of") == victim.number]
     assert [t.state for t in retries] == [TrialState.COMPLETE]
     assert retries[0].params == victim.params
-    assert sorted(t.params["seed"] for t in trials if t.state == TrialState.COMPLETE) == [0, 1, 2]
+    assert sorted(t.user_attrs["seed"] for t in trials if t.state == TrialState.COMPLETE) == [0, 1, 2]
     assert not _training_processes(victim)  # its training process died with it
+
+
+@pytest.mark.parametrize("sampler", ["grid", "random"])
+def test_seeds_are_replicates_that_optuna_does_not_rank_beside_the_knobs(tmp_path, sampler):
+    """The stand-in fit's val_loss is its seed plus a little: were the seed an Optuna parameter,
+    importances, the dashboard's plots and trials_dataframe() would rank it as the main effect.
+    Random sampling runs each sampled configuration once per seed as the grid does."""
+    path = standin_sweep_file(tmp_path, "reps", lrs=[1e-3, 2e-3, 3e-3], seeds=2)
+    if sampler == "random":
+        data = yaml.safe_load(path.read_text())
+        data.update(sampler={"name": "random", "seed": 0}, n_trials=6,
+                    space={"model.lr": {"low": 1e-4, "high": 1e-2, "log": True}})
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = run_sweep(path, LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT)
+    assert out.returncode == 0, out.stdout + out.stderr
+    url = sqlite_url(tmp_path, "reps")
+    study = load(url, "reps")
+    importances = optuna.importance.get_param_importances(
+        study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    assert list(importances) == ["model.lr"]
+    frame = study.trials_dataframe()
+    assert [c for c in frame.columns if c.startswith("params_")] == ["params_model.lr"]
+    assert sorted(frame["user_attrs_seed"]) == [0, 0, 0, 1, 1, 1]
+    assert len({t.params["model.lr"] for t in study.get_trials()}) == 3   # each configuration: two seeds
+    for t in study.get_trials():
+        assert t.state == TrialState.COMPLETE and set(t.params) == {"model.lr"}
+        assert t.user_attrs["val_loss"] == t.value and "metrics" not in t.user_attrs   # a number to sort by
+        assert not [k for k, v in t.user_attrs.items() if "lost" in k or "heartbeat" in str(v)], t.user_attrs
+    again = run_sweep(path, "--resume", LIT_ATTENTION_FIT_COMMAND=STANDIN_FIT)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert len(load(url, "reps").get_trials()) == 6   # every cell x seed already ran: nothing again
 
 
 def test_nan_trial_fails_with_its_reason_and_the_others_complete(tmp_path):
@@ -307,7 +338,7 @@ def test_ctrl_c_stops_cleanly_and_resume_reruns_only_the_unfinished_cell(tmp_pat
     assert out.returncode == 0, out.stdout + out.stderr
     trials = load(url, "intr").get_trials()
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert [t.params["seed"] for t in complete] == [0]
+    assert [t.user_attrs["seed"] for t in complete] == [0]
     assert complete[0].user_attrs["resumed_from"] == first.number   # from the checkpoint the fit left
     assert len(trials) == 2  # the interrupted cell ran once more, nothing else
 

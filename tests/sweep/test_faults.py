@@ -120,5 +120,5 @@ def test_a_full_disk_fails_trials_with_their_reason_and_resume_completes_given_r
     again = sweep_in_process(path, "--storage", url, "--resume", env=env())
     assert again.returncode == 0, again.stdout + again.stderr
     done = trials(url, "full")
-    assert sorted(t.params["seed"] for t in done if t.state == TrialState.COMPLETE) == [0, 1]
+    assert sorted(t.user_attrs["seed"] for t in done if t.state == TrialState.COMPLETE) == [0, 1]
     assert not [t for t in done if t.state in (TrialState.RUNNING, TrialState.WAITING)]

@@ -162,7 +162,7 @@ def test_yaml_syntax_error_names_the_line(tmp_path, capsys):
     path = tmp_path / "broken.yaml"
     path.write_text("study_name: x\nspace: {model.family: [rnn\n")
     assert cli.main([str(path)]) == 2
-    assert "broken.yaml: line" in capsys.readouterr().err
+    assert "broken.yaml:3: (yaml): not valid YAML" in capsys.readouterr().err
 
 
 def test_mask_url_hides_the_password():
@@ -192,7 +192,7 @@ def test_trial_command_follows_the_contract(tmp_path):
 def test_validation_rows_are_read_from_metrics_csv(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("step,epoch,train_loss,val_loss\n9,0,4.0,\n9,0,,3.5\n19,1,3.0,\n19,1,,2.5\n")
-    assert validation_values(path, "val_loss") == [3.5, 2.5]
+    assert validation_values(path, "val_loss") == [(9, 3.5), (19, 2.5)]   # global steps, not counts
     assert validation_values(tmp_path / "missing.csv", "val_loss") == []
 
 
@@ -374,8 +374,8 @@ def test_base_choices_are_named_by_their_stems_in_the_study_the_progress_and_the
 @pytest.mark.parametrize("case,choices,extra,key,message", [
     ("missing file", ["COPY", "nowhere.yaml"], {}, "space.base.choices[1]", "training config 'nowhere.yaml' not found"),
     ("same stem", ["COPY", "sub/copy.yaml"], {}, "space.base.choices[1]", "has the same stem as"),
-    ("not a mapping", ["COPY", "list.yaml"], {}, "space.base.choices[1]", "a training config is a mapping"),
-    ("not YAML", ["COPY", "broken.yaml"], {}, "space.base.choices[1]", "not readable YAML"),
+    ("not a mapping", ["COPY", "list.yaml"], {}, "space.base.choices[1]", "must be a mapping of keys"),
+    ("not YAML", ["COPY", "broken.yaml"], {}, "space.base.choices[1]", "not valid YAML"),
     ("a condition", {"choices": ["COPY"], "when": {}}, {}, "space.base.when", "takes only `choices`"),
     ("both bases", ["COPY"], {"base": "COPY"}, "space.base", "also has a top-level base"),
     ("another kind", ["COPY", str(REPO / "configs" / "reference" / "shakespeare-ngram.yaml")], {},
