@@ -354,7 +354,7 @@ def excluded_runs(runs: pd.DataFrame, metric: str, skipped=()) -> pd.DataFrame:
     cols = [c for c in ("group", "run_id", "status", "error", "run_dir") if c in runs]
     excluded = runs.loc[~usable(runs, metric), cols]
     values = runs.loc[excluded.index, metric]
-    reason = [status if status != FINISHED else (f"{metric} is {load.shown(value)}" if bad else f"no {metric}")
+    reason = [status if status != FINISHED else (f"{metric} is {load.quoted(value)}" if bad else f"no {metric}")
               for status, value, bad in zip(excluded["status"], values, invalid(runs, metric)[excluded.index])]
     frames = [frame for frame in (excluded.assign(reason=reason), load.skipped_frame(skipped)) if len(frame)]
     return pd.concat(frames, ignore_index=True) if frames else excluded.assign(reason=reason)

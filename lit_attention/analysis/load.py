@@ -28,9 +28,7 @@ from typing import Iterable, Mapping, NamedTuple
 
 import pandas as pd
 
-import yaml
-
-from lit_attention.files import atomic_write
+from lit_attention.files import FileError, atomic_write, read_yaml, shown
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import SUMMARY, Status, Summary, SummaryError
@@ -69,24 +67,24 @@ NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
 
 def cut(text: str, limit: int = MAX_TEXT) -> str:
     """``text``, or its first ``limit`` characters and its size when it is longer."""
-    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
-CUT_SIZE = re.compile(r"… \(([\d,]+) characters\)$")   # the size `cut` appends
+CUT_SIZE = re.compile(r"\.\.\. \(([\d,]+) characters\)$")   # the size `cut` appends
 
 
-def shown(value, limit: int = 60) -> str:
+def quoted(value, limit: int = 60) -> str:
     """``value`` as a message shows it: its repr, cut to ``limit`` characters with its size (the
     size before `cut`, for a value cut already)."""
     if isinstance(value, str) and len(value) > limit:
         size = CUT_SIZE.search(value[-40:])
-        return f"{value[:limit]!r}… ({size[1] if size else f'{len(value):,}'} characters)"
+        return f"{value[:limit]!r}... ({size[1] if size else f'{len(value):,}'} characters)"
     return cut(repr(value), limit)
 
 
 def warn(message: str) -> None:
     """One line on stderr: something was left out of the report, and why."""
-    print(f"warning: {cut(' '.join(message.split()), MAX_MESSAGE)}", file=sys.stderr)
+    print(f"warning: {shown(message, MAX_MESSAGE)}", file=sys.stderr)
 
 
 def warn_skipped(skipped: list[Skipped]) -> None:
@@ -206,7 +204,7 @@ def _read(run_dir: Path) -> tuple[tuple, dict]:
     row.update(config)
     long = next((k for k in row if len(k) > MAX_NAME), None)
     if long is not None:
-        raise AnalysisError(f"{run_dir}: holds a field name of {len(long):,} characters ({shown(long)})")
+        raise AnalysisError(f"{run_dir}: holds a field name of {len(long):,} characters ({quoted(long)})")
     return identity(summary, run_dir), {k: cut(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
@@ -220,7 +218,6 @@ def read_summary(run_dir: Path | str) -> Summary:
 
 
 CONFIG_CACHE = "config.cache.json"    # a run's config.yaml parsed, beside it
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when installed
 
 
 def read_config(path: Path) -> dict:
@@ -235,16 +232,13 @@ def read_config(path: Path) -> dict:
         text = path.read_bytes()
         key = hashlib.blake2b(text, digest_size=16).hexdigest()
         cached = _cached_config(path.with_name(CONFIG_CACHE), key)
-        config = cached if cached is not None else yaml.load(text.decode("utf-8"), Loader=LOADER)
+        config = cached if cached is not None else read_yaml(text.decode("utf-8"), path, mapping=False)[0]
     except UnicodeDecodeError as exc:
         raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise AnalysisError(f"{path}: cannot be read ({exc.strerror})") from None
-    except (yaml.YAMLError, ValueError) as exc:    # libyaml's constructors raise ValueError too (a 13th month)
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-        raise AnalysisError(cut(f"{path}: not valid YAML ({problem}{where})", MAX_MESSAGE)) from None
+    except (FileError, ValueError) as exc:    # libyaml's constructors raise ValueError too (a 13th month)
+        raise AnalysisError(shown(exc, MAX_MESSAGE)) from None
     if config is not None and not isinstance(config, dict):
         raise AnalysisError(f"{path}: holds a YAML {type(config).__name__}, not a mapping")
     if cached is None:

@@ -18,7 +18,6 @@ import argparse
 import json
 import signal
 import sys
-import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ from lit_attention.analysis import captions, significance, tables
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.trials import (expected_max_markdown, expected_max_table, improvement_markdown,
                                            improvement_table)
-from lit_attention.files import atomic_write
+from lit_attention.files import atomic_write, check_writable
 from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking import schema
 from lit_attention.tracking.schema import hyps_file
@@ -321,9 +320,9 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     runs = runs if request.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [request.metric]):
         why = schema.invalid_number(column, value) or "not a finite number"
-        load.warn(f"{run_dir}: {column} is {load.shown(value)}, {why}; the run is not averaged")
+        load.warn(f"{run_dir}: {column} is {load.quoted(value)}, {why}; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
-        load.warn(f"{run_dir}: {column} is {load.shown(value)}; left out of the {column} mean")
+        load.warn(f"{run_dir}: {column} is {load.quoted(value)}; left out of the {column} mean")
     return runs, metrics, skipped
 
 
@@ -644,9 +643,7 @@ def check_out(request: Request) -> None:
     if out.exists() and not out.is_dir():
         raise AnalysisError(f"--out {out}: is a file, not a directory")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
+        check_writable(out)
     except OSError as exc:
         raise AnalysisError(f"--out {out}: cannot write there ({exc.strerror})") from None
     for path in sorted(out.iterdir()):

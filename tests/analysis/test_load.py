@@ -38,9 +38,13 @@ def test_malformed_summary_is_skipped_naming_file_and_problem(tmp_path, content,
     assert "\n" not in message
 
 
+BOMB = "a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(f"{k}: &{k} [{','.join([f'*{j}'] * 9)}]\n" for j, k in zip("abcdefgh", "bcdefghi"))
+
+
 @pytest.mark.parametrize("content, problem", [
-    ("model: [\n", "not valid YAML ("),          # the problem's wording depends on libyaml
+    ("model: [\n", "not valid YAML: "),          # the problem's wording depends on libyaml
     ("- a\n- b\n", "holds a YAML list, not a mapping"),
+    (BOMB, "YAML nodes once aliases are expanded"),
 ])
 def test_malformed_config_is_skipped(tmp_path, content, problem):
     write_run(tmp_path, "g", "good", seed=1, model=MODEL, val_bleu=20.0)

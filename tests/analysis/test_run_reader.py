@@ -126,10 +126,10 @@ def test_a_huge_value_is_shown_cut_with_its_size(runs, tmp_path):
     result = report_of(runs, tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert max(map(len, result.stderr.splitlines())) <= load.MAX_MESSAGE + 100
-    assert f"val_bleu is {'x' * 60!r}… (10,000,000 characters), not a finite number" in result.stderr
+    assert f"val_bleu is {'x' * 60!r}... (10,000,000 characters), not a finite number" in result.stderr
     assert sum(p.stat().st_size for p in (tmp_path / "out").iterdir()) < 200_000
     excluded = pd.read_csv(tmp_path / "out" / "excluded.csv").set_index("run_id")
-    assert excluded.loc["none-s1", "reason"] == f"val_bleu is {'x' * 60!r}… (10,000,000 characters)"
+    assert excluded.loc["none-s1", "reason"] == f"val_bleu is {'x' * 60!r}... (10,000,000 characters)"
     assert excluded.loc["none-s2", "status"] == "unreadable" and len(excluded.loc["none-s2", "reason"]) < 500
 
 
