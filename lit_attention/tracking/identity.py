@@ -32,7 +32,6 @@ from pathlib import Path
 from lit_attention.files import atomic_write
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import gone, process_identity
-from lit_attention.tracking.run_store import find_latest_run
 from lit_attention.tracking.schema import CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV, Status
 
 HEARTBEAT_SECONDS = 30.0   # how often a holder touches its CLAIM
@@ -92,6 +91,13 @@ def check_options(subcommand: str, ckpt_path, overwrite: bool, untrained: bool) 
                              f"true to evaluate untrained weights (recorded in the summary)")
 
 
+def latest_run(root: Path | str, group: str) -> Path | None:
+    """The newest run of a group with a checkpoints/last.ckpt (by directory mtime)."""
+    group_dir = Path(root) / schema.check_name("--run.group", group)
+    runs = [p for p in group_dir.iterdir() if (p / CHECKPOINTS / LAST_CHECKPOINT).exists()] if group_dir.is_dir() else []
+    return max(runs, key=lambda p: p.stat().st_mtime, default=None)
+
+
 def resolve(run, subcommand: str, ckpt_path) -> Path:
     """The directory (<run.root>/<run.group>/<id>) an invocation with run options ``run`` writes:
     --run.id; with --ckpt_path last and no id, the newest run of the group with a last.ckpt; with a
@@ -105,7 +111,7 @@ def resolve(run, subcommand: str, ckpt_path) -> Path:
         if ckpt_path == "last":
             _continuable(schema.run_path(run.root, run.group, run_id) / CHECKPOINTS / LAST_CHECKPOINT, subcommand)
     elif ckpt_path == "last":
-        latest = find_latest_run(run.root, run.group)
+        latest = latest_run(run.root, run.group)
         if latest is None:
             raise RunRefused(f"--ckpt_path last: no run with checkpoints/last.ckpt in {Path(run.root) / run.group}")
         _continuable(latest / CHECKPOINTS / LAST_CHECKPOINT, subcommand)

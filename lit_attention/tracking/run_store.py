@@ -78,16 +78,6 @@ class RunDir:
         return schema.stop_request(self.path)
 
 
-def find_latest_run(root: Path | str, group: str, with_checkpoint: bool = True) -> Path | None:
-    """The newest run in a group (by directory mtime), optionally only runs with a last.ckpt."""
-    group_dir = Path(root) / schema.check_name("--run.group", group)
-    if not group_dir.is_dir():
-        return None
-    last = Path(schema.CHECKPOINTS) / schema.LAST_CHECKPOINT
-    runs = [p for p in group_dir.iterdir() if p.is_dir() and (not with_checkpoint or (p / last).exists())]
-    return max(runs, key=lambda p: p.stat().st_mtime, default=None)
-
-
 class RunStoreLogger(Logger):
     """Lightning logger writing metrics.csv: one row per logged step, columns grow as needed."""
 
