@@ -186,6 +186,8 @@ class LitAttentionCLI(LightningCLI):
         # the subcommand's config as the run's config.yaml (the parser's public dump of the
         # whole config, then only this subcommand's part)
         whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        for permission in ("overwrite", "untrained"):   # this invocation's, recorded in the summary:
+            whole[self.subcommand]["run"].pop(permission)   # a run started from its config asks anew
         self.config_yaml = yaml.safe_dump(whole[self.subcommand], sort_keys=False)
 
     def instantiate_trainer(self, **kwargs):

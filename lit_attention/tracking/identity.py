@@ -36,7 +36,6 @@ from lit_attention.tracking.schema import CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_E
 
 HEARTBEAT_SECONDS = 30.0   # how often a holder touches its CLAIM
 STALE_SECONDS = 600.0      # a CLAIM on another host untouched this long has a dead holder
-EVALUATIONS = ("validate", "test")
 
 
 class RunRefused(ValueError):
