@@ -167,12 +167,6 @@ def why_dead(holder: dict, file: Path) -> str | None:
     return None
 
 
-def _holder_line(holder: dict, file: Path) -> str:
-    age = time.time() - file.stat().st_mtime
-    return (f"{holder.get('command', 'a run')} by process {holder['pid']} on {holder['host']} since "
-            f"{holder.get('claimed_at')} (heartbeat {age:.0f} s ago)")
-
-
 class Claim:
     """The right of one invocation to write one run directory; ``record`` holds the summary fields
     it adds (uuid, takeovers, overwritten, untrained)."""
@@ -198,8 +192,10 @@ class Claim:
             holder = _read_holder(self.file)
             dead = None if holder is None else why_dead(holder, self.file)
             if holder is not None and dead is None:
-                raise RunRefused(f"run {self.path.name} ({self.path}) is in use: {_holder_line(holder, self.file)}; "
-                                 f"wait for it to end or give another --run.id")
+                raise RunRefused(f"run {self.path.name} ({self.path}) is in use: {holder.get('command')} by process "
+                                 f"{holder['pid']} on {holder['host']} since {holder.get('claimed_at')} (heartbeat "
+                                 f"{time.time() - self.file.stat().st_mtime:.0f} s ago); wait for it to end or give "
+                                 f"another --run.id")
             try:
                 summary = schema.read_summary(self.path, missing_ok=True)
             except schema.SummaryError as exc:

@@ -3,7 +3,6 @@ process at a time holds a run, a killed holder's run is continued, and an evalua
 checkpoint it evaluated and never records another model's scores as a run's."""
 
 import json
-import os
 import shutil
 import signal
 import socket
