@@ -148,6 +148,10 @@ def test_two_fits_with_one_run_id_one_trains_the_other_exits_2_naming_it(tmp_pat
         (error,) = error_lines(err)
         assert f"is in use: fit by process {other.pid} on {socket.gethostname()}" in error, error
         assert len(error) < 400
+        deadline = time.monotonic() + 120   # training (its signal handlers set): a stop it records
+        while not (tmp_path / "default" / "R" / "checkpoints" / "last.ckpt").is_file():
+            assert other.poll() is None and time.monotonic() < deadline, other.communicate()[1][-3000:]
+            time.sleep(0.1)
         other.send_signal(signal.SIGTERM)
         _, err = other.communicate(timeout=120)
         assert other.returncode == 143, err[-3000:]

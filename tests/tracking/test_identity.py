@@ -105,17 +105,21 @@ def test_a_requeued_slurm_job_takes_over_its_earlier_attempts_claim(tmp_path, mo
 
 
 def test_claims_race_one_process_wins(tmp_path):
-    """Processes that claim one new run directory at the same moment: one holds it, every other
-    one is refused naming that holder."""
-    run_dir = tmp_path / "runs" / "g" / "r"
-    script = (f"import sys, time; from lit_attention.tracking.identity import Claim, RunRefused\n"
+    """Processes that claim one new run directory at the same moment: one holds it (until told to
+    give it back), every other one is refused naming that holder."""
+    run_dir, done = tmp_path / "runs" / "g" / "r", tmp_path / "done"
+    script = (f"import os, sys, time; from lit_attention.tracking.identity import Claim, RunRefused\n"
               f"c = Claim({str(run_dir)!r}, 'fit')\n"
-              f"time.sleep(max(0, {time.time() + 1.5} - time.time()))\n"
+              f"time.sleep(max(0, {time.time() + 2} - time.time()))\n"
               f"try:\n    c.acquire()\nexcept RunRefused as e:\n    print(e); sys.exit(2)\n"
-              f"print('held'); sys.stdout.flush(); time.sleep(3); c.release()\n")
+              f"while not os.path.exists({str(done)!r}):\n    time.sleep(0.05)\nc.release()\n")
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    deadline = time.monotonic() + 60
+    while sum(p.poll() is not None for p in procs) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    done.touch()
     outs = [(p.communicate(timeout=60)[0].strip(), p.returncode, p.pid) for p in procs]
-    winners = [pid for out, code, pid in outs if code == 0 and out == "held"]
+    winners = [pid for out, code, pid in outs if code == 0]
     assert len(winners) == 1, outs
     for out, code, pid in outs:
         if pid != winners[0]:
