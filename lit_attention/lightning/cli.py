@@ -15,7 +15,6 @@ import shutil
 import sys
 import traceback
 import warnings
-import zipfile
 from argparse import ArgumentError
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +39,9 @@ from lit_attention.lightning.diagnostics import DiagnosticsCallback
 from lit_attention.lightning.trainer import Trainer, is_number, refuse_trainer_values
 from lit_attention.lightning.trainer import accelerator_unusable  # noqa: F401 (the sweep asks it here)
 from lit_attention.lightning.run_store_callback import RunStoreCallback
-from lit_attention.tracking.run_store import RunDir, RunStoreLogger, find_latest_run
-from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, LAST_CHECKPOINT, RUN_ID_ENV,
-                                           new_run_id, run_path)
+from lit_attention.tracking import identity
+from lit_attention.tracking.run_store import RunDir, RunStoreLogger
+from lit_attention.tracking.schema import BEST_CHECKPOINT, LAST_CHECKPOINT
 
 STRICT_YAML = "strict_yaml"   # jsonargparse's parser mode that reads YAML through files.read_yaml
 
@@ -84,6 +83,8 @@ class RunOptions:
         tags: comma-separated tags (summary.json's ``tags``, and W&B's).
         job_type: job type (summary.json's ``job_type``, and W&B's).
         project: W&B project (only with ``--tracking wandb``).
+        overwrite: fit: train afresh over an existing trained run (recorded as ``overwritten``).
+        untrained: validate/test: evaluate untrained weights, without --ckpt_path (recorded).
     """
     root: str = "runs"
     group: str = "default"
@@ -92,6 +93,8 @@ class RunOptions:
     tags: str = ""
     job_type: str = "train"
     project: str = "lit-attention"
+    overwrite: bool = False
+    untrained: bool = False
 
 
 @dataclass
@@ -148,34 +151,6 @@ class LitAttentionCLI(LightningCLI):
                             default=registry.NO_TRACKING,
                             help="also log to Weights & Biases (offline without a key or network)")
 
-    def _resolve_run_dir(self, cfg) -> Path:
-        run = cfg.run
-        ckpt_path = cfg.get("ckpt_path")
-        if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(RUN_ID_ENV):
-            run_id = os.environ[RUN_ID_ENV]  # a DDP rank relaunched by Lightning: same run
-        elif run.id:
-            run_id = run.id
-            if ckpt_path == "last" and self.subcommand == "fit":
-                last = run_path(run.root, run.group, run_id) / CHECKPOINTS / LAST_CHECKPOINT
-                if not last.is_file():   # killed before its first checkpoint: refuse, touch nothing
-                    raise NothingToResume(f"--ckpt_path last: nothing to resume: {last} does not "
-                                          f"exist (the run stopped before its first checkpoint); "
-                                          f"start it afresh without --ckpt_path")
-                check_resumable(last)
-        elif ckpt_path == "last":
-            latest = find_latest_run(run.root, run.group)
-            if latest is None:
-                raise SystemExit(f"error: --ckpt_path last: no run with checkpoints/last.ckpt "
-                                 f"in {Path(run.root) / run.group}")
-            check_resumable(latest / CHECKPOINTS / LAST_CHECKPOINT)
-            run_id = latest.name
-        elif ckpt_path and Path(ckpt_path).parent.name == CHECKPOINTS:
-            return Path(ckpt_path).resolve().parent.parent
-        else:
-            run_id = new_run_id()
-        os.environ[RUN_ID_ENV] = run_id
-        return run_path(run.root, run.group, run_id)
-
     def parse_arguments(self, parser, args):
         check_config_files(sys.argv[1:] if args is None else args)
         try:
@@ -216,11 +191,13 @@ class LitAttentionCLI(LightningCLI):
         if self.subcommand in ("validate", "test") and self.decoding_given:
             for key, value in self.decoding_given.items():
                 cfg.model.init_args[key] = value
-        try:
-            self.run_dir = RunDir(self._resolve_run_dir(cfg))
-        except (ValueError, NothingToResume) as exc:   # an unsafe id/group; no last.ckpt
-            print(f"error: {exc}", file=sys.stderr)
+        try:   # the run directory: named, not made (the claim makes it, in instantiate_trainer)
+            self.run_dir = RunDir(identity.resolve(cfg.run, self.subcommand, cfg.get("ckpt_path")))
+        except ValueError as exc:   # an unsafe id/group, options at odds, nothing to resume
+            print(f"lit-attention {self.subcommand}: error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
+        self.claim = self.session["claim"] = identity.Claim(
+            self.run_dir.path, self.subcommand, cfg.get("ckpt_path"), cfg.run.overwrite, cfg.run.untrained)
         self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
         if self.subcommand == "fit" and cfg.trainer.get("precision") is None:
             if "trainer.precision" in inert_settings(cfg.model):     # nothing to choose: no notice
@@ -230,15 +207,13 @@ class LitAttentionCLI(LightningCLI):
         # the subcommand's config as the run's config.yaml (the parser's public dump of the
         # whole config, then only this subcommand's part)
         whole = yaml.safe_load(self.parser.dump(self.config, skip_none=False))
+        for permission in ("overwrite", "untrained"):   # this invocation's, recorded in the summary:
+            whole[self.subcommand]["run"].pop(permission)   # a run started from its config asks anew
         self.config_yaml = yaml.safe_dump(whole[self.subcommand], sort_keys=False)
 
     def instantiate_trainer(self, **kwargs):
         cfg = self.config[self.subcommand]
         run = cfg.run
-        # the highest directory this run creates (before a logger makes it): removed again if
-        # the run is refused (exit 2: bad data found once the model is built)
-        new_dirs = [d for d in (self.run_dir.path, *self.run_dir.path.parents) if not d.exists()]
-        self.session["created"] = new_dirs[-1] if new_dirs else None
         # The budget before the diagnostics callback (see budget.py); on validate and test too,
         # where it has nothing to count, so that a checkpoint's budget state finds its callback.
         callbacks = [TrainingBudget(**vars(cfg.budget))]
@@ -247,7 +222,8 @@ class LitAttentionCLI(LightningCLI):
         labels = dict(name=run.name or self.run_dir.run_id, tags=run_tags(run.tags), job_type=run.job_type)
         callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
                                           cfg.get("seed_everything"), self.subcommand,
-                                          from_checkpoint=bool(cfg.get("ckpt_path")), labels=labels))
+                                          from_checkpoint=bool(cfg.get("ckpt_path")), labels=labels,
+                                          identity=self.claim.record))
         callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
         callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
                                          monitor="val_loss", mode="min", save_top_k=1,
@@ -258,12 +234,6 @@ class LitAttentionCLI(LightningCLI):
         callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=Path(LAST_CHECKPOINT).stem,
                                          monitor=None, save_top_k=1, enable_version_counter=False))
         loggers = [RunStoreLogger(self.run_dir)]
-        make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
-        if make_logger is not None:   # besides the run store
-            tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
-            loggers.append(make_logger(
-                self.run_dir.path, run.project, run.group, labels["name"], run.job_type, labels["tags"], tracker_id,
-                config=yaml.safe_load(self.config_yaml)))
         trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
         if cfg.budget.steps is not None:
             try:
@@ -272,8 +242,6 @@ class LitAttentionCLI(LightningCLI):
                 print(f"error: {exc}", file=sys.stderr)
                 raise SystemExit(2) from None
         warn_emulated_bf16(trainer_config)
-        if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
-            print(self.precision_notice, file=sys.stderr, flush=True)
         given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
         trainer_config["logger"] = [*loggers, *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
         trainer_config["default_root_dir"] = str(self.run_dir.path)
@@ -288,6 +256,28 @@ class LitAttentionCLI(LightningCLI):
         # once the stage runs, and a run directory that cannot be made
         trainer.plan(self.datamodule, self.subcommand)
         check_run_dir(self.run_dir.path, self.subcommand)
+        try:   # once the config is valid (a bad one writes nothing): the run directory is taken by
+            if trainer.global_rank == 0:   # rank 0 of all the run's processes, for all of them
+                self.claim.acquire()
+                # the highest directory it made: removed again if the run is refused (exit 2:
+                # bad data found once the model is built)
+                self.session["created"] = self.claim.created
+            check_writable(self.run_dir.path)   # an unwritable root, a read-only or full file system
+        except identity.RunRefused as exc:
+            print(f"lit-attention {self.subcommand}: error: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except OSError as exc:
+            fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
+            print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
+            raise SystemExit(1) from None
+        if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
+            print(self.precision_notice, file=sys.stderr, flush=True)
+        make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
+        if make_logger is not None:   # besides the run store; it writes into the run: once it is ours
+            tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
+            trainer.loggers = [*trainer.loggers, make_logger(
+                self.run_dir.path, run.project, run.group, labels["name"], run.job_type, labels["tags"], tracker_id,
+                config=yaml.safe_load(self.config_yaml))]
         self.session.update(trainer=trainer, run_dir=self.run_dir.path)
         if os.environ.get("LOCAL_RANK", "0") == "0":
             print(f"run directory: {self.run_dir.path}", file=sys.stderr, flush=True)
@@ -325,21 +315,6 @@ def check_run_dir(path: Path, command: str) -> None:
             print(f"lit-attention {command}: error: cannot write {existing}: {exc.strerror}", file=sys.stderr)
             raise SystemExit(1) from None
         raise ConfigError(f"cannot write {existing}: {exc.strerror or exc}") from None
-
-
-class NothingToResume(Exception):
-    """`fit --run.id X --ckpt_path last` for a run without checkpoints/last.ckpt."""
-
-
-def check_resumable(last: Path) -> None:
-    """NothingToResume unless ``last`` (a run's checkpoints/last.ckpt) can be a checkpoint: a file
-    cut short is refused before the run's record is touched."""
-    try:
-        check_checkpoint_file(last)
-    except ConfigError as exc:
-        raise NothingToResume(f"--ckpt_path last: {last}: {str(exc).partition(': ')[2]}; resume from another "
-                              f"checkpoint of the run (--ckpt_path {last.parent}/best.ckpt) or start it "
-                              f"afresh without --ckpt_path") from None
 
 
 class _Parsed(Exception):
@@ -417,11 +392,9 @@ def check_checkpoint_file(path) -> None:
     kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
     if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
         return
-    if not Path(path).is_file():
-        raise ConfigError(f"--ckpt_path {path}: no such file")
-    if not zipfile.is_zipfile(path):
-        raise ConfigError(f"--ckpt_path {path}: not a checkpoint: torch.save writes a zip archive and "
-                          f"this file is none (cut short, or another kind of file)")
+    why = identity.checkpoint_problem(path)
+    if why:
+        raise ConfigError(f"--ckpt_path {path}: {why}")
 
 
 def run_tags(text: str) -> list[str]:
@@ -620,6 +593,8 @@ def train(argv: list[str]) -> int:
         return 1
     finally:
         finish(session.get("run_dir"))
+        if session.get("claim"):
+            session["claim"].release()
         if session.get("run_dir") and os.environ.get("LOCAL_RANK", "0") == "0":
             # of validate/test, the invocation's outcome: the run's own status is its training's
             outcome = status if argv[0] == "fit" else f"{argv[0]} {status}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 
 import torch
@@ -15,7 +16,8 @@ from lit_attention.lightning.checksum import ChecksummedCheckpointIO
 from lit_attention.lightning.stop_point import inside_validation, signal_name
 from lit_attention.models import sdpa_backends
 from lit_attention.registry import FILES_TASK
-from lit_attention.tracking import machine_speed, sentence_stats
+from lit_attention.tracking import machine_speed, schema, sentence_stats
+from lit_attention.tracking.identity import checkpoint_name, sha256
 from lit_attention.tracking.liveness import process_identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, atomic_write, git_commit, package_versions
 from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, now_iso,
@@ -46,8 +48,14 @@ class RunStoreCallback(Callback):
     probe_every = 60.0
 
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
-                 subcommand: str, from_checkpoint: bool = False, labels: dict | None = None):
+                 subcommand: str, from_checkpoint: bool = False, labels: dict | None = None,
+                 identity: dict | None = None):
         self.run_dir, self.group, self.seed = run_dir, group, seed
+        # the fields the run's claim adds (identity.Claim.record: uuid, takeovers, ...), filled
+        # once the claim is taken (after the Trainer is built, before it runs)
+        self.identity = {} if identity is None else identity
+        self._evaluated: dict | None = None   # what validate/test evaluated (the `evaluated` field)
+        self._checkpoint_run: str | None = None   # the uuid of the run a loaded checkpoint was trained by
         self.labels = labels or {}   # name, tags, job_type: recorded with or without W&B
         self.subcommand, self.from_checkpoint = subcommand, from_checkpoint
         self.config_yaml = config_yaml
@@ -87,20 +95,28 @@ class RunStoreCallback(Callback):
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
                       versions=package_versions(), world_size=trainer.world_size, **self.labels)
-        summary = self.run_dir.read_summary()
+        afresh = stage == "fit" and not self.from_checkpoint
+        replaces = afresh and schema.summary_path(self.run_dir.path).exists()
+        summary = schema.Summary() if afresh else self.run_dir.read_summary()
         if stage != "fit" and summary.status is not None:
             # Evaluating a trained run: what trained it stays; the evaluation's code is its own field.
             fields = {k: v for k, v in fields.items() if summary.get(k) is None}
             fields[f"{_split(stage)}_git_commit"] = git_commit()
+        fields.update(self.identity)
         if stage == "fit":
             fields.update(status=Status.RUNNING, error=None, started_at=now_iso(), process=process_identity(),
                           heartbeat_at=now_iso())
-            if not self.from_checkpoint:
-                # A fit from scratch in an existing run directory (an attempt killed before its
-                # first checkpoint, started again) logs every step anew: drop the old rows.
-                for logger in trainer.loggers:
-                    if isinstance(logger, RunStoreLogger):
-                        logger.rewind(-1)
+        if afresh:   # every step is logged anew
+            for logger in trainer.loggers:
+                if isinstance(logger, RunStoreLogger):
+                    logger.rewind(-1)
+        if replaces:
+            # A fit from scratch over an earlier record (one its claim let it replace: an attempt
+            # stopped before its first checkpoint, or --run.overwrite) starts a new one: no output,
+            # checkpoint or STOP of the old run is left to pass for the new one's.
+            for name in (schema.CHECKPOINTS, schema.HYPS, schema.ATTENTION, schema.GRADFLOW, schema.STOP):
+                old = self.run_dir.path / name
+                shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
         dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
         if dropped:
             fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
@@ -112,7 +128,7 @@ class RunStoreCallback(Callback):
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 fields["wandb_run_id"] = logger.experiment.id
-        self.run_dir.update_summary(**fields)
+        schema.write_summary(self.run_dir.path, {**summary, **fields})
 
     def _elapsed(self) -> float:
         if self._train_start is None:
@@ -141,14 +157,15 @@ class RunStoreCallback(Callback):
         self._probe_machine(trainer)
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        checkpoint["run_store"] = {"train_seconds": self._elapsed(),
+        checkpoint["run_store"] = {"uuid": self.identity.get("uuid"), "train_seconds": self._elapsed(),
                                    "train_tokens": getattr(pl_module, "train_tokens", 0),
                                    "machine_gflops": list(self._machine_gflops)}
 
     def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict) -> None:
-        if trainer.state.fn != "fit":
-            return
         saved = checkpoint.get("run_store", {})
+        if trainer.state.fn != "fit":
+            self._checkpoint_run = saved.get("uuid")
+            return
         self._trained_seconds = saved.get("train_seconds", 0.0)
         pl_module.train_tokens = saved.get("train_tokens", 0)
         self._machine_gflops = list(saved.get("machine_gflops", []))
@@ -188,7 +205,17 @@ class RunStoreCallback(Callback):
             fields.update(steps=trainer.global_step, epochs=trainer.current_epoch, heartbeat_at=now_iso())
         else:
             fields[f"{split}_error"] = None     # an earlier failed evaluation of this split is superseded
+            fields["evaluated"] = self._evaluated_checkpoint(trainer)
         self.run_dir.update_summary(**fields)
+
+    def _evaluated_checkpoint(self, trainer: Trainer) -> dict | None:
+        """The checkpoint validate/test evaluated (None: untrained weights, as asked): its path
+        relative to the runs root, its SHA-256, and the uuid of the run that trained it (null for
+        a checkpoint saved before checkpoints carried it)."""
+        if self._evaluated is None and trainer.ckpt_path:
+            self._evaluated = {"checkpoint": checkpoint_name(trainer.ckpt_path, self.run_dir.path),
+                               "sha256": sha256(trainer.ckpt_path), "run": self._checkpoint_run}
+        return self._evaluated
 
     def _write_sentence_stats(self, split: str) -> None:
         """The split's BLEU/chrF statistics per sentence, cached beside its hypotheses (once the
@@ -215,7 +242,7 @@ class RunStoreCallback(Callback):
         if trainer.is_global_zero:
             self._record_eval(trainer, pl_module, "test")
             self._write_sentence_stats("test")
-            if self.run_dir.read_summary().status in (None, Status.RUNNING):
+            if self.run_dir.read_summary().status is None:   # an evaluation's own run
                 self.run_dir.update_summary(status=Status.FINISHED, finished_at=now_iso())
             _push_to_wandb(trainer, self.run_dir.read_summary())
 

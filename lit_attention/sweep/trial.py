@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import threading
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from lit_attention.sweep.schema import BASE_PARAM
 from lit_attention.tracking.schema import config_name
 from lit_attention.sweep.storage import STORAGE_ENV
 from lit_attention.tracking import schema
+from lit_attention.tracking.identity import checkpoint_problem
 from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import Status, Summary, SummaryError
 
@@ -117,10 +117,7 @@ def resumable(run_dir: Path) -> Summary | None:
     killed, or "running" while its process on this host is gone: SIGKILL, a session's end).
     None for any other run (failed by its own error, finished, still alive or on another host, or
     without a complete last.ckpt): that cell starts afresh."""
-    last = run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT
-    # torch.save writes a zip whose directory comes last: a checkpoint cut short by a kill or a
-    # full disk has none, and loading it would only fail the next attempt too
-    if not last.is_file() or not zipfile.is_zipfile(last):
+    if checkpoint_problem(run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT):   # it would fail again
         return None
     try:
         summary = schema.read_summary(run_dir)

@@ -78,43 +78,37 @@ class RunDir:
         return schema.stop_request(self.path)
 
 
-def find_latest_run(root: Path | str, group: str, with_checkpoint: bool = True) -> Path | None:
-    """The newest run in a group (by directory mtime), optionally only runs with a last.ckpt."""
-    group_dir = Path(root) / schema.check_name("--run.group", group)
-    if not group_dir.is_dir():
-        return None
-    last = Path(schema.CHECKPOINTS) / schema.LAST_CHECKPOINT
-    runs = [p for p in group_dir.iterdir() if p.is_dir() and (not with_checkpoint or (p / last).exists())]
-    return max(runs, key=lambda p: p.stat().st_mtime, default=None)
-
-
 class RunStoreLogger(Logger):
     """Lightning logger writing metrics.csv: one row per logged step, columns grow as needed."""
 
     def __init__(self, run_dir: RunDir):
         super().__init__()
         self.run_dir = run_dir
-        self.rows: list[dict] = []
+        self._rows: list[dict] | None = None
         self._columns: list[str] = list(schema.METRICS_COLUMNS)
         self._last_flush = 0.0
         self._start = time.monotonic()
-        self._load_existing()
 
-    def _load_existing(self) -> None:
-        # A resumed run keeps the rows it logged before the interruption.
-        path = self.run_dir.path / schema.METRICS
-        if path.exists():
-            with open(path, newline="") as f:
-                for row in csv.DictReader(f):
-                    self.rows.append({k: v for k, v in row.items() if v != ""})
-                    for k in row:
-                        if k not in self._columns:
-                            self._columns.append(k)
+    @property
+    def rows(self) -> list[dict]:
+        """The rows so far: a resumed run keeps those it logged before the interruption (read at
+        first use, once the run is claimed: what its last holder wrote up to its end)."""
+        if self._rows is None:
+            self._rows = []
+            path = self.run_dir.path / schema.METRICS
+            if path.exists():
+                with open(path, newline="") as f:
+                    for row in csv.DictReader(f):
+                        self._rows.append({k: v for k, v in row.items() if v != ""})
+                        for k in row:
+                            if k not in self._columns:
+                                self._columns.append(k)
+        return self._rows
 
     @rank_zero_only
     def rewind(self, step: int) -> None:
         """Forget rows logged after `step`: a run resumed from a checkpoint at `step` logs them again."""
-        self.rows = [r for r in self.rows if float(r.get("step") or 0) <= step]
+        self._rows = [r for r in self.rows if float(r.get("step") or 0) <= step]
         kept = float(self.rows[-1].get("time") or 0) if self.rows else 0.0
         self._start = time.monotonic() - kept   # the time column continues where the kept rows end
         self.save()
@@ -144,20 +138,21 @@ class RunStoreLogger(Logger):
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         row = {"step": step, "time": round(time.monotonic() - self._start, 3)}
         row.update({k: float(v) for k, v in metrics.items()})
+        rows = self.rows   # (the earlier rows' columns first)
         for k in row:
             if k not in self._columns:
                 self._columns.append(k)
-        self.rows.append(row)
+        rows.append(row)
         # Validation rows are what the sweep driver polls for: flush them at once.
         if any(k.startswith("val_") for k in metrics) or time.monotonic() - self._last_flush > 30:
             self.save()
 
     @rank_zero_only
     def save(self) -> None:
-        buf = io.StringIO()
+        rows, buf = self.rows, io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=self._columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows(self.rows)
+        writer.writerows(rows)
         atomic_write(self.run_dir.path / schema.METRICS, buf.getvalue())
         self._last_flush = time.monotonic()
 

@@ -14,6 +14,7 @@ read it; nothing else spells these names or reads summary.json itself.
       checkpoints/    CHECKPOINTS  best.ckpt, last.ckpt (LAST_CHECKPOINT)
       trial.log       TRIAL_LOG  a sweep trial's output
       STOP            STOP       ask the run to stop at its next validation end (request_stop)
+      CLAIM           CLAIM      who writes the run now (tracking/identity.py)
 
 summary.json carries `version` (VERSION). A summary written before versions (no `version`
 field, e.g. the stores in results/) is read as version 0 and migrated in memory; one written by
@@ -48,6 +49,7 @@ BEST_CHECKPOINT = "best"          # ModelCheckpoint's filename (it adds .ckpt)
 LAST_CHECKPOINT = "last.ckpt"
 TRIAL_LOG = "trial.log"
 STOP = "STOP"
+CLAIM = "CLAIM"
 
 METRICS_COLUMNS = ("step", "epoch", "time")     # then every logged metric, as it first appears
 GRADFLOW_COLUMNS = ("step", "direction", "sentence", "position", "distance", "norm")
@@ -191,6 +193,8 @@ NUMBER = (int, float)
 # (the model's metrics, per-split extras) are free.
 FIELDS: dict[str, type | tuple] = {
     "version": int, "run_id": str, "group": str, "run_dir": str, "task": str,
+    # identity (tracking/identity.py): written at the claim; `evaluated` by validate and test
+    "uuid": str, "takeovers": list, "overwritten": dict, "untrained": bool, "evaluated": dict,
     "seed": (int, bool),   # LightningCLI's seed_everything: a seed, or true (a random one)
     "status": str, "error": str, "started_at": str, "finished_at": str, "heartbeat_at": str,
     "process": dict, "world_size": int, "git_commit": str, "versions": dict, "wandb_run_id": str,

@@ -243,7 +243,7 @@ def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_s
 def test_an_evaluation_split_without_pairs_is_an_error_not_an_empty_success(command, option, split, tmp_path):
     """`test` of a checkpoint with --data.n_test 0 used to exit 0 having scored nothing."""
     result = cli_in_process(command, "--config", CONFIGS / "copy.yaml", f"--data.{option}", "0",
-                            "--run.root", tmp_path)
+                            "--run.root", tmp_path, "--run.untrained", "true")
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"error: nothing to evaluate: {split} split '{split}' (task copy): 0 pairs, all kept "
             "(evaluation drops nothing; 0 with an empty side)") in result.stderr

@@ -187,6 +187,8 @@ def test_ddp_ranks_sum_their_tokens_and_stop_together(tmp_path):
                      timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "default" / "ddp" / "summary.json").read_text())
+    # one run, claimed once by global rank 0 for both ranks (a second claim would have stopped rank 1)
+    assert len(summary["uuid"]) == 32 and not (tmp_path / "default" / "ddp" / "CLAIM").exists()
     # Each rank's epoch-0 batches, as its sampler gives them.
     dm = TranslationDataModule(**DATA)
     dm.setup("fit")

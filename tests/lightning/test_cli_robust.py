@@ -50,7 +50,7 @@ def test_a_resume_from_a_truncated_last_ckpt_is_refused_and_leaves_the_run_untou
                          "--ckpt_path", "last")
     assert out.returncode == 2, out.stderr[-3000:]
     errors = error_lines(out.stderr)
-    assert len(errors) == 1 and errors[0].startswith(f"error: --ckpt_path last: {last}: not a checkpoint"), errors
+    assert len(errors) == 1 and errors[0].startswith(f"lit-attention fit: error: --ckpt_path last: {last}: not a checkpoint"), errors
     assert "best.ckpt" in errors[0]   # the way out
     assert record(run_dir) == before
     assert json.loads(before["summary.json"])["status"] == "finished"

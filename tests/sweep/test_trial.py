@@ -147,6 +147,7 @@ def test_a_sweep_killed_with_sigkill_continues_its_trial_from_the_last_checkpoin
     summary = json.loads((run_dir / "summary.json").read_text())
     expected = json.loads((tmp_path / "ref" / "s" / "ref" / "summary.json").read_text())
     assert summary["status"] == "finished" and expected["stopped_by"] == "budget.tokens"
+    assert summary["uuid"] == killed["uuid"] and summary["takeovers"][0]["pid"] == fit   # the killed fit's claim
     assert 0 < killed["steps"] < expected["steps"]   # killed part-way through the run
     keys = ("steps", "epochs", "train_tokens", "train_flops", "stopped_by", "budget_reached")
     assert {k: summary[k] for k in keys} == {k: expected[k] for k in keys}   # budget counted once

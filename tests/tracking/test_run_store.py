@@ -7,7 +7,8 @@ import pytest
 
 from conftest import CONFIGS, cli_in_process
 from lit_attention.files import atomic_write
-from lit_attention.tracking.run_store import RunDir, find_latest_run
+from lit_attention.tracking.identity import latest_run
+from lit_attention.tracking.run_store import RunDir
 from lit_attention.tracking.schema import check_name, run_path
 
 UNSAFE = ["..", ".", "../../escape", "a/b", "/abs", "", ".hidden", "x" * 129, "tab\tname"]
@@ -21,7 +22,7 @@ def test_unsafe_run_ids_and_groups_are_refused(tmp_path, name):
         run_path(tmp_path, name, "run")
     if name:
         with pytest.raises(ValueError):
-            find_latest_run(tmp_path, name)
+            latest_run(tmp_path, name)
 
 
 def test_safe_names_resolve_under_the_root(tmp_path):
