@@ -56,10 +56,15 @@ ROOT_LINE = re.compile(r"^(\s+root: )(/.*)$", re.M)   # run.root in a resolved c
 
 
 def without_machine_paths(run: Path) -> None:
-    """Drop summary.json's run_dir and make config.yaml's run.root the relative `runs`."""
+    """Drop summary.json's run_dir, keep only the file names of its tokenizer_digest, and make
+    config.yaml's run.root the relative `runs`."""
     summary = schema.summary_path(run)
     fields = json.loads(summary.read_text())
-    if fields.pop("run_dir", None) is not None:
+    digest = fields.get("tokenizer_digest") or {}
+    named = [entry for entry in digest.values() if isinstance(entry, dict) and "path" in entry]
+    for entry in named:                       # the file's name and bytes say which tokenizer it was
+        entry["path"] = Path(entry["path"]).name
+    if fields.pop("run_dir", None) is not None or named:
         summary.write_text(json.dumps(fields, indent=2) + "\n")
     config = run / schema.CONFIG
     if config.is_file():

@@ -258,12 +258,13 @@ def test_wandb_offline_run_without_key(tmp_path):
     assert config["trainer"]["max_epochs"] == 1 and config["seed_everything"] == 1
     assert config["budget"] == {"steps": None, "tokens": None, "flops": None}
     assert config["data"]["init_args"]["task"] == "copy" and config["tracking"] == "wandb"
-    # and the run store itself, as the run's artifact: what `report --wandb` reads back
-    from lit_attention.analysis.wandb_import import fetch_run_stores
-    assert fetch_run_stores(str(run_dir / "wandb"), None, tmp_path / "fetched")
-    (fetched,) = (tmp_path / "fetched").iterdir()
-    assert json.loads((fetched / "summary.json").read_text()) == summary
-    assert (fetched / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
+    # and the run store itself, as the run's artifact logged it (from its W&B directory): what
+    # `report --wandb` reads back
+    from lit_attention.analysis.wandb_import import offline_stores
+    (logged,), skipped = offline_stores(run_dir / "wandb")
+    assert not skipped and logged.is_relative_to(offline[0])
+    assert json.loads((logged / "summary.json").read_text()) == summary
+    assert (logged / "metrics.csv").read_bytes() == (run_dir / "metrics.csv").read_bytes()
 
 
 @pytest.mark.slow

@@ -51,7 +51,6 @@ def test_no_private_lightning_attribute_is_used():
 CHOICE_LITERAL_ALLOWED = {
     ("lit_attention/analysis/effects.py", "none"): "matplotlib's linestyle",
     ("lit_attention/analysis/plots.py", "none"): "matplotlib's linestyle",
-    ("lit_attention/analysis/wandb_import.py", "wandb"): "the wandb package's command line",
     ("lit_attention/tracking/wandb.py", "wandb"): "the wandb package and its run folder",
     ("lit_attention/tracking/run_store.py", "wandb"): "a package whose version a run records",
     ("lit_attention/tracking/run_store.py", "sentencepiece"): "a package whose version a run records",

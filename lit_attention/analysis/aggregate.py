@@ -348,15 +348,23 @@ def other_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     return [c for c in fields if per_config[c].dropna().astype(str).nunique() > 1]
 
 
-def excluded_runs(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """The runs left out of every mean, with their status, error and why (for the report footnote)."""
+def excluded_runs(runs: pd.DataFrame, metric: str, skipped=()) -> pd.DataFrame:
+    """excluded.csv: the runs left out of every mean, with their status, error and why, then the
+    directories the reader left out (``skipped``, load.Skipped: unreadable, copies)."""
     cols = [c for c in ("group", "run_id", "status", "error", "run_dir") if c in runs]
     excluded = runs.loc[~usable(runs, metric), cols]
     values = runs.loc[excluded.index, metric]
-    reason = [status if status != FINISHED else (f"{metric} is {value}" if bad else f"no {metric}")
-              for status, value, bad in zip(excluded["status"], values,
-                                            invalid(runs, metric)[excluded.index])]
-    return excluded.assign(reason=reason)
+    reason = [status if status != FINISHED else (f"{metric} is {load.quoted(value)}" if bad else f"no {metric}")
+              for status, value, bad in zip(excluded["status"], values, invalid(runs, metric)[excluded.index])]
+    frames = [frame for frame in (excluded.assign(reason=reason), load.skipped_frame(skipped)) if len(frame)]
+    return pd.concat(frames, ignore_index=True) if frames else excluded.assign(reason=reason)
+
+
+def excluded_counts(excluded: pd.DataFrame, metric: str) -> str:
+    """'2 failed, 1 unreadable, 1 invalid val_bleu': the rows of excluded.csv counted by why."""
+    why = excluded["status"].where(excluded["status"] != FINISHED,
+                                   excluded["reason"].map(lambda r: r if r == f"no {metric}" else f"invalid {metric}"))
+    return ", ".join(f"{n} {kind}" for kind, n in why.value_counts(sort=False).items())
 
 
 def invalid_values(runs: pd.DataFrame, columns) -> list[tuple[str, str, object]]:

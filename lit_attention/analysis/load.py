@@ -1,54 +1,137 @@
-"""Read run stores (runs/<group>/<run_id>/...) into tidy DataFrames.
+"""Read run stores (runs/<group>/<run_id>/...) into tidy DataFrames: the one reader of run stores
+for analysis (a local tree, or the stores W&B runs logged: wandb_import.py).
 
 One row per run in `load_runs`: the summary's scalar fields, the model dict flattened to
 `model.<field>`, and the resolved config.yaml flattened to `config.<path>`. Curves, gradient-flow
 tables and length buckets come in long form, one row per (run, step/position/bucket).
 
-A run whose summary.json or config.yaml cannot be read or has the wrong shape is skipped, never
-half-read: `scan_runs` returns it with what is wrong, and the report warns and counts it.
-Non-finite numbers (NaN, Infinity in the JSON) are kept and named in the `nonfinite` column, so
-aggregation can leave them out of every mean.
+Each run is counted once, by its identity (summary field `uuid`; in older stores its group, run
+id, start time and commit): a copy of a run (a backup of a study beside it, a copied run
+directory) is named and left out. A run whose summary.json or config.yaml cannot be read or has
+the wrong shape is left out too, never half-read; `scan_runs` returns each directory left out with
+its status and why. Non-finite numbers (NaN, Infinity in the JSON) are kept and named in the
+`nonfinite` column, so aggregation can leave them out of every mean. Text is bounded: a value
+longer than MAX_TEXT characters is kept cut, with its size; a message shows a value cut to a few
+dozen characters.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
+import re
 import sys
 from pathlib import Path
+from typing import Iterable, Mapping, NamedTuple
 
 import pandas as pd
 
-import yaml
-
-from lit_attention.analysis import config_cache
+from lit_attention.files import FileError, atomic_write, read_yaml, shown
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import SUMMARY, Status, Summary, SummaryError
+from lit_attention.tracking.wandb import RUN_FOLDER
 
 FINISHED = Status.FINISHED
+MAX_TEXT = 10_000      # characters of a text value a row keeps (a value is data, not a dump)
+MAX_NAME = 200         # characters of a field name: longer is no field any writer writes
+MAX_MESSAGE = 400      # characters of one warning or error line
+MAX_WARNINGS = 5       # runs left out named one line each on stderr; the rest in excluded.csv
+# Directories of a run store that hold no other run: its checkpoints, and W&B's directory of the
+# run (whose run-store snapshots are this same run, as logged).
+RUN_PARTS = (schema.CHECKPOINTS, RUN_FOLDER)
+UNREADABLE, DUPLICATE = "unreadable", "duplicate"
 
 
 class AnalysisError(ValueError):
     """A problem with the runs or the request that the user can fix (unknown key, unreadable
     summary, ambiguous table...): `lit-attention report` prints the message and exits 2."""
 
+
+class Skipped(NamedTuple):
+    """A directory left out of the runs, and why. status: "unreadable", "duplicate" (a copy of a
+    run read elsewhere) or, from W&B, "no run store"."""
+    path: Path
+    status: str
+    reason: str
+    group: str | None = None
+    run_id: str | None = None
+
+
 # Summary fields that are not scalars and live in their own tables (or nowhere).
 NESTED = ("model", "versions", "test_bleu_by_length", "val_bleu_by_length",
           "attention_entropy", "machine_gflops_probes", "process")
 
 
+def cut(text: str, limit: int = MAX_TEXT) -> str:
+    """``text``, or its first ``limit`` characters and its size when it is longer."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+CUT_SIZE = re.compile(r"\.\.\. \(([\d,]+) characters\)$")   # the size `cut` appends
+
+
+def quoted(value, limit: int = 60) -> str:
+    """``value`` as a message shows it: its repr, cut to ``limit`` characters with its size (the
+    size before `cut`, for a value cut already)."""
+    if isinstance(value, str) and len(value) > limit:
+        size = CUT_SIZE.search(value[-40:])
+        return f"{value[:limit]!r}... ({size[1] if size else f'{len(value):,}'} characters)"
+    return cut(repr(value), limit)
+
+
 def warn(message: str) -> None:
     """One line on stderr: something was left out of the report, and why."""
-    print(f"warning: {message}", file=sys.stderr)
+    print(f"warning: {shown(message, MAX_MESSAGE)}", file=sys.stderr)
+
+
+def warn_skipped(skipped: list[Skipped]) -> None:
+    """A warning line per directory left out, the first MAX_WARNINGS of them, then their count."""
+    for item in skipped[:MAX_WARNINGS]:
+        warn(f"skipped run: {item.reason}")
+    if len(skipped) > MAX_WARNINGS:
+        more = len(skipped) - MAX_WARNINGS
+        warn(f"{more} more run director{'ies' if more > 1 else 'y'} left out (excluded.csv lists each, and why)")
+
+
+def skipped_frame(skipped: Iterable[Skipped]) -> pd.DataFrame:
+    """The directories left out, as rows of excluded.csv."""
+    return pd.DataFrame([{"group": s.group or s.path.parent.name, "run_id": s.run_id or s.path.name,
+                          "status": s.status, "run_dir": str(s.path), "reason": s.reason} for s in skipped],
+                        columns=["group", "run_id", "status", "run_dir", "reason"])
 
 
 def find_run_dirs(root: Path | str) -> list[Path]:
-    """Every directory under `root` (or `root` itself) holding a summary.json."""
-    root = Path(root)
-    if (root / SUMMARY).is_file():
-        return [root]
-    return sorted(p.parent for p in root.rglob(SUMMARY) if schema.CHECKPOINTS not in p.parts)
+    """Every directory under `root` (or `root` itself) holding a summary.json or a metrics.csv."""
+    return _walk(Path(root))[0]
+
+
+def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
+    """(run dirs, directories that cannot be listed) under ``root``. Symbolic links are followed,
+    each directory read once; RUN_PARTS of a run are not entered."""
+    if (root / SUMMARY).exists() or (root / schema.METRICS).exists():
+        return [root], []
+    if not root.is_dir():
+        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}: "
+                                f"{'not a directory' if root.exists() else 'no such directory'}")
+    found, problems, seen = [], [], set()
+
+    def unlisted(exc: OSError) -> None:
+        problems.append(Skipped(Path(exc.filename), UNREADABLE, f"{exc.filename}: cannot be listed ({exc.strerror})"))
+
+    for here, dirs, files in os.walk(root, onerror=unlisted, followlinks=True):
+        stat = os.stat(here)
+        if (stat.st_dev, stat.st_ino) in seen:   # reached again through a link: the same files
+            dirs[:] = []
+            continue
+        seen.add((stat.st_dev, stat.st_ino))
+        if SUMMARY in files or SUMMARY in dirs or schema.METRICS in files:   # a run that lost its summary too
+            found.append(Path(here))
+            dirs[:] = [d for d in dirs if d not in RUN_PARTS]
+        dirs.sort()
+    return sorted(found), problems
 
 
 def _scalar(value):
@@ -73,12 +156,40 @@ def flatten(tree: dict, prefix: str) -> dict:
     return flat
 
 
+IDENTITY = ("group", "run_id", "started_at", "git_commit")   # a run's identity before `uuid`
+
+
+def identity(fields: Mapping, where: Path | str) -> tuple:
+    """What makes a run one run: its `uuid`; else (group, run id, start time, commit) as its
+    summary records them; else, with no run id recorded, the directory ``where`` itself."""
+    if fields.get("uuid"):
+        return ("uuid", str(fields["uuid"]))
+    if fields.get("run_id"):
+        return tuple(str(fields.get(k)) for k in IDENTITY)
+    return ("dir", str(where))
+
+
+def _identity_text(key: tuple) -> str:
+    if key[0] in ("uuid", "dir"):
+        return f"{key[0]} {key[1]}"
+    return ", ".join(f"{name} {value}" for name, value in zip(IDENTITY, key) if value != "None")
+
+
 def load_run(run_dir: Path | str) -> dict:
     """One run as a flat dict (the row `load_runs` builds); AnalysisError if it cannot be read."""
-    run_dir = Path(run_dir)
-    summary = read_summary(run_dir)
-    row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
-    row.update(flatten(summary.get("model") or {}, "model"))
+    return _read(Path(run_dir))[1]
+
+
+def _read(run_dir: Path) -> tuple[tuple, dict]:
+    """(identity, row) of the run in ``run_dir``; AnalysisError if it cannot be read."""
+    try:
+        summary = read_summary(run_dir)
+        row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
+        row.update(flatten(summary.get("model") or {}, "model"))
+        config = run_dir / schema.CONFIG
+        config = flatten(read_config(config), "config") if config.is_file() else {}
+    except RecursionError:
+        raise AnalysisError(f"{run_dir}: its summary.json or config.yaml is nested too deeply to read") from None
     row["run_id"] = summary.get("run_id") or run_dir.name
     row["group"] = summary.get("group") or run_dir.parent.name
     row["run_dir"] = str(run_dir)  # where it is now, not where it was written
@@ -90,10 +201,11 @@ def load_run(run_dir: Path | str) -> dict:
     # no finite number: the aggregation counts it invalid, never a value
     row["nonfinite"] = ";".join(k for k, v in summary.items()
                                 if (isinstance(v, float) and not math.isfinite(v)) or schema.invalid_number(k, v))
-    config = run_dir / schema.CONFIG
-    if config.is_file():
-        row.update(flatten(read_config(config), "config"))
-    return row
+    row.update(config)
+    long = next((k for k in row if len(k) > MAX_NAME), None)
+    if long is not None:
+        raise AnalysisError(f"{run_dir}: holds a field name of {len(long):,} characters ({quoted(long)})")
+    return identity(summary, run_dir), {k: cut(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def read_summary(run_dir: Path | str) -> Summary:
@@ -102,52 +214,111 @@ def read_summary(run_dir: Path | str) -> Summary:
     try:
         return schema.read_summary(run_dir)
     except SummaryError as exc:
-        raise AnalysisError(str(exc)) from None
+        raise AnalysisError(cut(str(exc), MAX_MESSAGE)) from None
+
+
+CONFIG_CACHE = "config.cache.json"    # a run's config.yaml parsed, beside it
 
 
 def read_config(path: Path) -> dict:
-    """A run's config.yaml as a dict; AnalysisError naming the file and what is wrong with it."""
+    """A run's config.yaml as a dict; AnalysisError naming the file and what is wrong with it.
+
+    Parsing LightningCLI's config dump is the slowest part of loading a run, and `report` loads
+    every run of a sweep each time: the parse is kept beside it (CONFIG_CACHE) as JSON, keyed by a
+    hash of the YAML text, so an edited config.yaml is parsed again, never read stale; a store that
+    cannot be written to is only read."""
+    path = Path(path)
     try:
-        config = config_cache.read_config(path)          # parsed once, kept beside it
+        text = path.read_bytes()
+        key = hashlib.blake2b(text, digest_size=16).hexdigest()
+        cached = _cached_config(path.with_name(CONFIG_CACHE), key)
+        config = cached if cached is not None else read_yaml(text.decode("utf-8"), path, mapping=False)[0]
     except UnicodeDecodeError as exc:
         raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise AnalysisError(f"{path}: cannot be read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-        raise AnalysisError(f"{path}: not valid YAML ({problem}{where})") from None
+    except (FileError, ValueError) as exc:    # libyaml's constructors raise ValueError too (a 13th month)
+        raise AnalysisError(shown(exc, MAX_MESSAGE)) from None
     if config is not None and not isinstance(config, dict):
         raise AnalysisError(f"{path}: holds a YAML {type(config).__name__}, not a mapping")
+    if cached is None:
+        _cache_config(path.with_name(CONFIG_CACHE), key, config or {})
     return config or {}
 
 
-def scan_runs(root: Path | str) -> tuple[pd.DataFrame, list[tuple[Path, str]]]:
-    """(runs, skipped): one row per readable run under `root` (a runs/ dir, a group dir or one
-    run dir), and (run dir, what is wrong) per run that cannot be read."""
-    rows, skipped = [], []
-    for run_dir in find_run_dirs(root):
+def _cached_config(cache: Path, key: str):
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        return cached["config"] if cached.get("key") == key else None
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):    # missing, unreadable or foreign
+        return None
+
+
+def _cache_config(cache: Path, key: str, config: dict) -> None:
+    try:
+        text = json.dumps({"key": key, "config": config})
+    except (TypeError, ValueError):      # YAML types JSON has not (dates, sets): parse each time
+        return
+    if json.loads(text)["config"] != config:    # e.g. non-string keys would come back as strings
+        return
+    try:
+        atomic_write(cache, text)
+    except OSError:     # a read-only store: the config is parsed each time
+        pass
+
+
+def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: Iterable[dict] = (),
+              where: str = "the runs given") -> tuple[pd.DataFrame, list[Skipped]]:
+    """(runs, skipped): one row per run of ``run_dirs`` and ``rows`` (runs read elsewhere, e.g. W&B
+    summaries), each run once; ``skipped`` extended by every directory left out (unreadable, or a
+    copy of a run read from another directory: the copy at <group>/<run_id>, else the first by
+    path, is read)."""
+    skipped = list(skipped)
+    read = []
+    for run_dir in run_dirs:
         try:
-            rows.append(load_run(run_dir))
+            read.append(_read(Path(run_dir)))
         except AnalysisError as exc:
-            skipped.append((run_dir, str(exc)))
+            skipped.append(Skipped(Path(run_dir), UNREADABLE, str(exc)))
+    read += [(identity(row, row["run_dir"]), row) for row in rows]
+
+    def home_first(item):
+        path = Path(item[1]["run_dir"])
+        return path.name != item[1]["run_id"] or path.parent.name != item[1]["group"], item[1]["run_dir"]
+
+    kept: dict[tuple, dict] = {}
+    for key, row in sorted(read, key=home_first):
+        first = kept.setdefault(key, row)
+        if first is not row:
+            differs = {k: v for k, v in row.items() if k != "run_dir"} != {k: v for k, v in first.items() if k != "run_dir"}
+            skipped.append(Skipped(Path(row["run_dir"]), DUPLICATE,
+                                   f"{row['run_dir']}: a copy of {first['run_dir']} ({_identity_text(key)}"
+                                   f"{'; its files differ' if differs else ''}): counted once",
+                                   row["group"], row["run_id"]))
+    # in the order of the runs, not of where they lie: a W&B report lists them as the local one
+    rows = sorted(kept.values(), key=lambda row: (str(row["group"]), str(row["run_id"]), row["run_dir"]))
     if not rows and not skipped:
-        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {root}")
+        raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {where}")
     if not rows:
-        raise AnalysisError(f"no readable run under {root}: all {len(skipped)} are unreadable, "
-                            f"e.g. {skipped[0][1]}")
+        raise AnalysisError(f"no readable run under {where}: all {len(skipped)} are unreadable, "
+                            f"e.g. {skipped[0].reason}")
     runs = pd.DataFrame(rows)
     first = ["group", "run_id", "status", "task", "seed"]
     return runs[[c for c in first if c in runs] + [c for c in runs if c not in first]], skipped
 
 
+def scan_runs(root: Path | str) -> tuple[pd.DataFrame, list[Skipped]]:
+    """(runs, skipped): one row per run under `root` (a runs/ dir, a group dir or one run dir),
+    each run once, and every directory left out (`Skipped`: unreadable, or a copy)."""
+    run_dirs, unlisted = _walk(Path(root))
+    return read_runs(run_dirs, unlisted, where=str(root))
+
+
 def load_runs(root: Path | str) -> pd.DataFrame:
-    """All readable runs under `root`, one row per run; each unreadable one is skipped with a
+    """All readable runs under `root`, one row per run; each directory left out is named on a
     warning line."""
     runs, skipped = scan_runs(root)
-    for _, problem in skipped:
-        warn(f"skipped run: {problem}")
+    warn_skipped(skipped)
     return runs
 
 

@@ -1,8 +1,9 @@
 """`lit-attention report RUNS_DIR [--out DIR]`: tables, significance and figures from run stores.
 
 Writes into DIR (default RUNS_DIR/report): table.{tex,md,csv} (one row per configuration), pivot.{tex,md} (with --cols),
-table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and
-unreadable ones), runs.csv, significance.csv (when a baseline is tested) and the figures (PNG + PDF);
+table_trace.csv (every run -> its cell), excluded.csv (failed/pruned/invalid/other runs, and the
+directories the reader left out: unreadable ones, copies of a run read elsewhere), runs.csv,
+significance.csv (when a baseline is tested) and the figures (PNG + PDF);
 with --effects also effects_{importance,marginal,interactions}.{tex,md,csv} and their figures;
 with --trials expected_max.csv/.md and its figure; with --improvement improvement.csv/.md; report-files.json
 lists them, so that the next report into DIR removes those it does not write.
@@ -14,7 +15,6 @@ inf/NaN, gets one warning line on stderr and is counted, never averaged.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import signal
 import sys
@@ -31,7 +31,7 @@ from lit_attention.analysis import captions, significance, tables
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.analysis.trials import (expected_max_markdown, expected_max_table, improvement_markdown,
                                            improvement_table)
-from lit_attention.files import atomic_write
+from lit_attention.files import atomic_write, check_writable
 from lit_attention.registry import NO_ATTENTION
 from lit_attention.tracking import schema
 from lit_attention.tracking.schema import hyps_file
@@ -119,9 +119,10 @@ def parse_args(argv: list[str]) -> Request:
                         "metrics.csv and gradflow.csv are not read, so gradient columns show only "
                         "what summaries record)")
     p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT|DIR",
-                   help="read runs from W&B instead of RUNS_DIR: a project (needs network and an "
-                        "API key) or a directory of offline W&B runs; each run's run-store artifact "
-                        "is written under OUT/wandb-runs and read like a local store")
+                   help="read runs from W&B instead of RUNS_DIR: a directory of offline W&B runs "
+                        "(the run store each logged, or the one beside it) or a project (needs "
+                        "network and an API key; each run's run-store artifact is downloaded under "
+                        "OUT/wandb-runs); read like a local store")
     p.add_argument("--group", default=None,
                    help="the group (study) to read: of a W&B project, or of the runs under RUNS_DIR")
     p.add_argument("--effects", action="store_true",
@@ -282,31 +283,27 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
     return stored[0] if stored else "val"
 
 
-def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, list]:
-    """(request, runs, metrics, skipped): skipped lists (run dir, what is wrong) of unreadable
-    runs; the request names the run stores fetched from W&B as its runs_dir, if any."""
-    skipped = []
+def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
+    """(runs, metrics, skipped): the runs of RUNS_DIR or of W&B, read by load.py's reader (each
+    run once); skipped: the directories it left out (load.Skipped), each named on stderr."""
+    curves = pd.DataFrame()
     if request.wandb:
         from lit_attention.analysis import wandb_import
-        stores = request.out / WANDB_STORES
-        if wandb_import.fetch_run_stores(request.wandb, request.group, stores):
-            request = dataclasses.replace(request, runs_dir=str(stores))   # from here on a local run store
-        else:
-            print("note: some W&B runs carry no run-store artifact (logged before it existed): "
-                  "their summaries and curves only, no test, no hypothesis-based figures", file=sys.stderr)
-    if request.wandb and request.runs_dir is None:
-        runs, metrics = wandb_import.load_wandb(request.wandb, request.group, request.metric)
+        runs, curves, skipped = wandb_import.scan_wandb(request.wandb, request.group, request.out / WANDB_STORES,
+                                                        request.metric)
     else:
         runs, skipped = load.scan_runs(request.runs_dir)
-        if request.group is not None:
-            kept = runs[runs["group"] == request.group]
-            if kept.empty:
-                groups = ", ".join(sorted(map(str, runs["group"].dropna().unique()))) or "(no group recorded)"
-                raise AnalysisError(f"--group {request.group}: no run of that group here; the groups: {groups}")
-            runs = kept
-        for _, problem in skipped:
-            load.warn(f"skipped run: {problem}")
-        metrics = pd.DataFrame() if request.no_figures else load.load_metrics(runs)
+    if request.group is not None:
+        kept = runs[runs["group"] == request.group]
+        if kept.empty:
+            groups = ", ".join(sorted(map(str, runs["group"].dropna().unique()))) or "(no group recorded)"
+            raise AnalysisError(f"--group {request.group}: no run of that group here; the groups: {groups}")
+        runs = kept
+    load.warn_skipped(skipped)
+    metrics = pd.DataFrame()
+    if not request.no_figures:
+        metrics = pd.concat([frame for frame in (load.load_metrics(runs), curves) if not frame.empty] or [metrics],
+                            ignore_index=True)
     if request.where:
         runs = runs[significance.matches(runs, selector(runs, request.where))]
         if runs.empty:
@@ -323,10 +320,10 @@ def load_input(request: Request) -> tuple[Request, pd.DataFrame, pd.DataFrame, l
     runs = runs if request.no_figures else agg_mod.add_gradient_stats(runs)
     for run_dir, column, value in agg_mod.invalid_values(runs, [request.metric]):
         why = schema.invalid_number(column, value) or "not a finite number"
-        load.warn(f"{run_dir}: {column} is {value!r}, {why}; the run is not averaged")
+        load.warn(f"{run_dir}: {column} is {load.quoted(value)}, {why}; the run is not averaged")
     for run_dir, column, value in agg_mod.invalid_values(runs, agg_mod.COSTS + agg_mod.GRADIENT):
-        load.warn(f"{run_dir}: {column} is {value!r}; left out of the {column} mean")
-    return request, runs, metrics, skipped
+        load.warn(f"{run_dir}: {column} is {load.quoted(value)}; left out of the {column} mean")
+    return runs, metrics, skipped
 
 
 def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
@@ -367,8 +364,9 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
-                 skipped=(), also=()) -> list[str]:
-    """Every table file; returns the Markdown tables to print. `also`: the configuration fields
+                 excluded: pd.DataFrame, also=()) -> list[str]:
+    """Every table file; returns the Markdown tables to print. `excluded`: excluded.csv
+    (aggregate.excluded_runs). `also`: the configuration fields
     outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
     table.tex still fits (else, and in a pivot, listed in the caption)."""
     out = request.out
@@ -378,7 +376,7 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
                                    captions.test_method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, request.metric),
-                                   unreadable=len(skipped),
+                                   unreadable=int((excluded["status"] == load.UNREADABLE).sum()),
                                    notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),
                                    decoding=decoding(runs, request.metric),
                                    test_split=(sig.attrs["split"] if sig is not None
@@ -399,10 +397,7 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
     fitted = fit_columns(request, *summary)     # before any file: an unknown --columns writes nothing
     atomic_write(out / "runs.csv", runs.to_csv(index=False))
-    unreadable = pd.DataFrame([{"group": d.parent.name, "run_id": d.name, "status": "unreadable",
-                                "run_dir": str(d), "reason": problem} for d, problem in skipped])
-    atomic_write(out / "excluded.csv", pd.concat([agg_mod.excluded_runs(runs, request.metric), unreadable],
-                                                 ignore_index=True).to_csv(index=False))
+    atomic_write(out / "excluded.csv", excluded.to_csv(index=False))
     atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, request.metric).to_csv(index=False))
     numeric = agg
     if sig is not None:
@@ -482,11 +477,12 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
         for y in ("val_ppl", "val_bleu"):
             stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_tokens"))
             figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
-    if request.runs_dir is not None:  # these read files that only run stores hold
-        figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys,
+    stored = runs[runs["run_dir"].map(lambda d: Path(d).is_dir())]   # not runs read from W&B summaries
+    if len(stored):  # these read files that only run stores hold
+        figures += plots.plot_bleu_by_length(load.load_length_buckets(stored), stored, keys,
                                              out / "bleu_by_length", metric=m)
-        figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow", metric=m)
-        figures += plots.plot_attention_grid(runs, keys, out / "attention_grid", metric=m)
+        figures += plots.plot_gradflow(load.load_gradflow(stored), stored, keys, out / "gradflow", metric=m)
+        figures += plots.plot_attention_grid(stored, keys, out / "attention_grid", metric=m)
     return figures
 
 
@@ -582,8 +578,13 @@ def report(request: Request) -> int:
 
 def _report(request: Request, state: dict) -> int:
     out = request.out
+    made = [p for p in (out, *out.parents) if not p.exists()]   # deepest first
     try:
-        request, runs, metrics, skipped = load_input(request)
+        try:
+            check_out(request)
+            runs, metrics, skipped = load_input(request)
+        except OSError as exc:    # a run store or W&B directory that cannot be read
+            raise AnalysisError(error_text(exc)) from None
         rows, cols = choose_keys(runs, request.rows, request.cols)
         also = agg_mod.other_differences(runs, rows + cols)
         agg = agg_mod.aggregate(runs, rows + cols, request.metric, also)
@@ -591,11 +592,17 @@ def _report(request: Request, state: dict) -> int:
         found, pairs = factor_effects(request, runs)
         trials, trial_keys = trial_curves(request, runs)
         improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
-        out.mkdir(parents=True, exist_ok=True)
+        excluded = agg_mod.excluded_runs(runs, request.metric, skipped)
         earlier = state["earlier"] = outputs(out)
-        printed = write_tables(request, runs, agg, rows, cols, sig, is_base, baseline, skipped, also)
-    except (AnalysisError, FileNotFoundError) as exc:
-        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        printed = write_tables(request, runs, agg, rows, cols, sig, is_base, baseline, excluded, also)
+    except AnalysisError as exc:
+        if "earlier" not in state:   # nothing written: the directories this report made go again
+            for path in made:
+                try:
+                    path.rmdir()
+                except OSError:
+                    break
+        print(f"error: {load.cut(error_text(exc), load.MAX_MESSAGE)}", file=sys.stderr)
         return 2
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
@@ -604,11 +611,10 @@ def _report(request: Request, state: dict) -> int:
         printed, figures = printed + effect_tables, figures + effect_figures
     analysis_tables, analysis_figures = write_analyses(request, trials, trial_keys, improved, baseline)
     printed, figures = printed + analysis_tables, figures + analysis_figures
-    excluded = int(agg[["n_failed", "n_pruned", "n_invalid", "n_other"]].to_numpy().sum())
-    unreadable = f", {len(skipped)} unreadable" if skipped else ""
+    why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
     print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "
-                            f"{len(agg)} configurations, {excluded} excluded{unreadable}{against}", tables.WIDTH))
+                            f"{len(agg)} configurations, {len(excluded)} excluded{why}{against}", tables.WIDTH))
     print("\n".join(tables.terminal_view(agg, rows + cols, request.metric, sig, is_base, request.digits)))
     written = ["table.md (full table, caption)", "table.csv", "table.tex", *(["pivot.md/.tex"] if cols else []),
                *(["effects_*.md"] if found is not None else []), *(["expected_max.md"] if trials is not None else []),
@@ -627,6 +633,32 @@ def _report(request: Request, state: dict) -> int:
 
 OUTPUT_SUFFIXES = (".csv", ".md", ".tex", ".png", ".pdf")
 MANIFEST = "report-files.json"   # the files the last report in OUT wrote, as it left them
+
+
+def check_out(request: Request) -> None:
+    """Before any work: OUT is made (if missing) and a file written and removed in it, and no
+    directory stands where the report writes a file (or a file where --wandb downloads run
+    stores); AnalysisError naming what is wrong otherwise."""
+    out = request.out
+    if out.exists() and not out.is_dir():
+        raise AnalysisError(f"--out {out}: is a file, not a directory")
+    try:
+        check_writable(out)
+    except OSError as exc:
+        raise AnalysisError(f"--out {out}: cannot write there ({exc.strerror})") from None
+    for path in sorted(out.iterdir()):
+        if (path.suffix in OUTPUT_SUFFIXES or path.name == MANIFEST) and not path.is_file():
+            raise AnalysisError(f"--out {out}: {path.name} is no file, and the report writes a file of that name")
+    stores = out / WANDB_STORES     # where the artifacts of a W&B project's runs are downloaded
+    if request.wandb and not Path(request.wandb).is_dir() and stores.exists() and not stores.is_dir():
+        raise AnalysisError(f"--out {out}: {WANDB_STORES} is a file, and --wandb downloads run stores into it")
+
+
+def error_text(exc: Exception) -> str:
+    """What went wrong, in words: an OSError's message and file (never its bare errno)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror
+    return str(exc.args[0]) if exc.args else str(exc)
 
 
 def outputs(out: Path) -> dict[Path, tuple[int, int, int]]:

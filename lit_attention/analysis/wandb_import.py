@@ -1,36 +1,42 @@
 """Runs of a W&B project/group (or of offline W&B run files) -> what `report` reads.
 
 Every run logs its run store as a `run-store` artifact (tracking/wandb.py) when `fit` or `test`
-ends. `fetch_run_stores` writes the newest version of each run's artifact as a local run store:
-downloaded through the public API (`wandb.Api().runs`, `run.logged_artifacts()`,
-`artifact.download`), or, for offline runs, copied from the files their .wandb logs name
-(`wandb leet inspect --json`). The report then reads them as it reads any run store: the same
-tables, tests and figures. Runs logged before the artifact existed have only their summaries and
-histories: `run_row` and `history_frame` convert those (pure functions, tested on
-`wandb.apis.public.Run` objects built from attributes); significance and the figures that need
-hypotheses, gradient flow or attention maps are then left out.
+ends, and load.py's reader reads those run stores as it reads a local tree: each run once, every
+run left out named, the same tables, tests and figures. Of an offline run (a directory holding
+`offline-run-*`), the store read is the newest snapshot its artifact was logged from, kept in the
+W&B run's directory, else the run store beside it (the run directory its `wandb/` is in: a run
+killed before it logged anything ends there as the local report counts it); a W&B run with
+neither is named and left out. Of a project, each run's newest artifact is downloaded through the
+public API (`wandb.Api().runs`, `run.logged_artifacts()`, `artifact.download`); a run logged
+before the artifact existed has only its summary and history: `run_row` and `history_frame`
+convert those (pure functions, tested on `wandb.apis.public.Run` objects built from attributes),
+and significance and the figures that need hypotheses, gradient flow or attention maps leave it
+out.
 """
 
 from __future__ import annotations
 
-import json
+import re
 import shutil
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Iterable
 
 import pandas as pd
 
-from lit_attention.analysis.load import NESTED, AnalysisError, _scalar, flatten
-from lit_attention.tracking.schema import Status
-from lit_attention.tracking.wandb import RUN_STORE_ARTIFACT
+from lit_attention.analysis import load
+from lit_attention.analysis.load import NESTED, AnalysisError, Skipped, _scalar, flatten
+from lit_attention.tracking.schema import SUMMARY, Status
+from lit_attention.tracking.wandb import RUN_STORE_ARTIFACT, RUN_STORE_SNAPSHOTS
 
 # W&B run states -> run-store statuses (used when the summary carries no `status`).
 STATES = {"finished": Status.FINISHED, "failed": Status.FAILED, "crashed": Status.FAILED,
           "killed": Status.INTERRUPTED, "running": Status.RUNNING, "pending": Status.RUNNING}
 CURVES = ("val_loss", "val_ppl", "val_bleu", "val_chrf", "train_loss", "lr", "grad_norm/total")
 STEP = "trainer/global_step"  # the step key Lightning's WandbLogger logs
+OFFLINE_RUN = re.compile(r"offline-run-\d{8}_\d{6}-(?P<id>.+)")   # W&B's name of an offline run's directory
+NO_STORE = "no run store"
 
 
 def plain(value):
@@ -60,7 +66,7 @@ def run_row(run) -> dict:
     state = str(run.state)
     row["status"] = summary.get("status") or (STATES[state.lower()].value if state.lower() in STATES else state)
     row["run_dir"] = f"wandb:{'/'.join(run.path)}"
-    return row
+    return {k: load.cut(v) if isinstance(v, str) else v for k, v in row.items()}
 
 
 def history_frame(run_id: str, run_dir: str, rows: Iterable[dict]) -> pd.DataFrame:
@@ -79,9 +85,7 @@ def history_frame(run_id: str, run_dir: str, rows: Iterable[dict]) -> pd.DataFra
 
 def project_api(source: str):
     """A W&B API client for project ``source`` (ENTITY/PROJECT), or AnalysisError saying why not:
-    a path that names no directory, or no API key (was: wandb's traceback, exit 1)."""
-    import re
-
+    a path that names no directory, or no API key."""
     import wandb
 
     if not re.fullmatch(r"[^/\s]+/[^/\s]+", source) or source.startswith((".", "~")):
@@ -93,83 +97,91 @@ def project_api(source: str):
                             f"run `wandb login` or set WANDB_API_KEY; for offline runs give their directory") from None
 
 
-def load_wandb(path: str, group: str | None, metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(runs, metrics) of a W&B project ("entity/project"), optionally one group (study)."""
-    api = project_api(path)
-    runs = list(api.runs(path, filters={"group": group} if group else None))
-    if not runs:
-        raise SystemExit(f"error: no W&B runs in {path}" + (f" group {group}" if group else ""))
-    rows, curves = [], []
-    for run in runs:
-        row = run_row(run)
-        rows.append(row)
-        for key in dict.fromkeys((metric,) + CURVES):
-            # scan_history(keys=...) yields only rows holding every key: one curve at a time.
-            history = history_frame(row["run_id"], row["run_dir"], run.scan_history(keys=[STEP, key]))
-            if not history.empty:
-                curves.append(history)
-    metrics = pd.DataFrame()
-    if curves:
-        metrics = pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
-    return pd.DataFrame(rows), metrics
+def scan_wandb(source: str, group: str | None = None, into: Path | None = None,
+               metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame, list[Skipped]]:
+    """(runs, curves, skipped) of ``source`` (of its ``group`` only, if given): a directory holding
+    offline W&B runs, or a project (ENTITY/PROJECT) whose artifacts are downloaded under ``into`` (a new
+    temporary directory if None). ``curves``: the W&B history (metrics.csv shape) of the runs read
+    from their summaries, whose run_dir is `wandb:<path>`; the other runs' curves are their
+    metrics.csv (`load.load_metrics`)."""
+    if Path(source).is_dir():
+        runs, skipped = load.read_runs(*offline_stores(Path(source)), where=source)
+        return runs if group is None else runs[runs["group"] == group], pd.DataFrame(), skipped
+    import wandb
+
+    api = project_api(source)
+    try:
+        runs = list(api.runs(source, filters={"group": group} if group else None))
+        if not runs:
+            raise AnalysisError(f"no W&B runs in {source}" + (f" group {group}" if group else ""))
+        run_dirs, rows, curves = online_stores(runs, Path(into or tempfile.mkdtemp(prefix="wandb-runs-")), metric)
+    except wandb.errors.Error as exc:
+        raise AnalysisError(f"--wandb {source}: {' '.join(str(exc).split())}") from None
+    found, skipped = load.read_runs(run_dirs, rows=rows, where=source)
+    return found, curves, skipped
 
 
-def fetch_run_stores(source: str, group: str | None, into: Path) -> bool:
-    """Write the newest run-store artifact of every run of ``source`` (ENTITY/PROJECT, or a local
-    directory holding offline runs: a `wandb/` directory or a runs/ tree) under ``into``, one run
-    store per run. False when some run carries no run store (an older run): nothing is written."""
-    stores = _offline_stores(Path(source)) if Path(source).is_dir() else _online_stores(source, group)
-    if stores is None:
-        return False
-    if into.exists():
-        shutil.rmtree(into)
-    for name, write in stores.items():
-        write(into / name)
-    return True
+def load_wandb(source: str, group: str | None = None, into: Path | None = None,
+               metric: str = "val_bleu") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(runs, metrics) of ``source`` (see `scan_wandb`), as `load.load_runs` and `load.load_metrics`
+    give them; each run left out is named on a warning line."""
+    runs, curves, skipped = scan_wandb(source, group, into, metric)
+    load.warn_skipped(skipped)
+    return runs, pd.concat([load.load_metrics(runs), curves], ignore_index=True)
 
 
-def _offline_stores(directory: Path) -> dict | None:
-    """name -> writer of the newest run-store artifact per offline run under ``directory``."""
-    runs = sorted(directory.rglob("offline-run-*"), key=lambda p: p.name)   # names begin with the time
+def offline_stores(directory: Path) -> tuple[list[Path], list[Skipped]]:
+    """(run stores, W&B runs left out) of the offline W&B runs under ``directory``: per W&B run
+    id, of its newest directory (names begin with the time), the newest run-store snapshot it
+    logged, else the run store beside it."""
+    runs = sorted((p for p in directory.rglob("offline-run-*") if p.is_dir()), key=lambda p: p.name, reverse=True)
     if not runs:
         raise FileNotFoundError(f"no offline W&B runs (offline-run-*) under {directory}")
     newest = {}
     for run in runs:
-        for record in _records(run):
-            artifact = record.get("artifact") or {}
-            if record.get("type") == "artifact" and artifact.get("type") == RUN_STORE_ARTIFACT:
-                newest[artifact["name"]] = artifact["manifest"]["contents"]
-    return {name: _copier(contents) for name, contents in newest.items()} if newest else None
+        match = OFFLINE_RUN.fullmatch(run.name)
+        newest.setdefault(match["id"] if match else run.name, run)
+    stores, skipped = [], []
+    for wandb_id, run in newest.items():
+        snapshots = run / RUN_STORE_SNAPSHOTS
+        logged = sorted((p for p in snapshots.iterdir() if p.name.isdigit() and (p / SUMMARY).is_file()),
+                        key=lambda p: int(p.name)) if snapshots.is_dir() else []
+        beside = run.parent.parent
+        if logged:
+            stores.append(logged[-1])
+        elif (beside / SUMMARY).exists():
+            stores.append(beside)
+        else:
+            skipped.append(Skipped(run, NO_STORE, f"{run}: W&B run {wandb_id} logged no run store (its process "
+                                   f"ended before it could: killed?), and no run store is beside it",
+                                   run_id=wandb_id))
+    return stores, skipped
 
 
-def _records(run: Path) -> list[dict]:
-    """The records of an offline run's .wandb log, as `wandb leet inspect --json` prints them."""
-    done = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run)],
-                          capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise AnalysisError(f"cannot read the W&B log of {run}: {done.stderr.strip()[-300:]}")
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-def _copier(contents: list[dict]):
-    def write(target: Path) -> None:
-        for entry in contents:
-            path = target / entry["path"]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(entry["local_path"], path)
-    return write
-
-
-def _online_stores(path: str, group: str | None) -> dict | None:
-    """name -> writer (a download) of the newest run-store artifact of every run of ``path``."""
-    runs = list(project_api(path).runs(path, filters={"group": group} if group else None))
-    if not runs:
-        raise SystemExit(f"error: no W&B runs in {path}" + (f" group {group}" if group else ""))
-    stores = {}
+def online_stores(runs: list, into: Path, metric: str = "val_bleu") -> tuple[list[Path], list[dict], pd.DataFrame]:
+    """(run stores, rows, curves) of W&B runs (`wandb.apis.public.Run`): each run's newest run-store
+    artifact downloaded to ``into``/<artifact name> (``into`` emptied first: it holds the last
+    download only); a run without one (logged before the artifact existed) as a row of its summary
+    (`run_row`) with its history's curves (`history_frame`)."""
+    shutil.rmtree(into, ignore_errors=True)
+    stores, rows, curves = [], [], []
     for run in runs:
         versions = [a for a in run.logged_artifacts() if a.type == RUN_STORE_ARTIFACT]
-        if not versions:
-            return None
-        newest = max(versions, key=lambda a: int(a.version.lstrip("v")))
-        stores[newest.name.partition(":")[0]] = lambda target, a=newest: a.download(root=str(target))
-    return stores
+        if versions:
+            newest = max(versions, key=lambda a: int(a.version.lstrip("v")))
+            stores.append(Path(newest.download(root=str(into / newest.name.partition(":")[0]))))
+            continue
+        rows.append(run_row(run))
+        for key in dict.fromkeys((metric,) + CURVES):
+            # scan_history(keys=...) yields only rows holding every key: one curve at a time.
+            history = history_frame(rows[-1]["run_id"], rows[-1]["run_dir"], run.scan_history(keys=[STEP, key]))
+            if not history.empty:
+                curves.append(history)
+    if rows:
+        print(f"note: {len(rows)} of {len(runs)} W&B runs carry no run-store artifact (logged before it "
+              "existed): their summaries and curves only, without tests or hypothesis-based figures",
+              file=sys.stderr)
+    metrics = pd.DataFrame()
+    if curves:
+        metrics = pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
+    return stores, rows, metrics

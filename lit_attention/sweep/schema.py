@@ -31,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import reprlib
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -323,6 +324,23 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
     return Condition(ref, values, negate)
 
 
+def _one_value(choices: list) -> tuple | None:
+    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML
+    reads it as text) and 0.001, "a" and "a"; a boolean is never a number."""
+    seen: dict[tuple, tuple] = {}
+    for i, choice in enumerate(choices):
+        key = choice
+        if isinstance(choice, str):
+            try:
+                key = float(choice)
+            except ValueError:
+                pass
+        if (isinstance(choice, bool), key) in seen:
+            return seen[isinstance(choice, bool), key], (i, choice)
+        seen[isinstance(choice, bool), key] = (i, choice)
+    return None
+
+
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
     key = f"space.{name}"
     if not isinstance(name, str) or not name.startswith(PREFIXES) or not config_name(name).rpartition(".")[2]:
@@ -348,8 +366,11 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
                 ck.fail(f"{key}.choices", f"choices are scalars (str, int, float, bool), got {c!r}")
             if isinstance(c, float) and not math.isfinite(c):
                 ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
-        if len(set(map(repr, choices))) != len(choices):
-            ck.fail(f"{key}.choices", "duplicate values")
+        same = _one_value(choices)
+        if same:
+            (i, a), (j, b) = same
+            ck.fail(f"{key}.choices", f"choices {i + 1} and {j + 1} ({reprlib.repr(a)} and {reprlib.repr(b)}) "
+                                      "are one value: a configuration would run twice, its runs counted as seeds")
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)

@@ -9,6 +9,7 @@ asks wandb, so it names the server wandb.init would talk to. An offline run is u
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -94,25 +95,35 @@ def make_wandb_logger(run_dir: Path, project: str, group: str, name: str, job_ty
     return logger
 
 
+RUN_FOLDER = "wandb"   # W&B's directory of a run inside its run directory (the logger's save_dir)
+
+
 # The run store a W&B run carries as an artifact of this type (a new version after every `fit`
 # and `test`): what `report --wandb` needs for the same tests and figures as on the local store.
 RUN_STORE_ARTIFACT = "run-store"
+# In the W&B run's own directory, <n>/ holds the files of the n-th artifact version it logged.
+RUN_STORE_SNAPSHOTS = "run-store"
 ARTIFACT_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW)
 ARTIFACT_DIRS = {schema.HYPS: "*", schema.ATTENTION: "*.json"}   # hypotheses, references, their
                                                                   # sentence statistics; maps as data
 
 
 def run_store_artifact(wandb, run_dir: Path):
-    """The artifact of ``run_dir``'s run store (``wandb``: the imported module)."""
+    """The artifact of ``run_dir``'s run store (``wandb``: the imported module). Its files are
+    copied into the W&B run's directory (RUN_STORE_SNAPSHOTS/<n>) and logged from there as they
+    are (policy "immutable"), not from W&B's temporary staging cache: an offline run keeps what it
+    logged after `wandb sync`, on another machine and after the cache is cleaned."""
+    snapshots = Path(wandb.run.dir).parent / RUN_STORE_SNAPSHOTS
+    snapshot = snapshots / str(len(list(snapshots.iterdir())) if snapshots.is_dir() else 0)
     artifact = wandb.Artifact(f"{RUN_STORE_ARTIFACT}-{wandb.run.id}", type=RUN_STORE_ARTIFACT,
                               description=f"lit-attention run store {run_dir.name}")
-    for name in ARTIFACT_FILES:
-        if (run_dir / name).is_file():
-            artifact.add_file(str(run_dir / name), name=name)
-    for folder, pattern in ARTIFACT_DIRS.items():
-        for path in sorted((run_dir / folder).glob(pattern)):
-            if path.is_file():
-                artifact.add_file(str(path), name=f"{folder}/{path.name}")
+    names = [name for name in ARTIFACT_FILES if (run_dir / name).is_file()]
+    names += [f"{folder}/{path.name}" for folder, pattern in ARTIFACT_DIRS.items()
+              for path in sorted((run_dir / folder).glob(pattern)) if path.is_file()]
+    for name in names:
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(run_dir / name, snapshot / name)
+        artifact.add_file(str(snapshot / name), name=name, policy="immutable")
     return artifact
 
 
@@ -122,6 +133,6 @@ def finish(run_dir: Path | None = None) -> None:
     wandb = sys.modules.get("wandb")
     if wandb is None or getattr(wandb, "run", None) is None:
         return
-    if run_dir is not None and schema.summary_path(Path(run_dir)).is_file():
+    if run_dir is not None and schema.summary_path(Path(run_dir)).is_file() and not wandb.run.disabled:
         wandb.run.log_artifact(run_store_artifact(wandb, Path(run_dir)))
     wandb.finish()

@@ -252,6 +252,27 @@ def test_a_duplicate_key_is_an_error_naming_both_lines(tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("choices, pair", [
+    ("[0.1, 0.10]", "choices 1 and 2 (0.1 and 0.1)"),
+    ("[0.2, 1, 1.0]", "choices 2 and 3 (1 and 1.0)"),
+    ("[a, b, a]", "choices 1 and 3 ('a' and 'a')"),
+    ("[1e-3, 0.001]", "choices 1 and 2 ('1e-3' and 0.001)"),     # YAML reads 1e-3 as text
+    ("[0x10, 16]", "choices 1 and 2 (16 and 16)"),
+])
+def test_choices_that_are_one_value_are_refused_naming_the_pair(tmp_path, capsys, choices, pair):
+    """Such a space runs one configuration twice, and the report counts its runs as seeds."""
+    path = _text(tmp_path, HEAD + f"space:\n  model.lr: {{choices: {choices}}}\n")
+    assert cli.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:6: space.model.lr.choices: {pair} are one value" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_choices_that_differ_are_kept(tmp_path):
+    path = _text(tmp_path, HEAD + "space:\n  model.lr: [1, 2, 1.5]\n  model.dropout: [0, false]\n")
+    assert [p.choices for p in load_sweep(path).space] == [(1, 2, 1.5), (0, False)]
+
+
 def test_an_unknown_top_level_key_names_its_line_and_the_nearest_key(tmp_path):
     path = _text(tmp_path, HEAD + "sampel: grid\nspace:\n  model.lr: [0.1]\n")
     with pytest.raises(SweepError, match=r"s.yaml:5: sampel: unknown key — did you mean sampler\?"):

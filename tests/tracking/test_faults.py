@@ -79,7 +79,8 @@ def test_a_killed_run_is_reported_killed_with_a_reason(killed_run, tmp_path):
     assert finished.returncode == 0, finished.stderr[-2000:]
     report = cli_in_process("report", tmp_path, "--metric", "val_loss", "--out", tmp_path / "report")
     assert report.returncode == 0, report.stderr[-2000:]
-    assert "and 1 other (interrupted, killed or running) runs" in report.stdout
+    assert "2 runs, 1 configurations, 1 excluded (1 killed)" in report.stdout
+    assert "and 1 other (interrupted, killed or running) runs" in (tmp_path / "report" / "table.md").read_text()
     with open(tmp_path / "report" / "excluded.csv", newline="") as f:
         [excluded] = list(csv.DictReader(f))
     assert excluded["run_id"] == "k" and excluded["status"] == "killed"
