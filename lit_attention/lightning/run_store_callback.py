@@ -19,6 +19,7 @@ from lit_attention.registry import FILES_TASK
 from lit_attention.tracking import machine_speed, schema, sentence_stats
 from lit_attention.tracking.identity import checkpoint_name, sha256
 from lit_attention.tracking.liveness import process_identity
+from lit_attention.tracking.provenance import code_fingerprint, machine
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger, atomic_write, git_commit, package_versions
 from lit_attention.tracking.schema import (CONFIG, LAST_CHECKPOINT, Status, SummaryError, hyps_file, now_iso,
                                            refs_file, token_nll_file)
@@ -94,6 +95,7 @@ class RunStoreCallback(Callback):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
+                      code_fingerprint=code_fingerprint(), machine=machine(),
                       versions=package_versions(), world_size=trainer.world_size, **self.labels)
         afresh = stage == "fit" and not self.from_checkpoint
         replaces = afresh and schema.summary_path(self.run_dir.path).exists()

@@ -198,6 +198,7 @@ FIELDS: dict[str, type | tuple] = {
     "seed": (int, bool),   # LightningCLI's seed_everything: a seed, or true (a random one)
     "status": str, "error": str, "started_at": str, "finished_at": str, "heartbeat_at": str,
     "process": dict, "world_size": int, "git_commit": str, "versions": dict, "wandb_run_id": str,
+    "code_fingerprint": str, "machine": str,   # tracking/provenance.py
     "name": str, "tags": list, "job_type": str,   # --run.name, --run.tags, --run.job_type
     "model": dict, "params": int, "data_dropped": dict, "data_text": dict, "eval_protocol": str,
     "tokenizer_digest": dict,   # side -> {"path", "sha256"} of each tokenizer file fit trained with
