@@ -122,14 +122,19 @@ def test_two_tasks_on_one_postgresql_study_finish_every_cell_once(slurm, postgre
 def test_a_ddp_trial_is_an_srun_step_of_the_jobs_tasks_joined_by_lightning(slurm, tmp_path):
     submit = Submit(slurm, tmp_path, f"sqlite:///{tmp_path / 'study.db'}", lrs=(1e-3,), seeds=1)
     job, _ = submit("--nodes=1", "--ntasks-per-node=2", NODES_PER_TRIAL="1")
+    steps = set()   # the job's srun steps while it runs: the worker is in the batch shell, the trial a step
+    while slurm.state(job)["JobState"] in ("PENDING", "RUNNING", "CONFIGURING"):
+        step = slurm.run("scontrol", "-o", "show", "step", f"{job}.0", check=False).stdout
+        steps |= set(re.findall(r"StepId=(\S+) .*Tasks=(\d+)", step))
+        time.sleep(0.5)
     out = submit.finished(job)
+    assert steps == {(f"{job}.0", "2")}, out
     (trial,) = submit.study().get_trials()
     assert trial.state == TrialState.COMPLETE, (trial.user_attrs, out[-3000:])
     (run,) = submit.runs()
     s = summary(run)
     assert s["status"] == "finished" and s["world_size"] == 2, s
     log = (run / "trial.log").read_text()
-    # each rank is a task of the step (srun started it), not a process Lightning relaunched
     assert "GLOBAL_RANK: 0, MEMBER: 1/2" in log and "GLOBAL_RANK: 1, MEMBER: 2/2" in log, log[-3000:]
     assert "srun` command is available" not in log
 
