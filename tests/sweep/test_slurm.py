@@ -5,6 +5,7 @@ run prints each task's placement, and a requeued job finishes every cell once. T
 copy task on the CPU; what only several nodes can show (a trial's srun step spanning them) is
 checked on its dry-run command."""
 
+import json
 import os
 import re
 import subprocess
@@ -25,9 +26,6 @@ TINY = {"data.n_train": 200, "data.n_val": 40, "data.n_test": 20, "data.max_toke
         "model.d_model": 16, "model.ffn": 32, "model.enc_layers": 1, "model.dec_layers": 1,
         "model.dropout": 0.0, "model.val_bleu": False, "model.warmup": 1, "trainer.max_epochs": 1,
         "trainer.enable_progress_bar": False, "trainer.accelerator": "cpu"}
-
-pytestmark = pytest.mark.slow
-
 
 def test_the_template_is_valid_bash():
     out = subprocess.run(["bash", "-n", str(TEMPLATE)], capture_output=True, text=True)
@@ -71,7 +69,6 @@ class Submit:
 
 
 def summary(run: Path) -> dict:
-    import json
     return json.loads((run / "summary.json").read_text())
 
 
@@ -91,6 +88,7 @@ def sqlite_submit(slurm, tmp_path):
     return Submit(slurm, tmp_path, f"sqlite:///{tmp_path / 'study.db'}")
 
 
+@pytest.mark.slow
 def test_a_dry_run_prints_each_tasks_placement_in_the_jobs_output_file(sqlite_submit):
     # The output file is in the submit directory, which exists before the script's first line.
     job, info = sqlite_submit("--nodes=1", "--ntasks=2", DRY_RUN="1")
@@ -102,6 +100,7 @@ def test_a_dry_run_prints_each_tasks_placement_in_the_jobs_output_file(sqlite_su
     assert not (sqlite_submit.dir / "runs").exists() and not (sqlite_submit.dir / "study.db").exists()
 
 
+@pytest.mark.slow
 def test_two_tasks_on_one_sqlite_study_finish_every_cell_once_each_trial_one_process(sqlite_submit):
     job, _ = sqlite_submit("--nodes=1", "--ntasks=2")
     out = sqlite_submit.finished(job)
@@ -111,6 +110,7 @@ def test_two_tasks_on_one_sqlite_study_finish_every_cell_once_each_trial_one_pro
     assert len(sqlite_submit.runs()) == 4
 
 
+@pytest.mark.slow
 def test_two_tasks_on_one_postgresql_study_finish_every_cell_once(slurm, postgres, tmp_path):
     submit = Submit(slurm, tmp_path, postgres(password="S3cretOfTheStudy"))
     job, _ = submit("--nodes=1", "--ntasks-per-node=2")
@@ -119,6 +119,7 @@ def test_two_tasks_on_one_postgresql_study_finish_every_cell_once(slurm, postgre
     assert_every_cell_finished_once(submit, 4)
 
 
+@pytest.mark.slow
 def test_a_ddp_trial_is_an_srun_step_of_the_jobs_tasks_joined_by_lightning(slurm, tmp_path):
     submit = Submit(slurm, tmp_path, f"sqlite:///{tmp_path / 'study.db'}", lrs=(1e-3,), seeds=1)
     job, _ = submit("--nodes=1", "--ntasks-per-node=2", NODES_PER_TRIAL="1")
@@ -139,6 +140,7 @@ def test_a_ddp_trial_is_an_srun_step_of_the_jobs_tasks_joined_by_lightning(slurm
     assert "srun` command is available" not in log
 
 
+@pytest.mark.slow
 def test_a_job_requeued_mid_trial_finishes_every_cell_once(slurm, tmp_path):
     submit = Submit(slurm, tmp_path, f"sqlite:///{tmp_path / 'study.db'}", seeds=1, **{"trainer.max_epochs": 20})
     job, _ = submit("--nodes=1", "--ntasks=2")
@@ -168,6 +170,7 @@ def test_a_job_requeued_mid_trial_finishes_every_cell_once(slurm, tmp_path):
 
 # -- what one node cannot show: a trial's srun step across several nodes (dry run, a stand-in job) -
 
+@pytest.mark.slow
 def test_a_trial_across_nodes_is_an_srun_step_of_every_node(tmp_path):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(yaml.safe_dump({
