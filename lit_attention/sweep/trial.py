@@ -36,6 +36,7 @@ POLL_SECONDS = 0.5
 _SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
               "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
 _SLURM_TASKS = ("SLURM_NTASKS", "SLURM_NPROCS")
+_SRUN_HINT = "ignore:The `srun` command is available on your system but is not used"
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
 # What torch, the CUDA runtime, cuBLAS and cuDNN say when a GPU allocation fails.
 GPU_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
@@ -260,6 +261,8 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         # would take it (seeing the job's task count) for one rank of that many started by srun.
         for key in _SLURM_TASKS:
             env.pop(key, None)
+        # and Lightning's hint to start it with srun, where srun is on PATH, does not apply
+        env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _SRUN_HINT)))
     env.setdefault("WANDB_SILENT", "true")
     env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]

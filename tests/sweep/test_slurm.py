@@ -19,6 +19,7 @@ import yaml
 from optuna.trial import TrialState
 
 from conftest import REPO, cli_in_process
+from lit_attention.sweep import trial as tr
 
 TEMPLATE = REPO / "sweeps" / "slurm-workers.sbatch"
 LIT = Path(sys.executable).with_name("lit-attention")
@@ -107,6 +108,8 @@ def test_two_tasks_on_one_sqlite_study_finish_every_cell_once_each_trial_one_pro
     assert_every_cell_finished_once(sqlite_submit, 4)
     # both tasks ran workers (each prints its progress line with its task's label)
     assert re.search(r"^0: \[slurm\] ", out, re.M) and re.search(r"^1: \[slurm\] ", out, re.M), out
+    for run in sqlite_submit.runs():
+        assert "srun" not in (run / "trial.log").read_text()   # nor Lightning's hint to start it with srun
     assert len(sqlite_submit.runs()) == 4
 
 
@@ -166,6 +169,21 @@ def test_a_job_requeued_mid_trial_finishes_every_cell_once(slurm, tmp_path):
         (resumed,) = [d for d in trials if d.user_attrs.get("resumed_from") == t.number]
         assert resumed.state == TrialState.COMPLETE and resumed.user_attrs["run_dir"] == t.user_attrs["run_dir"]
     assert len(submit.runs()) == 2
+
+
+@pytest.mark.parametrize("slurm_env,devices,nodes,step", [
+    ({}, 2, 1, False),                                           # outside SLURM: Lightning starts the ranks
+    ({"SLURM_JOB_ID": "7"}, 2, 1, True),                         # a job's batch shell: srun starts them
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, 2, 1, False),  # inside a task: Lightning starts them
+    ({"SLURM_JOB_ID": "7"}, 1, 1, False),                        # one process: no step
+    ({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, 2, 2, True),   # across nodes: always a step
+])
+def test_srun_starts_a_trials_ranks_only_where_no_task_holds_them(monkeypatch, slurm_env, devices, nodes, step):
+    for key in ("SLURM_JOB_ID", "SLURM_STEP_ID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in slurm_env.items():
+        monkeypatch.setenv(key, value)
+    assert tr.launcher(nodes, devices)[:1] == (["srun"] if step else [])
 
 
 # -- what one node cannot show: a trial's srun step across several nodes (dry run, a stand-in job) -
