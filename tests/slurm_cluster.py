@@ -23,7 +23,7 @@ import pytest
 INSTALL = "apt-get install -y slurm-wlm munge"
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CPUS = 4          # declared, not bound (task/none): room for 2 tasks and a step of 2 ranks at once
-KILL_WAIT = 10    # seconds between a job's SIGTERM and SIGKILL: its trials write their checkpoints
+KILL_WAIT = 30    # SLURM's default: seconds between a job's SIGTERM and SIGKILL (trials write checkpoints)
 
 CONFIG = """\
 ClusterName=litattention

@@ -163,10 +163,13 @@ def test_a_job_requeued_mid_trial_finishes_every_cell_once(slurm, tmp_path):
     assert "DUE TO JOB REQUEUE" in out and "continuing trial" in out, out   # both attempts' output, appended
     trials = assert_every_cell_finished_once(submit, 2)
     stopped = [t for t in trials if t.state == TrialState.FAIL]
-    assert len(stopped) == 2, out
+    seen = [(t.number, t.state.name, t.user_attrs) for t in trials]
+    assert len(stopped) == 2, seen
     for t in stopped:   # the killed attempt: interrupted at a checkpoint, continued by the new one
         assert t.user_attrs["error"] == "interrupted (SIGTERM); continue with --resume", t.user_attrs
-        (resumed,) = [d for d in trials if d.user_attrs.get("resumed_from") == t.number]
+        resumed = [d for d in trials if d.user_attrs.get("resumed_from") == t.number]
+        assert len(resumed) == 1, seen
+        (resumed,) = resumed
         assert resumed.state == TrialState.COMPLETE and resumed.user_attrs["run_dir"] == t.user_attrs["run_dir"]
     assert len(submit.runs()) == 2
 
