@@ -289,6 +289,11 @@ def postgres():
         shutil.rmtree(data, ignore_errors=True)
 
 
+# -- SLURM: a private one-node cluster (munged, slurmctld, slurmd), started once per test session ----
+
+from slurm_cluster import slurm  # noqa: E402,F401  (the fixture)
+
+
 # -- Real file-system faults: a tmpfs of a given size (ENOSPC when full), remountable read-only -----
 
 class Tmpfs:

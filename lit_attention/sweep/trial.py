@@ -35,6 +35,8 @@ POLL_SECONDS = 0.5
 # Environment of the worker that must not reach a fresh training run.
 _SCRUB_ENV = (STORAGE_ENV, schema.RUN_ID_ENV, "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "RANK",
               "MASTER_ADDR", "MASTER_PORT", "WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
+_SLURM_TASKS = ("SLURM_NTASKS", "SLURM_NPROCS")
+_SRUN_HINT = "ignore:The `srun` command is available on your system but is not used"
 TAG_KEYS = ("family", "cell", "attention", "scoring", "positional")
 # What torch, the CUDA runtime, cuBLAS and cuDNN say when a GPU allocation fails.
 GPU_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
@@ -63,11 +65,17 @@ def fit_command() -> list[str]:
 
 
 def launcher(nodes: int, devices: int) -> list[str]:
-    """What starts a trial spanning nodes: one srun step of nodes x devices tasks in the current
-    SLURM allocation; Lightning's SLURMEnvironment reads each rank from the task's variables."""
-    if nodes <= 1:
+    """What starts a trial of several ranks where SLURM must start them: one srun step of nodes x
+    devices tasks in the current allocation, whose ranks Lightning's SLURMEnvironment reads from
+    each task's variables. That is a trial spanning nodes, and a DDP trial started from a job's
+    batch shell (a job, no step: its tasks are srun's to start); inside a task, or outside SLURM,
+    Lightning starts a trial's ranks itself."""
+    batch_shell = "SLURM_JOB_ID" in os.environ and "SLURM_STEP_ID" not in os.environ
+    if nodes <= 1 and not (devices > 1 and batch_shell):
         return []
-    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={devices}", "--kill-on-bad-exit=1"]
+    # --ntasks too: srun would take the job's SLURM_NTASKS for it
+    return ["srun", f"--nodes={nodes}", f"--ntasks-per-node={devices}", "--kill-on-bad-exit=1",
+            f"--ntasks={nodes * devices}"]
 
 
 def format_value(value) -> str:
@@ -246,6 +254,13 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
+    if cmd[:1] != ["srun"]:
+        # A trial that is not an srun step of its own is no SLURM task: Lightning's SLURMEnvironment
+        # would take it (seeing the job's task count) for one rank of that many started by srun.
+        for key in _SLURM_TASKS:
+            env.pop(key, None)
+        # and Lightning's hint to start it with srun, where srun is on PATH, does not apply
+        env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _SRUN_HINT)))
     env.setdefault("WANDB_SILENT", "true")
     env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
