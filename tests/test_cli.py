@@ -51,7 +51,7 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert summary["model"]["family"] == "transformer" and summary["task"] == "copy"
     assert summary["seed"] == 1 and summary["params"] > 0
     # the machine-speed probe: at the start and end of training, and after an epoch a minute or more
-    # after the last probe (it was after every epoch: 1.5 % of a GPU run's time, issue 38)
+    # after the last probe (a probe after every epoch costs a visible share of a GPU run)
     probes = summary["machine_gflops_probes"]
     assert 2 <= len(probes) <= summary["epochs"] + 2 and min(probes) > 0, (probes, summary["epochs"])
     if summary["train_seconds"] < RunStoreCallback.probe_every:
@@ -81,7 +81,7 @@ def test_copy_transformer_reaches_bleu_90_and_fills_the_run_store(copy_run):
     assert gradflow[0] == "step,direction,sentence,position,distance,norm" and len(gradflow) > 5
     assert len(list((copy_run / "attention").glob("val-*.png"))) == 4
     assert set(summary["attention_entropy"]) >= {"cross.0", "cross.1", "enc_self.0", "dec_self.1"}
-    # issue 38: the attention kernels chosen on purpose, and how often each diagnostic was measured
+    # the attention kernels chosen on purpose, and how often each diagnostic was measured
     assert summary["attention_backends"]["device"] == "cpu"
     assert summary["attention_backends"]["allowed"] == ["FLASH_ATTENTION", "MATH"]
     assert summary["measured_every"] == {"grad_norm_total": 1, "clip_fraction": 1, "grad_norm_modules": 50,
@@ -321,7 +321,7 @@ def test_ddp_validation_sums_exactly_over_two_gloo_ranks(one_epoch_run):
     assert results[2][2] == results[1][2] and results[1][2].count("\n") == 45   # every line, in order
 
 
-# -- nothing the user asks for is silently ignored (issue 19) ----------------------------------
+# -- nothing the user asks for is silently ignored -------------------------------------------
 
 TYPOS = [
     (["--model.hiden_size", "512"], "unknown option model.hiden_size — did you mean model.d_model?"),

@@ -184,7 +184,7 @@ def test_a_setting_the_ngram_ignores_exits_2_from_the_command_line(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-# -- values taken without acting on them as given, now refused (session 27; docs/RELIABILITY.md):
+# -- values taken without acting on them as given are refused (docs/RELIABILITY.md):
 # `fit` stops with the same message before writing anything (three of them end to end in
 # tests/lightning/test_cli_robust.py), and a sweep before its first trial ---------------------------
 

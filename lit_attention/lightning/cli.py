@@ -64,8 +64,7 @@ set_loader(STRICT_YAML, _load_strict, (yaml.YAMLError,))
 PARSER_KWARGS = {"exit_on_error": False, "allow_abbrev": False, "parser_mode": STRICT_YAML,
                  **{c: {"allow_abbrev": False, "parser_mode": STRICT_YAML} for c in LightningCLI.subcommands()}}
 # log_every_n_steps: Lightning's own default. Each logged value costs a Lightning `self.log` call
-# (~0.5 ms of Python) and a read from the device: logging four values every 10 steps cost 1.3 % of
-# the CPU fit proxy's step (bench/fit_overhead.py, 0.900 -> 0.911 at 50; issue 38).
+# and a read from the device (bench/fit_overhead.py measures the share of a step).
 TRAINER_DEFAULTS = {"use_distributed_sampler": False, "gradient_clip_val": 1.0, "log_every_n_steps": 50,
                     # token batches are re-bucketed each epoch, so their count varies
                     "reload_dataloaders_every_n_epochs": 1}

@@ -44,8 +44,8 @@ def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
 
 
 class RunStoreCallback(Callback):
-    # Seconds between two machine probes at epochs' ends: one after every epoch took 50 ms of each
-    # 3.5 s epoch of the reference Transformer on an H200 (issue 38); drift shows over hours.
+    # Seconds between two machine probes at epochs' ends: a probe after every short epoch costs a
+    # visible share of a GPU run (docs/BENCHMARKS.md), and drift shows over hours.
     probe_every = 60.0
 
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,

@@ -57,22 +57,15 @@ def cpu_flags() -> set[str]:
 
 def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:
     """Whether this CPU does bf16 arithmetic in hardware (AVX512-BF16 or AMX). Without it torch
-    emulates bf16 matmuls: slower than fp32 with AVX512, and about 70x slower on an AVX2-only CPU
-    (1.3 vs 91 GFLOP/s on one thread, measured on an AMD EPYC)."""
+    emulates bf16 matmuls: slower than fp32 with AVX512, and far slower on an AVX2-only CPU (docs/BENCHMARKS.md)."""
     return any(flag in (cpu_flags() if flags is None else flags) for flag in NATIVE_BF16_FLAGS)
 
 
-# What was measured fastest on a GPU (issue 38: the reference Transformer, an H200, torch 2.11):
-# bf16-mixed ran at 0.85x fp32 even with cuDNN attention off (a 6M-parameter step is launch-bound:
-# autocast adds casts, the matmuls were not the bottleneck); again on 2026-11-27 with cuDNN
-# attention never chosen: 0.77-0.90x under `fit`, 0.78-0.88x in a plain loop, over five calls
-# (bench/gpu_throughput.py). Only with the whole step replayed from a CUDA graph did bf16 pay there
-# (1.20-1.34x fp32, the plain loop over padded batches); `fit --model.graph_step true` replays the
-# forward and backward only, and there bf16 ran 0.91-0.92x fp32 (two calls, session 23).
-# Change it when a measurement says so.
-GPU_PRECISION = ("32-true", "measured fastest on a GPU for the reference Transformer (bf16-mixed ran "
-                 "0.77-0.90x fp32 under fit on an H200: the step is launch-bound, bf16 adds casts; "
-                 "docs/BENCHMARKS.md)")
+# The precision measured fastest on a GPU for the reference Transformer: its step is launch-bound,
+# so bf16's casts cost more than its matmuls save (the readings: docs/BENCHMARKS.md,
+# bench/gpu_throughput.py). Change it when a measurement says so.
+GPU_PRECISION = ("32-true", "measured fastest on a GPU for the reference Transformer (its step is "
+                 "launch-bound and bf16-mixed adds casts; docs/BENCHMARKS.md)")
 
 
 def default_precision(flags: set[str], cuda_bf16: bool | None = None) -> tuple[str, str]:

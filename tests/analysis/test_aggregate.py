@@ -62,7 +62,7 @@ def test_the_gradient_decay_is_fitted_after_the_first_steps_transient():
 
 def test_the_gradient_decay_interval_resamples_seeds_then_sentences():
     """Three seeds decaying by 0.765, 0.780 and 0.828 per step on the same 32 sentences (the
-    reverse task's Elman, issue 33): pooling (run, sentence) pairs gave an interval around their
+    reverse task's Elman): pooling (run, sentence) pairs gave an interval around their
     mean that held none of them; resampling the seeds first spans them."""
     decays = {"s0": 0.765, "s1": 0.780, "s2": 0.828}
     rows = _gradflow_rows({run: np.arange(17) * np.log(d) for run, d in decays.items()})

@@ -78,7 +78,7 @@ def test_a_non_finite_metric_is_never_averaged_but_counted(study, tmp_path, caps
 @pytest.mark.parametrize("value,why", [("50", "not a finite number"), (True, "not a finite number"),
                                        (150.0, "outside its range [0, 100]"), (-3.0, "outside its range [0, 100]")])
 def test_a_metric_of_the_wrong_type_or_out_of_range_is_invalid_not_a_value(study, tmp_path, capsys, value, why):
-    """Issue 35, case 4: `"val_bleu": "50"` was shown as 50.0 and marked best, `true` as 1.0."""
+    """`"val_bleu": "50"` or `true` is an invalid value, never shown as 50.0 or 1.0 and marked best."""
     set_summary(study / "luong-s1", val_bleu=value)
     out = tmp_path / "report"
     assert report.main([str(study), "--out", str(out), "--no-figures", "--baseline", "off"]) == 0
@@ -291,8 +291,8 @@ def whole(path) -> bool:
 
 @pytest.mark.slow
 def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_path):
-    """Issue 35, case 9: SIGTERM left runs.csv at 0 bytes beside the previous table.csv and a
-    0-byte ablation_bars.pdf."""
+    """SIGTERM while the report writes leaves no file at 0 bytes (runs.csv beside the previous
+    table.csv, ablation_bars.pdf): every file is whole, and the report says so."""
     import signal
     import subprocess
     import sys
@@ -321,7 +321,7 @@ def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_p
     assert set(before) <= {p.name for p in files}
 
 
-# -- issue 35, case 14 --------------------------------------------------------------------------
+# -- a metric not recorded yet --------------------------------------------------------------------------
 
 def test_a_metric_no_run_has_yet_says_the_runs_are_still_running(tmp_path, capsys):
     run = write_run(tmp_path, "first", "t0", seed=1, model=model("none"), status="running")
@@ -348,7 +348,7 @@ def test_files_of_an_earlier_report_that_this_one_did_not_write_are_named(study,
 
 def test_files_of_an_earlier_report_that_this_one_did_not_write_are_removed_and_nothing_else(
         study, tmp_path, capsys):
-    """Issue 35, cases 9 and 14: an earlier report's outputs that a new report into the same
+    """An earlier report's outputs that a new report into the same
     directory does not write are removed (they were named only); a file the earlier report did not
     write, or one changed since, is left and named; a refused report removes nothing."""
     out = tmp_path / "report"
@@ -391,8 +391,8 @@ def test_a_misspelt_rows_key_gets_a_did_you_mean(study, tmp_path, capsys):
 
 
 def confounded_study(root):
-    """Two arms that differ in width, learning rate and training-set size at once (issue 35,
-    case 1: `--rows model.lr` showed the learning rate only)."""
+    """Two arms that differ in width, learning rate and training-set size at once (`--rows model.lr`
+    alone must not hide the other two)."""
     for lr, width, n_train, scores in ((0.001, 32, 200, [10.0, 11.0]), (0.003, 48, 400, [30.0, 31.0])):
         for seed, bleu in enumerate(scores, start=1):
             run = write_run(root, "arms", f"{lr}-s{seed}", seed=seed, val_bleu=bleu,

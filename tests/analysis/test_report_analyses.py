@@ -59,7 +59,7 @@ def test_a_runs_dir_after_trials_is_named_not_taken_for_a_key(tmp_path):
 
 @pytest.mark.parametrize("store,family,trials", [("demo", "rnn", 6), ("lm-lr", "transformer", 9)])
 def test_report_trials_and_improvement_on_committed_stores(tmp_path, store, family, trials):
-    """issue 33's 'done when': both run on results/demo and on a committed sweep that varies
+    """Both run on results/demo and on a committed sweep that varies
     hyperparameters (results/lm-lr: learning rates x seeds, lower perplexity is better)."""
     from conftest import REPO
     from lit_attention.analysis import report

@@ -1,4 +1,4 @@
-"""Issue 35: nothing silently wrong, nothing lost — the training CLI's cases (a failed resume, a
+"""Nothing silently wrong, nothing lost — the training CLI's cases (a failed resume, a
 run that would train nothing, values a model or data class refuses). docs/RELIABILITY.md lists them."""
 
 import json
@@ -91,8 +91,8 @@ def test_a_resume_that_loads_takes_the_run_over(finished_run, tmp_path):
     assert after["started_at"] >= before["started_at"]
 
 
-# -- cases 7 and 12: a run that would train nothing, values no model trains with (and, session 27,
-# values that would not act as given) ------------------------------------------------------------
+# -- a run that would train nothing, values no model trains with, values that would not act as
+# given ---------------------------------------------------------------------------------------
 
 REFUSED = [
     (["--trainer.max_epochs", "0"], "invalid value for trainer.max_epochs: 0 trains nothing"),
@@ -105,7 +105,7 @@ REFUSED = [
     (["--model.warmup", "-5"], "invalid configuration: model.warmup must be >= 0, got -5"),
     (["--data.tokenizer", "sentencepiece", "--data.vocab_size", "10"],
      "data.vocab_size 10 is too small for SentencePiece: the training text needs 17 pieces"),
-    # values taken without acting on them as given (session 27): one of the trainer's, the data's and
+    # values taken without acting on them as given: one of the trainer's, the data's and
     # the model's end to end here; every case, parsed only, in tests/test_config_check.py
     (["--trainer.gradient_clip_val", "-1"],
      "invalid value for trainer.gradient_clip_val: -1: it must be a finite number >= 0 (0: no clipping)"),
@@ -171,7 +171,8 @@ def overwrite_tensor_bytes(path, n: int = 4000) -> None:
 
 
 def test_a_checkpoint_whose_tensor_bytes_changed_is_refused_in_one_line(finished_run, tmp_path):
-    """Issue 35, case 5: 4,000 bytes of one tensor overwritten gave `test` exit 0 and another loss."""
+    """4,000 bytes of one tensor overwritten: `test` refuses the checkpoint instead of exiting 0
+    with another loss."""
     import zipfile
 
     import torch

@@ -37,7 +37,7 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
     run_dir = tmp_path / "default" / "r"
     trained = summary(run_dir)
     assert trained["status"] == "finished"
-    # issue 33: a run caches its sentence statistics where it writes its hypotheses (val: at the end of fit)
+    # a run caches its sentence statistics where it writes its hypotheses (val: at the end of fit)
     assert all(ss.cache_path(run_dir, "val", metric).is_file() for metric in ss.METRICS)
     kept = ("status", "error", "finished_at", "steps", "epochs", "git_commit", "versions", "val_loss",
             "train_flops")

@@ -171,7 +171,7 @@ def test_an_abandoned_run_is_closed_so_that_it_is_continued_or_never_counted(tmp
     assert read["signal"].status == "killed" and read["signal"].error == "killed by SIGKILL"
 
 
-# -- issue 35, case 2: a resumed study is the same design, its base included -----------------
+# -- a resumed study is the same design, its base included ------------------------------------
 
 def inline_base_sweep(tmp_path, d_model: int, n_train: int):
     base = yaml.safe_load(COPY.read_text())

@@ -119,8 +119,7 @@ def test_more_trials_than_an_explicit_packing_holds_is_a_usage_error_that_says_w
             "(--gpus=0,1,2) are available: at most 1 worker(s) fit; lower --workers to 1 or raise "
             "--trials-per-gpu to 2") in out.stderr
     assert not (tmp_path / "runs").exists()
-    # the count and the list agree, whichever source the list came from (issue 37: "1 are
-    # available (torch.cuda.device_count(): 0)")
+    # the count and the list agree, whichever source the list came from
     out = sweep_in_process(sweep_file(tmp_path), "--workers", 2, "--trials-per-gpu", 1, "--dry-run",
                            CUDA_VISIBLE_DEVICES="3")
     assert out.returncode == 2
@@ -140,7 +139,7 @@ def test_visible_devices_are_the_default_list(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["--accelerator", "gpu"], "--accelerator gpu: no GPU to give the trials"),
-    (["--accelerator", "tpu"], "--accelerator tpu: no tpu device here"),   # was: every trial failed
+    (["--accelerator", "tpu"], "--accelerator tpu: no tpu device here"),   # not every trial failing
     (["--nodes-per-trial", 2], "a trial spanning nodes is an srun step"),
     (["--trials-per-gpu", 2], "--trials-per-gpu 2: no GPU to put trials on (none visible)"),
     (["--trials-per-gpu", 2, "--gpus", "none"], "--trials-per-gpu 2: no GPU to put trials on (--gpus none)"),
@@ -252,7 +251,7 @@ def test_workers_spread_over_the_gpus_then_pack_onto_them(workers, devices, gpus
 
 
 def test_the_default_packing_runs_every_worker_and_says_what_the_machine_holds():
-    # one H200 (140 GiB), 16 cores: the demo's 2 workers on it; 16 would have a core each
+    # one GPU of 140 GiB, 16 cores: the demo's 2 workers on it; 16 would have a core each
     k, why = default_trials_per_gpu(1, 140.4, 16, 2)
     assert k == 2 and why == ("default: 2 worker(s) over 1 GPU(s); up to 16 fit (140 GiB / ~4 GiB a trial = 35, "
                               "16 core(s) / 1 GPU(s) = 16)")
@@ -296,8 +295,8 @@ def test_gpu_memory_is_asked_of_nvidia_smi_and_unknown_without_it(tmp_path, monk
 
 @pytest.mark.slow
 def test_the_demo_runs_on_one_gpu_with_both_workers_on_it():
-    """Issue 37: `CUDA_VISIBLE_DEVICES=0 lit-attention sweep sweeps/demo.yaml --dry-run` exited 2
-    (2 workers, 1 GPU); a sweep's workers are trials in flight, packed onto the GPUs."""
+    """`CUDA_VISIBLE_DEVICES=0 lit-attention sweep sweeps/demo.yaml --dry-run` (2 workers, 1 GPU)
+    exits 0: a sweep's workers are trials in flight, packed onto the GPUs."""
     out = sweep_in_process(REPO / "sweeps" / "demo.yaml", "--dry-run", CUDA_VISIBLE_DEVICES="0")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

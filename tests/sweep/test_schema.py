@@ -226,7 +226,7 @@ def test_guarded_processes_take_sigint_even_when_their_parent_ignores_it():
     assert out == {"guarded": "True", "plain": "False"}
 
 
-# -- strict sweep files (issue 19) ---------------------------------------------------------------
+# -- strict sweep files -------------------------------------------------------------------------
 
 def _text(tmp_path, text: str, name: str = "s.yaml") -> Path:
     path = tmp_path / name
@@ -423,8 +423,7 @@ HEADLINE = ("multi30k-transformer", "multi30k-lstm-noattn")   # + the best recur
                                          ("reference-shakespeare", "shakespeare-")])
 def test_each_reference_sweep_lists_every_reference_row_and_its_trials_in_a_dry_run(name, prefix, monkeypatch, capsys):
     """--dry-run parses every trial with the training CLI (no data needed: nothing is built) and
-    prints each trial's command; every reference config is a row with enough seeds (issue 17 §4:
-    >= 3 for the rows the headline rests on, and which recurrent row with attention is best is
+    prints each trial's command; every reference config is a row with enough seeds (>= 3 for the rows the headline rests on, and which recurrent row with attention is best is
     not known before the runs, so every recurrent row with attention too; >= 2 for the rest)."""
     monkeypatch.chdir(REPO)   # the sweeps are run from the repository root
     path = REPO / "sweeps" / f"{name}.yaml"
@@ -490,8 +489,8 @@ def test_the_report_gives_every_multi30k_reference_row_its_own_row(tmp_path, mon
 
 
 def test_a_parameter_whose_conditions_never_hold_together_is_refused(tmp_path):
-    """Issue 35, case 3: label_smoothing when lr 1e-3 and dropout 0.2, where dropout exists only
-    at lr 3e-3: `--dry-run` exit 0 and the key never sampled."""
+    """label_smoothing when lr 1e-3 and dropout 0.2, where dropout exists only at lr 3e-3: the key
+    would never be sampled, so the sweep file is refused, not run with `--dry-run` exit 0."""
     data = {**GOOD, "space": {
         "model.lr": {"choices": [1.0e-3, 3.0e-3]},
         "model.dropout": {"choices": [0.1, 0.2], "when": {"model.lr": 3.0e-3}},

@@ -1,5 +1,7 @@
 """Which precision `fit` chooses when none is given: a pure function of the CPU flags (and GPU)."""
 
+import re
+
 import pytest
 
 from lit_attention.tracking.machine_speed import cpu_flags, cpu_has_native_bf16, default_precision
@@ -24,11 +26,13 @@ def test_cpu_precision_is_bf16_exactly_where_the_flags_say_native(flags, precisi
 @pytest.mark.parametrize("flags", [{"avx2"}, {"avx512f", "amx_bf16", "amx_tile"}])
 @pytest.mark.parametrize("cuda_bf16", [True, False])
 def test_a_gpu_trains_in_the_precision_measured_fastest_there_whatever_the_cpu(flags, cuda_bf16):
-    """Issue 38: on an H200 bf16-mixed ran slower than fp32 under fit (docs/BENCHMARKS.md), so a
-    GPU, bf16-capable or not, defaults to 32-true, and the notice says it was measured and where."""
+    """bf16-mixed measured slower than fp32 under fit on a GPU (docs/BENCHMARKS.md), so a GPU,
+    bf16-capable or not, defaults to 32-true, and the notice states the policy and points to the
+    readings instead of quoting one machine's."""
     precision, why = default_precision(flags, cuda_bf16=cuda_bf16)
     assert precision == "32-true"
-    assert "measured fastest on a GPU" in why and "H200" in why and "docs/BENCHMARKS.md" in why
+    assert "measured fastest on a GPU" in why and "docs/BENCHMARKS.md" in why
+    assert not re.search(r"[HA]100|H200|\d\.\d+x", why), why
     assert "CPU" not in why
 
 

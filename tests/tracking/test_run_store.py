@@ -65,8 +65,8 @@ BREAKS = ["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\
 
 
 def test_a_hyps_file_has_one_line_per_sentence_whatever_line_separator_a_sentence_holds(tmp_path):
-    """Issue 35, case 13: a test line holding U+2028 or U+0085 gave 42 lines to a reader
-    splitting with str.splitlines() where 40 sentences were written."""
+    """A test line holding U+2028 or U+0085 is still one line: a reader splitting with
+    str.splitlines() must find as many lines as sentences were written."""
     from lit_attention.tracking import sentence_stats as ss
     from lit_attention.analysis.load import read_hyps
     from lit_attention.tracking.run_store import RunDir
