@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from lit_attention import registry
-from lit_attention.analysis import load
+from lit_attention.analysis import load, statistics
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
 from lit_attention.metric_facts import metric_range
 from lit_attention.tracking.schema import Status
@@ -32,38 +32,6 @@ GRADIENT = ("grad_norm_median", "clip_fraction")
 # Gradient flow through time: one fit per configuration and direction, over its seeds.
 GRADFLOW_RESAMPLES = 1000
 GRADFLOW_FIT_FROM = 4       # distances 0-3 hold a transient (a rise or a fast drop), not the decay
-
-
-def t_coverage(t: float, df: int) -> float:
-    """P(|T| < t) for Student's t with integer df (closed form, Abramowitz & Stegun 26.7.3-4)."""
-    theta = math.atan(t / math.sqrt(df))
-    cos2 = math.cos(theta) ** 2
-    if df % 2 == 1:
-        if df == 1:
-            return 2 * theta / math.pi
-        term = total = math.cos(theta)
-        for k in range(3, df - 1, 2):
-            term *= (k - 1) / k * cos2
-            total += term
-        return 2 / math.pi * (theta + math.sin(theta) * total)
-    term = total = 1.0
-    for k in range(2, df - 1, 2):
-        term *= (k - 1) / k * cos2
-        total += term
-    return math.sin(theta) * total
-
-
-def t_quantile(confidence: float, df: int) -> float:
-    """The t with P(|T| < t) = confidence, i.e. the two-sided critical value (bisection)."""
-    if df < 1:
-        raise ValueError("a t-interval needs at least two seeds (df >= 1)")
-    lo, hi = 0.0, 1.0
-    while t_coverage(hi, df) < confidence:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if t_coverage(mid, df) < confidence else (lo, mid)
-    return (lo + hi) / 2
 
 
 def clip(value: float, bounds: tuple[float | None, float | None]) -> float:
@@ -82,7 +50,7 @@ def seed_stats(values, bounds: tuple[float | None, float | None] = (None, None))
     if n < 2:
         return dict(n=n, mean=mean, std=math.nan, ci_lo=math.nan, ci_hi=math.nan)
     std = float(x.std(ddof=1))
-    half = t_quantile(CONFIDENCE, n - 1) * std / math.sqrt(n)
+    half = float(statistics.t_quantile(0.5 + CONFIDENCE / 2, n - 1)) * std / math.sqrt(n)
     return dict(n=n, mean=mean, std=std, ci_lo=clip(mean - half, bounds), ci_hi=clip(mean + half, bounds))
 
 

@@ -22,6 +22,7 @@ import pytest
 from analysis_stores import write_run
 from conftest import cli_in_process, run_cli
 from lit_attention.analysis import aggregate, effects, load, report, statistics, tables
+from student_t_closed_form import t_coverage
 
 
 # Planted: heads matters most, depth less, scoring a little, positional encoding not at all, and
@@ -71,7 +72,7 @@ def test_f_tail_matches_printed_tables_and_the_t_distribution():
     assert statistics.f_sf(4.938, 3, 20) == pytest.approx(0.01, abs=1e-5)     # F(3, 20) 1 % point
     assert statistics.f_sf(3.0, 2, 30) == pytest.approx(0.0649055, abs=1e-6)   # R: pf(3, 2, 30, lower=FALSE)
     for t, df in ((2.5, 7), (1.0, 3), (4.0, 40)):                         # F(1, d) = t(d)^2
-        assert statistics.f_sf(t * t, 1, df) == pytest.approx(1 - aggregate.t_coverage(t, df), rel=1e-9)
+        assert statistics.f_sf(t * t, 1, df) == pytest.approx(1 - t_coverage(t, df), rel=1e-9)
     assert statistics.f_sf(0.0, 2, 5) == 1.0 and math.isnan(statistics.f_sf(3.0, 2, 0))
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from analysis_stores import SIGNATURE, corrupt, demo_study, references, write_run
 from lit_attention.analysis import aggregate, captions, load, plots, report, significance, tables
+from lit_attention.analysis.statistics import t_quantile
 from lit_attention.analysis.statistics import holm
 
 # Two-sided 95% Student-t critical values from printed tables (not computed by the code under test).
@@ -83,7 +84,7 @@ def test_load_runs_one_row_per_run_with_flattened_model_and_config(runs):
 
 @pytest.mark.parametrize("df", sorted(T_TABLE))
 def test_t_quantile_matches_printed_tables(df):
-    assert aggregate.t_quantile(0.95, df) == pytest.approx(T_TABLE[df], abs=1e-4)
+    assert t_quantile(0.975, df) == pytest.approx(T_TABLE[df], abs=1e-4)
 
 
 def test_aggregate_means_stds_cis_over_finished_runs_only(runs):

@@ -20,7 +20,8 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
 from analysis_stores import corrupt, references, write_run
-from lit_attention.analysis import aggregate, captions, load, report, significance, statistics, tables
+from lit_attention.analysis import captions, load, report, significance, statistics, tables
+from student_t_closed_form import t_coverage
 from lit_attention.analysis.load import AnalysisError
 from lit_attention.tracking import sentence_stats as ss
 from lit_attention.tracking.schema import token_nll_file
@@ -260,7 +261,7 @@ def test_a_summary_metric_is_tested_over_seeds_by_welchs_t_in_its_own_direction(
     assert sig.loc["bahdanau", "direction"] == "better" and sig.loc["bahdanau", "significant"]
     assert sig.loc["bahdanau", "delta"] == pytest.approx(-4.0)
     t = 0.3 / math.sqrt(2 * 0.04 / 3)                        # 1.837 on 4 degrees of freedom
-    welch = (1 - aggregate.t_coverage(t, 4)) / 2              # one-sided: 0.070
+    welch = (1 - t_coverage(t, 4)) / 2              # one-sided: 0.070
     assert sig.loc["luong", "direction"] == "better"
     assert sig.loc["luong", "p"] == pytest.approx(welch, rel=1e-6)
     assert sig.loc["luong", "df"] == pytest.approx(4.0)

@@ -1,5 +1,5 @@
 """The statistics on arrays: Student's t for fractional degrees of freedom agrees with printed t
-tables and with the closed forms of integer df (aggregate.t_coverage) and the F tail; one draw of
+tables and with the closed forms of integer df (tests/student_t_closed_form.py) and the F tail; one draw of
 resampled test sets, applied to every run by matrix products, gives exactly the corpus statistics
 and scores of scoring each resample one by one; token blocks are cut and rescored as defined;
 the seed test counts the shared sentences once, is Welch's t without them, and its TOST agrees
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
-from lit_attention.analysis import aggregate, significance, statistics
+from lit_attention.analysis import significance, statistics
+from student_t_closed_form import t_coverage
 from lit_attention.tracking import sentence_stats as ss
 
 
@@ -29,7 +30,7 @@ def test_tails_agree_with_the_integer_closed_form_and_the_f_tail():
     rng = np.random.default_rng(0)
     t = rng.uniform(-8, 8, 200)
     df = rng.integers(1, 60, 200)
-    closed = [(1 - aggregate.t_coverage(abs(x), int(d))) / 2 for x, d in zip(t, df)]
+    closed = [(1 - t_coverage(abs(x), int(d))) / 2 for x, d in zip(t, df)]
     closed = np.where(t > 0, closed, 1 - np.array(closed))
     assert statistics.t_sf(t, df) == pytest.approx(closed, abs=1e-12)
     nu = rng.uniform(0.8, 40, 50)          # fractional: P(|T| > t) = P(F(1, ν) > t²)
