@@ -364,8 +364,8 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
-                 excluded: pd.DataFrame, also=()) -> list[str]:
-    """Every table file; returns the Markdown tables to print. `excluded`: excluded.csv
+                 excluded: pd.DataFrame, also=()) -> None:
+    """Every table file. `excluded`: excluded.csv
     (aggregate.excluded_runs). `also`: the configuration fields
     outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
     table.tex still fits (else, and in a pivot, listed in the caption)."""
@@ -410,7 +410,6 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         grid = tables.labelled(*tables.pivot_table(agg, rows, cols, request.metric, sig, request.digits),
                                request.metric)
         layouts.append(("pivot", request.label and f"{request.label}-grid", grid))
-    printed = []
     for name, tex_label, (cells, best) in layouts:
         shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
         note = table_legend if name == "table" else legend
@@ -425,8 +424,6 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
                                                           wide=request.wide))
         atomic_write(out / f"{name}.md", markdown)
-        printed.append(markdown)
-    return printed
 
 
 def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
@@ -521,22 +518,21 @@ def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFr
                                          metric_facts.higher_is_better(request.metric), seed=seed)
 
 
-def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> tuple[list, list]:
-    """expected_max.csv (+ figure) and improvement.csv; returns (Markdown tables, figure files)."""
+def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> list[Path]:
+    """expected_max.csv/.md (+ figure) and improvement.csv/.md; returns the figure files."""
     out = request.out
-    printed, figures = [], []
     better = metric_facts.higher_is_better(request.metric)
-    if trials is not None:
-        atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
-        printed.append(expected_max_markdown(trials, trial_keys, request.metric, better, request.digits))
-        atomic_write(out / "expected_max.md", printed[-1])
-        if not request.no_figures:
-            figures += plots.plot_expected_max(trials, trial_keys, request.metric, out / "expected_max")
     if improved is not None:
         atomic_write(out / "improvement.csv", improved.to_csv(index=False))
-        printed.append(improvement_markdown(improved, request.metric, baseline, better, digits=request.digits))
-        atomic_write(out / "improvement.md", printed[-1])
-    return printed, figures
+        atomic_write(out / "improvement.md", improvement_markdown(improved, request.metric, baseline, better,
+                                                                  digits=request.digits))
+    if trials is None:
+        return []
+    atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
+    atomic_write(out / "expected_max.md", expected_max_markdown(trials, trial_keys, request.metric, better,
+                                                                request.digits))
+    return [] if request.no_figures else plots.plot_expected_max(trials, trial_keys, request.metric,
+                                                                 out / "expected_max")
 
 
 class Terminated(Exception):
@@ -554,26 +550,18 @@ def main(argv: list[str] | None = None) -> int:
     # between two files, with its exit status and one line.
     handles = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if handles else None
-    try:
-        return report(request)
-    except Terminated:
-        print(f"lit-attention report: interrupted (SIGTERM): {out} holds whole files only, some of them "
-              f"from an earlier report; run the report again", file=sys.stderr)
-        return 143
-    finally:
-        if handles:
-            signal.signal(signal.SIGTERM, previous)
-
-
-def report(request: Request) -> int:
-    out = request.out
     state: dict = {}   # "earlier": the report files in OUT before this report wrote any
     try:
         return _report(request, state)
     except Terminated:   # what this report wrote is recorded, so the next one can replace it
         if "earlier" in state:
             record_outputs(out, state["earlier"], finished=False)
-        raise
+        print(f"lit-attention report: interrupted (SIGTERM): {out} holds whole files only, some of them "
+              f"from an earlier report; run the report again", file=sys.stderr)
+        return 143
+    finally:
+        if handles:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _report(request: Request, state: dict) -> int:
@@ -594,7 +582,7 @@ def _report(request: Request, state: dict) -> int:
         improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
         excluded = agg_mod.excluded_runs(runs, request.metric, skipped)
         earlier = state["earlier"] = outputs(out)
-        printed = write_tables(request, runs, agg, rows, cols, sig, is_base, baseline, excluded, also)
+        write_tables(request, runs, agg, rows, cols, sig, is_base, baseline, excluded, also)
     except AnalysisError as exc:
         if "earlier" not in state:   # nothing written: the directories this report made go again
             for path in made:
@@ -606,11 +594,9 @@ def _report(request: Request, state: dict) -> int:
         return 2
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
-        effect_tables, effect_figures = effects.write_effects(
-            found, out, pairs, metric_facts.higher_is_better(request.metric), request.digits, not request.no_figures)
-        printed, figures = printed + effect_tables, figures + effect_figures
-    analysis_tables, analysis_figures = write_analyses(request, trials, trial_keys, improved, baseline)
-    printed, figures = printed + analysis_tables, figures + analysis_figures
+        figures += effects.write_effects(found, out, pairs, metric_facts.higher_is_better(request.metric),
+                                         request.digits, not request.no_figures)[1]
+    figures += write_analyses(request, trials, trial_keys, improved, baseline)
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
     print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "
