@@ -267,10 +267,9 @@ def _cache_config(cache: Path, key: str, config: dict) -> None:
         pass
 
 
-def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: Iterable[dict] = (),
+def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (),
               where: str = "the runs given") -> tuple[pd.DataFrame, list[Skipped]]:
-    """(runs, skipped): one row per run of ``run_dirs`` and ``rows`` (runs read elsewhere, e.g. W&B
-    summaries), each run once; ``skipped`` extended by every directory left out (unreadable, or a
+    """(runs, skipped): one row per run of ``run_dirs``, each run once; ``skipped`` extended by every directory left out (unreadable, or a
     copy of a run read from another directory: the copy at <group>/<run_id>, else the first by
     path, is read)."""
     skipped = list(skipped)
@@ -280,7 +279,6 @@ def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: I
             read.append(_read(Path(run_dir)))
         except AnalysisError as exc:
             skipped.append(Skipped(Path(run_dir), UNREADABLE, str(exc)))
-    read += [(identity(row, row["run_dir"]), row) for row in rows]
 
     def home_first(item):
         path = Path(item[1]["run_dir"])
@@ -295,7 +293,7 @@ def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: I
                                    f"{row['run_dir']}: a copy of {first['run_dir']} ({_identity_text(key)}"
                                    f"{'; its files differ' if differs else ''}): counted once",
                                    row["group"], row["run_id"]))
-    # in the order of the runs, not of where they lie: a W&B report lists them as the local one
+    # in the order of the runs, not of where they lie: a W&B report lists them as the local one does
     rows = sorted(kept.values(), key=lambda row: (str(row["group"]), str(row["run_id"]), row["run_dir"]))
     if not rows and not skipped:
         raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {where}")
