@@ -263,10 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.test:
         tested = _test_runs(sweep.study_name, root / sweep.study_name, args)
         metric = evaluate.test_metric(sweep.objective)
-    if report_study(root / sweep.study_name, metric) != 0:
-        print(f"[{sweep.study_name}] the study's own table:", flush=True)
-        constant = tuple(p.name for p in sweep.space if p.choices is not None and len(p.choices) == 1)
-        print(progress.format_table(progress.results_table(study, sweep.objective, constant)), flush=True)
+    reported = report_study(root / sweep.study_name, metric)
     if tested is not None:
         _list_untested(sweep.study_name, tested)
     missing = driver.unfinished_cells(sweep, study)
@@ -286,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in missing:
             print(f"  {line}", file=sys.stderr)
         return 1
-    return 1 if tested is not None and tested.failed else 0
+    return 1 if reported != 0 or (tested is not None and tested.failed) else 0
 
 
 if __name__ == "__main__":

@@ -1,12 +1,10 @@
-"""What a sweep has done so far: a one-line progress report and the end-of-sweep table."""
+"""What a sweep has done so far: the one-line progress report, and the trial list of --dry-run."""
 
 from __future__ import annotations
 
-import math
 import shlex
 
 import optuna
-import pandas as pd
 from optuna.trial import TrialState
 
 from lit_attention.tracking.schema import config_name
@@ -73,44 +71,6 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
     if b is not None:
         line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={seed_of(b)})"
     return line
-
-
-def trials_frame(study: optuna.Study, hide: tuple = ()) -> pd.DataFrame:
-    rows = []
-    trials = counted_trials(study)
-    again = requeued(trials)
-    for t in trials:
-        rows.append({"requeued": t.number in again, "trial": t.number, "config": short_params(t.params, hide) or "(base)", "seed": seed_of(t),
-                     "state": t.state.name, "value": t.value, "run_dir": t.user_attrs.get("run_dir"),
-                     "error": t.user_attrs.get("error")})
-    return pd.DataFrame(rows)
-
-
-def results_table(study: optuna.Study, metric: str, hide: tuple = ()) -> pd.DataFrame:
-    """One row per configuration: mean and std of the objective over its completed seeds.
-
-    `hide`: parameters left out of the configuration label (those with a single possible value).
-    """
-    df = trials_frame(study, hide)
-    if df.empty:
-        return df
-    df = df[~df["state"].isin(["RUNNING", "WAITING"])]   # (a waiting cell has no parameters yet)
-    groups = []
-    for config, g in df.groupby("config", sort=False):
-        values = g.loc[g["state"] == "COMPLETE", "value"].astype(float)
-        groups.append({"configuration": config, f"{metric} mean": values.mean() if len(values) else math.nan,
-                       "std": values.std(ddof=1) if len(values) > 1 else math.nan,
-                       "seeds": len(values), "pruned": int((g["state"] == "PRUNED").sum()),
-                       "failed": int(((g["state"] == "FAIL") & ~g["requeued"]).sum())})
-    table = pd.DataFrame(groups)
-    ascending = study.direction != optuna.study.StudyDirection.MAXIMIZE
-    return table.sort_values(f"{metric} mean", ascending=ascending, na_position="last").reset_index(drop=True)
-
-
-def format_table(table: pd.DataFrame) -> str:
-    if table.empty:
-        return "(no trials)"
-    return table.to_string(index=False, float_format=lambda v: f"{v:.4g}")
 
 
 def trial_list(sweep, cells: list[dict], commands: list[list[str]]) -> str:
