@@ -6,6 +6,7 @@ store (`<run.root>/<run.group>/<run.id>/`) whatever the tracking choice.
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 
@@ -13,6 +14,9 @@ from lit_attention import registry
 from lit_attention.config_check import unknown_option
 
 TRAINING_COMMANDS = ("fit", "validate", "test")
+# the other commands: the module whose main(ARGS) runs `lit-attention COMMAND ARGS`
+MODULES = {"translate": "lit_attention.lightning.translate", "sweep": "lit_attention.sweep.cli",
+           "report": "lit_attention.analysis.report"}
 
 
 CHOICES_USAGE = """usage: lit-attention choices [--json]
@@ -63,25 +67,18 @@ def main(argv: list[str] | None = None) -> int:
     command = argv[0] if argv else ""
     if command == "choices":
         return _choices(argv[1:])
-    if command == "sweep":
-        from lit_attention.sweep.cli import main as sweep_main
-        return sweep_main(argv[1:])
-    if command == "report":
-        from lit_attention.analysis.report import main as report_main
-        return report_main(argv[1:])
+    if command in MODULES:
+        return importlib.import_module(MODULES[command]).main(argv[1:])
     if command in TRAINING_COMMANDS:
         from lit_attention.lightning.cli import train
         return train(argv)
-    if command == "translate":
-        from lit_attention.lightning.translate import main as translate_main
-        return translate_main(argv[1:])
     if command == "predict":
         print("lit-attention predict: error: there is no predict command: to decode new text, run "
               "`lit-attention translate RUN_DIR < FILE` (hypotheses to stdout, one line per input line)",
               file=sys.stderr)
         return 2
     if command and command not in ("-h", "--help"):
-        commands = (*TRAINING_COMMANDS, "translate", "choices", "sweep", "report")
+        commands = (*TRAINING_COMMANDS, "choices", *MODULES)
         print(f"lit-attention: error: {unknown_option(command, commands, 'command')}", file=sys.stderr)
         print(f"commands: {', '.join(commands)} (lit-attention --help)", file=sys.stderr)
         return 2

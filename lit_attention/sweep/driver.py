@@ -160,13 +160,10 @@ def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
 
 
 def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
-    seed = sweep.sampler_options.get("seed")
-    if sweep.sampler == "tpe":
-        kwargs = {k: v for k, v in sweep.sampler_options.items() if k == "n_startup_trials"}
-        base = optuna.samplers.TPESampler(seed=seed, **kwargs)
-    else:  # grid/bruteforce trials are all enqueued; random fills the rest
-        return optuna.samplers.RandomSampler(seed=seed)
-    return base
+    if sweep.sampler == "tpe":   # (its options: seed, n_startup_trials)
+        return optuna.samplers.TPESampler(**sweep.sampler_options)
+    # grid/bruteforce trials are all enqueued; random fills the rest
+    return optuna.samplers.RandomSampler(seed=sweep.sampler_options.get("seed"))
 
 
 def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
