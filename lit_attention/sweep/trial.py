@@ -8,6 +8,7 @@ status `pruned`). Nothing of the child (process group, seed, env, W&B run) leaks
 from __future__ import annotations
 
 import collections
+import contextlib
 import csv
 import json
 import math
@@ -79,14 +80,8 @@ def launcher(nodes: int, devices: int) -> list[str]:
 
 
 def format_value(value) -> str:
-    """A config value as jsonargparse reads it on the command line."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
+    """A config value as jsonargparse reads it on the command line (true, null, [1, 2], 0.001)."""
+    return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
 
 
 def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int, params: dict,
@@ -235,10 +230,8 @@ def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
     try:
         proc.wait(timeout=wait)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
 
 
