@@ -30,6 +30,7 @@ import pandas as pd
 
 from lit_attention.files import FileError, atomic_write, read_yaml, shown
 from lit_attention.tracking import schema
+from lit_attention.tracking.identity import run_identity
 from lit_attention.tracking.liveness import run_state
 from lit_attention.tracking.schema import SUMMARY, Status, Summary, SummaryError
 from lit_attention.tracking.wandb import RUN_FOLDER
@@ -156,23 +157,10 @@ def flatten(tree: dict, prefix: str) -> dict:
     return flat
 
 
-IDENTITY = ("group", "run_id", "started_at", "git_commit")   # a run's identity before `uuid`
-
-
-def identity(fields: Mapping, where: Path | str) -> tuple:
-    """What makes a run one run: its `uuid`; else (group, run id, start time, commit) as its
-    summary records them; else, with no run id recorded, the directory ``where`` itself."""
-    if fields.get("uuid"):
-        return ("uuid", str(fields["uuid"]))
-    if fields.get("run_id"):
-        return tuple(str(fields.get(k)) for k in IDENTITY)
-    return ("dir", str(where))
-
-
-def _identity_text(key: tuple) -> str:
-    if key[0] in ("uuid", "dir"):
-        return f"{key[0]} {key[1]}"
-    return ", ".join(f"{name} {value}" for name, value in zip(IDENTITY, key) if value != "None")
+def identity(fields: Mapping, where: Path | str) -> str:
+    """What makes a run one run: tracking/identity.run_identity; with no run id recorded, the
+    directory ``where`` itself."""
+    return run_identity(fields) if fields.get("uuid") or fields.get("run_id") else f"directory {where}"
 
 
 def load_run(run_dir: Path | str) -> dict:
@@ -290,10 +278,10 @@ def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (),
         if first is not row:
             differs = {k: v for k, v in row.items() if k != "run_dir"} != {k: v for k, v in first.items() if k != "run_dir"}
             skipped.append(Skipped(Path(row["run_dir"]), DUPLICATE,
-                                   f"{row['run_dir']}: a copy of {first['run_dir']} ({_identity_text(key)}"
+                                   f"{row['run_dir']}: a copy of {first['run_dir']} (the same run: {key}"
                                    f"{'; its files differ' if differs else ''}): counted once",
                                    row["group"], row["run_id"]))
-    # in the order of the runs, not of where they lie: a W&B report lists them as the local one does
+    # in the order of the runs, not of where they lie: a W&B report lists them as the local one
     rows = sorted(kept.values(), key=lambda row: (str(row["group"]), str(row["run_id"]), row["run_dir"]))
     if not rows and not skipped:
         raise FileNotFoundError(f"no run stores ({SUMMARY}) found under {where}")

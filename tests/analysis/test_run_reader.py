@@ -64,7 +64,7 @@ def test_a_backup_copy_of_a_study_beside_it_counts_each_run_once(runs, tmp_path)
     assert len(excluded) == 7 and set(excluded["status"]) == {"duplicate"}
     assert str(runs / "study" / "luong-s1-copy") in set(excluded["run_dir"])
     copy = excluded.set_index("run_dir").loc[str(runs / "study-backup" / "none-s2")]
-    assert copy["reason"].endswith(f"a copy of {runs / 'study' / 'none-s2'} (group study, run_id none-s2): "
+    assert copy["reason"].endswith(f"a copy of {runs / 'study' / 'none-s2'} (the same run: study/none-s2): "
                                    "counted once") and copy["run_id"] == "none-s2"
     assert "6 runs, 2 configurations, 7 excluded (7 duplicate)" in result.stdout
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: ")]
@@ -84,7 +84,7 @@ def test_a_run_is_its_uuid_wherever_it_lies(runs, tmp_path):
     assert sorted(frame["run_dir"].str.removeprefix(str(runs) + "/")) == [
         "elsewhere/study/none-s1", *[f"study/{name}" for name in ("luong-s1", "luong-s2", "luong-s3", "none-s1", "none-s2")]]
     [(path, status, reason, *_)] = skipped
-    assert path == runs / "study" / "none-s3" and status == "duplicate" and f"uuid {'c' * 32}" in reason
+    assert path == runs / "study" / "none-s3" and status == "duplicate" and f"the same run: {'c' * 32}" in reason
     assert "its files differ" in reason       # its seed and BLEU are not the other copy's
 
 
@@ -95,7 +95,7 @@ def test_without_a_uuid_a_run_is_its_group_id_start_and_commit(runs, tmp_path):
         set_summary(run, started_at=started, git_commit="abc")
     frame, skipped = load.scan_runs(runs)
     assert len(frame) == 6 + 2 and [s.path for s in skipped] == [runs / "c" / "study" / "t0000-s0"]
-    assert "(group study, run_id t0000-s0, started_at 2026-01-02T00:00:00Z, git_commit abc)" in skipped[0].reason
+    assert "(the same run: study/t0000-s0/2026-01-02T00:00:00Z/abc)" in skipped[0].reason
 
 
 def test_the_excluded_count_is_the_rows_of_excluded_csv(runs, tmp_path):
