@@ -19,7 +19,6 @@ import json
 import signal
 import sys
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,33 +39,10 @@ from lit_attention.tracking.schema import hyps_file
 WANDB_STORES = "wandb-runs"   # under --out: the run stores fetched from W&B
 
 
-@dataclass(frozen=True)
-class Request:
-    """What one report is asked for: the options of `lit-attention report`, checked (parse_args)."""
-    runs_dir: str | None            # None: read W&B (then load_input's request names the stores)
-    out: Path
-    metric: str
-    rows: list[str] | None
-    cols: list[str] | None
-    baseline: list[str] | None      # KEY=VALUE pairs; ['off']: no test; None: the default
-    where: list[str] | None
-    split: str | None
-    samples: int | None
-    test: str | None
-    pool_seeds: bool | None
-    equivalence: float | None
-    resample_seed: int | None
-    digits: int
-    columns: list[str] | None
-    wide: bool
-    label: str | None
-    no_figures: bool
-    wandb: str | None
-    group: str | None
-    effects: bool
-    interactions: list[str] | None
-    trials: list[str] | None        # None: no --trials; []: by family
-    improvement: bool
+# What one report is asked for: the options of `lit-attention report`, checked (parse_args), with
+# `out` a Path. runs_dir None: read W&B (--wandb); baseline ['off']: no test, None: the default;
+# trials None: no --trials, []: by family.
+Request = argparse.Namespace
 
 
 def parse_args(argv: list[str]) -> Request:
@@ -160,7 +136,8 @@ def parse_args(argv: list[str]) -> Request:
         if args.wandb:
             p.error("give --out DIR with --wandb")
         args.out = str(Path(args.runs_dir) / "report")
-    return Request(**{**vars(args), "out": Path(args.out)})
+    args.out = Path(args.out)
+    return args
 
 
 def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
