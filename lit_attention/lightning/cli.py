@@ -228,8 +228,8 @@ class LitAttentionCLI(LightningCLI):
                                          monitor="val_loss", mode="min", save_top_k=1,
                                          enable_version_counter=False))
         # last.ckpt by a checkpoint of its own, written at every epoch's end: ModelCheckpoint's
-        # save_last copy is written (Lightning >= 2.6) only when the best one is, so it stayed at
-        # the last improvement, and `--ckpt_path last` went back to it.
+        # save_last copy is written (Lightning >= 2.6) only when the best one is, so it would stay
+        # at the last improvement, and `--ckpt_path last` would go back to it.
         callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=Path(LAST_CHECKPOINT).stem,
                                          monitor=None, save_top_k=1, enable_version_counter=False))
         loggers = [RunStoreLogger(self.run_dir)]

@@ -52,8 +52,8 @@ PENDING = (TrialState.WAITING, TrialState.RUNNING)
 DONE = (TrialState.COMPLETE, TrialState.PRUNED)
 # A failed trial without an `error` (what its worker saw) was failed by another worker's heartbeat
 # or liveness check: its worker, recorded when it took the trial, died or stalled; or it had none
-# yet (once in 20 driver kills on SQLite, a trial was failed between a worker taking it and
-# recording itself). The reason is derived when read, so a finished trial carries none.
+# yet (a driver killed between a worker taking the trial and recording itself). The reason is
+# derived when read, so a finished trial carries none.
 NO_RECORD = "failed by a heartbeat or liveness check before its worker recorded anything (killed just after taking it)"
 
 
@@ -136,8 +136,8 @@ class RetryUncovered:
             others = [t for t in _counted(study.get_trials(deepcopy=False)) if t.number != trial.number]
             if cell is None or not any(trial_cell(t) == cell and t.state in DONE + PENDING for t in others):
                 # Optuna's retry copies the user attributes: not the dead worker's identity, which
-                # made the retry look abandoned the moment another worker took it (3 retries, the
-                # cell left failed: 1 of 7 driver kills on SQLite).
+                # would make the retry look abandoned the moment another worker takes it (until
+                # the retries run out and the cell is left failed).
                 fresh = copy.deepcopy(trial)
                 fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
                 self.retry(study, fresh)
@@ -296,9 +296,8 @@ class Fence:
 
     Another worker fails a trial whose heartbeat is older than the grace period and re-queues its
     cell; a worker that only stalled (a loaded machine, a slow disk) then still runs the trial, and
-    the cell got two runs (seen in 2 of 4 SQLite sweeps of 30 cells by 4 workers with a 3 s grace
-    period on a loaded 2-core machine). Once the trial is no longer RUNNING in the study, its run is stopped and recorded as
-    failed with the reason, so that it is not counted beside the re-run.
+    the cell would get two runs. Once the trial is no longer RUNNING in the study, its run is
+    stopped and recorded as failed with the reason, so that it is not counted beside the re-run.
     """
 
     def __init__(self, trial: optuna.Trial, grace: int, every: float):

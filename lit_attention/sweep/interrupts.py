@@ -1,9 +1,9 @@
 """Ctrl-C and SIGTERM that take effect between storage calls, never inside one.
 
-A KeyboardInterrupt raised inside an SQLite transaction left the transaction open, holding the
-database's write lock for as long as the exception's traceback lived. The driver, stopping its
-workers, held it while it waited for them; each worker then waited on the lock (up to its 120 s
-timeout) to mark its trial interrupted, and was killed first: the trial stayed RUNNING.
+A KeyboardInterrupt raised inside an SQLite transaction leaves the transaction open, holding the
+database's write lock for as long as the exception's traceback lives. A driver stopping its
+workers would hold it while it waits for them; each worker would wait on the lock to mark its
+trial interrupted and be killed first, leaving the trial RUNNING.
 
 While `deferred()` is active, SIGINT and SIGTERM only record the request; `sleep()` and
 `check()`, called where the driver and the workers wait or start something new, raise
