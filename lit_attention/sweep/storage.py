@@ -68,17 +68,14 @@ def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry
                  stale_callback=None) -> optuna.storages.RDBStorage:
     """`stale_callback(study, trial)` runs for each trial a heartbeat check failed (default: Optuna's
     retry, at most `max_retry` times)."""
-    engine_kwargs = {}
-    if url.startswith("sqlite"):
-        # Several worker processes write one file: wait for the lock instead of failing at once.
-        engine_kwargs = {"connect_args": {"timeout": 120}}
-    else:
-        engine_kwargs = {"pool_pre_ping": True}
+    sqlite = url.startswith("sqlite")
+    # Several worker processes write one SQLite file: wait for its lock instead of failing at once.
+    engine_kwargs = {"connect_args": {"timeout": 120}} if sqlite else {"pool_pre_ping": True}
     storage = optuna.storages.RDBStorage(
         url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
         heartbeat_stale_trial_callback=stale_callback or optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry))
-    if url.startswith("sqlite"):
+    if sqlite:
         _serialize_sqlite_transactions(storage.engine)
     return storage
 
@@ -113,9 +110,9 @@ _held: dict[str, int] = {}  # url -> depth of study_lock in this process (it is 
 def study_lock(url: str):
     """Hold the database's study lock (re-entrant within one process, blocking across processes).
 
-    Two drivers opening a new study at once both created Optuna's tables (PostgreSQL: "duplicate
+    Two drivers opening a new study at once would both create Optuna's tables (PostgreSQL: "duplicate
     key value violates unique constraint pg_type_typname_nsp_index"; SQLite: "table alembic_version
-    already exists") and one exited with the raw error. SQLite: flock on ``<db>.lock`` beside the
+    already exists"), and one would exit with the raw error. SQLite: flock on ``<db>.lock`` beside the
     database; PostgreSQL: a session advisory lock, so drivers on several machines queue too. A
     holder killed with SIGKILL releases it (the file is closed, the server sees the connection end).
     Other databases: no lock.
