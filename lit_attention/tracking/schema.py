@@ -29,7 +29,7 @@ import json
 import math
 import re
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -308,44 +308,30 @@ def migrate(fields: dict, where: str) -> dict:
 
 # -- reading and writing -----------------------------------------------------------------------
 
-class Summary(Mapping):
-    """One run's summary.json at the current VERSION: a read-only mapping of its fields (as
-    JSON: the status as its text), with the typed ones as attributes."""
+class Summary(dict):
+    """One run's summary.json at the current VERSION: its fields (as JSON: the status as its
+    text), with the typed ones as attributes. A summary is changed by writing a new one
+    (write_summary, update_summary), never in place."""
 
     def __init__(self, fields: Mapping | None = None, path: Path | None = None):
-        self._fields = dict(fields or {})
+        super().__init__(fields or {})
         self.path = path
-
-    def __getitem__(self, key: str) -> Any:
-        return self._fields[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._fields)
-
-    def __len__(self) -> int:
-        return len(self._fields)
-
-    def __repr__(self) -> str:
-        return f"Summary({self._fields!r})"
 
     @property
     def status(self) -> Status | None:
         """None: no status recorded yet (a run directory only evaluated, or being set up)."""
-        status = self._fields.get("status")
+        status = self.get("status")
         return None if status is None else Status(status)
 
     @property
     def error(self) -> str | None:
-        return self._fields.get("error")
+        return self.get("error")
 
     @property
     def reason(self) -> str | None:
         """Why the run has its status (its status's reason field), if recorded."""
         field = self.status.reason_field if self.status else None
-        return self._fields.get(field) if field else None
-
-    def to_dict(self) -> dict:
-        return dict(self._fields)
+        return self.get(field) if field else None
 
 
 def summary_path(run_dir: Path | str) -> Path:
