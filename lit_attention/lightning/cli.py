@@ -218,7 +218,7 @@ class LitAttentionCLI(LightningCLI):
         callbacks = [TrainingBudget(**vars(cfg.budget))]
         if self.subcommand == "fit":
             callbacks.append(StopAtCleanPoint())
-        labels = dict(name=run.name or self.run_dir.run_id, tags=run_tags(run.tags), job_type=run.job_type)
+        labels = dict(name=run.name or self.run_dir.run_id, tags=[t for t in run.tags.split(",") if t], job_type=run.job_type)
         callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
                                           cfg.get("seed_everything"), self.subcommand,
                                           from_checkpoint=bool(cfg.get("ckpt_path")), labels=labels,
@@ -394,11 +394,6 @@ def check_checkpoint_file(path) -> None:
     why = identity.checkpoint_problem(path)
     if why:
         raise ConfigError(f"--ckpt_path {path}: {why}")
-
-
-def run_tags(text: str) -> list[str]:
-    """--run.tags 'a,b' -> ['a', 'b']."""
-    return [t for t in text.split(",") if t]
 
 
 def refuse_untracked_project(config, given) -> None:

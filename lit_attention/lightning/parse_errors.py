@@ -46,10 +46,6 @@ def class_at(class_path: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def _init_args_of(class_path: str) -> list[str]:
-    return [p for p in inspect.signature(class_at(class_path).__init__).parameters if p != "self"]
-
-
 def _reason(text: str) -> str:
     """jsonargparse's `Expected a <class 'int'>. Got value: abc` as `expected int, got 'abc'`."""
     text = text.strip()
@@ -71,7 +67,8 @@ def short_parse_error(message: str, parsers: list) -> str:
         option = re.search(r"Option '(\w+)' is not accepted", message)
         prefix = group.group(1) + "."
         if option:
-            valid = [prefix + p for p in _init_args_of(class_path.group(1))]
+            arguments = inspect.signature(class_at(class_path.group(1)).__init__).parameters
+            valid = [prefix + p for p in arguments if p != "self"]
             return str(unknown_option(prefix + option.group(1), valid))
         field = re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message)
         if field:
