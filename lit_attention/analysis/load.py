@@ -163,11 +163,6 @@ def identity(fields: Mapping, where: Path | str) -> str:
     return run_identity(fields) if fields.get("uuid") or fields.get("run_id") else f"directory {where}"
 
 
-def load_run(run_dir: Path | str) -> dict:
-    """One run as a flat dict (the row `load_runs` builds); AnalysisError if it cannot be read."""
-    return _read(Path(run_dir))[1]
-
-
 def _read(run_dir: Path) -> tuple[tuple, dict]:
     """(identity, row) of the run in ``run_dir``; AnalysisError if it cannot be read."""
     try:

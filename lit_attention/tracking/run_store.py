@@ -7,6 +7,7 @@ reader polling it (the sweep driver) never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import subprocess
@@ -36,10 +37,8 @@ def package_versions() -> dict[str, str]:
     names = ("lit-attention", "torch", "lightning", "sacrebleu", "sentencepiece", "optuna", "wandb")
     found = {}
     for name in names:
-        try:
+        with contextlib.suppress(PackageNotFoundError):
             found[name] = version(name)
-        except PackageNotFoundError:
-            pass
     return found
 
 

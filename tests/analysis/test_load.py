@@ -77,7 +77,7 @@ def test_non_finite_numbers_are_named_not_dropped(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     summary.update(val_bleu=float("inf"), val_ppl=float("nan"), val_chrf=None)
     (run / "summary.json").write_text(json.dumps(summary))    # Python writes Infinity and NaN
-    row = load.load_run(run)
+    row = load.load_runs(run).iloc[0]
     assert row["val_bleu"] == float("inf") and row["val_chrf"] is None
     assert set(row["nonfinite"].split(";")) == {"val_bleu", "val_ppl"}
 

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
-from lit_attention.analysis.load import load_run
+from lit_attention.analysis.load import load_runs
 from lit_attention.tracking.liveness import run_state
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
@@ -71,7 +71,7 @@ def test_a_killed_run_is_reported_killed_with_a_reason(killed_run, tmp_path):
     assert summary["process"]["pid"] > 0 and summary["heartbeat_at"]
     status, reason = run_state(summary)
     assert status == "killed" and str(summary["process"]["pid"]) in reason, reason
-    row = load_run(run_dir)
+    row = load_runs(run_dir).iloc[0]
     assert row["status"] == "killed" and "never recorded an end" in row["error"]
 
     # `report` counts it and says why it is left out.
