@@ -30,11 +30,6 @@ def _split(stage) -> str:
     return "test" if stage == "test" else "val"
 
 
-def _metrics(trainer: Trainer, prefix: str) -> dict:
-    return {k: float(v) for k, v in trainer.callback_metrics.items()
-            if k.startswith(prefix) and isinstance(v, (torch.Tensor, float, int))}
-
-
 def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
     """Mirror the run store's summary into the W&B run summary (so a W&B export groups the same)."""
     for logger in trainer.loggers:
@@ -188,7 +183,8 @@ class RunStoreCallback(Callback):
             self.run_dir.update_summary(**pl_module.describe(), attention_backends=backends)
 
     def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
-        fields = _metrics(trainer, f"{split}_")
+        fields = {k: float(v) for k, v in trainer.callback_metrics.items()
+                  if k.startswith(f"{split}_") and isinstance(v, (torch.Tensor, float, int))}
         hyps = getattr(pl_module, "hyps", {}).get(split)
         if hyps is not None:
             self.run_dir.write_lines(hyps_file(split), hyps)
@@ -234,7 +230,7 @@ class RunStoreCallback(Callback):
         if trainer.state.fn != "fit":
             return
         # The sweep driver asks a trial to stop by creating STOP; rank zero reads it, all ranks obey.
-        stop = self.run_dir.stop_requested() if trainer.is_global_zero else None
+        stop = schema.stop_request(self.run_dir.path) if trainer.is_global_zero else None
         stop = trainer.strategy.broadcast(stop, src=0)
         if stop:
             self.stop = stop

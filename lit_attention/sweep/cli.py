@@ -136,10 +136,6 @@ def report_study(study_dir: Path, metric: str) -> int:
         return 1
 
 
-def _interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def _usage_error(message: str) -> int:
     print(f"lit-attention sweep: error: {message}", file=sys.stderr)
     return 2
@@ -250,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM (a session's or a batch job's end) stops the sweep as Ctrl-C does: the running trials
     # write a checkpoint of the step they reached, which --resume continues. Without this, the
     # driver died at once and took its workers and their trials down with SIGKILL.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     procs = driver.spawn_workers(args.file, url, placements, root, args.devices_per_trial, args.tracking,
                                  args.accelerator, args.max_cells, args.nodes_per_trial)
     try:

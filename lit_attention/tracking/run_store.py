@@ -72,10 +72,6 @@ class RunDir:
         np.save(buffer, array, allow_pickle=False)
         atomic_write(self.path / relpath, buffer.getvalue())
 
-    def stop_requested(self) -> tuple[schema.Status, str] | None:
-        """(status to end as, reason) once the run's STOP file exists."""
-        return schema.stop_request(self.path)
-
 
 class RunStoreLogger(Logger):
     """Lightning logger writing metrics.csv: one row per logged step, columns grow as needed."""
