@@ -202,9 +202,9 @@ def test_fit_without_a_precision_chooses_it_by_hardware_and_says_why(tmp_path):
 
 
 def test_a_fit_in_this_process_sees_the_test_environment(tmp_path):
-    """cli_in_process runs with cli_env(), this process's environment: it once ran with an empty one
-    (cli_env() read after os.environ was cleared), so every in-process fit ignored OMP_NUM_THREADS=1
-    and trained on every core, at up to 5x the CPU seconds on a loaded machine."""
+    """cli_in_process runs with cli_env(), this process's environment (read before os.environ is
+    cleared): with an empty one every in-process fit would ignore OMP_NUM_THREADS=1 and train on
+    every core."""
     import torch
 
     from lit_attention.threads import allowed_cores

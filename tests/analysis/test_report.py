@@ -128,8 +128,8 @@ def test_a_key_given_twice_in_rows_and_cols_is_a_usage_error(study, tmp_path, ca
 
 
 def test_group_picks_the_runs_of_one_group_of_a_local_store(study, tmp_path, capsys):
-    """--group was read only with --wandb: on a local runs/ directory it was ignored, and the table
-    averaged every group's runs."""
+    """--group also acts on a local runs/ directory: the table averages that group's runs only,
+    not every group's."""
     write_run(tmp_path, "other", "x-s1", seed=1, model=model("none"), val_bleu=90.0)
     out = tmp_path / "out"
     assert report.main([str(tmp_path), "--out", str(out), "--group", "study", "--no-figures"]) == 0

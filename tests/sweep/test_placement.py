@@ -151,8 +151,8 @@ def test_requests_that_cannot_be_met_exit_2(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("gpus, visible, message", [
-    # each once gave the trials CUDA_VISIBLE_DEVICES naming no GPU (or another job's), and `auto` then
-    # trained them on the CPU without a word
+    # each would give the trials CUDA_VISIBLE_DEVICES naming no GPU (or another job's), and `auto`
+    # would then train them on the CPU without a word
     ("0,1", None, "--gpus 0,1: 0, 1 not among the GPUs this process sees (torch.cuda.device_count(): none)"),
     ("abc", "0", "--gpus abc: abc not among the GPUs this process sees (CUDA_VISIBLE_DEVICES: 0)"),
     ("0,1", "2,3", "--gpus 0,1: 0, 1 not among the GPUs this process sees (CUDA_VISIBLE_DEVICES: 2, 3)"),

@@ -129,9 +129,9 @@ BAD = [
     ("missing base", {"base": "nowhere/config.yaml"}, "base"),
     ("bad direction", {"objective": {"metric": "val_bleu", "direction": "up"}}, "objective.direction"),
     ("not a config key", {"space": {"lr": [1, 2]}}, "space.lr"),
-    # values Optuna refused only once the study was open (exit 1, "cannot open the study", a study.db
-    # left), took without acting on them, or read against what the sweep asked for
-    ("a seed above 2**32-1", {"seeds": [1, 2 ** 32]}, "seeds"),    # was blamed on `space`, by the trial check
+    # values Optuna refuses only once the study is open (exit 1, "cannot open the study", a study.db
+    # left), takes without acting on them, or reads against what the sweep asked for
+    ("a seed above 2**32-1", {"seeds": [1, 2 ** 32]}, "seeds"),    # named as `seeds`, not `space`
     ("sampler seed below 0", {"sampler": {"name": "tpe", "seed": -1}}, "sampler.seed"),
     ("sampler seed above 2**32-1", {"sampler": {"name": "random", "seed": 2 ** 32}}, "sampler.seed"),
     ("option the grid sampler does not read", {"sampler": {"name": "grid", "seed": 3}}, "sampler.seed"),
