@@ -274,11 +274,13 @@ class _Checker:
             self.fail(key, f"unknown value {value!r}; valid: {', '.join(map(str, valid))}")
         return value
 
-    def int(self, key: str, value: Any, minimum: int | None = None) -> int:
+    def int(self, key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
         if not _is_int(value):
             self.fail(key, f"must be an integer, got {type(value).__name__} {value!r}")
         if minimum is not None and value < minimum:
             self.fail(key, f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            self.fail(key, f"must be <= {maximum}, got {value}")
         return value
 
     def mapping(self, key: str, value: Any) -> dict:
@@ -298,10 +300,7 @@ class _Checker:
                 self.fail(f"{key}.{opt}", f"the {name} {key} takes no options")
             if opt not in allowed:
                 self.unknown(f"{key}.{opt}", list(allowed), f"option for {name}")
-            least, greatest = allowed[opt]
-            self.int(f"{key}.{opt}", v, least)
-            if greatest is not None and v > greatest:
-                self.fail(f"{key}.{opt}", f"must be <= {greatest}, got {v}")
+            self.int(f"{key}.{opt}", v, *allowed[opt])
         if value.get("min_resource", 1) > value.get("max_resource", math.inf):
             self.fail(f"{key}.max_resource", f"must be >= min_resource ({value['min_resource']})")
         return name, value
@@ -558,9 +557,7 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
         if not seeds:
             ck.fail("seeds", "must not be empty")
         for s in seeds:
-            ck.int("seeds", s, SEED_RANGE[0])
-            if s > SEED_RANGE[1]:
-                ck.fail("seeds", f"must be <= {SEED_RANGE[1]}, got {s}")
+            ck.int("seeds", s, *SEED_RANGE)
         if len(set(seeds)) != len(seeds):
             ck.fail("seeds", "duplicate seeds")
         seeds = list(seeds)
