@@ -200,14 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         return _usage_error(str(e))
     if args.dry_run:
         print(placed)
-        commands = driver.first_commands(sweep, root, workers, args.devices_per_trial, args.accelerator,
-                                         args.nodes_per_trial)
+        cells = driver.planned_cells(sweep) if sweep.enumerated else []
+        commands = driver.first_commands(sweep, root, max(workers, len(cells)), args.devices_per_trial,
+                                         args.accelerator, args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
-        cells = driver.planned_cells(sweep) if sweep.enumerated else []
-        every = driver.first_commands(sweep, root, len(cells), args.devices_per_trial, args.accelerator,
-                                      args.nodes_per_trial)
-        print(progress.trial_list(sweep, cells, every))
+        print(progress.trial_list(sweep, cells, commands))
         return 0
     try:   # the default SQLite study and the trials' run directories live under the root
         url = _url(args, sweep)

@@ -23,8 +23,8 @@ def summary(run_dir):
 
 
 def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
-    """Found in the reference sweep: `sweep --test` of the n-gram runs failed, and each failure
-    rewrote its finished run as failed, so it no longer counted and was never tested again."""
+    """A failed `test` of a finished run (as `sweep --test` runs it) records the failure beside the
+    run and keeps it finished, so the run still counts and is tested again."""
     data = tmp_path / "data"
     data.mkdir()
     for split in ("train", "val", "test"):
