@@ -53,7 +53,7 @@ import pandas as pd
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import load
 from lit_attention.analysis.load import AnalysisError
-from lit_attention.analysis.plots import paper_style, plt, save
+from lit_attention.analysis.plots import paper_style, plt, save, whiskers
 from lit_attention.analysis.statistics import f_sf, holm
 from lit_attention.analysis.tables import ci_text, label, number, p_text, to_latex, to_markdown
 from lit_attention.files import atomic_write
@@ -723,9 +723,7 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     for ax, f in zip(axes.flat, factors):
         m = effects.marginal[effects.marginal["factor"] == f.name]
         x = np.arange(len(m))
-        low = (m["mean"] - m["ci_lo"]).fillna(0).clip(lower=0)
-        high = (m["ci_hi"] - m["mean"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, m["mean"], yerr=[low, high], marker="o", capsize=4, color="C0",
+        ax.errorbar(x, m["mean"], yerr=whiskers(m["mean"], m["ci_lo"], m["ci_hi"]), marker="o", capsize=4, color="C0",
                     linestyle="-" if numeric(f.levels) else "none")   # no line between categories
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
         ax.set_xlim(-0.5, len(m) - 0.5)
@@ -748,9 +746,8 @@ def plot_interaction(effects: Effects, a: str, b: str, means: pd.DataFrame, stem
     n_lines = means[b].nunique()
     for i, (level, line) in enumerate(means.groupby(b, observed=True, sort=True)):
         x = np.array([levels_a.index(v) for v in line[a].astype(str)]) + 0.06 * (i - (n_lines - 1) / 2)
-        low = (line["mean"] - line["ci_lo"]).fillna(0).clip(lower=0)
-        high = (line["ci_hi"] - line["mean"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, line["mean"], yerr=[low, high], marker="o", capsize=3, label=str(level))
+        ax.errorbar(x, line["mean"], yerr=whiskers(line["mean"], line["ci_lo"], line["ci_hi"]), marker="o",
+                    capsize=3, label=str(level))
     ax.set_xticks(np.arange(len(levels_a)), levels_a)
     ax.set_xlabel(a)
     ax.set_ylabel(f"{effects.metric} (mean, 95% CI)")

@@ -269,6 +269,11 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
     return save(fig, stem)
 
 
+def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Series]:
+    """errorbar's yerr: how far a CI reaches below and above the mean (0 where there is none)."""
+    return [(mean - ci_lo).fillna(0).clip(lower=0), (ci_hi - mean).fillna(0).clip(lower=0)]
+
+
 def legend_below(ax, title: str) -> None:
     """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
@@ -286,11 +291,9 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
     names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
     mean = agg["mean"].clip(low_end, high_end)
     ci_lo, ci_hi = agg["ci_lo"].clip(low_end, high_end), agg["ci_hi"].clip(low_end, high_end)
-    low = (mean - ci_lo).fillna(0).clip(lower=0)
-    high = (ci_hi - mean).fillna(0).clip(lower=0)
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
-    ax.bar(x, mean.fillna(0), yerr=[low, high], capsize=3, color=OKABE_ITO[5], width=0.6,
+    ax.bar(x, mean.fillna(0), yerr=whiskers(mean, ci_lo, ci_hi), capsize=3, color=OKABE_ITO[5], width=0.6,
            error_kw={"linewidth": 0.9})
     seeds = _seed_values(agg, keys, metric, runs)
     for i, values in enumerate(seeds):

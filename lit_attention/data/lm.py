@@ -95,9 +95,8 @@ class StreamBatches(IterableDataset):
 def sliding_windows(stream: torch.Tensor, window: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, targets), each [K, window]: window k reads ``stream[k*stride : k*stride + window]``
     and predicts the next token at each position; targets already scored by window k - 1 (all but
-    the last ``stride`` of every window after the first) and positions past the end are PAD."""
-    if not 1 <= stride <= window:
-        raise ValueError(f"the evaluation stride must be between 1 and the window ({window}), got {stride}")
+    the last ``stride`` of every window after the first) and positions past the end are PAD.
+    1 <= stride <= window (LMDataModule refuses other values)."""
     n = stream.numel()
     n_windows = 1 + max(0, math.ceil((n - 1 - window) / stride))
     padded = torch.full(((n_windows - 1) * stride + window + 1,), PAD, dtype=stream.dtype)
