@@ -60,7 +60,8 @@ def _content_ids(ids: Sequence[int]) -> list[int]:
 
 
 class _VocabTokenizer:
-    """A token list plus a rule to split text into tokens and join tokens back."""
+    """A token list plus a rule to split text into tokens and join tokens back (``split`` and
+    ``join``, each subclass's)."""
 
     kind = ""
     file_suffix = "json"
@@ -79,14 +80,6 @@ class _VocabTokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.itos)
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        raise NotImplementedError
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        raise NotImplementedError
 
     @classmethod
     def train(cls, lines: Iterable[str], max_size: int | None = None):
@@ -132,28 +125,16 @@ class WordTokenizer(_VocabTokenizer):
     """Whitespace-separated words; decoding joins with single spaces."""
 
     kind = "word"
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        return text.split()
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        return " ".join(tokens)
+    split = staticmethod(str.split)
+    join = staticmethod(" ".join)
 
 
 class CharTokenizer(_VocabTokenizer):
     """One token per Unicode character, spaces included."""
 
     kind = "char"
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        return list(text)
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        return "".join(tokens)
+    split = staticmethod(list)
+    join = staticmethod("".join)
 
 
 class SentencePieceTokenizer:
