@@ -10,12 +10,6 @@ import math
 import random
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 WORDS = "the a cat dog sat on mat ran fast slow big small red blue house tree".split()
 
@@ -72,12 +66,14 @@ def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, st
                         rows.append(f"{step},{direction},{sentence},{position},{distance},{norm}")
         (run_dir / "gradflow.csv").write_text("\n".join(rows) + "\n")
     if attention:
-        (run_dir / "attention").mkdir(exist_ok=True)
+        import torch
+
+        from lit_attention.diagnostics import save_heatmap
+
+        generator = torch.Generator().manual_seed(seed)
         for k in range(2):
-            fig, ax = plt.subplots(figsize=(2, 2))
-            ax.imshow(np.random.default_rng(seed + k).random((5, 6)))
-            fig.savefig(run_dir / "attention" / f"example{k}.png")
-            plt.close(fig)
+            weights = torch.softmax(torch.randn(5, 6, generator=generator), dim=-1)
+            save_heatmap(weights, WORDS[:6], WORDS[6:11], run_dir / "attention" / f"example{k}.png")
     return run_dir
 
 
