@@ -25,6 +25,24 @@ def corrupt(refs: list[str], fraction: float, seed: int) -> list[str]:
     return [" ".join(r.split()[: len(r.split()) // 2]) if rng.random() < fraction else r for r in refs]
 
 
+def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
+                     n_samples: int | None = None, test: str = "bootstrap") -> dict:
+    """Baseline score, system score and the p-value of their difference from hypotheses, by the
+    report's sentence-level test (significance.pvalues on one shared draw)."""
+    from lit_attention.analysis import significance
+    from lit_attention.analysis import statistics as st
+    from lit_attention.tracking import sentence_stats as ss
+
+    extractor = ss.Extractor()
+    base_stats = extractor.corpus(baseline, refs, [metric])[metric]
+    sys_stats = extractor.corpus(system, refs, [metric])[metric]
+    scores = dict(baseline=ss.corpus_score(metric, base_stats), system=ss.corpus_score(metric, sys_stats))
+    if list(system) == list(baseline):
+        return dict(scores, p=1.0)   # as the report's test (significance._identical)
+    draw = st.draw(test, len(refs), n_samples or significance.N_SAMPLES, significance.SEED)
+    return dict(scores, p=float(significance.pvalues(metric, draw, base_stats[None], sys_stats[None])[0]))
+
+
 def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, status: str = "finished",
               val_bleu: float | None = None, params: int = 1000, hyps: list[str] | None = None,
               refs: list[str] | None = None, gradflow_decay: float | None = None,

@@ -116,23 +116,6 @@ def pvalues(metric: str, draw: st.Draw, base: np.ndarray, systems: np.ndarray,
     return permutation_pvalues(*st.swapped_scores(metric, draw, base, systems), observed)
 
 
-def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
-                     n_samples: int = N_SAMPLES, seed: int = SEED, test: str = "bootstrap") -> dict:
-    """Baseline score, system score and the p-value of their difference, from hypotheses."""
-    if not (len(baseline) == len(system) == len(refs)):
-        raise AnalysisError(f"paired test needs equal lengths: baseline {len(baseline)}, "
-                            f"system {len(system)}, references {len(refs)}")
-    extractor = ss.Extractor()
-    base_stats = extractor.corpus(baseline, refs, [metric])[metric]
-    sys_stats = extractor.corpus(system, refs, [metric])[metric]
-    base_score, sys_score = ss.corpus_score(metric, base_stats), ss.corpus_score(metric, sys_stats)
-    if list(system) == list(baseline):
-        return dict(baseline=base_score, system=sys_score, p=1.0)   # see _identical
-    draw = st.draw(test, len(refs), n_samples, seed)
-    p = pvalues(metric, draw, base_stats[None], sys_stats[None])[0]
-    return dict(baseline=base_score, system=sys_score, p=float(p))
-
-
 # ---- the table's comparisons ------------------------------------------------------------------
 
 def matches(runs: pd.DataFrame, selector: dict[str, str]) -> pd.Series:
