@@ -214,7 +214,7 @@ class LMDataModule(LightningDataModule):
             return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
         if bool(h.val_path) != bool(h.test_path):
             raise ValueError("give both data.val_path and data.test_path, or neither")
-        lines = read_lines(h.path, invalid="mark", counts=self.data_text)
+        lines = read_lines(h.path, mark_invalid=True, counts=self.data_text)
         if not lines:
             raise DataError(f"{h.path} is an empty file")
         if h.val_path:
