@@ -459,7 +459,8 @@ class _Source:
         return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
 
     def _stats(self, run_dirs: list[str]) -> np.ndarray:
-        """[runs, N, K] statistics against one set of references (AnalysisError otherwise)."""
+        """[runs, N, K] statistics against one set of references (AnalysisError otherwise; the
+        statistics of a run hold one row per sentence of its references, sentence_stats.load_or_compute)."""
         found = []
         for run_dir in run_dirs:
             stats = self.store.get(run_dir, self.refs_from(run_dir))
@@ -468,10 +469,7 @@ class _Source:
                 raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
                                     f"than the baseline; a paired test needs the same sentences")
             found.append(stats.of(self.store.metric))
-        if len({len(f) for f in found}) > 1:
-            raise AnalysisError(f"paired test needs equal lengths: {sorted({len(f) for f in found})} "
-                                f"sentences in {', '.join(run_dirs)}")
-        return np.stack(found)
+        return np.stack(found)   # the same references: the same sentences
 
     def observed(self, run_dirs: list[str]) -> np.ndarray:
         """[n] each run's score: its corpus score on the whole split, or its value."""
@@ -560,9 +558,6 @@ class _Tester:
                 raise AnalysisError(f"{run_dir} and its baseline {base_dir} were scored against "
                                     f"different references ({self.store.split}); a paired test "
                                     "needs the same sentences")
-            if len(base) != len(system):
-                raise AnalysisError(f"paired test needs equal lengths: baseline {len(base)}, "
-                                    f"system {len(system)} ({run_dir})")
             loaded.append((base, base_scores, system))
         p = [1.0] * len(loaded)
         by_length = defaultdict(list)
