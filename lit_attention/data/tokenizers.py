@@ -332,5 +332,5 @@ def recorded_tokenizers(kind: str, record: dict) -> dict[str, Tokenizer]:
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise DataError(f"the run's {side} tokenizer {path} differs from the one it trained with (sha256 "
                             f"{entry['sha256'][:12]}...): it was rebuilt or changed since")
-        loaded[side] = cls.from_bytes(data)
+        loaded[side] = cls.from_bytes(data.partition(b"\n")[2])   # after the cache's header line
     return loaded
