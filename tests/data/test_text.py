@@ -124,7 +124,7 @@ def test_mark_returns_none_for_each_invalid_line(tmp_path):
 
 
 def test_a_byte_order_mark_is_removed_and_said_once_per_file(tmp_path, caplog):
-    """Issue 35, case 6: a BOM left in the first token made perfect hypotheses score 99.78 BLEU."""
+    """A BOM is not left in the first token: perfect hypotheses score 100 BLEU."""
     bom = "\ufeff"
     path = write_lines(tmp_path / "train.en", [bom + "Two dogs", "a cat", bom + "the man"])
     gz = write_lines(tmp_path / "val.en.gz", [bom + "Two dogs"], gz=True)
