@@ -14,7 +14,7 @@ a on sentence i is additive (a corpus score is their mean):
                           variance between runs of one arm on one test set, is ratio · σ²_sent
 
 The test gets what the report gets: each run's score on the whole test set and the bootstrap
-covariance of the runs' scores (exact for additive scores: statistics.bootstrap_covariance).
+covariance of the runs' scores (exact for additive scores: bootstrap_covariance).
 `rates` gives the share of experiments rejecting at α (two-sided: Holm over both directions of
 one comparison) with no effect, and with an effect of POWER_AT true standard deviations of Δ.
 
@@ -50,6 +50,16 @@ import numpy as np
 from lit_attention.analysis import statistics as st
 from lit_attention.files import atomic_write
 
+
+def bootstrap_covariance(per_sentence: np.ndarray) -> np.ndarray:
+    """The covariance over bootstrap test sets of the mean scores of R runs with additive
+    sentence scores, exactly (no resamples): per_sentence [..., R, N] -> [..., R, R],
+    Σ_i (x_ri - x̄_r)(x_si - x̄_s) / N². What resampled_scores estimates for a corpus BLEU."""
+    n = per_sentence.shape[-1]
+    centred = per_sentence - per_sentence.mean(axis=-1, keepdims=True)
+    return centred @ np.swapaxes(centred, -1, -2) / n ** 2
+
+
 SEEDS = (2, 3, 5, 10)
 RATIOS = (0.1, 0.3, 1.0, 3.0, 10.0)
 SENTENCES = 100
@@ -81,7 +91,7 @@ def simulate(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS, n_sente
     x += rng.normal(0, np.sqrt(seed_var), (experiments, 2, n_seeds, 1))
     runs = x.reshape(experiments, 2 * n_seeds, n_sentences)
     scores = runs.mean(axis=-1)                                       # [E, 2n]
-    sentence_part = st.sentence_variance(st.bootstrap_covariance(runs), n_seeds)
+    sentence_part = st.sentence_variance(bootstrap_covariance(runs), n_seeds)
     system, base = scores[:, :n_seeds], scores[:, n_seeds:]
     pooled = None
     if pooled_arms:
@@ -169,7 +179,7 @@ def simulate_blocks(n_seeds: int, ratio: float, experiments: int = EXPERIMENTS,
         block_means = x.reshape(e, 2 * n_seeds, blocks, block_tokens).mean(axis=-1)
         for name, units in (("blocks", block_means), ("tokens", x)):
             part = st.unbiased(
-                st.sentence_variance(st.bootstrap_covariance(units), n_seeds), units.shape[-1])
+                st.sentence_variance(bootstrap_covariance(units), n_seeds), units.shape[-1])
             found[name].append((system, base, part, units.shape[-1]))
     results = {}
     for name, parts in found.items():

@@ -463,29 +463,17 @@ def defaults(families: Mapping[str, Family], family: str, given: Mapping[str, An
 
 def as_dict() -> dict:
     """The registry as JSON-ready data (for `lit-attention choices --json`)."""
-    return {
-        "families": list(FAMILIES),
-        "lm_families": list(LM_FAMILIES),
-        "ngram_smoothing": list(NGRAM_SMOOTHING),
-        "cells": list(CELLS),
-        "attention": list(ATTENTION),
-        "context": list(CONTEXT),
-        "scoring": list(SCORING),
-        "parameter_free_scoring": list(having(SCORING, parameter_free=True)),
-        "enc_output": list(ENC_OUTPUT),
-        "transformer_scoring": list(TRANSFORMER_SCORING),
-        "positional": list(POSITIONAL),
-        "incompatible_positional_scoring": ["+".join(pair) for pair in INCOMPATIBLE_POSITIONAL_SCORING],
-        "fused_scoring": list(having(TRANSFORMER_SCORING, fused=True)),
-        "fused_positional": list(having(POSITIONAL, fused=True)),
-        "norm": list(NORM),
-        "tasks": list(TASKS),
-        "tokenizers": list(TOKENIZERS),
-        "spm_models": list(SPM_MODELS),
-        "seq2seq_options": {f: dict(spec.options) for f, spec in SEQ2SEQ_MODELS.items()},
-        "lm_options": {f: dict(spec.options) for f, spec in LM_MODELS.items()},
-        "renamed": dict(RENAMED),
-    }
+    names = dict(
+        families=FAMILIES, lm_families=LM_FAMILIES, ngram_smoothing=NGRAM_SMOOTHING, cells=CELLS,
+        attention=ATTENTION, context=CONTEXT, scoring=SCORING, parameter_free_scoring=PARAMETER_FREE_SCORING,
+        enc_output=ENC_OUTPUT, transformer_scoring=TRANSFORMER_SCORING, positional=POSITIONAL,
+        incompatible_positional_scoring=["+".join(pair) for pair in INCOMPATIBLE_POSITIONAL_SCORING],
+        fused_scoring=FUSED_SCORING, fused_positional=FUSED_POSITIONAL, norm=NORM, tasks=TASKS,
+        tokenizers=TOKENIZERS, spm_models=SPM_MODELS)
+    return {**{key: list(values) for key, values in names.items()},
+            "seq2seq_options": {f: dict(spec.options) for f, spec in SEQ2SEQ_MODELS.items()},
+            "lm_options": {f: dict(spec.options) for f, spec in LM_MODELS.items()},
+            "renamed": dict(RENAMED)}
 
 
 # -- Tracking: where a run is logged besides its run store ---------------------------------------

@@ -10,12 +10,6 @@ import math
 import random
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 WORDS = "the a cat dog sat on mat ran fast slow big small red blue house tree".split()
 
@@ -29,6 +23,24 @@ def corrupt(refs: list[str], fraction: float, seed: int) -> list[str]:
     """Each sentence, with probability `fraction`, keeps only its first half."""
     rng = random.Random(seed)
     return [" ".join(r.split()[: len(r.split()) // 2]) if rng.random() < fraction else r for r in refs]
+
+
+def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
+                     n_samples: int | None = None, test: str = "bootstrap") -> dict:
+    """Baseline score, system score and the p-value of their difference from hypotheses, by the
+    report's sentence-level test (significance.pvalues on one shared draw)."""
+    from lit_attention.analysis import significance
+    from lit_attention.analysis import statistics as st
+    from lit_attention.tracking import sentence_stats as ss
+
+    extractor = ss.Extractor()
+    base_stats = extractor.corpus(baseline, refs, [metric])[metric]
+    sys_stats = extractor.corpus(system, refs, [metric])[metric]
+    scores = dict(baseline=ss.corpus_score(metric, base_stats), system=ss.corpus_score(metric, sys_stats))
+    if list(system) == list(baseline):
+        return dict(scores, p=1.0)   # as the report's test (significance._identical)
+    draw = st.draw(test, len(refs), n_samples or significance.N_SAMPLES, significance.SEED)
+    return dict(scores, p=float(significance.pvalues(metric, draw, base_stats[None], sys_stats[None])[0]))
 
 
 def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, status: str = "finished",
@@ -72,12 +84,14 @@ def write_run(root: Path, group: str, run_id: str, *, seed: int, model: dict, st
                         rows.append(f"{step},{direction},{sentence},{position},{distance},{norm}")
         (run_dir / "gradflow.csv").write_text("\n".join(rows) + "\n")
     if attention:
-        (run_dir / "attention").mkdir(exist_ok=True)
+        import torch
+
+        from lit_attention.diagnostics import save_heatmap
+
+        generator = torch.Generator().manual_seed(seed)
         for k in range(2):
-            fig, ax = plt.subplots(figsize=(2, 2))
-            ax.imshow(np.random.default_rng(seed + k).random((5, 6)))
-            fig.savefig(run_dir / "attention" / f"example{k}.png")
-            plt.close(fig)
+            weights = torch.softmax(torch.randn(5, 6, generator=generator), dim=-1)
+            save_heatmap(weights, WORDS[:6], WORDS[6:11], run_dir / "attention" / f"example{k}.png")
     return run_dir
 
 

@@ -2,7 +2,8 @@
 
 from typing import Literal, Optional
 
-from lit_attention import docs_keys, registry
+import docs_keys
+from lit_attention import registry
 
 
 def test_architecture_md_lists_the_config_keys_of_the_code():

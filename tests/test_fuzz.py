@@ -1,4 +1,4 @@
-"""Issue 35's fuzz test: random sweep files and random edits of a run store, from a seeded
+"""Fuzz test: random sweep files and random edits of a run store, from a seeded
 generator. Whatever the input, the outcome is a correct result or a one-line error (exit 2),
 never a traceback, and `report` changes no file outside its output directory (besides the
 derived caches it keeps beside what it read: config.cache.json, hyps/*.stats.npz)."""

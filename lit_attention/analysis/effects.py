@@ -53,7 +53,7 @@ import pandas as pd
 from lit_attention.analysis import aggregate as agg_mod
 from lit_attention.analysis import load
 from lit_attention.analysis.load import AnalysisError
-from lit_attention.analysis.plots import paper_style, plt, save
+from lit_attention.analysis.plots import paper_style, plt, save, whiskers
 from lit_attention.analysis.statistics import f_sf, holm
 from lit_attention.analysis.tables import ci_text, label, number, p_text, to_latex, to_markdown
 from lit_attention.files import atomic_write
@@ -66,33 +66,23 @@ class Term:
     above: frozenset = frozenset()  # names of terms that contain this one (left out of its base)
 
 
-def _fit(y: np.ndarray, blocks: list[np.ndarray]) -> tuple[float, int]:
-    """(residual sum of squares, rank) of y regressed on an intercept and the given columns."""
-    x = np.column_stack([np.ones(len(y))] + blocks)
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    residual = y - x @ coef
-    return float(residual @ residual), int(np.linalg.matrix_rank(x))
-
-
 def type2(y, terms: list[Term]) -> pd.DataFrame:
     """One row per term (then 'residual' and 'total'): df, ss, eta_sq, f, p.
 
-    eta_sq = ss / total ss; f = (ss/df) / (residual ss / residual df); p from F(df, residual df).
-    A term that adds no rank (aliased with terms below it) gets df 0 and no test.
+    ss = |Q'y|² with Q the term's columns after the terms below it (_bases); eta_sq = ss / total ss;
+    f = (ss/df) / (residual ss / residual df); p from F(df, residual df). A term that adds no rank
+    (aliased with terms below it) gets df 0 and no test.
     """
     y = np.asarray(y, dtype=float)
     total = float(((y - y.mean()) ** 2).sum())
-    rss_full, rank_full = _fit(y, [t.columns for t in terms])
-    df_res = len(y) - rank_full
-    rss_full = rss_full if df_res > 0 else 0.0     # a saturated model fits exactly (not 1e-30)
+    full, bases = _bases(terms, len(y))
+    residual = y - full @ (full.T @ y)
+    df_res = len(y) - full.shape[1]
+    rss_full = float(residual @ residual) if df_res > 0 else 0.0   # a saturated model fits exactly
     ms_res = rss_full / df_res if df_res > 0 else math.nan
     rows = []
-    for term in terms:
-        base = [t.columns for t in terms if t.name != term.name and t.name not in term.above]
-        rss_without, rank_without = _fit(y, base)
-        rss_with, rank_with = _fit(y, base + [term.columns])
-        df = rank_with - rank_without
-        ss = max(rss_without - rss_with, 0.0) if df else 0.0
+    for term, q in zip(terms, bases):
+        df, ss = q.shape[1], float(((q.T @ y) ** 2).sum())
         f = (ss / df) / ms_res if df and ms_res > 0 else math.nan
         rows.append(dict(term=term.name, df=df, ss=ss, f=f, p=f_sf(f, df, df_res)))
     rows.append(dict(term="residual", df=df_res, ss=rss_full, f=math.nan, p=math.nan))
@@ -110,6 +100,19 @@ def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
     return u[:, sv > tol * max(sv.max(), 1.0)]
 
 
+def _bases(terms: list[Term], n: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(orthonormal basis [n, rank] of the full model, per term Q [n, df]: an orthonormal basis of
+    its columns after the terms below it)."""
+    ones = np.ones((n, 1))
+    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
+    bases = []
+    for term in terms:
+        base = _basis(np.column_stack([ones] + [t.columns for t in terms
+                                                if t.name != term.name and t.name not in term.above]))
+        bases.append(_basis(term.columns - base @ (base.T @ term.columns)))
+    return full, bases
+
+
 @dataclass(frozen=True)
 class RobustDesign:
     """What the robust test of a model needs that does not depend on the response (built once
@@ -124,15 +127,8 @@ class RobustDesign:
 
 def robust_design(terms: list[Term], cells) -> RobustDesign:
     """The response-free part of `robust` for these terms and cells."""
-    n = len(terms[0].columns) if terms else len(cells)
-    ones = np.ones((n, 1))
-    full = _basis(np.column_stack([ones] + [t.columns for t in terms]))
+    full, bases = _bases(terms, len(cells))
     codes = pd.factorize(pd.Series(list(cells)).astype(str))[0]
-    bases = []
-    for term in terms:
-        base = _basis(np.column_stack([ones] + [t.columns for t in terms
-                                                if t.name != term.name and t.name not in term.above]))
-        bases.append(_basis(term.columns - base @ (base.T @ term.columns)))
     cell_df = np.maximum(np.bincount(codes) - 1, 1)
     return RobustDesign([t.name for t in terms], full, (full ** 2).sum(axis=1), cell_df, bases,
                         (codes == np.arange(len(cell_df))[:, None]) * 1.0)
@@ -723,9 +719,7 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     for ax, f in zip(axes.flat, factors):
         m = effects.marginal[effects.marginal["factor"] == f.name]
         x = np.arange(len(m))
-        low = (m["mean"] - m["ci_lo"]).fillna(0).clip(lower=0)
-        high = (m["ci_hi"] - m["mean"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, m["mean"], yerr=[low, high], marker="o", capsize=4, color="C0",
+        ax.errorbar(x, m["mean"], yerr=whiskers(m["mean"], m["ci_lo"], m["ci_hi"]), marker="o", capsize=4, color="C0",
                     linestyle="-" if numeric(f.levels) else "none")   # no line between categories
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
         ax.set_xlim(-0.5, len(m) - 0.5)
@@ -748,9 +742,8 @@ def plot_interaction(effects: Effects, a: str, b: str, means: pd.DataFrame, stem
     n_lines = means[b].nunique()
     for i, (level, line) in enumerate(means.groupby(b, observed=True, sort=True)):
         x = np.array([levels_a.index(v) for v in line[a].astype(str)]) + 0.06 * (i - (n_lines - 1) / 2)
-        low = (line["mean"] - line["ci_lo"]).fillna(0).clip(lower=0)
-        high = (line["ci_hi"] - line["mean"]).fillna(0).clip(lower=0)
-        ax.errorbar(x, line["mean"], yerr=[low, high], marker="o", capsize=3, label=str(level))
+        ax.errorbar(x, line["mean"], yerr=whiskers(line["mean"], line["ci_lo"], line["ci_hi"]), marker="o",
+                    capsize=3, label=str(level))
     ax.set_xticks(np.arange(len(levels_a)), levels_a)
     ax.set_xlabel(a)
     ax.set_ylabel(f"{effects.metric} (mean, 95% CI)")

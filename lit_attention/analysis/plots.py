@@ -20,7 +20,6 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.image as mpimg  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker as ticker  # noqa: E402
 import numpy as np  # noqa: E402
@@ -269,6 +268,11 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
     return save(fig, stem)
 
 
+def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Series]:
+    """errorbar's yerr: how far a CI reaches below and above the mean (0 where there is none)."""
+    return [(mean - ci_lo).fillna(0).clip(lower=0), (ci_hi - mean).fillna(0).clip(lower=0)]
+
+
 def legend_below(ax, title: str) -> None:
     """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
@@ -286,11 +290,9 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
     names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
     mean = agg["mean"].clip(low_end, high_end)
     ci_lo, ci_hi = agg["ci_lo"].clip(low_end, high_end), agg["ci_hi"].clip(low_end, high_end)
-    low = (mean - ci_lo).fillna(0).clip(lower=0)
-    high = (ci_hi - mean).fillna(0).clip(lower=0)
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
-    ax.bar(x, mean.fillna(0), yerr=[low, high], capsize=3, color=OKABE_ITO[5], width=0.6,
+    ax.bar(x, mean.fillna(0), yerr=whiskers(mean, ci_lo, ci_hi), capsize=3, color=OKABE_ITO[5], width=0.6,
            error_kw={"linewidth": 0.9})
     seeds = _seed_values(agg, keys, metric, runs)
     for i, values in enumerate(seeds):
@@ -342,13 +344,11 @@ def _attention_maps(run_dir: Path) -> list[dict]:
 
 
 @paper_style
-def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str = "val_bleu",
-                        max_maps: int = 4) -> list[Path]:
+def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str = "val_bleu") -> list[Path]:
     """The same validation sentence's attention map in one run of every configuration, side by
     side at the text width, source tokens on x and target tokens on y (the sentence is the
-    shortest one every configuration stored, so its tokens stay legible). Run stores written
-    before the maps were stored as data: their pictures (attention/*.png), one row per
-    configuration."""
+    shortest one every configuration stored, so its tokens stay legible); none when no sentence
+    is stored by every configuration."""
     names = config_labels(_averaged(runs, metric), keys)
     found = {}
     for config in sorted(set(names)):
@@ -359,7 +359,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
                 break
     shared = set.intersection(*(set(maps) for maps in found.values())) if found else set()
     if not shared:
-        return _attention_pictures(names, stem, max_maps)
+        return []
     name = min(shared, key=lambda n: max(len(m[n]["source"]) + len(m[n]["target"]) for m in found.values()))
     return _draw_maps([(config, maps[name]) for config, maps in found.items()], legend_title(keys), stem)
 
@@ -387,30 +387,6 @@ def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Pa
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
     fig.suptitle(f"{keys_title}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
-    return save(fig, stem)
-
-
-def _attention_pictures(names: pd.Series, stem, max_maps: int) -> list[Path]:
-    """Older run stores: their attention/*.png pictures, one row per configuration."""
-    rows = []
-    for config in sorted(set(names)):
-        run_dirs = sorted(names.index[names == config])
-        for run_dir in run_dirs:
-            maps = sorted((Path(run_dir) / ATTENTION).glob("*.png"))[:max_maps]
-            if maps:
-                rows.append((config, maps))
-                break
-    if not rows:
-        return []
-    n_cols = max(len(maps) for _, maps in rows)
-    fig, axes = plt.subplots(len(rows), n_cols, figsize=(3 * n_cols, 3 * len(rows)), squeeze=False)
-    for r, (config, maps) in enumerate(rows):
-        for c in range(n_cols):
-            ax = axes[r][c]
-            ax.axis("off")
-            if c < len(maps):
-                ax.imshow(mpimg.imread(maps[c]))
-                ax.set_title(f"{config}\n{maps[c].stem}" if c == 0 else maps[c].stem, fontsize="small")
     return save(fig, stem)
 
 

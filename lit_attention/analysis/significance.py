@@ -116,23 +116,6 @@ def pvalues(metric: str, draw: st.Draw, base: np.ndarray, systems: np.ndarray,
     return permutation_pvalues(*st.swapped_scores(metric, draw, base, systems), observed)
 
 
-def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], metric: str = "bleu",
-                     n_samples: int = N_SAMPLES, seed: int = SEED, test: str = "bootstrap") -> dict:
-    """Baseline score, system score and the p-value of their difference, from hypotheses."""
-    if not (len(baseline) == len(system) == len(refs)):
-        raise AnalysisError(f"paired test needs equal lengths: baseline {len(baseline)}, "
-                            f"system {len(system)}, references {len(refs)}")
-    extractor = ss.Extractor()
-    base_stats = extractor.corpus(baseline, refs, [metric])[metric]
-    sys_stats = extractor.corpus(system, refs, [metric])[metric]
-    base_score, sys_score = ss.corpus_score(metric, base_stats), ss.corpus_score(metric, sys_stats)
-    if list(system) == list(baseline):
-        return dict(baseline=base_score, system=sys_score, p=1.0)   # see _identical
-    draw = st.draw(test, len(refs), n_samples, seed)
-    p = pvalues(metric, draw, base_stats[None], sys_stats[None])[0]
-    return dict(baseline=base_score, system=sys_score, p=float(p))
-
-
 # ---- the table's comparisons ------------------------------------------------------------------
 
 def matches(runs: pd.DataFrame, selector: dict[str, str]) -> pd.Series:
@@ -206,15 +189,12 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     tests (`bootstrap`, `permutation`) compare one run with one run and refuse a configuration
     with more. `n_samples` defaults to N_SAMPLES for the seed test (its resamples estimate a
     variance; p comes from the t distribution) and to default_samples(number of Holm hypotheses)
-    for the sentence tests. The frame's attrs hold what method() needs for the caption.
+    for the sentence tests. The frame's attrs hold what method() needs for the caption. `test` is
+    one of TESTS and `equivalence` positive (report.parse_args refuses other values).
     """
-    if test not in TESTS:
-        raise AnalysisError(f"unknown test {test!r}; one of {', '.join(TESTS)}")
     if test != DEFAULT_TEST and (pool_seeds or equivalence is not None):
         raise AnalysisError(f"pooling seeds and --equivalence belong to the test over seeds; --test "
                             f"{test} compares single runs")
-    if equivalence is not None and not equivalence > 0:
-        raise AnalysisError(f"the equivalence margin must be a positive difference, got {equivalence}")
     if column is not None and test != DEFAULT_TEST:
         raise AnalysisError(f"--test {test} resamples test sentences, and {column} has no sentence "
                             f"statistics: use --test {DEFAULT_TEST}")
@@ -476,7 +456,8 @@ class _Source:
         return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
 
     def _stats(self, run_dirs: list[str]) -> np.ndarray:
-        """[runs, N, K] statistics against one set of references (AnalysisError otherwise)."""
+        """[runs, N, K] statistics against one set of references (AnalysisError otherwise; the
+        statistics of a run hold one row per sentence of its references, sentence_stats.load_or_compute)."""
         found = []
         for run_dir in run_dirs:
             stats = self.store.get(run_dir, self.refs_from(run_dir))
@@ -485,10 +466,7 @@ class _Source:
                 raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
                                     f"than the baseline; a paired test needs the same sentences")
             found.append(stats.of(self.store.metric))
-        if len({len(f) for f in found}) > 1:
-            raise AnalysisError(f"paired test needs equal lengths: {sorted({len(f) for f in found})} "
-                                f"sentences in {', '.join(run_dirs)}")
-        return np.stack(found)
+        return np.stack(found)   # the same references: the same sentences
 
     def observed(self, run_dirs: list[str]) -> np.ndarray:
         """[n] each run's score: its corpus score on the whole split, or its value."""
@@ -577,9 +555,6 @@ class _Tester:
                 raise AnalysisError(f"{run_dir} and its baseline {base_dir} were scored against "
                                     f"different references ({self.store.split}); a paired test "
                                     "needs the same sentences")
-            if len(base) != len(system):
-                raise AnalysisError(f"paired test needs equal lengths: baseline {len(base)}, "
-                                    f"system {len(system)} ({run_dir})")
             loaded.append((base, base_scores, system))
         p = [1.0] * len(loaded)
         by_length = defaultdict(list)

@@ -221,15 +221,6 @@ def sentence_variance(cov: np.ndarray, n_a: int) -> np.ndarray:
     return np.maximum(within_a + within_b - 2 * between, 0.0)
 
 
-def bootstrap_covariance(per_sentence: np.ndarray) -> np.ndarray:
-    """The covariance over bootstrap test sets of the mean scores of R runs with additive
-    sentence scores, exactly (no resamples): per_sentence [..., R, N] -> [..., R, R],
-    Σ_i (x_ri - x̄_r)(x_si - x̄_s) / N². What resampled_scores estimates for a corpus BLEU."""
-    n = per_sentence.shape[-1]
-    centred = per_sentence - per_sentence.mean(axis=-1, keepdims=True)
-    return centred @ np.swapaxes(centred, -1, -2) / n ** 2
-
-
 def resampled_covariance(scores: np.ndarray) -> np.ndarray:
     """scores [B, ..., R] (each run's score on B resampled test sets) -> their covariance
     [..., R, R] (ddof 1)."""

@@ -195,8 +195,8 @@ def pin_memory(trainer) -> bool:
 def loader_workers(asked: int | None, trainer) -> int:
     """DataLoader worker processes: ``asked`` (data.num_workers) when given; else none for a CPU,
     where a worker would take a core from the model's own threads, and for a CUDA device up to
-    ``CUDA_WORKERS`` of the cores this process may use beyond its main one: collating a 4,096-token
-    batch takes ~2 ms, which on the main thread a launch-bound GPU step waits for (issue 38)."""
+    ``CUDA_WORKERS`` of the cores this process may use beyond its main one: collating a batch on
+    the main thread is time a launch-bound GPU step waits for."""
     if asked is not None:
         return asked
     if not pin_memory(trainer):
@@ -209,9 +209,8 @@ class Batch(dict):
 
     torch.multiprocessing sends each CPU tensor's storage as a file descriptor, with a socket
     handshake each, which the receiving thread of the main process (on a GPU, the loader's
-    pin-memory thread, beside the launch-bound training thread) runs in Python: a Multi30k
-    4,096-token batch of five tensors took it 1.08 ms of CPU, the one buffer 0.41 ms (2-core AMD
-    EPYC, bench/loader_batches.py, issue 38). Pickled, a batch of plain CPU tensors (strided, no
+    pin-memory thread, beside the launch-bound training thread) runs in Python: one buffer costs it
+    one handshake instead of five. Pickled, a batch of plain CPU tensors (strided, no
     gradient) becomes their bytes in one uint8 tensor, each part at a multiple of 8 bytes, and
     arrives as views of it; any other batch pickles as a dict.
     """
@@ -246,8 +245,8 @@ def collate(examples: Sequence[dict], pad_to: Sequence[int] | None = None) -> Ba
 
     With ``pad_to`` (increasing lengths) source and target are both padded to the smallest of
     them that holds the batch's longest side: [B, L] each, L one of ``pad_to``."""
-    # Padded Python rows, then one tensor each: a 4,096-token batch in ~2 ms instead of ~9 ms of
-    # per-example tensor writes, on the training loop's thread (issue 38).
+    # Padded Python rows, then one tensor each: a few times faster than per-example tensor writes,
+    # on the training loop's thread.
     src_len = max(len(ex["src"]) for ex in examples) + 1
     tgt_len = max(len(ex["tgt"]) for ex in examples) + 1
     if pad_to is not None:

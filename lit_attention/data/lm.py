@@ -95,9 +95,8 @@ class StreamBatches(IterableDataset):
 def sliding_windows(stream: torch.Tensor, window: int, stride: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, targets), each [K, window]: window k reads ``stream[k*stride : k*stride + window]``
     and predicts the next token at each position; targets already scored by window k - 1 (all but
-    the last ``stride`` of every window after the first) and positions past the end are PAD."""
-    if not 1 <= stride <= window:
-        raise ValueError(f"the evaluation stride must be between 1 and the window ({window}), got {stride}")
+    the last ``stride`` of every window after the first) and positions past the end are PAD.
+    1 <= stride <= window (LMDataModule refuses other values)."""
     n = stream.numel()
     n_windows = 1 + max(0, math.ceil((n - 1 - window) / stride))
     padded = torch.full(((n_windows - 1) * stride + window + 1,), PAD, dtype=stream.dtype)
@@ -215,7 +214,7 @@ class LMDataModule(LightningDataModule):
             return {split: generate(h.task, n[split], split_seed(h.seed, split))[1] for split in n}
         if bool(h.val_path) != bool(h.test_path):
             raise ValueError("give both data.val_path and data.test_path, or neither")
-        lines = read_lines(h.path, invalid="mark", counts=self.data_text)
+        lines = read_lines(h.path, mark_invalid=True, counts=self.data_text)
         if not lines:
             raise DataError(f"{h.path} is an empty file")
         if h.val_path:

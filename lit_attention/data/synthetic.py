@@ -15,26 +15,16 @@ from dataclasses import dataclass
 
 from lit_attention.registry import SYNTHETIC_TASKS, TASKS, check, implementation
 
-# Target word -> source word.
-LEXICON = {
-    "the": "lo", "a": "na", "that": "ke",
-    # nouns
-    "dog": "bako", "cat": "miru", "bird": "tesi", "man": "kolu", "woman": "seni",
-    "child": "pado", "horse": "vemu", "fish": "giro", "farmer": "fuma", "teacher": "lanu",
-    # adjectives
-    "big": "zor", "small": "pim", "red": "lek", "tall": "dal", "happy": "sif", "quick": "rav",
-    "young": "tum", "green": "wel",
-    # transitive verbs
-    "sees": "mika", "likes": "tola", "chases": "runa", "finds": "belo", "follows": "hosa",
-    "helps": "nepi",
-    # intransitive verbs
-    "sleeps": "dumi", "runs": "kapo", "sings": "lisa", "waits": "gera",
-}
-DETERMINERS = ("the", "a")
-NOUNS = ("dog", "cat", "bird", "man", "woman", "child", "horse", "fish", "farmer", "teacher")
-ADJECTIVES = ("big", "small", "red", "tall", "happy", "quick", "young", "green")
-TRANSITIVE = ("sees", "likes", "chases", "finds", "follows", "helps")
-INTRANSITIVE = ("sleeps", "runs", "sings", "waits")
+# Target word -> source word, by word class.
+DETERMINERS = {"the": "lo", "a": "na"}
+NOUNS = {"dog": "bako", "cat": "miru", "bird": "tesi", "man": "kolu", "woman": "seni", "child": "pado",
+         "horse": "vemu", "fish": "giro", "farmer": "fuma", "teacher": "lanu"}
+ADJECTIVES = {"big": "zor", "small": "pim", "red": "lek", "tall": "dal", "happy": "sif", "quick": "rav",
+              "young": "tum", "green": "wel"}
+TRANSITIVE = {"sees": "mika", "likes": "tola", "chases": "runa", "finds": "belo", "follows": "hosa",
+              "helps": "nepi"}
+INTRANSITIVE = {"sleeps": "dumi", "runs": "kapo", "sings": "lisa", "waits": "gera"}
+LEXICON = {**DETERMINERS, "that": "ke", **NOUNS, **ADJECTIVES, **TRANSITIVE, **INTRANSITIVE}
 
 MAX_DEPTH = 3         # relative clauses nested inside one noun phrase
 P_RELATIVE = 0.55     # chance a noun phrase gets a relative clause (below MAX_DEPTH)
@@ -79,14 +69,14 @@ def _noun_phrase(rng: random.Random, depth: int) -> NounPhrase:
     relative = None
     if depth < MAX_DEPTH and rng.random() < P_RELATIVE:
         relative = _clause(rng, depth + 1, subject=None)
-    return NounPhrase(rng.choice(DETERMINERS), rng.choice(NOUNS),
-                      tuple(rng.sample(ADJECTIVES, n_adjectives)), relative)
+    return NounPhrase(rng.choice(list(DETERMINERS)), rng.choice(list(NOUNS)),
+                      tuple(rng.sample(list(ADJECTIVES), n_adjectives)), relative)
 
 
 def _clause(rng: random.Random, depth: int, subject: NounPhrase | None) -> Clause:
     if rng.random() < P_TRANSITIVE:
-        return Clause(subject, rng.choice(TRANSITIVE), _noun_phrase(rng, depth))
-    return Clause(subject, rng.choice(INTRANSITIVE))
+        return Clause(subject, rng.choice(list(TRANSITIVE)), _noun_phrase(rng, depth))
+    return Clause(subject, rng.choice(list(INTRANSITIVE)))
 
 
 def random_sentence(rng: random.Random) -> Clause:

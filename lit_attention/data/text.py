@@ -43,20 +43,18 @@ def resolve(data_dir: str, split: str, lang: str) -> str:
     raise DataError(f"missing data file: neither {plain} nor {plain}.gz exists")
 
 
-def read_lines(path: str, invalid: str = "raise", counts: dict | None = None) -> list[str | None]:
+def read_lines(path: str, mark_invalid: bool = False, counts: dict | None = None) -> list[str | None]:
     """Lines of a UTF-8 text file (gzipped if the name ends in ``.gz``), without line endings.
 
     A line ends at LF, CR LF or a lone CR (Unix, Windows and old Mac files read alike). Any other
     character that str.splitlines() would end a line at (U+2028, U+2029, U+0085, VT, FF, FS, GS,
     RS) is no line end in a data file: it becomes a space inside its line, as in a hyps file
     (tracking.schema.as_line), so a sentence is one sentence in every reader. A line that is not
-    valid UTF-8 raises a DataError naming the file and line (``invalid="raise"``) or is returned
-    as None (``invalid="mark"``). A NUL byte always raises. ``counts[path]``, when given, receives
+    valid UTF-8 raises a DataError naming the file and line, or is returned as None
+    (``mark_invalid``). A NUL byte always raises. ``counts[path]``, when given, receives
     what was read: lines, CR LF and lone CR line ends, byte-order marks removed, lines not valid
     UTF-8 and other line breaks made spaces.
     """
-    if invalid not in ("raise", "mark"):
-        raise ValueError(f"invalid must be 'raise' or 'mark', got {invalid!r}")
     if not os.path.isfile(path):
         other = path[:-3] if path.endswith(".gz") else path + ".gz"
         hint = f" (but {other} exists)" if os.path.isfile(other) else ""
@@ -84,7 +82,7 @@ def read_lines(path: str, invalid: str = "raise", counts: dict | None = None) ->
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            if invalid == "raise":
+            if not mark_invalid:
                 raise DataError(f"{path}, line {number}: not valid UTF-8 ({err.reason} at "
                                 f"byte {err.start})") from None
             tally["invalid_utf8"] += 1
@@ -116,9 +114,8 @@ def read_parallel(src_path: str, tgt_path: str, train: bool = True,
     line that is not valid UTF-8 is a DataError. Either way a split without one pair that has
     text on both sides is a DataError.
     """
-    invalid = "mark" if train else "raise"
     counts = {} if counts is None else counts
-    src, tgt = read_lines(src_path, invalid, counts), read_lines(tgt_path, invalid, counts)
+    src, tgt = read_lines(src_path, train, counts), read_lines(tgt_path, train, counts)
     if len(src) != len(tgt):
         ends = "; ".join(f"{p} has {counts[p]['cr']} ending in a lone CR" for p in (src_path, tgt_path)
                          if counts[p]["cr"])

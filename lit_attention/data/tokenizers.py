@@ -25,7 +25,7 @@ from lit_attention.config_check import Inert
 from lit_attention.data.text import DataError
 from lit_attention.data.vocab import BOS, EOS, PAD, SPECIALS, UNK
 from lit_attention.files import atomic_write, shown
-from lit_attention.registry import SPM_MODELS, TOKENIZERS, check, implementation
+from lit_attention.registry import TOKENIZERS, check, implementation
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,8 @@ def _content_ids(ids: Sequence[int]) -> list[int]:
 
 
 class _VocabTokenizer:
-    """A token list plus a rule to split text into tokens and join tokens back."""
+    """A token list plus a rule to split text into tokens and join tokens back (``split`` and
+    ``join``, each subclass's)."""
 
     kind = ""
     file_suffix = "json"
@@ -79,14 +80,6 @@ class _VocabTokenizer:
     @property
     def vocab_size(self) -> int:
         return len(self.itos)
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        raise NotImplementedError
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        raise NotImplementedError
 
     @classmethod
     def train(cls, lines: Iterable[str], max_size: int | None = None):
@@ -132,28 +125,16 @@ class WordTokenizer(_VocabTokenizer):
     """Whitespace-separated words; decoding joins with single spaces."""
 
     kind = "word"
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        return text.split()
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        return " ".join(tokens)
+    split = staticmethod(str.split)
+    join = staticmethod(" ".join)
 
 
 class CharTokenizer(_VocabTokenizer):
     """One token per Unicode character, spaces included."""
 
     kind = "char"
-
-    @staticmethod
-    def split(text: str) -> list[str]:
-        return list(text)
-
-    @staticmethod
-    def join(tokens: list[str]) -> str:
-        return "".join(tokens)
+    split = staticmethod(list)
+    join = staticmethod("".join)
 
 
 class SentencePieceTokenizer:
@@ -172,7 +153,6 @@ class SentencePieceTokenizer:
 
     @classmethod
     def train(cls, lines: Iterable[str], vocab_size: int = 8000, model_type: str = "unigram"):
-        check("SentencePiece model type", model_type, SPM_MODELS)
         model = io.BytesIO()
         try:
             cls._train_into(model, lines, vocab_size, model_type)
@@ -312,10 +292,9 @@ def build_tokenizers(kind: str, src_train: Sequence[str], tgt_train: Sequence[st
 
     ``joint=True`` trains one model on source and target text and returns it twice.
     ``vocab_size`` caps word and char vocabularies (specials included) and is SentencePiece's
-    (soft) target size.
+    (soft) target size. ``kind`` and ``model_type`` are registry choices (the data modules check
+    them: registry.check_config).
     """
-    check("tokenizer", kind, TOKENIZERS)
-    check("SentencePiece model type", model_type, SPM_MODELS)
     cache_dir = cache_dir or DEFAULT_CACHE_DIR
     if joint:
         tok = _load_or_train(kind, (src_train, tgt_train), vocab_size, model_type, cache_dir)
@@ -353,5 +332,5 @@ def recorded_tokenizers(kind: str, record: dict) -> dict[str, Tokenizer]:
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise DataError(f"the run's {side} tokenizer {path} differs from the one it trained with (sha256 "
                             f"{entry['sha256'][:12]}...): it was rebuilt or changed since")
-        loaded[side] = cls.from_bytes(data)
+        loaded[side] = cls.from_bytes(data.partition(b"\n")[2])   # after the cache's header line
     return loaded

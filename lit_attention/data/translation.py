@@ -293,8 +293,8 @@ class TranslationDataModule(L.LightningDataModule):
     def _loader(self, role: str, make) -> DataLoader:
         """``make(workers)``'s loader for ``role``. With worker processes, the same loader again for
         as long as the trainer is the same, its workers kept (``persistent_workers``): Lightning
-        asks for the training loader every epoch, and starting two workers anew took ~50 ms a time
-        on a small CPU process (more for a large one), at every epoch and validation."""
+        asks for the training loader every epoch, and starting workers anew costs a process start
+        each, at every epoch and validation."""
         workers = loader_workers(self.num_workers, self.trainer)
         if workers == 0:
             return make(0)

@@ -226,13 +226,9 @@ def long_sentence_sample(examples: Sequence[dict], n: int | None = None,
     return collate(chosen), max_distance
 
 
-def global_grad_norm(parameters: Iterable[torch.Tensor]) -> float:
-    """L2 norm of all existing gradients together (parameters without .grad are skipped)."""
-    return float(global_grad_norm_tensor(parameters))
-
-
-def global_grad_norm_tensor(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
-    """``global_grad_norm`` as a 0-dim tensor on the gradients' device, read by nobody yet."""
+def global_grad_norm(parameters: Iterable[torch.Tensor]) -> torch.Tensor:
+    """L2 norm of all existing gradients together (parameters without .grad are skipped), as a
+    0-dim tensor on the gradients' device, read by nobody yet."""
     # No .detach() per gradient (get_total_norm runs without autograd): on a CPU the 89 detached
     # views of a small Transformer took longer than its norm. One foreach kernel per dtype instead
     # of three ops per tensor: this runs every training step.

@@ -36,7 +36,7 @@ from torchmetrics import Metric
 
 from lit_attention.config_check import Inert
 from lit_attention.data.vocab import PAD
-from lit_attention.diagnostics import global_grad_norm_tensor
+from lit_attention.diagnostics import global_grad_norm
 from lit_attention.lightning.process_group import destroy_at_exit
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
@@ -194,7 +194,7 @@ class SequenceModule(LightningModule):
         read back), computed once: the diagnostics log it and clipping scales by it."""
         if self._grad_norm is None:
             params = self._parameters_list if self._parameters_list is not None else self.parameters()
-            self._grad_norm = global_grad_norm_tensor(params)
+            self._grad_norm = global_grad_norm(params)
         return self._grad_norm
 
     def setup(self, stage: str) -> None:
@@ -202,7 +202,7 @@ class SequenceModule(LightningModule):
             destroy_at_exit()   # a DDP rank: its gloo group is not left to the interpreter's end
 
     def on_train_start(self) -> None:
-        # what each step's norm and clipping walk, found once (walking the modules took ~0.1 ms)
+        # what each step's norm and clipping walk, found once rather than by walking the modules
         self._parameters_list, self._clips_own_parameters = list(self.parameters()), None
 
     def on_after_backward(self) -> None:
@@ -222,7 +222,7 @@ class SequenceModule(LightningModule):
             return
         if self._clips_own_parameters is None:
             self._clips_own_parameters = {id(p) for p in params} == {id(p) for p in self.parameters()}
-        norm = self.grad_norm() if self._clips_own_parameters else global_grad_norm_tensor(params)
+        norm = self.grad_norm() if self._clips_own_parameters else global_grad_norm(params)
         torch.nn.utils.clip_grads_with_norm_(params, gradient_clip_val, norm)
 
     # -- evaluation --------------------------------------------------------------------------

@@ -56,7 +56,6 @@ class TrainingBudget(Callback):
         self._pending = [0, 0]                        # this rank's tokens, FLOPs since the last step
         self._tokens_before = 0
         self._step = 0
-        self._restored = False
 
     # -- checkpoint --------------------------------------------------------------------------
 
@@ -64,8 +63,7 @@ class TrainingBudget(Callback):
         return dict(self.used)
 
     def load_state_dict(self, state: dict) -> None:
-        self.used = {"tokens": int(state.get("tokens", 0)), "flops": int(state.get("flops", 0))}
-        self._restored = True
+        self.used = {"tokens": int(state["tokens"]), "flops": int(state["flops"])}
 
     # -- counting ----------------------------------------------------------------------------
 
@@ -81,9 +79,6 @@ class TrainingBudget(Callback):
             raise ValueError(f"--budget.tokens: {type(pl_module).__name__} does not count training tokens")
         self._counter = TrainingFlopCounter(pl_module)
         self._step = trainer.global_step
-        if trainer.global_step and not self._restored and trainer.is_global_zero:
-            print(f"warning: the checkpoint (step {trainer.global_step}) holds no budget counts: "
-                  "train_tokens, train_flops and budgets count from here", file=sys.stderr)
         reached = self._reached(trainer)
         if reached:   # a resumed run that had used its budget up already
             self.stopped_by = f"budget.{reached[0]}"

@@ -97,17 +97,16 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", sp
     (a tensor object that appears twice is copied once). Tensors on the CPU stay as they are.
     ``split=False`` leaves the copies views of their transfer's storage: torch.save then writes
     that storage once, and a load gives views into it (the writer thread's way: a copy per tensor
-    there took the training thread 5x the time the rest of the write did, on a 2-core CPU).
+    there takes the training thread several times what the rest of the write does).
 
     The checksum and the file both read every tensor on the CPU. A copy per tensor waits for the
-    device each time: ~530 waits for each checkpoint of the reference Transformer on an H200,
-    twice per epoch (best and last), issue 38.
+    device each time: hundreds of waits for each checkpoint of the reference Transformer, twice per
+    epoch (best and last).
 
     ``landed`` (a list; views only, ``split=False``): a transfer from a CUDA device goes into pinned
     memory without waiting for the device, and the list receives the event it completes at; the
     snapshot's bytes may be read once those events are done (the writer thread's way: a snapshot
-    made with that wait and a pageable copy held the training thread 88 ms per reference checkpoint
-    on an H200, not split further; issue 38)."""
+    made with that wait and a pageable copy holds the training thread)."""
     if landed is not None and split:
         raise ValueError("a snapshot in flight (landed) is made of views: split=False")
     groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
@@ -168,8 +167,7 @@ class _Writer:
 def save_atomically(checkpoint: dict, path: Path) -> None:
     """torch.save straight into a file beside ``path``, then renamed over it: a reader, or a kill,
     finds the old file or the new one, never a part of one. (Lightning's save first builds the
-    whole file in memory, a copy of the checkpoint: 72 MB and 50-150 ms more for the reference
-    Transformer on a 2-core CPU, twice an epoch, issue 38.)"""
+    whole file in memory, a copy of the checkpoint, twice an epoch.)"""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     try:
@@ -205,9 +203,8 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
     A checkpoint whose tensors are on an accelerator (or any, with ``background=True``) is copied
     whole to the CPU (one storage per dtype; from a CUDA device into pinned memory, without waiting
     for the device), then checksummed and written by a writer thread while training goes on.
-    Written in line, the reference Transformer's two checkpoints an epoch (best and last) held its
-    H200 for 2 x 360 ms of a 3.5 s epoch; the writer thread gave 1.10-1.26x the steps/s
-    (bench/gpu_checkpoint_writes.py, issue 38). Writes keep their order; loading, removing,
+    Written in line, the two checkpoints an epoch (best and last) hold the GPU idle for a share of
+    the epoch (bench/gpu_throughput.py --part writes). Writes keep their order; loading, removing,
     ``flush()`` and teardown wait for them, as does a fork (a DataLoader worker); a write that failed
     is raised by the next save or by any of those. Elsewhere a checkpoint is written before
     ``save_checkpoint`` returns.

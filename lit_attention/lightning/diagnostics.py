@@ -27,7 +27,7 @@ from lightning.pytorch import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import WandbLogger
 
 from lit_attention.data.vocab import PAD
-from lit_attention.diagnostics import (entropy_by_name, global_grad_norm_tensor, gradient_flow, last_layer,
+from lit_attention.diagnostics import (entropy_by_name, global_grad_norm, gradient_flow, last_layer,
                                        long_sentence_sample, per_module_grad_norms, save_heatmap)
 from lit_attention.lightning.steps import logs_this_step
 from lit_attention.tracking.run_store import RunDir, atomic_write
@@ -63,8 +63,7 @@ class DiagnosticsCallback(Callback):
     def load_state_dict(self, state: dict) -> None:
         self.norms = list(state.get("norms", []))
         self.clipped = state.get("clipped", 0)
-        # rows without a direction measured ∂L/∂x_t (an older version): not the same quantity
-        self.gradflow_rows = [r for r in state.get("gradflow_rows", []) if "direction" in r]
+        self.gradflow_rows = list(state.get("gradflow_rows", []))
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Chosen on every rank, so that a gradflow_distance no sample reaches stops all of them.
@@ -105,7 +104,7 @@ class DiagnosticsCallback(Callback):
             return
         self._clip = trainer.gradient_clip_val
         shared = getattr(pl_module, "grad_norm", None)    # the one clipping uses (base.py)
-        self._unread.append(shared() if shared is not None else global_grad_norm_tensor(net.parameters()))
+        self._unread.append(shared() if shared is not None else global_grad_norm(net.parameters()))
         if logs_this_step(pl_module):
             self._read_norms()
             pl_module.log("grad_norm/total", self.norms[-1], batch_size=1)

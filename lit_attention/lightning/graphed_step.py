@@ -1,9 +1,8 @@
 """The training step's forward and backward replayed from CUDA graphs (``model.graph_step``).
 
-On a GPU the reference Transformer's step is launch-bound: ~950 kernels launched one by one from
-Python, the GPU busy about 10 of 23 ms (an H200, issue 38). Replayed from a CUDA graph, the same
-eager kernels ran the plain loop at 1.36x (fp32) and 1.64x (bf16) its eager fp32 speed over batches
-padded to multiples of 8 (docs/BENCHMARKS.md). A graph holds one batch shape, so this needs
+On a GPU the reference Transformer's step is launch-bound: about a thousand kernels launched one
+by one from Python, the GPU idle for much of the step. Replayed from a CUDA graph, the same eager
+kernels run the plain loop faster over padded batches (docs/BENCHMARKS.md). A graph holds one batch shape, so this needs
 ``data.pad_to_lengths`` (11 shapes on Multi30k instead of one nearly every step).
 
 For each batch shape, ``torch.cuda.make_graphed_callables`` captures the task module's training
@@ -15,8 +14,8 @@ and the graphs draw theirs from the generator's captured offsets: with dropout, 
 other (equally random) masks than the eager step. Each shape's graph keeps its own memory pool.
 A capture needs the autograd graphs of earlier steps gone, as Lightning leaves them (it keeps a
 step's loss detached): a loss kept alive holds its graph's gradient accumulators, made on the
-default stream, and the capture of the backward then failed on an H200 ("operation would make the
-legacy stream depend on a capturing blocking stream") in a test loop that kept the last loss.
+default stream, and the capture of the backward then fails ("operation would make the legacy
+stream depend on a capturing blocking stream").
 
 What it needs (checked before training, lightning/cli.py): one CUDA device, a family whose step
 reads no value back to the host (the Transformer), 32-true or bf16-mixed, no ``compile_step``, no

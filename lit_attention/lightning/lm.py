@@ -132,7 +132,7 @@ class LanguageModelModule(SequenceModule):
         if self.net is not None:
             return
         h = self.hparams
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if dm is not None:
             h.n_vocab = dm.vocab_size_actual
             if h.max_len is not None:   # a family with position tables: cover every window
@@ -145,12 +145,9 @@ class LanguageModelModule(SequenceModule):
             h.match_params = None  # the checkpoint records the chosen width, not the search
         self.net = build_lm(h.family, h.n_vocab, **self._arch_options())
 
-    def _datamodule(self):
-        return attached_datamodule(self)
-
     def describe(self) -> dict:
         h = self.hparams
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         task = dm.hparams.task if dm is not None and hasattr(dm, "hparams") else None
         return {"task": task, "model": {k: h[k] for k in registry.lm_variant_fields(h.family, h)},
                 "params": count_parameters(self.net) if self.net is not None else None}
@@ -163,7 +160,7 @@ class LanguageModelModule(SequenceModule):
     def _fit_ngram(self) -> None:
         if not self.counted or self.net.fitted:
             return
-        dm = self._datamodule()
+        dm = attached_datamodule(self)
         if dm is None or not hasattr(dm, "streams"):
             raise RuntimeError("the n-gram family counts the LMDataModule's training stream: "
                                "pass datamodule= to trainer.fit/validate/test")
@@ -226,7 +223,7 @@ class LanguageModelModule(SequenceModule):
         return nll.sum(), scored.sum()
 
     def evaluation_end(self, split: str) -> None:
-        self.eval_extras[split] = {"eval_protocol": getattr(self._datamodule(), "eval_protocol", None)}
+        self.eval_extras[split] = {"eval_protocol": getattr(attached_datamodule(self), "eval_protocol", None)}
         losses = self.eval_totals["losses"].compute()
         if losses.numel():
             self.token_losses[split] = losses.numpy()

@@ -2,8 +2,8 @@
 
 Lightning's logger writes on-step values only every `log_every_n_steps` optimizer steps, yet each
 `self.log` call costs about a millisecond of Python (it walks the stored metric to move it to the
-value's device). On a 40 ms CPU step, four such calls a step were ~10 % of training time, spent on
-values that were then dropped.
+value's device): on a small model's CPU step, four such calls a step are a noticeable share of
+training time, spent on values that are then dropped.
 
 A value logged with ``prog_bar=True`` is read back from its device after every later step
 (Lightning converts the progress-bar metrics to numbers at each batch end), and on a GPU a read

@@ -54,7 +54,7 @@ class AttentionMask(NamedTuple):
 
 def reads_are_free(t: torch.Tensor) -> bool:
     """Whether looking at a value of ``t`` costs nothing: on a CPU. On an accelerator a read waits
-    for every kernel queued so far, and a launch-bound training step then idles (issue 38), so the
+    for every kernel queued so far, and a launch-bound training step then idles, so the
     model never branches on a device value there (it takes the branch that is right either way).
     Nor under torch.compile: a branch on a value would break the graph in two."""
     return t.device.type == "cpu" and not torch.compiler.is_compiling()

@@ -1,10 +1,10 @@
 """Dropout whose mask costs a quarter of a random draw per element on the CPU.
 
 ``torch.nn.functional.dropout`` on the CPU draws its mask with ``bernoulli_``: one Mersenne
-Twister draw per element, serially (the CPU generator takes a lock). On the reference Transformer
-that was 10-17 % of a training step (profiles on one and two threads). Here each 64-bit draw
+Twister draw per element, serially (the CPU generator takes a lock): a noticeable share of a
+CPU training step of the reference Transformer. Here each 64-bit draw
 gives four 16-bit lanes, each compared with a threshold straight into a mask of x's dtype: the same
-Bernoulli mask at about a third of the cost (a 2M-element mask: 2.4 ms against 12 ms, one thread),
+Bernoulli mask at a fraction of the cost (bench/throughput.py),
 with the drop probability rounded to a multiple of 2**-16 (0.1 -> 0.100006; the scale uses the
 rounded value, so the expectation is exact). The draws come from torch's default generator, so
 ``seed_everything`` makes them reproducible. On other devices, and under torch.compile (whose

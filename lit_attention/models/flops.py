@@ -8,8 +8,7 @@ when it is causal (torch's own formula; the explicit-mask path does compute all 
 
 Counting under FlopCounterMode (a dispatch mode: a Python call for every forward and backward
 kernel) slows a step 2-3x, which shows when a step is cheap: every new batch shape is counted,
-and token batches change shape nearly every step (on an H200, 10 of the 49 ms that `fit` took a
-step over 150 steps; issue 38). So a new shape is counted by ``MatmulFlops``, a function mode that
+and token batches change shape nearly every step. So a new shape is counted by ``MatmulFlops``, a function mode that
 sees only the forward pass's torch calls: each matrix product (``F.linear``, ``@``, ``mm``,
 ``bmm``, ``addmm``, ``baddbmm``, a two-operand ``einsum``, ``scaled_dot_product_attention``)
 counts its forward FLOPs, and its backward as one more product of the same size for each operand
@@ -25,9 +24,8 @@ FlopCounterMode alone miscounts two kinds of layer here (torch 2.13), so they ar
   Transformer's attention products counted 0 on a CPU; and torch's formula for the GPU kernels'
   backward (flash, memory-efficient, cuDNN) adds a fifth product, the recomputation of the scores,
   which the explicit products (and the CPU) do not have. Every fused kernel is counted with the
-  products of the explicit computation instead: the same count whichever kernel runs. (With
-  torch's, the function mode's count differed on a GPU, so every new shape was counted under
-  FlopCounterMode: 80 ms more on each such step of the reference Transformer on an H200, issue 38.)
+  products of the explicit computation instead: the same count whichever kernel runs, so that the
+  function mode's count agrees with FlopCounterMode's on a GPU too and never falls back to it.
 - a fused recurrent kernel (oneDNN's LSTM on a CPU, cuDNN on a GPU) counts 0, while the unrolled
   ones (GRU and Elman on a CPU, a packed LSTM) count their products. So every nn.RNN/GRU/LSTM
   call is counted with ``recurrent_flops`` instead, whichever kernel ran.

@@ -2,9 +2,9 @@
 
 torch picks, per call, the first enabled backend that accepts the inputs. Left to itself it puts
 bf16/fp16 attention with a mask on the cuDNN backend on Hopper GPUs (torch >= 2.9), and cuDNN
-builds a new execution plan for every new (batch, query length, key length): ~13 ms of CPU per
-call. Our batches are bucketed by token count, so their shapes change nearly every step; on an
-H200 (torch 2.11) bf16 training ran 14x slower than fp32 because of it (issue 38). So cuDNN is
+builds a new execution plan for every new (batch, query length, key length), milliseconds of CPU
+per call. Our batches are bucketed by token count, so their shapes change nearly every step, and
+bf16 training ran many times slower than fp32 because of it (docs/BENCHMARKS.md). So cuDNN is
 never enabled here. Of the others, each device gets those that can run its dtype:
 
 - CUDA: flash (fp16/bf16 only; it takes no float mask, so it serves only unmasked and causal
@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 FLASH, EFFICIENT, MATH = SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH
 WHY = ("cuDNN attention is never enabled: it builds a new plan for every new batch shape "
-       "(~13 ms of CPU a call), and token-bucketed batches change shape every step")
+       "(milliseconds of CPU a call), and token-bucketed batches change shape every step")
 
 
 def half_precision(precision: str) -> bool:

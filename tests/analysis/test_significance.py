@@ -19,7 +19,7 @@ import pytest
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from analysis_stores import corrupt, references, write_run
+from analysis_stores import corrupt, paired_bootstrap, references, write_run
 from lit_attention.analysis import captions, load, report, significance, statistics, tables
 from student_t_closed_form import t_coverage
 from lit_attention.analysis.load import AnalysisError
@@ -238,7 +238,7 @@ def test_seeds_that_disagree_are_no_evidence_however_sure_each_seed_is(tmp_path)
     for seed in (1, 2):
         base = corrupt(refs, 0.5, seed=seed)
         system = (study / f"bahdanau-{seed}" / "hyps" / "test.txt").read_text().splitlines()
-        assert significance.paired_bootstrap(base, system, refs, n_samples=1000)["p"] < 0.01
+        assert paired_bootstrap(base, system, refs, n_samples=1000)["p"] < 0.01
     sig = significance.compare_to_baseline(runs, ["model.attention"], {"model.attention": "none"})
     row = sig.iloc[0]
     assert not row["significant"] and row["p_holm"] > 0.2 and row["delta_lo"] < 0 < row["delta_hi"]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from sacrebleu.metrics import BLEU, CHRF
 
+from calibration_sim import bootstrap_covariance
 from lit_attention.analysis import significance, statistics
 from student_t_closed_form import t_coverage
 from lit_attention.tracking import sentence_stats as ss
@@ -183,13 +184,13 @@ def test_the_sentence_part_counts_the_shared_sentences_once():
     arm = rng.normal(0, 1, (2, 200))
     runs = np.concatenate([common + arm[0] + rng.normal(0, 0.5, (3, 200)),
                            common + arm[1] + rng.normal(0, 0.5, (2, 200))])
-    exact = statistics.sentence_variance(statistics.bootstrap_covariance(runs), 3)
+    exact = statistics.sentence_variance(bootstrap_covariance(runs), 3)
     d = arm[0] - arm[1]
     assert exact == pytest.approx(d.var() / 200, rel=0.1)    # the arms' sentence effects only
     weights = np.random.default_rng(4).multinomial(200, np.full(200, 1 / 200), size=20_000) / 200
     estimated = statistics.sentence_variance(statistics.resampled_covariance(weights @ runs.T), 3)
     assert estimated == pytest.approx(exact, rel=0.05)
-    own = statistics.bootstrap_covariance(runs)[0, 0]          # one run's bootstrap variance also
+    own = bootstrap_covariance(runs)[0, 0]          # one run's bootstrap variance also
     assert own > 4 * exact                                    # holds the sentences every arm shares
 
 

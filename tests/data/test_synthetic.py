@@ -44,7 +44,7 @@ def test_toy_mt_constructed_example_reorders():
 def test_toy_mt_corpus_properties():
     src, tgt = generate("toy-mt", 5000, seed=11, min_len=3, max_len=40)
     to_target = {s: t for t, s in synthetic.LEXICON.items()}
-    verbs = {synthetic.LEXICON[v] for v in synthetic.TRANSITIVE + synthetic.INTRANSITIVE}
+    verbs = {synthetic.LEXICON[v] for v in {**synthetic.TRANSITIVE, **synthetic.INTRANSITIVE}}
     lengths, reordered, max_that = [], 0, 0
     for s, t in zip(src, tgt):
         s_words, t_words = s.split(), t.split()

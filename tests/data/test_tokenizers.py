@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from conftest import write_lines
+from lit_attention.data.lm import LMDataModule
 from lit_attention.data.synthetic import generate
 from lit_attention.data.tokenizers import (CharTokenizer, SentencePieceTokenizer, Tokenizer,
                                            WordTokenizer, build_tokenizers)
+from lit_attention.data.translation import TranslationDataModule
 from lit_attention.data.vocab import BOS, EOS, PAD, UNK
 
 
@@ -94,7 +96,9 @@ def test_every_tokenizer_follows_the_protocol(tmp_path, kind):
 
 def test_bad_tokenizer_choice():
     with pytest.raises(ValueError, match="valid choices: word, char, sentencepiece"):
-        build_tokenizers("bytes", ["a"], ["b"])
+        TranslationDataModule(tokenizer="bytes")
+    with pytest.raises(ValueError, match="valid choices: unigram, bpe"):
+        LMDataModule(task="copy", spm_model="char")
 
 
 @pytest.mark.parametrize("damage", ["not JSON", "a token twice", "edited", "cut short", "another key"])

@@ -236,7 +236,7 @@ def test_fit_with_every_training_pair_over_max_len_fails_instead_of_training_0_s
     assert result.returncode == 2, result.stderr[-2000:]
     assert (f"error: no usable training pair: train split 'train' ({data}/train.{{de,en}}): 0 of 12 "
             "pairs used; dropped 0 with an empty side, 12 longer than max_len=2 tokens") in result.stderr
-    assert not (tmp_path / "runs").exists()   # a usage error (exit 2) writes nothing (issue 35)
+    assert not (tmp_path / "runs").exists()   # a usage error (exit 2) writes nothing
 
 
 @pytest.mark.parametrize("command,option,split", [("validate", "n_val", "val"), ("test", "n_test", "test")])
@@ -288,7 +288,7 @@ def test_fit_and_test_record_dropped_pairs_and_keep_hypotheses_aligned_with_the_
 
 
 def test_an_evaluation_line_longer_than_the_models_positions_is_one_line_naming_file_and_line(tmp_path):
-    """Issue 35, case 10 (was: a `position ... beyond max_len 512` traceback naming no line)."""
+    """A line longer than the model's positions is refused naming the line, not a traceback."""
     data = tmp_path / "data"
     words = ["ein", "Hund", "zwei", "Katzen"]
     for split in ("train", "val", "test"):
@@ -304,4 +304,4 @@ def test_an_evaluation_line_longer_than_the_models_positions_is_one_line_naming_
     assert errors == [f"lit-attention fit: error: {data / 'val.de'}, line 7: 601 tokens (with EOS), more than "
                       f"the 512 positions of the transformer's sinusoidal position table: shorten or split "
                       f"that line"], result.stderr[-2000:]
-    assert not (tmp_path / "runs").exists()   # refused: no run directory left behind (was: one marked failed)
+    assert not (tmp_path / "runs").exists()   # refused: no run directory left behind

@@ -59,8 +59,8 @@ def test_greedy_keeps_mode_and_builds_no_graph(training):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_decoding_never_asks_for_more_positions_than_the_model_has(beam):
-    """Issue 35, case 10: a 400-word source line gave a budget of 1.5 * 401 + 10 tokens, beyond
-    the Transformer's 512 positions: `ValueError: position 512 beyond max_len 512` in `test`."""
+    """A 400-word source line would get a budget of 1.5 * 401 + 10 tokens, beyond the
+    Transformer's 512 positions: decoding stops at the positions the model has."""
     import torch
 
     from lit_attention.decoding import beam_search

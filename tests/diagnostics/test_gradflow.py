@@ -365,11 +365,11 @@ def test_grad_norms_per_module_and_global():
                                "decoder.layers.0", "decoder.layers.1"}
     expected = torch.cat([p.grad.flatten() for p in model.decoder["layers"][0].parameters()])
     assert per_module["decoder.layers.0"] == pytest.approx(expected.norm().item())
-    total = global_grad_norm(model.parameters())
+    total = global_grad_norm(model.parameters()).item()
     assert total == pytest.approx(sum(v ** 2 for v in per_module.values()) ** 0.5)
     assert total == pytest.approx(torch.nn.utils.get_total_norm(
         [p.grad for p in model.parameters()]).item(), rel=1e-5)
-    assert global_grad_norm([nn.Parameter(torch.ones(2))]) == 0.0
+    assert global_grad_norm([nn.Parameter(torch.ones(2))]).item() == 0.0
 
 
 def test_the_probe_runs_recurrent_kernels_that_have_a_backward_in_eval_mode():

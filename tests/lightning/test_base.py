@@ -147,7 +147,7 @@ def test_the_sanity_check_and_validation_in_fit_are_the_val_split(tmp_path):
     assert module.evaluations == [("start", "val"), ("end", "val")] * 2
 
 
-# -- no training step reads a value back from the device (issue 38) ------------------------------
+# -- no training step reads a value back from the device ----------------------------------------
 
 READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__, torch.Tensor.__int__,
          torch.Tensor.__float__}

@@ -102,24 +102,6 @@ def test_flop_budget_counts_every_step_of_an_lstm_exactly():
     assert budget.used["flops"] == sum(count(b) for b in recorder.batches)
 
 
-def test_a_checkpoint_without_budget_counts_says_where_counting_starts(tmp_path, capsys):
-    """A checkpoint written before budgets existed: the counts start at the resumed step."""
-    torch.manual_seed(0)
-    module = TranslationModule(family="transformer", d_model=16, heads=2, enc_layers=1, dec_layers=1,
-                               ffn=32, dropout=0.0, val_bleu=False)
-    common = dict(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                  enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                  use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1)
-    old = Trainer(max_steps=3, enable_checkpointing=False, **common)
-    old.fit(module, TranslationDataModule(**DATA))
-    old.save_checkpoint(tmp_path / "old.ckpt")
-    budget = TrainingBudget(tokens=10**6)
-    Trainer(max_steps=5, enable_checkpointing=False, callbacks=[budget], **common).fit(
-        module, TranslationDataModule(**DATA), ckpt_path=tmp_path / "old.ckpt")
-    assert "the checkpoint (step 3) holds no budget counts" in capsys.readouterr().err
-    assert 0 < budget.used["tokens"] < module.train_tokens
-
-
 @pytest.mark.slow
 def test_summary_says_when_another_limit_came_before_the_budget(tmp_path):
     result = cli_in_process("fit", *SMALL, "--run.root", tmp_path, "--run.id", "short",

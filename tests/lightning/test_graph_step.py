@@ -90,7 +90,7 @@ def test_graphed_steps_equal_eager_steps_on_a_gpu(tmp_path):
             # Dropped, as Lightning drops a step's loss: a loss kept to the next step keeps its
             # graph's gradient accumulators, made on the default stream, and a capture's backward
             # then fails ("operation would make the legacy stream depend on a capturing blocking
-            # stream": every variant of this test on an H200 that kept it, 2026-11-27)
+            # stream")
             del loss
     assert graphed.step_loss().graphs, "no shape came twice: nothing was captured"
     torch.testing.assert_close(losses["graphed"], losses["eager"], rtol=1e-4, atol=1e-5)

@@ -139,8 +139,9 @@ def test_a_missing_checkpoint_is_refused(run, tmp_path):
 
 def test_a_missing_or_changed_tokenizer_is_refused(run):
     path = Path(json.loads((run / "summary.json").read_text())["tokenizer_digest"]["src"]["path"])
-    saved = json.loads(path.read_text())
-    path.write_text(json.dumps({**saved, "itos": saved["itos"] + ["new"]}))
+    header, _, body = path.read_text().partition("\n")       # the cache's header line, then the vocabulary
+    saved = json.loads(body)
+    path.write_text(header + "\n" + json.dumps({**saved, "itos": saved["itos"] + ["new"]}))
     one_line_error(translate(run), str(path), "differs from the one it trained with")
     path.unlink()
     one_line_error(translate(run), str(path), "cannot be read (No such file or directory)")
@@ -181,11 +182,12 @@ def test_stdin_that_is_not_utf8_is_named_as_stdin(run):
 
 
 def test_fuzz_every_input_line_gives_one_output_line(run, tmp_path):
-    """Random lines (any Unicode, empty, blank, long, byte-order marks, NUL bytes, invalid UTF-8):
+    """Random lines (any Unicode, empty, blank, long, byte-order marks, NUL bytes, invalid UTF-8,
+    each ended by LF, CR LF or a lone CR):
     exit 0 with one hypothesis per line, or exit 2 in one line, writing nothing, when a line cannot
     be translated (more tokens than the model's 512 positions, a NUL byte, not UTF-8)."""
     rng = random.Random(54)
-    pieces = [*WORDS, "", " ", "\t", "\ufeff", "é", "\u2028", "\x85", "\x0c", "\r", "字", "😀", "  ", "<unk>",
+    pieces = [*WORDS, "", " ", "\t", "\ufeff", "é", "\u2028", "\x85", "\x0c", "字", "😀", "  ", "<unk>",
               "</s>", "\\", "\"", *(chr(c) for c in rng.sample(range(0x20, 0x2FFFF), 8) if not 0xD800 <= c < 0xE000)]
     out = tmp_path / "out.txt"
     for _ in range(30):
@@ -193,7 +195,9 @@ def test_fuzz_every_input_line_gives_one_output_line(run, tmp_path):
                  for _ in range(rng.randrange(0, 6))]
         if lines and rng.random() < 0.15:
             lines[rng.randrange(len(lines))] += rng.choice(["\x00", "\udcff"])   # NUL, or the byte 0xff
-        data = b"".join(line.encode("utf-8", "surrogateescape") + b"\n" for line in lines)
+        # any line end the data reader takes: LF, CR LF or a lone CR
+        data = b"".join(line.encode("utf-8", "surrogateescape") + rng.choice([b"\n", b"\r\n", b"\r"])
+                        for line in lines)
         (tmp_path / "in.txt").write_bytes(data)
         out.unlink(missing_ok=True)
         done = translate(run, "--input", tmp_path / "in.txt", "--output", out)

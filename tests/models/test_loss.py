@@ -167,7 +167,7 @@ def test_a_tied_weight_gets_the_sum_of_both_uses_gradients():
 
 def test_the_fused_loss_runs_on_a_cpu_only_and_counts_the_flops_of_the_unfused_pair():
     """Off a CPU, linear_cross_entropy is F.linear then F.cross_entropy (fused_pays): few large
-    kernels, where the fused blocks were launch-bound on a GPU (issue 38). Budgets count the same
+    kernels, where the fused blocks are launch-bound on a GPU. Budgets count the same
     FLOPs for both, so a GPU run's train_flops compare with a CPU run's."""
     from torch.utils.flop_counter import FlopCounterMode
 

@@ -287,7 +287,7 @@ def test_golden_tolerance_catches_a_one_ulp_change_of_the_attention_scale(monkey
 
 @pytest.mark.parametrize("positional", sorted(registry.POSITIONAL))
 def test_a_training_step_reads_no_value_back_from_an_accelerator(positional):
-    """Off a CPU a read of a device value waits for every queued kernel (issue 38): the model must
+    """Off a CPU a read of a device value waits for every queued kernel: the model must
     not branch on one there. The meta device stands in for a GPU: reading a value from it raises."""
     from lit_attention.models import build_seq2seq
     from lit_attention.models.loss import decoder_loss

@@ -136,16 +136,6 @@ class NGramLM(nn.Module):
         logp = self.distributions(contexts).log().view(B, T, self.vocab_size)
         return logp.to(tokens.device), joined[:, T:]
 
-    @torch.no_grad()
-    def log_prob(self, stream) -> torch.Tensor:
-        """Log-probability of every token of a 1-D stream, its first token after BOS context."""
-        tokens = torch.as_tensor(list(map(int, stream)), dtype=torch.long)
-        n = self.order - 1
-        padded = torch.cat([torch.full((n,), BOS, dtype=torch.long), tokens]).tolist()
-        contexts = [tuple(padded[i:i + n]) for i in range(len(tokens))]
-        probs = self.distributions(contexts)
-        return probs.gather(1, tokens[:, None]).squeeze(1).log()
-
     # Counts travel with the state_dict (checkpoints) as plain tensors.
     def get_extra_state(self) -> dict:
         state = {}
