@@ -17,6 +17,7 @@ dozen characters.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -244,10 +245,8 @@ def _cache_config(cache: Path, key: str, config: dict) -> None:
         return
     if json.loads(text)["config"] != config:    # e.g. non-string keys would come back as strings
         return
-    try:
+    with contextlib.suppress(OSError):     # a read-only store: the config is parsed each time
         atomic_write(cache, text)
-    except OSError:     # a read-only store: the config is parsed each time
-        pass
 
 
 def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (),

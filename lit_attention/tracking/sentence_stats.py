@@ -16,6 +16,7 @@ Multi30k).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 from collections import Counter
@@ -306,10 +307,8 @@ def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
     buf = io.BytesIO()
     np.savez(buf, key=np.array(key),
              stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
-    try:
+    with contextlib.suppress(OSError):   # a read-only store (results/ under version control): not cached
         atomic_write(path, buf.getvalue())
-    except OSError:     # a read-only store (e.g. results/ under version control): just not cached
-        pass
 
 
 # ---- filling many caches at once ---------------------------------------------------------------
@@ -329,10 +328,9 @@ def _fill(job: tuple[str, str, str, tuple]) -> None:
     global _WORKER_EXTRACTOR
     if _WORKER_EXTRACTOR is None:
         _WORKER_EXTRACTOR = Extractor()
-    try:
+    # a problem here is met again, and reported, by the caller when it loads the run
+    with contextlib.suppress(OSError, ValueError):
         load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR, metrics)
-    except (OSError, ValueError):
-        pass    # the caller meets the same problem when it loads the run, and reports it
 
 
 _WORKER_EXTRACTOR = None
