@@ -156,15 +156,17 @@ def _list_untested(name: str, tested: evaluate.Tested) -> None:
             print(f"  {run_id}: {why}", file=sys.stderr)
 
 
+# the options that only shape trials: --test-only starts none
+TRIAL_OPTIONS = ("resume", "dry_run", "test", "workers", "gpus", "storage", "devices_per_trial", "trials_per_gpu",
+                 "nodes_per_trial")
+
+
 def test_only(args) -> int:
     """--test-only: test the finished runs in the study's run store and print the table of the
     objective's test metric. Needs no study database; flags that only shape trials are refused."""
-    inert = [flag for flag, given in (
-        ("--resume", args.resume), ("--dry-run", args.dry_run), ("--test", args.test),
-        ("--workers", args.workers is not None), ("--gpus", args.gpus is not None),
-        ("--storage", args.storage is not None), ("--devices-per-trial", args.devices_per_trial != 1),
-        ("--trials-per-gpu", args.trials_per_gpu is not None),
-        ("--nodes-per-trial", args.nodes_per_trial != 1)) if given]
+    defaults = parser()
+    inert = [f"--{name.replace('_', '-')}" for name in TRIAL_OPTIONS
+             if getattr(args, name) != defaults.get_default(name)]
     if inert:
         return _usage_error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
     try:
