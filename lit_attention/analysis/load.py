@@ -249,9 +249,10 @@ def _cache_config(cache: Path, key: str, config: dict) -> None:
         atomic_write(cache, text)
 
 
-def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (),
+def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: Iterable[dict] = (),
               where: str = "the runs given") -> tuple[pd.DataFrame, list[Skipped]]:
-    """(runs, skipped): one row per run of ``run_dirs``, each run once; ``skipped`` extended by every directory left out (unreadable, or a
+    """(runs, skipped): one row per run of ``run_dirs`` and ``rows`` (runs read elsewhere, e.g. W&B
+    summaries), each run once; ``skipped`` extended by every directory left out (unreadable, or a
     copy of a run read from another directory: the copy at <group>/<run_id>, else the first by
     path, is read)."""
     skipped = list(skipped)
@@ -261,6 +262,7 @@ def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (),
             read.append(_read(Path(run_dir)))
         except AnalysisError as exc:
             skipped.append(Skipped(Path(run_dir), UNREADABLE, str(exc)))
+    read += [(identity(row, row["run_dir"]), row) for row in rows]
 
     def home_first(item):
         path = Path(item[1]["run_dir"])

@@ -263,9 +263,11 @@ def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None
 def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
     """(runs, metrics, skipped): the runs of RUNS_DIR or of W&B, read by load.py's reader (each
     run once); skipped: the directories it left out (load.Skipped), each named on stderr."""
+    curves = pd.DataFrame()
     if request.wandb:
         from lit_attention.analysis import wandb_import
-        runs, skipped = wandb_import.scan_wandb(request.wandb, request.group, request.out / WANDB_STORES)
+        runs, curves, skipped = wandb_import.scan_wandb(request.wandb, request.group, request.out / WANDB_STORES,
+                                                        request.metric)
     else:
         runs, skipped = load.scan_runs(request.runs_dir)
     if request.group is not None:
@@ -275,7 +277,10 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
             raise AnalysisError(f"--group {request.group}: no run of that group here; the groups: {groups}")
         runs = kept
     load.warn_skipped(skipped)
-    metrics = pd.DataFrame() if request.no_figures else load.load_metrics(runs)
+    metrics = pd.DataFrame()
+    if not request.no_figures:
+        metrics = pd.concat([frame for frame in (load.load_metrics(runs), curves) if not frame.empty] or [metrics],
+                            ignore_index=True)
     if request.where:
         runs = runs[significance.matches(runs, selector(runs, request.where))]
         if runs.empty:
@@ -446,9 +451,13 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
         for y in ("val_ppl", "val_bleu"):
             stem = out / ("learning_curves_" + y[4:] + ("" if x == "step" else "_tokens"))
             figures += plots.plot_learning_curves(metrics, runs, keys, stem, y=y, x=x, metric=m)
-    figures += plots.plot_bleu_by_length(load.load_length_buckets(runs), runs, keys, out / "bleu_by_length", metric=m)
-    figures += plots.plot_gradflow(load.load_gradflow(runs), runs, keys, out / "gradflow", metric=m)
-    return figures + plots.plot_attention_grid(runs, keys, out / "attention_grid", metric=m)
+    stored = runs[runs["run_dir"].map(lambda d: Path(d).is_dir())]   # not runs read from W&B summaries
+    if len(stored):  # these read files that only run stores hold
+        figures += plots.plot_bleu_by_length(load.load_length_buckets(stored), stored, keys,
+                                             out / "bleu_by_length", metric=m)
+        figures += plots.plot_gradflow(load.load_gradflow(stored), stored, keys, out / "gradflow", metric=m)
+        figures += plots.plot_attention_grid(stored, keys, out / "attention_grid", metric=m)
+    return figures
 
 
 def factor_effects(request: Request, runs: pd.DataFrame) -> tuple:

@@ -4,6 +4,7 @@ Real training runs feeding the report are tested in analysis/test_report_on_real
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import statistics
@@ -381,3 +382,33 @@ def test_report_writes_beside_the_runs_by_default(study, tmp_path, capsys):
     # the report directory is not a run: a second report sees the same runs
     assert report.main([str(copy), "--baseline", "off", "--no-figures"]) == 0
     assert f"{len(load.find_run_dirs(study))} runs" in capsys.readouterr().out
+
+
+def test_wandb_runs_convert_to_the_run_store_shape():
+    from wandb.apis.public import Run
+
+    from lit_attention.analysis.wandb_import import history_frame, run_row
+
+    def wandb_run(run_id, state, summary):
+        config = {"seed_everything": {"value": 1, "desc": None},
+                  "model": {"value": {"class_path": "x.Y", "init_args": {"scoring": "dot"}}, "desc": None}}
+        attrs = {"name": run_id, "displayName": run_id, "state": state, "group": "study",
+                 "config": json.dumps(config), "summaryMetrics": json.dumps(summary)}
+        return Run(None, "ent", "proj", run_id, attrs=attrs, lazy=False)  # no network: attrs given
+
+    done = run_row(wandb_run("a1", "finished", {"val_bleu": 12.5, "task": "copy", "seed": 1,
+                                                "model": {"family": "rnn", "scoring": "dot"},
+                                                "_runtime": 3}))
+    assert done["status"] == "finished" and done["val_bleu"] == 12.5 and done["group"] == "study"
+    assert done["model.family"] == "rnn" and done["config.model.scoring"] == "dot"
+    assert done["run_dir"] == "wandb:ent/proj/a1" and "_runtime" not in done
+    crashed = run_row(wandb_run("a2", "crashed", {"val_bleu": 1.0}))
+    assert crashed["status"] == "failed" and crashed["model.scoring"] == "dot"
+    runs = pd.DataFrame([done, crashed])
+    assert aggregate.aggregate(runs, ["model.scoring"], "val_bleu")["n_failed"].tolist() == [1]
+
+    history = history_frame("a1", "wandb:ent/proj/a1", [
+        {"trainer/global_step": 10, "val_ppl": 5.0, "_step": 3},
+        {"trainer/global_step": 20, "val_ppl": 4.0, "_step": 7}])
+    assert list(history.columns) == ["run_id", "run_dir", "step", "val_ppl"]
+    assert history["step"].tolist() == [10, 20]

@@ -134,9 +134,8 @@ class Artifact:
         return root
 
 
-def test_online_runs_are_read_from_their_newest_artifact_and_one_without_is_named_and_left_out(tmp_path):
-    """Each run's newest run-store artifact is downloaded and read as a local store; a run that
-    logged none has no run store to read: it is left out, named."""
+def test_online_runs_without_the_artifact_fall_back_to_their_summaries_one_by_one(tmp_path):
+    """A run without the artifact is read from its summary; the others from their run stores."""
     from wandb.apis.public import Run
 
     from lit_attention.analysis import load
@@ -150,15 +149,17 @@ def test_online_runs_are_read_from_their_newest_artifact_and_one_without_is_name
         def logged_artifacts(self):
             return [Artifact(stored, 0), Artifact(stored, 1)] if self.id == "a" else []
 
+        def scan_history(self, keys=None, **_):
+            return [{"trainer/global_step": 10, keys[1]: 1.0}]
+
     def wandb_run(run_id):
         summary = {"val_bleu": 21.0, "status": "finished", "run_id": run_id, "seed": 2, "model": model}
         attrs = {"name": run_id, "displayName": run_id, "state": "finished", "group": "g",
                  "config": json.dumps({}), "summaryMetrics": json.dumps(summary)}
         return Logged(None, "ent", "proj", run_id, attrs=attrs, lazy=False)   # no network: attrs given
 
-    stores, without = online_stores([wandb_run("a"), wandb_run("b")], tmp_path / "into")
+    stores, rows, curves = online_stores([wandb_run("a"), wandb_run("b")], tmp_path / "into")
     assert stores == [tmp_path / "into" / "run-store-a"] and (stores[0] / "hyps" / "test.txt").is_file()
-    assert [(s.run_id, s.group, s.status) for s in without] == [("b", "g", "no run store")]
-    assert "ent/proj/b" in without[0].reason
-    runs, skipped = load.read_runs(stores, without)
-    assert runs.set_index("run_id")["val_bleu"].to_dict() == {"a": 20.0} and skipped == without
+    assert [row["run_id"] for row in rows] == ["b"] and set(curves["run_id"]) == {"b"}
+    runs, skipped = load.read_runs(stores, rows=rows)
+    assert runs.set_index("run_id")["val_bleu"].to_dict() == {"a": 20.0, "b": 21.0} and not skipped
