@@ -183,6 +183,9 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     else:
         fallback = [c for c in ("model.family", "task") if c in runs][:1]  # a single configuration
         rows = [k for k in load.distinguishing(runs, candidates, given=cols) if k not in cols] or fallback
+        if not rows + cols:
+            raise load.AnalysisError("the runs record no model.family or task and no key tells them apart: "
+                                     "name the key of their rows with --rows KEY")
         added = [k for k in rows if k not in columns]
         if added:
             print(f"rows: {', '.join(added)} added: runs that differ in it are different "

@@ -441,3 +441,12 @@ def test_keys_too_many_for_columns_are_listed_in_the_caption_and_the_latex_still
     assert legend in (out / "table.md").read_text()
     assert legend.replace("_", r"\_") in (out / "table.tex").read_text()
     assert {"model.d_model", "model.layers", "config.model.lr"} <= set(pd.read_csv(out / "table.csv").columns)
+
+
+def test_runs_that_record_nothing_to_group_by_are_a_usage_error(tmp_path, capsys):
+    """Summaries without a model, a task or any varying key: one line naming --rows, exit 2."""
+    (tmp_path / "s" / "r1").mkdir(parents=True)
+    (tmp_path / "s" / "r1" / "summary.json").write_text('{"status": "finished", "val_loss": 1.0}')
+    assert report.main([str(tmp_path / "s"), "--out", str(tmp_path / "out"), "--metric", "val_loss"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.endswith("name the key of their rows with --rows KEY")

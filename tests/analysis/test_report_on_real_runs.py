@@ -9,6 +9,7 @@ import json
 import math
 import shutil
 import statistics
+import uuid
 
 import pytest
 
@@ -41,7 +42,7 @@ def real_study(tmp_path_factory):
     shutil.copytree(root / "g" / "sinusoidal-s1", failed)
     summary = json.loads((failed / "summary.json").read_text())
     summary.update(run_id="sinusoidal-s9", seed=9, status="failed", error="RuntimeError: boom",
-                   val_loss=0.001)
+                   val_loss=0.001, uuid=uuid.uuid4().hex)   # another run, not a copy of the same one
     (failed / "summary.json").write_text(json.dumps(summary))
     return root / "g"
 

@@ -23,8 +23,9 @@ def summary(run_dir):
 
 
 def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
-    """A failed `test` of a finished run (as `sweep --test` runs it) records the failure beside the
-    run and keeps it finished, so the run still counts and is tested again."""
+    """A `test` of a finished run (as `sweep --test` runs it) that cannot read its test data is
+    refused before anything is written: the run keeps its training record, still counts, and is
+    tested once the data is fixed."""
     data = tmp_path / "data"
     data.mkdir()
     for split in ("train", "val", "test"):
@@ -45,19 +46,18 @@ def test_a_failed_test_of_a_trained_run_keeps_its_training_record(tmp_path):
 
     good = (data / "test.de").read_bytes()
     (data / "test.de").write_bytes(b"\x00" * 64)            # the test file replaced by a binary one
-    failed = cli_in_process(*test)   # stops at the test data
+    before = (run_dir / "summary.json").read_bytes()
+    failed = cli_in_process(*test)   # stops at the test data, before writing anything
     assert failed.returncode == 2, failed.stderr[-3000:]
-    assert f"run directory: {run_dir} (test failed)" in failed.stderr
-    after = summary(run_dir)
-    assert "NUL byte" in after["test_error"] and after.get("test_loss") is None
-    assert {k: after.get(k) for k in kept} == {k: trained.get(k) for k in kept}
+    assert "test.de, line 1: NUL byte" in failed.stderr and "run directory:" not in failed.stderr
+    assert (run_dir / "summary.json").read_bytes() == before
 
     (data / "test.de").write_bytes(good)
     tested = cli_in_process(*test)
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert f"run directory: {run_dir} (test finished)" in tested.stderr
     after = summary(run_dir)
-    assert after["test_error"] is None and after["test_loss"] > 0
+    assert after.get("test_error") is None and after["test_loss"] > 0
     assert all(ss.cache_path(run_dir, "test", metric).is_file() for metric in ss.METRICS)
     cached = ss.load_or_compute(run_dir, "test")           # read from the cache, equal to sacreBLEU's
     assert ss.corpus_score("bleu", cached.bleu) == pytest.approx(after["test_bleu"], abs=1e-9)

@@ -1,4 +1,4 @@
-"""Device placement and CPU threads of sweep workers (issues 21 and 37): dry runs and refused
+"""Device placement and CPU threads of sweep workers: dry runs and refused
 requests in this process; sweeps that run have their driver in this process, real worker and trial
 subprocesses, and the trial command is a stand-in (record_trial.py) that records what it sees. GPUs are stand-in
 CUDA_VISIBLE_DEVICES lists (and a stand-in nvidia-smi for their memory): nothing here needs one."""
