@@ -165,3 +165,16 @@ def demo_study(root: Path, seeds: int = 2, epochs: int = 6) -> Path:
                     save_heatmap(weights, src, tgt, run_dir / "attention" / f"val-{k}.png",
                                  title="cross (mean over heads)")
     return root / "demo"
+
+
+def lstm(attention: str) -> dict:
+    """The model fields of an LSTM encoder-decoder with ``attention``."""
+    return dict(family="rnn", cell="lstm", attention=attention, d_model=32)
+
+
+def write_study(root: Path, bleu: dict[str, list[float]], group: str = "study") -> Path:
+    """root/group: one configuration per attention of ``bleu``, a run per score (seeds 1, 2, ...)."""
+    for attention, scores in bleu.items():
+        for seed, score in enumerate(scores, start=1):
+            write_run(root, group, f"{attention}-s{seed}", seed=seed, model=lstm(attention), val_bleu=score)
+    return root / group

@@ -177,6 +177,12 @@ def cli_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["lit-attention", *map(str, args)], code, out.getvalue(), err.getvalue())
 
 
+def error_lines(stderr: str) -> list[str]:
+    """The lines of a command's stderr that report an error; there is never a traceback."""
+    assert "Traceback" not in stderr, stderr[-3000:]
+    return [line for line in stderr.splitlines() if "error" in line.lower()]
+
+
 def sweep_in_process(path, *args, cwd=None, env=None) -> subprocess.CompletedProcess:
     """`lit-attention sweep PATH ARGS` with its driver in this process (`cli_in_process`: ~5 CPU
     seconds of imports less) and real worker and trial processes; what those (and C code in this

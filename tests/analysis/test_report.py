@@ -10,25 +10,18 @@ import math
 import pandas as pd
 import pytest
 
-from analysis_stores import write_run
+from analysis_stores import lstm, write_run, write_study
 from conftest import run_cli
 from lit_attention.analysis import aggregate, load, report
 
 BLEU = {"none": [10.0, 11.0, 12.0], "luong": [20.0, 21.0, 22.0]}
 
 
-def model(attention: str) -> dict:
-    return dict(family="rnn", cell="lstm", attention=attention, d_model=32)
-
 
 @pytest.fixture
 def study(tmp_path):
     """2 configurations x 3 seeds (FIXTURE)."""
-    for attention, scores in BLEU.items():
-        for seed, bleu in enumerate(scores, start=1):
-            write_run(tmp_path, "study", f"{attention}-s{seed}", seed=seed, model=model(attention),
-                      val_bleu=bleu)
-    return tmp_path / "study"
+    return write_study(tmp_path, BLEU)
 
 
 def set_summary(run_dir, **fields):
@@ -130,7 +123,7 @@ def test_a_key_given_twice_in_rows_and_cols_is_a_usage_error(study, tmp_path, ca
 def test_group_picks_the_runs_of_one_group_of_a_local_store(study, tmp_path, capsys):
     """--group also acts on a local runs/ directory: the table averages that group's runs only,
     not every group's."""
-    write_run(tmp_path, "other", "x-s1", seed=1, model=model("none"), val_bleu=90.0)
+    write_run(tmp_path, "other", "x-s1", seed=1, model=lstm("none"), val_bleu=90.0)
     out = tmp_path / "out"
     assert report.main([str(tmp_path), "--out", str(out), "--group", "study", "--no-figures"]) == 0
     table = pd.read_csv(out / "table.csv").set_index("model.attention")
@@ -222,7 +215,7 @@ def test_a_hidden_varying_parameter_is_a_row_key_by_default_and_refused_when_hid
         for attention in ("none", "luong"):
             for seed, bleu in enumerate(scores, start=1):
                 run = write_run(tmp_path, "lr", f"{attention}-{lr}-s{seed}", seed=seed,
-                                model=model(attention), val_bleu=bleu)
+                                model=lstm(attention), val_bleu=bleu)
                 with open(run / "config.yaml", "a") as f:
                     f.write(f"    lr: {lr}\n")
     out = tmp_path / "out"
@@ -324,7 +317,7 @@ def test_sigterm_while_report_writes_leaves_whole_files_and_says_so(study, tmp_p
 # -- a metric not recorded yet --------------------------------------------------------------------------
 
 def test_a_metric_no_run_has_yet_says_the_runs_are_still_running(tmp_path, capsys):
-    run = write_run(tmp_path, "first", "t0", seed=1, model=model("none"), status="running")
+    run = write_run(tmp_path, "first", "t0", seed=1, model=lstm("none"), status="running")
     summary = json.loads((run / "summary.json").read_text())
     del summary["val_bleu"]                    # a first trial before its first validation
     (run / "summary.json").write_text(json.dumps(summary))
@@ -376,7 +369,7 @@ def test_files_of_an_earlier_report_that_this_one_did_not_write_are_removed_and_
 def test_a_baseline_value_matches_however_the_number_is_written(tmp_path, capsys):
     for lr, bleu in ((0.001, [10.0, 11.0]), (0.003, [20.0, 22.0])):
         for seed, value in enumerate(bleu, start=1):
-            write_run(tmp_path, "lr", f"{lr}-s{seed}", seed=seed, model={**model("luong"), "lr": lr}, val_bleu=value)
+            write_run(tmp_path, "lr", f"{lr}-s{seed}", seed=seed, model={**lstm("luong"), "lr": lr}, val_bleu=value)
     out = tmp_path / "report"
     assert report.main([str(tmp_path / "lr"), "--out", str(out), "--no-figures", "--baseline", "model.lr=1e-3",
                         "--test", "seeds"]) == 0, capsys.readouterr().err
@@ -396,7 +389,7 @@ def confounded_study(root):
     for lr, width, n_train, scores in ((0.001, 32, 200, [10.0, 11.0]), (0.003, 48, 400, [30.0, 31.0])):
         for seed, bleu in enumerate(scores, start=1):
             run = write_run(root, "arms", f"{lr}-s{seed}", seed=seed, val_bleu=bleu,
-                            model={**model("luong"), "d_model": width})
+                            model={**lstm("luong"), "d_model": width})
             with open(run / "config.yaml", "a") as f:
                 f.write(f"    lr: {lr}\ndata:\n  n_train: {n_train}\n")
     return root / "arms"

@@ -13,24 +13,18 @@ import shutil
 import pandas as pd
 import pytest
 
-from analysis_stores import write_run
+from analysis_stores import lstm, write_run, write_study
 from conftest import cli_in_process
 from lit_attention.analysis import load, report
 
 BLEU = {"none": [10.0, 14.0, 12.0], "luong": [20.0, 25.0, 21.0]}
 
 
-def model(attention: str) -> dict:
-    return dict(family="rnn", cell="lstm", attention=attention, d_model=32)
-
 
 @pytest.fixture
 def runs(tmp_path):
     """runs/study: 2 configurations x 3 seeds (FIXTURE)."""
-    for attention, scores in BLEU.items():
-        for seed, bleu in enumerate(scores, start=1):
-            write_run(tmp_path / "runs", "study", f"{attention}-s{seed}", seed=seed, model=model(attention),
-                      val_bleu=bleu)
+    write_study(tmp_path / "runs", BLEU)
     return tmp_path / "runs"
 
 
@@ -91,7 +85,7 @@ def test_a_run_is_its_uuid_wherever_it_lies(runs, tmp_path):
 def test_without_a_uuid_a_run_is_its_group_id_start_and_commit(runs, tmp_path):
     """Older stores: two machines' `t0000-s0` of one study started at different times are two runs."""
     for name, started in (("a", "2026-01-01T00:00:00Z"), ("b", "2026-01-02T00:00:00Z"), ("c", "2026-01-02T00:00:00Z")):
-        run = write_run(tmp_path / "runs" / name, "study", "t0000-s0", seed=1, model=model("none"), val_bleu=5.0)
+        run = write_run(tmp_path / "runs" / name, "study", "t0000-s0", seed=1, model=lstm("none"), val_bleu=5.0)
         set_summary(run, started_at=started, git_commit="abc")
     frame, skipped = load.scan_runs(runs)
     assert len(frame) == 6 + 2 and [s.path for s in skipped] == [runs / "c" / "study" / "t0000-s0"]
@@ -217,7 +211,7 @@ def test_random_trees_report_each_run_once_or_fail_in_one_line(tmp_path):
         state = {}
         for attention, scores in BLEU.items():
             for seed, bleu in enumerate(scores, start=1):
-                run = write_run(root, "study", f"{attention}-s{seed}", seed=seed, model=model(attention), val_bleu=bleu)
+                run = write_run(root, "study", f"{attention}-s{seed}", seed=seed, model=lstm(attention), val_bleu=bleu)
                 state[run] = ("ok", attention)
         for run in rng.sample(sorted(state), rng.randint(0, 6)):
             kind, damage = DAMAGE[rng.choice(sorted(DAMAGE))]

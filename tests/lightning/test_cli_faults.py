@@ -5,7 +5,7 @@ import csv
 
 import pytest
 
-from conftest import BACKGROUND_WRITES, CONFIGS, cli_in_process, run_cli
+from conftest import BACKGROUND_WRITES, CONFIGS, cli_in_process, error_lines, run_cli
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_val", "40",
         "--data.n_test", "40", "--model.d_model", "32", "--model.ffn", "64", "--model.enc_layers", "1",
@@ -13,9 +13,6 @@ TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "300", "--data.n_va
         "--diagnostics.heatmaps", "0", "--trainer.log_every_n_steps", "1"]
 
 
-def _errors(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr, stderr[-3000:]
-    return [line for line in stderr.splitlines() if "error" in line.lower()]
 
 
 @pytest.mark.slow
@@ -24,7 +21,7 @@ def test_fit_on_a_read_only_file_system_says_which_path_in_one_line(tmpfs):
     fs.remount("ro")
     out = cli_in_process("fit", *TINY, "--run.root", fs.path / "runs", "--run.id", "r")   # refused before training
     assert out.returncode == 2, out.stderr[-3000:]
-    errors = _errors(out.stderr)
+    errors = error_lines(out.stderr)
     assert errors == [f"lit-attention fit: error: cannot write {fs.path}: Read-only file system"], errors
 
     fs.remount("rw")
@@ -38,7 +35,7 @@ def test_fit_on_a_full_disk_fails_in_one_line_and_runs_once_given_room(tmpfs, wr
     fs = tmpfs("200k")            # room for the config and summary, not for a checkpoint
     out = run_cli("fit", *TINY, "--run.root", fs.path, "--run.id", "r", *writes)
     assert out.returncode == 1, out.stderr[-3000:]
-    errors = _errors(out.stderr)
+    errors = error_lines(out.stderr)
     assert len(errors) == 1 and errors[0].startswith(f"lit-attention fit: error: cannot write under {fs.path}/default/r"), errors
     assert errors[0].endswith(": No space left on device"), errors
 
@@ -65,7 +62,7 @@ def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
     for command in ("test", "fit"):
         out = cli_in_process(command, *TINY, "--run.root", tmp_path / "runs", "--ckpt_path", crafted, cwd=tmp_path)
         assert out.returncode == 2, out.stderr[-3000:]
-        errors = _errors(out.stderr)
+        errors = error_lines(out.stderr)
         assert len(errors) == 1 and errors[0].startswith(
             f"lit-attention {command}: error: --ckpt_path {crafted}: refused to load"), errors
         assert "posix.system" in errors[0], errors
@@ -89,5 +86,5 @@ def test_a_ckpt_path_that_is_no_checkpoint_stops_in_one_line_before_a_run_store(
     why = "no such file" if kind == "missing" else (
         "not a checkpoint: torch.save writes a zip archive and this file is none (cut short, or another "
         "kind of file)")
-    assert _errors(out.stderr) == [f"lit-attention test: error: --ckpt_path {path}: {why}"]
+    assert error_lines(out.stderr) == [f"lit-attention test: error: --ckpt_path {path}: {why}"]
     assert not (tmp_path / "runs").exists()

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import CONFIGS, REPO, cli_env, cli_in_process, run_cli
+from conftest import CONFIGS, REPO, cli_env, cli_in_process, error_lines, run_cli
 from lit_attention.tracking.identity import sha256
 
 TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "100", "--data.n_val", "20",
@@ -21,9 +21,6 @@ TINY = ["--config", CONFIGS / "copy.yaml", "--data.n_train", "100", "--data.n_va
         "--diagnostics.gradflow_every", "0", "--trainer.max_epochs", "1"]
 
 
-def error_lines(stderr: str) -> list[str]:
-    assert "Traceback" not in stderr, stderr[-3000:]
-    return [line for line in stderr.splitlines() if "error" in line.lower()]
 
 
 def summary(run_dir) -> dict:
