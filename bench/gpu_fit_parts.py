@@ -94,7 +94,7 @@ def print_profile(name: str, profile, out: Path | None) -> None:
 
 def profile(args) -> str:
     """The profile part; returns its summary."""
-    import gpu_throughput as G
+    import gpu_loops as G
     import fit_overhead as F
     from step_clock import StepProfile
     from lit_attention.lightning.translation import TranslationModule
@@ -160,7 +160,7 @@ def profile(args) -> str:
 
 def writes(args) -> str:
     """The checkpoint-writer part; returns its summary."""
-    import gpu_throughput as G
+    import gpu_loops as G
     import fit_overhead as F
     from step_clock import StepClock, StepProfile
     StepClock.wall, StepClock.wall_sync_at = True, args.warmup
