@@ -147,8 +147,9 @@ def config_name(name: str) -> str:
 
 # -- statuses ----------------------------------------------------------------------------------
 
-class Status(str, enum.Enum):
-    """What summary.json says about a run. Compares equal to its text ("finished")."""
+class Status(enum.StrEnum):
+    """What summary.json says about a run. Compares equal to, prints and formats as its text
+    ("finished")."""
 
     RUNNING = "running"          # training; `heartbeat_at` says when it last validated
     FINISHED = "finished"        # ended normally; `stopped_by` says what ended training
@@ -156,11 +157,6 @@ class Status(str, enum.Enum):
     FAILED = "failed"            # an exception or a failed process; `error`
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM, resumable from last.ckpt; `error`
     KILLED = "killed"            # the process died without recording an end (SIGKILL, OOM); `error`
-
-    def __str__(self) -> str:
-        return self.value
-
-    __format__ = str.__format__   # f"{status}" is its text (Python 3.10/3.11 differ otherwise)
 
     @property
     def reason_field(self) -> str | None:
@@ -343,8 +339,8 @@ def read_summary(run_dir: Path | str, missing_ok: bool = False) -> Summary:
     file and what is wrong (missing, unreadable, not JSON, not an object, a field of the wrong
     type, an unknown status or version); an empty Summary for a missing file if `missing_ok`."""
     path = summary_path(run_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:   # NaN and Infinity are kept: the analysis names them
+        fields = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         if missing_ok:
             return Summary({}, path)
@@ -353,8 +349,6 @@ def read_summary(run_dir: Path | str, missing_ok: bool = False) -> Summary:
         raise SummaryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise SummaryError(f"{path}: cannot be read ({exc.strerror})") from None
-    try:
-        fields = json.loads(text)          # NaN and Infinity are kept: the analysis names them
     except json.JSONDecodeError as exc:
         raise SummaryError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(fields, dict):
