@@ -90,12 +90,11 @@ class RunStoreLogger(Logger):
         first use, once the run is claimed: what its last holder wrote up to its end)."""
         if self._rows is None:
             self._rows = []
-            path = self.run_dir.path / schema.METRICS
-            if path.exists():
-                with open(path, newline="") as f:
-                    for row in csv.DictReader(f):
-                        self._rows.append({k: v for k, v in row.items() if v != ""})
-                        self._columns.update(dict.fromkeys(row))
+            metrics = self.run_dir.path / schema.METRICS
+            with contextlib.suppress(FileNotFoundError), open(metrics, newline="") as f:
+                for row in csv.DictReader(f):
+                    self._rows.append({k: v for k, v in row.items() if v != ""})
+                    self._columns.update(dict.fromkeys(row))
         return self._rows
 
     @rank_zero_only
