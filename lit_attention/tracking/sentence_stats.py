@@ -232,16 +232,8 @@ class SentenceStats:
         return found
 
 
-def cache_key(metric: str, hyps_hash: str, refs_hash: str) -> str:
-    return f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
-
-
 def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
     return Path(run_dir) / stats_cache_file(split, metric)
-
-
-def _lines(data: bytes) -> list[str]:
-    return split_lines(data.decode("utf-8"))   # as load.read_hyps reads them
 
 
 def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
@@ -262,11 +254,13 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
                             for text in (hyps_data, refs))
     found = {}
     for metric in metrics:
-        key, path = cache_key(metric, hyps_hash, refs_hash), cache_path(run_dir, split, metric)
+        key = f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
+        path = cache_path(run_dir, split, metric)
         found[metric] = _read_cache(path, key)
-        if found[metric] is None:
+        if found[metric] is None:   # the texts' lines as load.read_hyps reads them
+            texts = (split_lines(data.decode("utf-8")) for data in (hyps_data, refs))
             extractor = extractor or Extractor()
-            found[metric] = extractor.corpus(_lines(hyps_data), _lines(refs), [metric])[metric]
+            found[metric] = extractor.corpus(*texts, [metric])[metric]
             _write_cache(path, key, found[metric])
     return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
 
@@ -322,9 +316,8 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_fill, todo, chunksize=4))
-    except (BrokenProcessPool, OSError, RuntimeError):
-        pass    # no worker processes here (e.g. a caller without a __main__ guard): on demand
+    # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
+    with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
+          ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
+        list(pool.map(_fill, todo, chunksize=4))
     return len(todo)
