@@ -45,9 +45,8 @@ class RunRefused(ValueError):
 def run_identity(summary: Mapping) -> str:
     """A run's identity: its uuid, or for a run from before uuids group/run_id/started_at/git_commit
     (those it records)."""
-    if summary.get("uuid"):
-        return summary["uuid"]
-    return "/".join(str(summary[k]) for k in ("group", "run_id", "started_at", "git_commit") if summary.get(k))
+    return summary.get("uuid") or "/".join(
+        str(summary[k]) for k in ("group", "run_id", "started_at", "git_commit") if summary.get(k))
 
 
 def checkpoint_problem(path: Path | str) -> str | None:

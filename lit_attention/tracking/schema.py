@@ -91,8 +91,7 @@ def as_line(sentence: str) -> str:
 def split_lines(text: str) -> list[str]:
     """The sentences of a hyps file's text: split at \n only (not str.splitlines(), which also
     splits at U+2028, U+0085, ... that a file written before ``as_line`` may hold)."""
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+    return text.removesuffix("\n").split("\n") if text else []
 
 
 def stats_cache_file(split: str, metric: str) -> str:
@@ -316,8 +315,7 @@ class Summary(dict):
     @property
     def status(self) -> Status | None:
         """None: no status recorded yet (a run directory only evaluated, or being set up)."""
-        status = self.get("status")
-        return None if status is None else Status(status)
+        return None if self.get("status") is None else Status(self["status"])
 
     @property
     def error(self) -> str | None:
@@ -326,8 +324,7 @@ class Summary(dict):
     @property
     def reason(self) -> str | None:
         """Why the run has its status (its status's reason field), if recorded."""
-        field = self.status.reason_field if self.status else None
-        return self.get(field) if field else None
+        return self.get(self.status.reason_field) if self.status else None
 
 
 def summary_path(run_dir: Path | str) -> Path:
@@ -388,11 +385,9 @@ def stop_request(run_dir: Path | str) -> tuple[Status, str] | None:
     """(status to end as, reason) if `run_dir` has a STOP file, else None. The file's first line
     names the status (`pruned` or `finished`); any other text, or none (a STOP made by hand),
     ends the run `finished` with that text as the reason."""
-    path = Path(run_dir) / STOP
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        text = (Path(run_dir) / STOP).read_text(encoding="utf-8", errors="replace").strip()
     except FileNotFoundError:
         return None
     first = text.splitlines()[0].strip() if text else ""
-    status = next((s for s in STOP_STATUSES if s.value == first), Status.FINISHED)
-    return status, text or "stopped"
+    return Status(first) if first in STOP_STATUSES else Status.FINISHED, text or "stopped"
