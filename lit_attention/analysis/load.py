@@ -138,21 +138,16 @@ def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
 
 def _scalar(value):
     # Lists and dicts (e.g. tuple-valued model fields) become JSON text so they can be grouped on.
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True)
-    return value
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
 def flatten(tree: dict, prefix: str) -> dict:
     """{'a': {'b': 1}} -> {'<prefix>.a.b': 1}; LightningCLI's class_path/init_args levels vanish."""
     flat = {}
     for key, value in tree.items():
-        if key == "init_args" and isinstance(value, dict):
-            flat.update(flatten(value, prefix))
-            continue
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict):
-            flat.update(flatten(value, name))
+            flat.update(flatten(value, prefix if key == "init_args" else name))
         else:
             flat[name] = _scalar(value)
     return flat
@@ -312,10 +307,8 @@ def distinguishing(runs: pd.DataFrame, columns: list[str], given: list[str] = ()
     text = runs[[c for c in dict.fromkeys([*given, *columns]) if c in runs]].astype(str)
     keys = list(given)
     for column in columns:
-        if column in keys:
-            continue
         before = text.groupby(keys, dropna=False).ngroups if keys else 1
-        if text.groupby(keys + [column], dropna=False).ngroups > before:
+        if column not in keys and text.groupby(keys + [column], dropna=False).ngroups > before:
             keys.append(column)
     return keys[len(given):]
 

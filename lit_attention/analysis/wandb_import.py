@@ -54,17 +54,15 @@ def run_row(run) -> dict:
     config = plain(run.config)
     row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
     model = summary.get("model") or config.get("model")
-    if isinstance(model, dict):
-        row.update(flatten(model, "model"))
-    else:  # flat Lightning hparams: every field but the task becomes part of the configuration
-        row.update(flatten({k: v for k, v in config.items() if k not in ("task", "seed")}, "model"))
+    if not isinstance(model, dict):   # flat Lightning hparams: all but task and seed configure it
+        model = {k: v for k, v in config.items() if k not in ("task", "seed")}
+    row.update(flatten(model, "model"))
     row.update(flatten(config, "config"))
     row["task"] = summary.get("task", config.get("task"))
     row["seed"] = summary.get("seed", config.get("seed_everything", config.get("seed")))
     row["run_id"] = summary.get("run_id") or run.id
     row["group"] = getattr(run, "group", None) or summary.get("group")
-    state = str(run.state)
-    row["status"] = summary.get("status") or (STATES[state.lower()].value if state.lower() in STATES else state)
+    row["status"] = summary.get("status") or str(STATES.get(str(run.state).lower(), run.state))
     row["run_dir"] = f"wandb:{'/'.join(run.path)}"
     return {k: load.cut(v) if isinstance(v, str) else v for k, v in row.items()}
 
