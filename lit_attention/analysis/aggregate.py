@@ -259,8 +259,6 @@ def config_fields(runs: pd.DataFrame) -> list[str]:
 def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
     fields = [c for c in config_fields(runs) if c not in keys]
-    if not fields:
-        return []
     text = runs[fields].astype(str)
     counts = text.groupby([runs[k].astype(str) for k in keys], dropna=False).nunique()
     return [c for c in fields if (counts[c] > 1).any()]
@@ -298,8 +296,6 @@ def other_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     value per configuration (the report refuses keys that leave a field varying inside one); where
     it does not act (None) it is no difference."""
     fields = [c for c in configuration_fields(runs) if c not in keys]
-    if not fields:
-        return []
     per_config = acting_values(runs, fields).groupby([runs[k].astype(str) for k in keys], dropna=False).first()
     return [c for c in fields if per_config[c].dropna().astype(str).nunique() > 1]
 
@@ -325,8 +321,5 @@ def excluded_counts(excluded: pd.DataFrame, metric: str) -> str:
 
 def invalid_values(runs: pd.DataFrame, columns) -> list[tuple[str, str, object]]:
     """(run_dir, column, value) of every invalid value (see `invalid`) in `columns`."""
-    found = []
-    for column in [c for c in columns if c in runs]:
-        rows = runs.loc[invalid(runs, column), ["run_dir", column]]
-        found += [(run_dir, column, value) for run_dir, value in rows.itertuples(index=False)]
-    return found
+    return [(run_dir, column, value) for column in columns if column in runs
+            for run_dir, value in runs.loc[invalid(runs, column), ["run_dir", column]].to_numpy()]
