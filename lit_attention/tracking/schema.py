@@ -221,11 +221,10 @@ READ_CHECKED = tuple(k for k, kind in FIELDS.items() if kind in (dict, list)) + 
 # The values a number field can hold (both ends included): a reader takes one outside its range,
 # like one that is no number at all (text, true) or not finite, for no value of the run.
 RANGES = {**{f"{split}_{name}": (0, 100) for split in ("val", "test") for name in ("bleu", "chrf")},
-          **{f"{split}_ppl": (1, math.inf) for split in ("val", "test")},
-          **{f"{split}_loss": (0, math.inf) for split in ("val", "test")},
-          "best_val_loss": (0, math.inf), "clip_fraction": (0, 1), "params": (0, math.inf),
-          "steps": (0, math.inf), "epochs": (0, math.inf), "train_seconds": (0, math.inf),
-          "train_tokens": (0, math.inf), "train_flops": (0, math.inf), "tokens_per_second": (0, math.inf)}
+          "val_ppl": (1, math.inf), "test_ppl": (1, math.inf), "clip_fraction": (0, 1),
+          **dict.fromkeys(("val_loss", "test_loss", "best_val_loss", "params", "steps", "epochs",
+                           "train_seconds", "train_tokens", "train_flops", "tokens_per_second"),
+                          (0, math.inf))}
 
 
 def invalid_number(key: str, value: Any) -> str | None:
