@@ -33,10 +33,8 @@ def sustained_matmul_gflops(n: int = 512, seconds: float = 0.05) -> float:
 
 def summarise(probes: list[float]) -> dict:
     """Summary fields of a run's probes: their median and the probes themselves (rounded)."""
-    if not probes:
-        return {}
     return {"machine_gflops": statistics.median(probes),
-            "machine_gflops_probes": [round(p, 1) for p in probes]}
+            "machine_gflops_probes": [round(p, 1) for p in probes]} if probes else {}
 
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
