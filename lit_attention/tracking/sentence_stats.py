@@ -180,22 +180,19 @@ def _bleu_scores_smoothed(sums: np.ndarray) -> np.ndarray:
 def chrf_scores(sums: np.ndarray) -> np.ndarray:
     """chrF of many sum vectors at once: [..., 18] -> [...] (float64).
 
-    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation,
-    so each value equals sacreBLEU's to the last bit."""
+    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation
+    (the orders' precisions and recalls summed in order), so each value equals sacreBLEU's to the
+    last bit."""
     sums = np.asarray(sums, dtype=np.float64)          # float32 sums: exact integers, widened
+    n_hyp, n_ref, n_match = sums[..., 0::3], sums[..., 1::3], sums[..., 2::3]   # [..., order]
+    counted = (n_hyp > 0) & (n_ref > 0)
+    order = counted.sum(axis=-1)
     factor = BETA ** 2
-    avg_prec = np.zeros(sums.shape[:-1])
-    avg_rec = np.zeros(sums.shape[:-1])
-    order = np.zeros(sums.shape[:-1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(CHAR_ORDER):
-            n_hyp, n_ref, n_match = sums[..., 3 * i], sums[..., 3 * i + 1], sums[..., 3 * i + 2]
-            counted = (n_hyp > 0) & (n_ref > 0)
-            avg_prec = np.where(counted, avg_prec + n_match / n_hyp, avg_prec)
-            avg_rec = np.where(counted, avg_rec + n_match / n_ref, avg_rec)
-            order += counted
-        avg_prec = np.where(order > 0, avg_prec / order, 0.0)
-        avg_rec = np.where(order > 0, avg_rec / order, 0.0)
+        precisions = np.where(counted, n_match / n_hyp, 0.0).sum(axis=-1)
+        recalls = np.where(counted, n_match / n_ref, 0.0).sum(axis=-1)
+        avg_prec = np.where(order > 0, precisions / order, 0.0)
+        avg_rec = np.where(order > 0, recalls / order, 0.0)
         score = (1 + factor) * avg_prec * avg_rec
         score = score / ((factor * avg_prec) + avg_rec)
     return np.where(avg_prec + avg_rec != 0, 100 * score, 0.0)
