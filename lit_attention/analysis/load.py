@@ -93,8 +93,7 @@ def warn_skipped(skipped: list[Skipped]) -> None:
     """A warning line per directory left out, the first MAX_WARNINGS of them, then their count."""
     for item in skipped[:MAX_WARNINGS]:
         warn(f"skipped run: {item.reason}")
-    if len(skipped) > MAX_WARNINGS:
-        more = len(skipped) - MAX_WARNINGS
+    if (more := len(skipped) - MAX_WARNINGS) > 0:
         warn(f"{more} more run director{'ies' if more > 1 else 'y'} left out (excluded.csv lists each, and why)")
 
 
