@@ -21,7 +21,7 @@ from lit_attention import registry
 from lit_attention.analysis import load, statistics
 from lit_attention.analysis.load import FINISHED, AnalysisError, load_gradflow, read_csv
 from lit_attention.metric_facts import metric_range
-from lit_attention.tracking.schema import Status
+from lit_attention.tracking.schema import METRICS, Status
 
 CONFIDENCE = 0.95
 # Per-run quantities averaged per configuration beside the metric: what training cost, never
@@ -35,10 +35,7 @@ GRADFLOW_FIT_FROM = 4       # distances 0-3 hold a transient (a rise or a fast d
 
 
 def clip(value: float, bounds: tuple[float | None, float | None]) -> float:
-    low, high = bounds
-    if low is not None and value < low:
-        return float(low)
-    return float(high) if high is not None and value > high else value
+    return float(np.clip(value, *bounds))   # a bound None: no bound
 
 
 def seed_stats(values, bounds: tuple[float | None, float | None] = (None, None)) -> dict:
@@ -161,17 +158,14 @@ def gradflow_columns(rows: pd.DataFrame) -> dict:
 def run_gradient_stats(run: pd.Series) -> dict:
     """Gradient statistics of one run: from summary.json when recorded, else from its files."""
     stats = {k: run.get(k, math.nan) for k in GRADIENT}
-    run_dir = Path(run["run_dir"])
-    metrics = run_dir / "metrics.csv"
-    if metrics.is_file() and (pd.isna(stats["grad_norm_median"]) or pd.isna(stats["clip_fraction"])):
-        frame = read_csv(metrics)
-        if frame is not None and "grad_norm/total" in frame:
-            norms = frame["grad_norm/total"].dropna()
-            if pd.isna(stats["grad_norm_median"]) and len(norms):
-                stats["grad_norm_median"] = float(norms.median())
-            clip = run.get("config.trainer.gradient_clip_val")
-            if pd.isna(stats["clip_fraction"]) and len(norms) and clip is not None and not pd.isna(clip):
-                stats["clip_fraction"] = float((norms > float(clip)).mean())
+    metrics = Path(run["run_dir"]) / METRICS
+    frame = read_csv(metrics) if pd.isna(list(stats.values())).any() and metrics.is_file() else None
+    norms = frame["grad_norm/total"].dropna() if frame is not None and "grad_norm/total" in frame else ()
+    if len(norms):
+        clip = run.get("config.trainer.gradient_clip_val")
+        found = {"grad_norm_median": float(norms.median()),
+                 "clip_fraction": math.nan if pd.isna(clip) else float((norms > float(clip)).mean())}
+        stats = {k: found[k] if pd.isna(v) else v for k, v in stats.items()}
     return stats
 
 
@@ -229,22 +223,16 @@ def aggregate(runs: pd.DataFrame, keys: list[str], metric: str = "val_bleu",
                        _invalid=(runs["status"] == FINISHED) & invalid(runs, metric))
     rows = []
     for values, group in runs.groupby(keys, dropna=False, sort=True):
-        values = values if isinstance(values, tuple) else (values,)
         good, bad = group[group["_usable"]], group[~group["_usable"]]
-        row = dict(zip(keys, values))
-        for column in also:
-            values_here = acting.loc[group.index, column].dropna()
-            row[column] = values_here.iloc[0] if len(values_here) else None
+        row = dict(zip(keys, values))   # (a tuple: keys is a list)
+        row.update({column: next(iter(acting.loc[group.index, column].dropna()), None) for column in also})
         row.update(seed_stats(good[metric], metric_range(metric)))
-        row["n_failed"] = int((bad["status"] == Status.FAILED).sum())
-        row["n_pruned"] = int((bad["status"] == Status.PRUNED).sum())
-        row["n_invalid"] = int(bad["_invalid"].sum())
-        row["n_missing"] = int(((bad["status"] == FINISHED) & bad[metric].isna() & ~bad["_invalid"]).sum())
-        row["n_other"] = (len(bad) - row["n_failed"] - row["n_pruned"] - row["n_invalid"]
-                          - row["n_missing"])
-        for col in COSTS + GRADIENT:
-            if col in good:
-                row[col] = finite_mean(good[col])
+        counted = {"n_failed": bad["status"] == Status.FAILED, "n_pruned": bad["status"] == Status.PRUNED,
+                   "n_invalid": bad["_invalid"],
+                   "n_missing": (bad["status"] == FINISHED) & bad[metric].isna() & ~bad["_invalid"]}
+        row.update({name: int(which.sum()) for name, which in counted.items()})
+        row["n_other"] = len(bad) - sum(row[name] for name in counted)
+        row.update({col: finite_mean(good[col]) for col in COSTS + GRADIENT if col in good})
         if "run_dir" in good and len(good):
             row.update(gradflow_columns(last_gradflow(load_gradflow(good))))
         row["budget"] = ";".join(sorted({budget_text(r) for _, r in good.iterrows()})) if len(good) else None
@@ -271,8 +259,6 @@ def config_fields(runs: pd.DataFrame) -> list[str]:
 def hidden_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     """config.* fields (e.g. a swept learning rate) that differ between runs averaged together."""
     fields = [c for c in config_fields(runs) if c not in keys]
-    if not fields:
-        return []
     text = runs[fields].astype(str)
     counts = text.groupby([runs[k].astype(str) for k in keys], dropna=False).nunique()
     return [c for c in fields if (counts[c] > 1).any()]
@@ -310,8 +296,6 @@ def other_differences(runs: pd.DataFrame, keys: list[str]) -> list[str]:
     value per configuration (the report refuses keys that leave a field varying inside one); where
     it does not act (None) it is no difference."""
     fields = [c for c in configuration_fields(runs) if c not in keys]
-    if not fields:
-        return []
     per_config = acting_values(runs, fields).groupby([runs[k].astype(str) for k in keys], dropna=False).first()
     return [c for c in fields if per_config[c].dropna().astype(str).nunique() > 1]
 
@@ -337,8 +321,5 @@ def excluded_counts(excluded: pd.DataFrame, metric: str) -> str:
 
 def invalid_values(runs: pd.DataFrame, columns) -> list[tuple[str, str, object]]:
     """(run_dir, column, value) of every invalid value (see `invalid`) in `columns`."""
-    found = []
-    for column in [c for c in columns if c in runs]:
-        rows = runs.loc[invalid(runs, column), ["run_dir", column]]
-        found += [(run_dir, column, value) for run_dir, value in rows.itertuples(index=False)]
-    return found
+    return [(run_dir, column, value) for column in columns if column in runs
+            for run_dir, value in runs.loc[invalid(runs, column), ["run_dir", column]].to_numpy()]

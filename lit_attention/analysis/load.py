@@ -93,8 +93,7 @@ def warn_skipped(skipped: list[Skipped]) -> None:
     """A warning line per directory left out, the first MAX_WARNINGS of them, then their count."""
     for item in skipped[:MAX_WARNINGS]:
         warn(f"skipped run: {item.reason}")
-    if len(skipped) > MAX_WARNINGS:
-        more = len(skipped) - MAX_WARNINGS
+    if (more := len(skipped) - MAX_WARNINGS) > 0:
         warn(f"{more} more run director{'ies' if more > 1 else 'y'} left out (excluded.csv lists each, and why)")
 
 
@@ -138,21 +137,16 @@ def _walk(root: Path) -> tuple[list[Path], list[Skipped]]:
 
 def _scalar(value):
     # Lists and dicts (e.g. tuple-valued model fields) become JSON text so they can be grouped on.
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, sort_keys=True)
-    return value
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else value
 
 
 def flatten(tree: dict, prefix: str) -> dict:
     """{'a': {'b': 1}} -> {'<prefix>.a.b': 1}; LightningCLI's class_path/init_args levels vanish."""
     flat = {}
     for key, value in tree.items():
-        if key == "init_args" and isinstance(value, dict):
-            flat.update(flatten(value, prefix))
-            continue
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict):
-            flat.update(flatten(value, name))
+            flat.update(flatten(value, prefix if key == "init_args" else name))
         else:
             flat[name] = _scalar(value)
     return flat
@@ -211,12 +205,16 @@ def read_config(path: Path) -> dict:
     every run of a sweep each time: the parse is kept beside it (CONFIG_CACHE) as JSON, keyed by a
     hash of the YAML text, so an edited config.yaml is parsed again, never read stale; a store that
     cannot be written to is only read."""
-    path = Path(path)
+    path, cache = Path(path), Path(path).with_name(CONFIG_CACHE)
     try:
         text = path.read_bytes()
         key = hashlib.blake2b(text, digest_size=16).hexdigest()
-        cached = _cached_config(path.with_name(CONFIG_CACHE), key)
-        config = cached if cached is not None else read_yaml(text.decode("utf-8"), path, mapping=False)[0]
+        # a cache missing, unreadable, foreign or of another text: parsed again
+        with contextlib.suppress(OSError, ValueError, AttributeError, KeyError, TypeError):
+            cached = json.loads(cache.read_text(encoding="utf-8"))
+            if cached.get("key") == key:
+                return cached["config"]
+        config = read_yaml(text.decode("utf-8"), path, mapping=False)[0]
     except UnicodeDecodeError as exc:
         raise AnalysisError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
@@ -225,28 +223,14 @@ def read_config(path: Path) -> dict:
         raise AnalysisError(shown(exc, MAX_MESSAGE)) from None
     if config is not None and not isinstance(config, dict):
         raise AnalysisError(f"{path}: holds a YAML {type(config).__name__}, not a mapping")
-    if cached is None:
-        _cache_config(path.with_name(CONFIG_CACHE), key, config or {})
-    return config or {}
-
-
-def _cached_config(cache: Path, key: str):
-    try:
-        cached = json.loads(cache.read_text(encoding="utf-8"))
-        return cached["config"] if cached.get("key") == key else None
-    except (OSError, ValueError, AttributeError, KeyError, TypeError):    # missing, unreadable or foreign
-        return None
-
-
-def _cache_config(cache: Path, key: str, config: dict) -> None:
-    try:
+    config = config or {}
+    # Parsed each time: a config with YAML types JSON has not (dates, sets), one that would come
+    # back otherwise (non-string keys as strings), and in a read-only store.
+    with contextlib.suppress(TypeError, ValueError, OSError):
         text = json.dumps({"key": key, "config": config})
-    except (TypeError, ValueError):      # YAML types JSON has not (dates, sets): parse each time
-        return
-    if json.loads(text)["config"] != config:    # e.g. non-string keys would come back as strings
-        return
-    with contextlib.suppress(OSError):     # a read-only store: the config is parsed each time
-        atomic_write(cache, text)
+        if json.loads(text)["config"] == config:
+            atomic_write(cache, text)
+    return config
 
 
 def read_runs(run_dirs: Iterable[Path], skipped: Iterable[Skipped] = (), rows: Iterable[dict] = (),
@@ -322,10 +306,8 @@ def distinguishing(runs: pd.DataFrame, columns: list[str], given: list[str] = ()
     text = runs[[c for c in dict.fromkeys([*given, *columns]) if c in runs]].astype(str)
     keys = list(given)
     for column in columns:
-        if column in keys:
-            continue
         before = text.groupby(keys, dropna=False).ngroups if keys else 1
-        if text.groupby(keys + [column], dropna=False).ngroups > before:
+        if column not in keys and text.groupby(keys + [column], dropna=False).ngroups > before:
             keys.append(column)
     return keys[len(given):]
 
@@ -358,10 +340,8 @@ def _read_csv_per_run(runs: pd.DataFrame, filename: str) -> pd.DataFrame:
     frames = []
     for run in runs.itertuples():
         path = Path(run.run_dir) / filename
-        if path.is_file() and path.stat().st_size:
-            frame = read_csv(path)
-            if frame is None:
-                continue
+        frame = read_csv(path) if path.is_file() and path.stat().st_size else None
+        if frame is not None:
             frame.insert(0, "run_dir", run.run_dir)
             frame.insert(0, "run_id", run.run_id)
             frames.append(frame)
@@ -388,8 +368,7 @@ def load_length_buckets(runs: pd.DataFrame) -> pd.DataFrame:
     for run in runs.itertuples():
         summary = read_summary(run.run_dir)
         buckets = summary.get("test_bleu_by_length") or summary.get("val_bleu_by_length") or []
-        for bucket in buckets:
-            rows.append({"run_id": run.run_id, "run_dir": run.run_dir, **bucket})
+        rows += [{"run_id": run.run_id, "run_dir": run.run_dir, **bucket} for bucket in buckets]
     return pd.DataFrame(rows)
 
 

@@ -54,17 +54,15 @@ def run_row(run) -> dict:
     config = plain(run.config)
     row = {k: _scalar(v) for k, v in summary.items() if k not in NESTED}
     model = summary.get("model") or config.get("model")
-    if isinstance(model, dict):
-        row.update(flatten(model, "model"))
-    else:  # flat Lightning hparams: every field but the task becomes part of the configuration
-        row.update(flatten({k: v for k, v in config.items() if k not in ("task", "seed")}, "model"))
+    if not isinstance(model, dict):   # flat Lightning hparams: all but task and seed configure it
+        model = {k: v for k, v in config.items() if k not in ("task", "seed")}
+    row.update(flatten(model, "model"))
     row.update(flatten(config, "config"))
     row["task"] = summary.get("task", config.get("task"))
     row["seed"] = summary.get("seed", config.get("seed_everything", config.get("seed")))
     row["run_id"] = summary.get("run_id") or run.id
     row["group"] = getattr(run, "group", None) or summary.get("group")
-    state = str(run.state)
-    row["status"] = summary.get("status") or (STATES[state.lower()].value if state.lower() in STATES else state)
+    row["status"] = summary.get("status") or str(STATES.get(str(run.state).lower(), run.state))
     row["run_dir"] = f"wandb:{'/'.join(run.path)}"
     return {k: load.cut(v) if isinstance(v, str) else v for k, v in row.items()}
 
@@ -74,27 +72,12 @@ def history_frame(run_id: str, run_dir: str, rows: Iterable[dict]) -> pd.DataFra
     frame = pd.DataFrame(list(rows))
     if frame.empty:
         return frame
-    step = STEP if STEP in frame else "_step"
-    frame = frame.rename(columns={step: "step"})
+    frame = frame.rename(columns={STEP if STEP in frame else "_step": "step"})
     frame = frame.drop(columns=[c for c in frame if c.startswith("_")])
     frame = frame.groupby("step", as_index=False).first()  # one row per step, metrics merged
     frame.insert(0, "run_dir", run_dir)
     frame.insert(0, "run_id", run_id)
     return frame
-
-
-def project_api(source: str):
-    """A W&B API client for project ``source`` (ENTITY/PROJECT), or AnalysisError saying why not:
-    a path that names no directory, or no API key."""
-    import wandb
-
-    if not re.fullmatch(r"[^/\s]+/[^/\s]+", source) or source.startswith((".", "~")):
-        raise AnalysisError(f"--wandb {source}: no such directory, and not a W&B project (ENTITY/PROJECT)")
-    try:
-        return wandb.Api()
-    except (wandb.errors.UsageError, wandb.errors.AuthenticationError) as exc:
-        raise AnalysisError(f"--wandb {source}: reading a W&B project needs an API key ({str(exc).splitlines()[0]}): "
-                            f"run `wandb login` or set WANDB_API_KEY; for offline runs give their directory") from None
 
 
 def scan_wandb(source: str, group: str | None = None, into: Path | None = None,
@@ -109,7 +92,13 @@ def scan_wandb(source: str, group: str | None = None, into: Path | None = None,
         return runs if group is None else runs[runs["group"] == group], pd.DataFrame(), skipped
     import wandb
 
-    api = project_api(source)
+    if not re.fullmatch(r"[^/\s]+/[^/\s]+", source) or source.startswith((".", "~")):
+        raise AnalysisError(f"--wandb {source}: no such directory, and not a W&B project (ENTITY/PROJECT)")
+    try:
+        api = wandb.Api()
+    except (wandb.errors.UsageError, wandb.errors.AuthenticationError) as exc:
+        raise AnalysisError(f"--wandb {source}: reading a W&B project needs an API key ({str(exc).splitlines()[0]}): "
+                            f"run `wandb login` or set WANDB_API_KEY; for offline runs give their directory") from None
     try:
         runs = list(api.runs(source, filters={"group": group} if group else None))
         if not runs:
@@ -146,11 +135,8 @@ def offline_stores(directory: Path) -> tuple[list[Path], list[Skipped]]:
         snapshots = run / RUN_STORE_SNAPSHOTS
         logged = sorted((p for p in snapshots.iterdir() if p.name.isdigit() and (p / SUMMARY).is_file()),
                         key=lambda p: int(p.name)) if snapshots.is_dir() else []
-        beside = run.parent.parent
-        if logged:
-            stores.append(logged[-1])
-        elif (beside / SUMMARY).exists():
-            stores.append(beside)
+        if logged or (run.parent.parent / SUMMARY).exists():   # else the run store beside it
+            stores.append(logged[-1] if logged else run.parent.parent)
         else:
             skipped.append(Skipped(run, NO_STORE, f"{run}: W&B run {wandb_id} logged no run store (its process "
                                    f"ended before it could: killed?), and no run store is beside it",
@@ -181,7 +167,6 @@ def online_stores(runs: list, into: Path, metric: str = "val_bleu") -> tuple[lis
         print(f"note: {len(rows)} of {len(runs)} W&B runs carry no run-store artifact (logged before it "
               "existed): their summaries and curves only, without tests or hypothesis-based figures",
               file=sys.stderr)
-    metrics = pd.DataFrame()
-    if curves:
-        metrics = pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
-    return stores, rows, metrics
+    if not curves:
+        return stores, rows, pd.DataFrame()
+    return stores, rows, pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()

@@ -45,9 +45,8 @@ class RunRefused(ValueError):
 def run_identity(summary: Mapping) -> str:
     """A run's identity: its uuid, or for a run from before uuids group/run_id/started_at/git_commit
     (those it records)."""
-    if summary.get("uuid"):
-        return summary["uuid"]
-    return "/".join(str(summary[k]) for k in ("group", "run_id", "started_at", "git_commit") if summary.get(k))
+    return summary.get("uuid") or "/".join(
+        str(summary[k]) for k in ("group", "run_id", "started_at", "git_commit") if summary.get(k))
 
 
 def checkpoint_problem(path: Path | str) -> str | None:
@@ -175,14 +174,11 @@ class Claim:
     def __init__(self, run_dir: Path, subcommand: str, ckpt_path=None, overwrite: bool = False,
                  untrained: bool = False):
         self.path, self.subcommand, self.ckpt_path = Path(run_dir), subcommand, ckpt_path
+        self.file = self.path / schema.CLAIM
         self.overwrite, self.untrained = overwrite, untrained
         self.record: dict = {}
         self.created: Path | None = None   # the highest directory acquire made
         self._stop: threading.Event | None = None
-
-    @property
-    def file(self) -> Path:
-        return self.path / schema.CLAIM
 
     def acquire(self) -> None:
         """Take the run directory (creating it): RunRefused, with nothing written, if another
@@ -211,12 +207,11 @@ class Claim:
                                "claimed_at": schema.now_iso(), **_slurm()}) + "\n"
             if holder is None:
                 try:
-                    fd = os.open(self.file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+                    with open(self.file, "x", encoding="utf-8") as f:   # O_CREAT | O_EXCL
+                        f.write(mine)
                 except FileExistsError:   # taken between our look and our write (no lock here)
                     raise RunRefused(f"run {self.path.name} ({self.path}) is in use: claimed by another "
                                      f"process just now ({self.file})") from None
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(mine)
             else:
                 atomic_write(self.file, mine)
         self.record.update(record)   # (the dict the run store's callback was given)
@@ -271,8 +266,7 @@ class Claim:
         self._stop.set()
         holder = _read_holder(self.file) or {}
         if {k: holder.get(k) for k in ("pid", "host", "pid_started")} == process_identity():
-            with contextlib.suppress(FileNotFoundError):
-                self.file.unlink()
+            self.file.unlink(missing_ok=True)
 
 
 def _heartbeat(file: Path, stop: threading.Event) -> None:

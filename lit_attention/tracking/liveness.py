@@ -17,28 +17,22 @@ from collections.abc import Mapping
 from lit_attention.tracking.schema import Status
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after "(comm)" (state first: field 3), None if there is no such
-    process or no /proc."""
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time in clock ticks since boot) of process `pid` (/proc/PID/stat fields 3 and
+    22; the start time tells a reused pid apart), None if there is no such process or no /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
+            fields = f.read().rpartition(")")[2].split()
     except OSError:
         return None
-    return stat.rpartition(")")[2].split()
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The start time of process `pid` (clock ticks since boot, /proc/PID/stat field 22); None if
-    there is no such process or no /proc."""
-    fields = _stat_fields(pid)
-    return None if fields is None else int(fields[19])
+    return fields[0], int(fields[19])
 
 
 def process_identity() -> dict:
     """pid, host and pid start time of this process (recorded in summary.json by a running fit)."""
     pid = os.getpid()
-    return {"pid": pid, "host": socket.gethostname(), "pid_started": _start_ticks(pid)}
+    stat = _stat(pid)
+    return {"pid": pid, "host": socket.gethostname(), "pid_started": stat and stat[1]}
 
 
 def _alive(pid: int, started: int | None) -> bool:
@@ -50,12 +44,12 @@ def _alive(pid: int, started: int | None) -> bool:
         except PermissionError:
             return True
         return True
-    fields = _stat_fields(pid)
+    stat = _stat(pid)
     # A zombie (Z, or X while it is removed) has ended: only its exit status waits for a parent,
     # which after a SIGKILL of the whole process tree may take long to collect it, or never.
-    if fields is None or fields[0] in ("Z", "X"):
+    if stat is None or stat[0] in ("Z", "X"):
         return False
-    return started is None or int(fields[19]) == started
+    return started is None or stat[1] == started
 
 
 def run_state(summary: Mapping) -> tuple[Status | None, str | None]:

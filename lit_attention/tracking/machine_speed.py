@@ -14,11 +14,8 @@ from pathlib import Path
 
 import torch
 
-PROBE_SIZE = 512
-PROBE_SECONDS = 0.05
 
-
-def sustained_matmul_gflops(n: int = PROBE_SIZE, seconds: float = PROBE_SECONDS) -> float:
+def sustained_matmul_gflops(n: int = 512, seconds: float = 0.05) -> float:
     """fp32 n x n matmul GFLOP/s averaged over a window of `seconds` at the current thread count.
 
     An average rather than a best-of: time the machine lends to others is what slows training.
@@ -36,23 +33,26 @@ def sustained_matmul_gflops(n: int = PROBE_SIZE, seconds: float = PROBE_SECONDS)
 
 def summarise(probes: list[float]) -> dict:
     """Summary fields of a run's probes: their median and the probes themselves (rounded)."""
-    if not probes:
-        return {}
     return {"machine_gflops": statistics.median(probes),
-            "machine_gflops_probes": [round(p, 1) for p in probes]}
+            "machine_gflops_probes": [round(p, 1) for p in probes]} if probes else {}
 
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (/proc/cpuinfo); empty where there is no such file (macOS, Windows)."""
+def cpuinfo(field: str) -> list[str]:
+    """The values of ``field`` ("flags", "model name") in /proc/cpuinfo, one per core; none where
+    there is no such file (macOS, Windows)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags")
-            for flag in line.partition(":")[2].split()}
+        return []
+    return [line.partition(":")[2].strip() for line in text.splitlines() if line.startswith(field)]
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo); empty where there is no such file."""
+    return {flag for line in cpuinfo("flags") for flag in line.split()}
 
 
 def cpu_has_native_bf16(flags: set[str] | None = None) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import platform
 from pathlib import Path
 
@@ -53,13 +52,9 @@ def code_fingerprint(package: Path = PACKAGE) -> str:
 def machine() -> str:
     """The CPU's model name, torch's kernel set and the core count: "AMD EPYC (AVX512), 2 cores"."""
     import torch
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{name} ({torch.backends.cpu.get_cpu_capability()}), {cores} cores"
+
+    from lit_attention.threads import allowed_cores
+    from lit_attention.tracking.machine_speed import cpuinfo
+
+    name = next(iter(cpuinfo("model name")), None) or platform.processor() or platform.machine()
+    return f"{name} ({torch.backends.cpu.get_cpu_capability()}), {allowed_cores()} cores"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lightning.pytorch.loggers.logger import Logger, rank_zero_experiment
+from lightning.pytorch.loggers.logger import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from lit_attention.files import atomic_write  # noqa: F401  (the run store's writers import it from here)
@@ -80,7 +80,7 @@ class RunStoreLogger(Logger):
         super().__init__()
         self.run_dir = run_dir
         self._rows: list[dict] | None = None
-        self._columns: list[str] = list(schema.METRICS_COLUMNS)
+        self._columns = dict.fromkeys(schema.METRICS_COLUMNS)   # an ordered set
         self._last_flush = 0.0
         self._start = time.monotonic()
 
@@ -90,14 +90,11 @@ class RunStoreLogger(Logger):
         first use, once the run is claimed: what its last holder wrote up to its end)."""
         if self._rows is None:
             self._rows = []
-            path = self.run_dir.path / schema.METRICS
-            if path.exists():
-                with open(path, newline="") as f:
-                    for row in csv.DictReader(f):
-                        self._rows.append({k: v for k, v in row.items() if v != ""})
-                        for k in row:
-                            if k not in self._columns:
-                                self._columns.append(k)
+            metrics = self.run_dir.path / schema.METRICS
+            with contextlib.suppress(FileNotFoundError), open(metrics, newline="") as f:
+                for row in csv.DictReader(f):
+                    self._rows.append({k: v for k, v in row.items() if v != ""})
+                    self._columns.update(dict.fromkeys(row))
         return self._rows
 
     @rank_zero_only
@@ -120,11 +117,6 @@ class RunStoreLogger(Logger):
     def save_dir(self) -> str:
         return str(self.run_dir.path)
 
-    @property
-    @rank_zero_experiment
-    def experiment(self) -> None:
-        return None
-
     @rank_zero_only
     def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
         pass
@@ -133,11 +125,8 @@ class RunStoreLogger(Logger):
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         row = {"step": step, "time": round(time.monotonic() - self._start, 3)}
         row.update({k: float(v) for k, v in metrics.items()})
-        rows = self.rows   # (the earlier rows' columns first)
-        for k in row:
-            if k not in self._columns:
-                self._columns.append(k)
-        rows.append(row)
+        self.rows.append(row)   # (the earlier rows' columns first)
+        self._columns.update(dict.fromkeys(row))
         # Validation rows are what the sweep driver polls for: flush them at once.
         if any(k.startswith("val_") for k in metrics) or time.monotonic() - self._last_flush > 30:
             self.save()
@@ -145,7 +134,7 @@ class RunStoreLogger(Logger):
     @rank_zero_only
     def save(self) -> None:
         rows, buf = self.rows, io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=self._columns, lineterminator="\n")
+        writer = csv.DictWriter(buf, fieldnames=list(self._columns), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
         atomic_write(self.run_dir.path / schema.METRICS, buf.getvalue())

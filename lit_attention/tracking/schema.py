@@ -91,8 +91,7 @@ def as_line(sentence: str) -> str:
 def split_lines(text: str) -> list[str]:
     """The sentences of a hyps file's text: split at \n only (not str.splitlines(), which also
     splits at U+2028, U+0085, ... that a file written before ``as_line`` may hold)."""
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
+    return text.removesuffix("\n").split("\n") if text else []
 
 
 def stats_cache_file(split: str, metric: str) -> str:
@@ -147,8 +146,9 @@ def config_name(name: str) -> str:
 
 # -- statuses ----------------------------------------------------------------------------------
 
-class Status(str, enum.Enum):
-    """What summary.json says about a run. Compares equal to its text ("finished")."""
+class Status(enum.StrEnum):
+    """What summary.json says about a run. Compares equal to, prints and formats as its text
+    ("finished")."""
 
     RUNNING = "running"          # training; `heartbeat_at` says when it last validated
     FINISHED = "finished"        # ended normally; `stopped_by` says what ended training
@@ -156,11 +156,6 @@ class Status(str, enum.Enum):
     FAILED = "failed"            # an exception or a failed process; `error`
     INTERRUPTED = "interrupted"  # Ctrl-C or SIGTERM, resumable from last.ckpt; `error`
     KILLED = "killed"            # the process died without recording an end (SIGKILL, OOM); `error`
-
-    def __str__(self) -> str:
-        return self.value
-
-    __format__ = str.__format__   # f"{status}" is its text (Python 3.10/3.11 differ otherwise)
 
     @property
     def reason_field(self) -> str | None:
@@ -226,11 +221,10 @@ READ_CHECKED = tuple(k for k, kind in FIELDS.items() if kind in (dict, list)) + 
 # The values a number field can hold (both ends included): a reader takes one outside its range,
 # like one that is no number at all (text, true) or not finite, for no value of the run.
 RANGES = {**{f"{split}_{name}": (0, 100) for split in ("val", "test") for name in ("bleu", "chrf")},
-          **{f"{split}_ppl": (1, math.inf) for split in ("val", "test")},
-          **{f"{split}_loss": (0, math.inf) for split in ("val", "test")},
-          "best_val_loss": (0, math.inf), "clip_fraction": (0, 1), "params": (0, math.inf),
-          "steps": (0, math.inf), "epochs": (0, math.inf), "train_seconds": (0, math.inf),
-          "train_tokens": (0, math.inf), "train_flops": (0, math.inf), "tokens_per_second": (0, math.inf)}
+          "val_ppl": (1, math.inf), "test_ppl": (1, math.inf), "clip_fraction": (0, 1),
+          **dict.fromkeys(("val_loss", "test_loss", "best_val_loss", "params", "steps", "epochs",
+                           "train_seconds", "train_tokens", "train_flops", "tokens_per_second"),
+                          (0, math.inf))}
 
 
 def invalid_number(key: str, value: Any) -> str | None:
@@ -320,8 +314,7 @@ class Summary(dict):
     @property
     def status(self) -> Status | None:
         """None: no status recorded yet (a run directory only evaluated, or being set up)."""
-        status = self.get("status")
-        return None if status is None else Status(status)
+        return None if self.get("status") is None else Status(self["status"])
 
     @property
     def error(self) -> str | None:
@@ -330,8 +323,7 @@ class Summary(dict):
     @property
     def reason(self) -> str | None:
         """Why the run has its status (its status's reason field), if recorded."""
-        field = self.status.reason_field if self.status else None
-        return self.get(field) if field else None
+        return self.get(self.status.reason_field) if self.status else None
 
 
 def summary_path(run_dir: Path | str) -> Path:
@@ -343,8 +335,8 @@ def read_summary(run_dir: Path | str, missing_ok: bool = False) -> Summary:
     file and what is wrong (missing, unreadable, not JSON, not an object, a field of the wrong
     type, an unknown status or version); an empty Summary for a missing file if `missing_ok`."""
     path = summary_path(run_dir)
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:   # NaN and Infinity are kept: the analysis names them
+        fields = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         if missing_ok:
             return Summary({}, path)
@@ -353,8 +345,6 @@ def read_summary(run_dir: Path | str, missing_ok: bool = False) -> Summary:
         raise SummaryError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise SummaryError(f"{path}: cannot be read ({exc.strerror})") from None
-    try:
-        fields = json.loads(text)          # NaN and Infinity are kept: the analysis names them
     except json.JSONDecodeError as exc:
         raise SummaryError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(fields, dict):
@@ -394,11 +384,9 @@ def stop_request(run_dir: Path | str) -> tuple[Status, str] | None:
     """(status to end as, reason) if `run_dir` has a STOP file, else None. The file's first line
     names the status (`pruned` or `finished`); any other text, or none (a STOP made by hand),
     ends the run `finished` with that text as the reason."""
-    path = Path(run_dir) / STOP
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
+        text = (Path(run_dir) / STOP).read_text(encoding="utf-8", errors="replace").strip()
     except FileNotFoundError:
         return None
     first = text.splitlines()[0].strip() if text else ""
-    status = next((s for s in STOP_STATUSES if s.value == first), Status.FINISHED)
-    return status, text or "stopped"
+    return Status(first) if first in STOP_STATUSES else Status.FINISHED, text or "stopped"

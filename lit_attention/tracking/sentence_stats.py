@@ -66,17 +66,11 @@ def _matches(hyp: Counter, ref: Counter) -> int:
     return sum(map(min, hyp.values(), map(ref.get, hyp.keys(), repeat(0))))
 
 
-def word_ngrams(tokens: list[str]) -> list[Counter]:
-    """Counters of the word n-grams of order 1..4 (sacreBLEU's extract_all_word_ngrams, by order)."""
-    return [Counter(zip(*(tokens[i:] for i in range(n)))) for n in range(1, MAX_NGRAM + 1)]
-
-
-def _bleu_row(hyp_tokens: list[str], ref: tuple[list[Counter], int]) -> list[int]:
-    ref_ngrams, ref_len = ref
-    hyp_ngrams = word_ngrams(hyp_tokens)
+def _bleu_row(hyp: tuple[list[Counter], int], ref: tuple[list[Counter], int]) -> list[int]:
+    (hyp_ngrams, hyp_len), (ref_ngrams, ref_len) = hyp, ref
     correct = [_matches(h, r) for h, r in zip(hyp_ngrams, ref_ngrams)]
-    total = [max(0, len(hyp_tokens) - n) for n in range(MAX_NGRAM)]
-    return [len(hyp_tokens), ref_len, *correct, *total]
+    total = [max(0, hyp_len - n) for n in range(MAX_NGRAM)]
+    return [hyp_len, ref_len, *correct, *total]
 
 
 def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
@@ -87,41 +81,31 @@ def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]
     return row
 
 
+ROWS = {"bleu": _bleu_row, "chrf": _chrf_row}
+
+
 class Extractor:
     """Computes statistics sentence by sentence, remembering the n-grams of references (shared by
-    every run of a study) and the (reference, hypothesis) pairs already seen, which runs of one
-    sweep repeat often."""
+    every run of a study) and the (metric, hypothesis, reference) triples already seen, which runs
+    of one sweep repeat often."""
 
     def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
-        bleu, _ = _metrics()
-        self.tokenize = bleu.tokenizer
-        self.refs = {"bleu": {}, "chrf": {}}
-        self.pairs = {"bleu": {}, "chrf": {}}
-        self.max_pairs = max_pairs
+        self.tokenize = _metrics()[0].tokenizer
+        self.ref_ngrams = lru_cache(maxsize=None)(self.ngrams)
+        self.row = lru_cache(maxsize=max_pairs)(self._row)
 
-    def _bleu(self, hyp: str, ref: str) -> list[int]:
-        ref_words = self.refs["bleu"].get(ref)
-        if ref_words is None:
-            tokens = self.tokenize(ref.rstrip()).split()
-            ref_words = self.refs["bleu"][ref] = (word_ngrams(tokens), len(tokens))
-        return _bleu_row(self.tokenize(hyp.rstrip()).split(), ref_words)
+    def ngrams(self, metric: str, text: str):
+        """chrF's character n-grams of a sentence by order, or BLEU's word n-grams by order (as
+        sacreBLEU's extract_all_word_ngrams) and the word count."""
+        if metric == "chrf":
+            return extract_all_char_ngrams(text, CHAR_ORDER)
+        words = self.tokenize(text.rstrip()).split()
+        orders = range(1, MAX_NGRAM + 1)
+        return [Counter(zip(*(words[i:] for i in range(n)))) for n in orders], len(words)
 
-    def _chrf(self, hyp: str, ref: str) -> list[int]:
-        ref_chars = self.refs["chrf"].get(ref)
-        if ref_chars is None:
-            ref_chars = self.refs["chrf"][ref] = extract_all_char_ngrams(ref, CHAR_ORDER)
-        return _chrf_row(extract_all_char_ngrams(hyp, CHAR_ORDER), ref_chars)
-
-    def row(self, metric: str, hyp: str, ref: str) -> list[int]:
-        """One sentence's statistics for `metric`."""
-        memo = self.pairs[metric]
-        found = memo.get((ref, hyp))
-        if found is None:
-            found = self._bleu(hyp, ref) if metric == "bleu" else self._chrf(hyp, ref)
-            if len(memo) >= self.max_pairs:
-                memo.clear()
-            memo[(ref, hyp)] = found
-        return found
+    def _row(self, metric: str, hyp: str, ref: str) -> list[int]:
+        """One sentence's statistics for `metric` (`row`, remembered)."""
+        return ROWS[metric](self.ngrams(metric, hyp), self.ref_ngrams(metric, ref))
 
     def corpus(self, hyps: list[str], refs: list[str], metrics=METRICS) -> dict[str, np.ndarray]:
         """{metric: statistics [N, K] (int64)} of aligned hypotheses and references."""
@@ -196,34 +180,27 @@ def _bleu_scores_smoothed(sums: np.ndarray) -> np.ndarray:
 def chrf_scores(sums: np.ndarray) -> np.ndarray:
     """chrF of many sum vectors at once: [..., 18] -> [...] (float64).
 
-    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation,
-    so each value equals sacreBLEU's to the last bit."""
+    sacreBLEU's CHRF._compute_f_score (default effective-order averaging) operation by operation
+    (the orders' precisions and recalls summed in order), so each value equals sacreBLEU's to the
+    last bit."""
     sums = np.asarray(sums, dtype=np.float64)          # float32 sums: exact integers, widened
+    n_hyp, n_ref, n_match = sums[..., 0::3], sums[..., 1::3], sums[..., 2::3]   # [..., order]
+    counted = (n_hyp > 0) & (n_ref > 0)
+    order = counted.sum(axis=-1)
     factor = BETA ** 2
-    avg_prec = np.zeros(sums.shape[:-1])
-    avg_rec = np.zeros(sums.shape[:-1])
-    order = np.zeros(sums.shape[:-1])
     with np.errstate(divide="ignore", invalid="ignore"):
-        for i in range(CHAR_ORDER):
-            n_hyp, n_ref, n_match = sums[..., 3 * i], sums[..., 3 * i + 1], sums[..., 3 * i + 2]
-            counted = (n_hyp > 0) & (n_ref > 0)
-            avg_prec = np.where(counted, avg_prec + n_match / n_hyp, avg_prec)
-            avg_rec = np.where(counted, avg_rec + n_match / n_ref, avg_rec)
-            order += counted
-        avg_prec = np.where(order > 0, avg_prec / order, 0.0)
-        avg_rec = np.where(order > 0, avg_rec / order, 0.0)
+        precisions = np.where(counted, n_match / n_hyp, 0.0).sum(axis=-1)
+        recalls = np.where(counted, n_match / n_ref, 0.0).sum(axis=-1)
+        avg_prec = np.where(order > 0, precisions / order, 0.0)
+        avg_rec = np.where(order > 0, recalls / order, 0.0)
         score = (1 + factor) * avg_prec * avg_rec
         score = score / ((factor * avg_prec) + avg_rec)
     return np.where(avg_prec + avg_rec != 0, 100 * score, 0.0)
 
 
-def chrf_score(sums) -> float:
-    """Corpus chrF of column sums [18]."""
-    return float(chrf_scores(np.asarray(sums)))
-
-
 SCORES = {"bleu": bleu_scores, "chrf": chrf_scores}     # vectorized: [..., K] -> [...]
-SCORE = {"bleu": bleu_score, "chrf": chrf_score}        # exact corpus score of one sum vector
+# the exact corpus score of one sum vector (chrf_scores is chrF's exact score already)
+SCORE = {"bleu": bleu_score, "chrf": lambda sums: float(chrf_scores(np.asarray(sums)))}
 
 
 def corpus_score(metric: str, stats: np.ndarray) -> float:
@@ -252,20 +229,8 @@ class SentenceStats:
         return found
 
 
-def text_hash(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def cache_key(metric: str, hyps_hash: str, refs_hash: str) -> str:
-    return f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
-
-
 def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
     return Path(run_dir) / stats_cache_file(split, metric)
-
-
-def _lines(data: bytes) -> list[str]:
-    return split_lines(data.decode("utf-8"))   # as load.read_hyps reads them
 
 
 def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None = None,
@@ -282,14 +247,17 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
         if not ref_path.is_file():
             raise FileNotFoundError(f"{ref_path} (no references stored for {split})")
         refs = ref_path.read_bytes()
-    hyps_hash, refs_hash = text_hash(hyps_data), text_hash(refs)
+    hyps_hash, refs_hash = (hashlib.blake2b(text, digest_size=16).hexdigest()
+                            for text in (hyps_data, refs))
     found = {}
     for metric in metrics:
-        key, path = cache_key(metric, hyps_hash, refs_hash), cache_path(run_dir, split, metric)
+        key = f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
+        path = cache_path(run_dir, split, metric)
         found[metric] = _read_cache(path, key)
-        if found[metric] is None:
+        if found[metric] is None:   # the texts' lines as load.read_hyps reads them
+            texts = (split_lines(data.decode("utf-8")) for data in (hyps_data, refs))
             extractor = extractor or Extractor()
-            found[metric] = extractor.corpus(_lines(hyps_data), _lines(refs), [metric])[metric]
+            found[metric] = extractor.corpus(*texts, [metric])[metric]
             _write_cache(path, key, found[metric])
     return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
 
@@ -325,15 +293,12 @@ def probably_cached(run_dir: Path | str, split: str, refs_path: Path | str, metr
 
 def _fill(job: tuple[str, str, str, tuple]) -> None:
     run_dir, split, refs_path, metrics = job
-    global _WORKER_EXTRACTOR
-    if _WORKER_EXTRACTOR is None:
-        _WORKER_EXTRACTOR = Extractor()
     # a problem here is met again, and reported, by the caller when it loads the run
     with contextlib.suppress(OSError, ValueError):
-        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _WORKER_EXTRACTOR, metrics)
+        load_or_compute(run_dir, split, Path(refs_path).read_bytes(), _worker_extractor(), metrics)
 
 
-_WORKER_EXTRACTOR = None
+_worker_extractor = lru_cache(maxsize=1)(Extractor)   # one per worker process, across its jobs
 
 
 def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = None,
@@ -348,9 +313,8 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_fill, todo, chunksize=4))
-    except (BrokenProcessPool, OSError, RuntimeError):
-        pass    # no worker processes here (e.g. a caller without a __main__ guard): on demand
+    # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
+    with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
+          ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
+        list(pool.map(_fill, todo, chunksize=4))
     return len(todo)

@@ -49,14 +49,6 @@ def _has_api_key(base_url: str) -> bool:
         raise ConfigError(f"W&B API key for {base_url}: {e}") from None
 
 
-def _reachable(host: str, port: int, timeout: float = 2.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def wandb_mode() -> tuple[str, str]:
     """(mode, why): an explicit WANDB_MODE wins, then a mode W&B's settings file holds
     (`wandb offline`), else online only with a key for wandb's server and a route to it. A
@@ -73,7 +65,9 @@ def wandb_mode() -> tuple[str, str]:
     if not _has_api_key(settings.base_url):
         return "offline", f"no API key for {settings.base_url} (`wandb login` stores one)"
     port = url.port or (443 if url.scheme == "https" else 80)
-    if not _reachable(url.hostname, port):
+    try:
+        socket.create_connection((url.hostname, port), timeout=2.0).close()
+    except OSError:
         return "offline", f"{url.hostname}:{port} does not answer"
     return "online", f"an API key and {url.hostname}:{port} answers"
 
@@ -103,9 +97,10 @@ RUN_FOLDER = "wandb"   # W&B's directory of a run inside its run directory (the 
 RUN_STORE_ARTIFACT = "run-store"
 # In the W&B run's own directory, <n>/ holds the files of the n-th artifact version it logged.
 RUN_STORE_SNAPSHOTS = "run-store"
-ARTIFACT_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW)
-ARTIFACT_DIRS = {schema.HYPS: "*", schema.ATTENTION: "*.json"}   # hypotheses, references, their
-                                                                  # sentence statistics; maps as data
+# What it holds: the run's files, its hypotheses, references and their sentence statistics, and
+# its attention maps as data.
+ARTIFACT_FILES = (schema.SUMMARY, schema.CONFIG, schema.METRICS, schema.GRADFLOW, f"{schema.HYPS}/*",
+                  f"{schema.ATTENTION}/*.json")
 
 
 def run_store_artifact(wandb, run_dir: Path):
@@ -117,10 +112,8 @@ def run_store_artifact(wandb, run_dir: Path):
     snapshot = snapshots / str(len(list(snapshots.iterdir())) if snapshots.is_dir() else 0)
     artifact = wandb.Artifact(f"{RUN_STORE_ARTIFACT}-{wandb.run.id}", type=RUN_STORE_ARTIFACT,
                               description=f"lit-attention run store {run_dir.name}")
-    names = [name for name in ARTIFACT_FILES if (run_dir / name).is_file()]
-    names += [f"{folder}/{path.name}" for folder, pattern in ARTIFACT_DIRS.items()
-              for path in sorted((run_dir / folder).glob(pattern)) if path.is_file()]
-    for name in names:
+    for name in [path.relative_to(run_dir).as_posix() for pattern in ARTIFACT_FILES
+                 for path in sorted(run_dir.glob(pattern)) if path.is_file()]:
         (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(run_dir / name, snapshot / name)
         artifact.add_file(str(snapshot / name), name=name, policy="immutable")

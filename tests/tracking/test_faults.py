@@ -108,10 +108,10 @@ def test_a_killed_process_not_yet_collected_by_its_parent_is_gone():
     import time
     from pathlib import Path
 
-    from lit_attention.tracking.liveness import _start_ticks
+    from lit_attention.tracking.liveness import _stat
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        identity = {"pid": child.pid, "host": socket.gethostname(), "pid_started": _start_ticks(child.pid)}
+        identity = {"pid": child.pid, "host": socket.gethostname(), "pid_started": _stat(child.pid)[1]}
         assert run_state({"status": "running", "process": identity})[0] == "running"
         child.send_signal(signal.SIGKILL)
         deadline = time.monotonic() + 10
