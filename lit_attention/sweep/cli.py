@@ -79,14 +79,11 @@ def _load(args) -> Sweep:
 def _placements(args, sweep) -> tuple[list, str]:
     """Each worker's GPUs and threads, and the line that says how the trials are placed and why;
     raises PlacementError on a request that cannot be met."""
-    if args.gpus is not None:
-        gpus, source = parse_gpus(args.gpus), "--gpus"
-        note = check_visible(gpus, args.gpus, args.accelerator, planning=args.dry_run) if gpus else None
-        if note:
-            print(note, file=sys.stderr)
-    else:
-        gpus, source = visible_gpus()
+    gpus, source = (parse_gpus(args.gpus), "--gpus") if args.gpus is not None else visible_gpus()
+    if args.gpus is None:
         gpus = gpus or None  # no GPU here: leave CUDA_VISIBLE_DEVICES alone
+    elif gpus and (note := check_visible(gpus, args.gpus, args.accelerator, planning=args.dry_run)):
+        print(note, file=sys.stderr)
     if args.accelerator:
         from lit_attention.lightning.cli import accelerator_unusable
         why = (f"no GPU to give the trials ({source}: none)" if args.accelerator in ("gpu", "cuda")
@@ -154,41 +151,31 @@ TRIAL_OPTIONS = ("resume", "dry_run", "test", "workers", "gpus", "storage", "dev
                  "nodes_per_trial")
 
 
-def test_only(args) -> int:
-    """--test-only: test the finished runs in the study's run store and print the table of the
-    objective's test metric. Needs no study database; flags that only shape trials are refused."""
-    defaults = parser()
-    inert = [f"--{name.replace('_', '-')}" for name in TRIAL_OPTIONS
-             if getattr(args, name) != defaults.get_default(name)]
-    if inert:
-        return _error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
-    try:
-        sweep = _load(args)
-    except SweepError as e:
-        return _error(str(e))
-    study_dir = sweep.root.resolve() / sweep.study_name
-    if not study_dir.is_dir():
-        return _error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
-    return _test_and_report(args, sweep, study_dir, test=True)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.test_only:
-        return test_only(args)
+    options = parser()
+    args = options.parse_args(argv)
+    inert = [f"--{name.replace('_', '-')}" for name in TRIAL_OPTIONS
+             if getattr(args, name) != options.get_default(name)]
+    if args.test_only and inert:
+        return _error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
     if any(n is not None and n < 1 for n in (args.workers, args.devices_per_trial, args.nodes_per_trial,
                                                args.trials_per_gpu)):
-        print("lit-attention sweep: --workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
-              "must be >= 1", file=sys.stderr)
-        return 2
+        return _error("--workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
+                      "must be >= 1")
     try:
         sweep = _load(args)
         root = sweep.root.resolve()
-        if not args.worker:  # before anything is written: no study, no run directory
+        # before anything is written: no study, no run directory
+        if not (args.worker or args.test_only):
             placements, placed = _placements(args, sweep)
             driver.check_trials(sweep, root, args.devices_per_trial, args.accelerator, args.nodes_per_trial)
     except (SweepError, PlacementError) as e:
         return _error(str(e))
+    if args.test_only:   # the finished runs in the study's run store; no study database
+        if not (root / sweep.study_name).is_dir():
+            return _error(f"no runs of study {sweep.study_name!r} in {root / sweep.study_name}: "
+                          "run the sweep first")
+        return _test_and_report(args, sweep, root / sweep.study_name, test=True)
     if args.worker:
         return driver.run_worker(sweep, os.environ[STORAGE_ENV], root, args.devices_per_trial,
                                  args.accelerator, args.nodes_per_trial, args.trials_per_gpu)

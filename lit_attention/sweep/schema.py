@@ -167,12 +167,10 @@ class Sweep:
 
     def spec(self) -> dict:
         """What defines the study (stored in it; a study of the same name must match)."""
-        spec = {
-            "objective": self.objective, "direction": self.direction, "sampler": self.sampler,
-            "sampler_options": self.sampler_options, "pruner": self.pruner, "kind": self.kind,
-            "pruner_options": self.pruner_options, "seeds": self.seeds, "n_trials": self.n_trials,
-            "space": [dataclasses.asdict(p) for p in self.space], "fixed": self.fixed,
-        }   # "bases" only then: the studies of sweeps with one base keep their hash
+        spec = {k: v for k, v in dataclasses.asdict(self).items() if k in (
+            "objective", "direction", "sampler", "sampler_options", "pruner", "pruner_options",
+            "seeds", "n_trials", "space", "fixed", "kind")}
+        # "bases" only with base choices: the studies of sweeps with one base keep their hash
         return spec | ({"bases": self.base_files} if self.base_files else {})
 
     def spec_hash(self) -> str:
@@ -243,11 +241,6 @@ class _Checker:
             line = line.rpartition(".")[0]
         raise SweepError(self.file, key, message, self.lines.get(line))
 
-    def unknown(self, key: str, valid, what: str = "key"):
-        near = suggest(key.rpartition(".")[2], list(valid))
-        hint = f" — did you mean {near}?" if near else f"; valid: {', '.join(valid) or 'none'}"
-        self.fail(key, f"unknown {what}{hint}")
-
     def number(self, key: str, value: Any) -> float:
         if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
             self.fail(key, f"must be a finite number, got {value!r}")
@@ -267,26 +260,24 @@ class _Checker:
             self.fail(key, f"must be <= {maximum}, got {value}")
         return value
 
-    def mapping(self, key: str, value: Any, valid: Any = None) -> dict:
-        """``value``, which must be a mapping (of keys in ``valid``, when given)."""
+    def mapping(self, key: str, value: Any, valid: Any = None, what: str = "key") -> dict:
+        """``value``, which must be a mapping (of keys in ``valid``, when given: any other is an
+        unknown ``what``, with the nearest valid key or the valid keys)."""
         if not isinstance(value, dict):
             self.fail(key, f"must be a mapping, got {type(value).__name__}")
         for k in value:
             if valid is not None and k not in valid:
-                self.unknown(f"{key}.{k}" if key else str(k), valid)
+                near = suggest(str(k).rpartition(".")[2], list(valid))
+                hint = f" — did you mean {near}?" if near else f"; valid: {', '.join(valid) or 'none'}"
+                self.fail(f"{key}.{k}" if key else str(k), f"unknown {what}{hint}")
         return value
 
     def named(self, key: str, value: Any, options: dict) -> tuple[str, dict]:
         """`name` or `{name: ..., option: ...}` (sampler, pruner)."""
         value = dict(self.mapping(key, {"name": value} if isinstance(value, str) else value))
         name = self.choice(f"{key}.name", value.pop("name", None), tuple(options))
-        allowed = options[name]
-        for opt, v in value.items():
-            if not allowed:
-                self.fail(f"{key}.{opt}", f"the {name} {key} takes no options")
-            if opt not in allowed:
-                self.unknown(f"{key}.{opt}", list(allowed), f"option for {name}")
-            self.int(f"{key}.{opt}", v, *allowed[opt])
+        for opt, v in self.mapping(key, value, options[name], f"option for {name}").items():
+            self.int(f"{key}.{opt}", v, *options[name][opt])
         if value.get("min_resource", 1) > value.get("max_resource", math.inf):
             self.fail(f"{key}.max_resource", f"must be >= min_resource ({value['min_resource']})")
         return name, value
@@ -438,9 +429,7 @@ def _parse_bases(ck: _Checker, spec: Any, path: Path, kind: str) -> tuple[Param,
         if k != "choices":
             ck.fail(f"{key}.{k}", "a base parameter takes only `choices`, a list of training config files "
                                   "(every trial needs a config, so it has no `when`)")
-    files: dict[str, Path] = {}
-    written: dict[str, str] = {}
-    families: dict[str, str | None] = {}
+    files, written, families = {}, {}, {}
     for i, choice in enumerate(_parse_choices(ck, key, spec.get("choices"))):
         where = f"{key}.choices[{i}]"
         if not isinstance(choice, str) or not choice:

@@ -54,14 +54,15 @@ class Param:
             return len(self.choices)
         return int(math.floor((self.high - self.low) / (self.step or 1) + 1e-9)) + 1
 
-    def probe_values(self, also: tuple = ()) -> list:
-        """A few values standing for all of them when checking a space: every choice; of a range
-        its bounds, its second step and any value in ``also`` (values conditions test)."""
+    def probe_values(self, space: list[Param]) -> list:
+        """A few values standing for all of them when checking ``space``: every choice; of a range
+        its bounds, its second step and the values that conditions of ``space`` test."""
         if self.choices is not None:
             return list(self.choices)
         cast = int if self.type == "int" else float
         out = [self.low, self.high] + ([self.low + self.step] if self.step else [])
-        out += [v for v in also if self.can_take(v)]
+        out += [v for p in space for c in p.when if c.name == self.name
+                for v in c.values if self.can_take(v)]
         return list(dict.fromkeys(cast(v) for v in out))
 
     def can_take(self, value: Any) -> bool:
@@ -127,12 +128,8 @@ def count(space: list[Param], limit: int) -> int:
 def probe_grid(space: list[Param], limit: int = 10_000) -> list[dict]:
     """The grid of the space with every parameter reduced to its probe values (a small grid to
     check); empty when even that grid has more than ``limit`` configurations."""
-    tested = defaultdict(list)
-    for p in space:
-        for c in p.when:
-            tested[c.name].extend(c.values)
-    small = [replace(p, choices=tuple(p.probe_values(tuple(tested[p.name]))), low=None, high=None,
-                     step=None, log=False, type="choice") for p in space]
+    small = [replace(p, choices=tuple(p.probe_values(space)), low=None, high=None, step=None,
+                     log=False, type="choice") for p in space]
     return grid(small) if count(small, limit) <= limit else []
 
 
