@@ -74,8 +74,8 @@ def options_help(options: dict) -> str:
                      for name, opts in options.items() if opts)
 
 
-class SweepError(FileError):
-    """A malformed sweep file; the message names the file, the line (when known) and the key."""
+# A malformed sweep file: the message names the file, the line (when known) and the key.
+SweepError = FileError
 
 
 def sweep_key(name: str, help: str, default: Any = MISSING, *, shown: str | None = None,
@@ -503,12 +503,10 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     seeds = given("seeds")
     if not isinstance(seeds, list):   # N: seeds 0..N-1 (at most as many as cells a grid may have)
         seeds = list(range(ck.int("seeds", seeds, 1, max_cells)))
-    if not seeds:
-        ck.fail("seeds", "must not be empty")
     for s in seeds:
         ck.int("seeds", s, *SEED_RANGE)
-    if len(set(seeds)) != len(seeds):
-        ck.fail("seeds", "duplicate seeds")
+    if not seeds or len(set(seeds)) != len(seeds):
+        ck.fail("seeds", "must be one or more seeds, each once")
 
     n_trials = given("n_trials")
     if n_trials is not None:
@@ -580,8 +578,5 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
 
 def load_sweep(path: Path | str, max_cells: int = MAX_CELLS) -> Sweep:
     """Read and validate a sweep file; raises SweepError naming the file, line and key."""
-    try:
-        data, lines = read_yaml(Path(path))
-    except FileError as e:
-        raise SweepError(e.file, e.key, e.reason, e.line) from None
+    data, lines = read_yaml(Path(path))
     return parse_sweep(data, path, lines, max_cells)

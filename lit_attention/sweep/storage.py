@@ -26,9 +26,10 @@ STORAGE_ENV = "LIT_ATTENTION_SWEEP_STORAGE"  # how the driver hands the URL to i
 SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
 
 
-def url_secrets(url: str) -> list[str]:
-    """Every spelling (as written, URL-decoded, re-encoded) of the secrets in a database URL: the
-    password of user:password@ (which may itself contain '@') and secret query parameters."""
+def redact(text: str, url: str) -> str:
+    """``text`` (a message, a config, an error) with every secret of ``url`` replaced by ***: the
+    password of user:password@ (which may itself contain '@') and secret query parameters, in
+    every spelling (as written, URL-decoded, re-encoded)."""
     base, _, query = url.partition("?")
     userinfo = (base.partition("://")[2] or base).rpartition("@")[0]
     found = [userinfo.partition(":")[2]]   # "" when there is no password
@@ -37,12 +38,7 @@ def url_secrets(url: str) -> list[str]:
     forms = {form for secret in found
              for form in (secret, unquote(secret), unquote_plus(secret), quote(unquote(secret), safe=""),
                           quote_plus(unquote_plus(secret)))}
-    return sorted((f for f in forms if f), key=len, reverse=True)
-
-
-def redact(text: str, url: str) -> str:
-    """``text`` (a message, a config, an error) with every secret of ``url`` replaced by ***."""
-    for secret in url_secrets(url):
+    for secret in sorted(filter(None, forms), key=len, reverse=True):   # longest first
         text = text.replace(secret, "***")
     return text
 
