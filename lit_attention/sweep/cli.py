@@ -214,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     last = [""]
 
     def show(s: optuna.Study) -> None:
-        line = progress.progress_line(s, sweep.objective, total)
-        if line != last[0]:
+        if (line := progress.progress_line(s, sweep.objective, total)) != last[0]:
             print(line, flush=True)
             last[0] = line
 
