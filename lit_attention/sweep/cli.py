@@ -76,84 +76,74 @@ def _load(args) -> Sweep:
     return load_sweep(args.file, args.max_cells).with_overrides(**{k: getattr(args, k) for k in OVERRIDES})
 
 
-def _url(args, sweep: Sweep) -> str:
-    if args.worker:
-        return os.environ[STORAGE_ENV]
-    return sweep.storage or os.environ.get(STORAGE_ENV) or default_url(sweep.root, sweep.study_name)
-
-
-def _placements(args, sweep, workers: int) -> tuple[list, str]:
+def _placements(args, sweep) -> tuple[list, str]:
     """Each worker's GPUs and threads, and the line that says how the trials are placed and why;
     raises PlacementError on a request that cannot be met."""
-    if args.gpus is not None:
-        gpus, source = parse_gpus(args.gpus), "--gpus"
-        note = check_visible(gpus, args.gpus, args.accelerator, planning=args.dry_run) if gpus else None
-        if note:
-            print(note, file=sys.stderr)
-    else:
-        gpus, source = visible_gpus()
+    gpus, source = (parse_gpus(args.gpus), "--gpus") if args.gpus is not None else visible_gpus()
+    if args.gpus is None:
         gpus = gpus or None  # no GPU here: leave CUDA_VISIBLE_DEVICES alone
-    if args.accelerator in ("gpu", "cuda") and not gpus:
-        raise PlacementError(f"--accelerator {args.accelerator}: no GPU to give the trials "
-                             f"({source}: none)")
+    elif gpus and (note := check_visible(gpus, args.gpus, args.accelerator, planning=args.dry_run)):
+        print(note, file=sys.stderr)
     if args.accelerator:
         from lit_attention.lightning.cli import accelerator_unusable
-        why = accelerator_unusable(args.accelerator)
+        why = (f"no GPU to give the trials ({source}: none)" if args.accelerator in ("gpu", "cuda")
+               and not gpus else accelerator_unusable(args.accelerator))
         if why:
             raise PlacementError(f"--accelerator {args.accelerator}: {why}")
-    keys = [f"fixed.{k}" for k in sweep.fixed if k == "trainer.accelerator"]
-    keys += [f"space.{p.name}" for p in sweep.space if config_name(p.name) == "trainer.accelerator"]
-    if args.accelerator and keys:
-        raise PlacementError(f"--accelerator {args.accelerator} and the sweep's {keys[0]} both set the "
-                             f"accelerator; keep one")
+        keys = [f"fixed.{k}" for k in sweep.fixed if k == "trainer.accelerator"] + [
+            f"space.{p.name}" for p in sweep.space if config_name(p.name) == "trainer.accelerator"]
+        if keys:
+            raise PlacementError(f"--accelerator {args.accelerator} and the sweep's {keys[0]} both "
+                                 "set the accelerator; keep one")
     if args.nodes_per_trial > 1 and not os.environ.get("SLURM_JOB_ID"):
         raise PlacementError(f"--nodes-per-trial {args.nodes_per_trial}: a trial spanning nodes is an srun "
                              "step; run the sweep inside a SLURM allocation (sweeps/slurm-workers.sbatch)")
     if args.trials_per_gpu is not None and not gpus:
         raise PlacementError(f"--trials-per-gpu {args.trials_per_gpu}: no GPU to put trials on "
                              f"({'--gpus none' if gpus == [] else 'none visible'}); the workers share the CPU cores")
-    placements = place(workers, args.devices_per_trial, gpus, source, args.trials_per_gpu)
+    workers, devices = sweep.workers, args.devices_per_trial
+    placements = place(workers, devices, gpus, source, args.trials_per_gpu)
     if not gpus:
         where = "every GPU hidden by --gpus none" if gpus == [] else "no GPU, CUDA_VISIBLE_DEVICES unchanged"
         return placements, f"placement: {workers} trial(s) at once on the CPU ({where})"
-    if args.trials_per_gpu is not None:
-        k, why = args.trials_per_gpu, "--trials-per-gpu"
-    else:
+    k, why = args.trials_per_gpu, "--trials-per-gpu"
+    if k is None:
         memory, _ = gpu_memory_gib()
-        k, why = default_trials_per_gpu(len(gpus), memory, allowed_cores(), workers, args.devices_per_trial)
-    unit = "GPU" if args.devices_per_trial == 1 else f"set of {args.devices_per_trial} GPUs"
+        k, why = default_trials_per_gpu(len(gpus), memory, allowed_cores(), workers, devices)
+    unit = "GPU" if devices == 1 else f"set of {devices} GPUs"
     return placements, (f"placement: {workers} trial(s) at once on {gpu_words(gpus, source)}, "
                         f"at most {k} per {unit} ({why})")
 
 
-def report_study(study_dir: Path, metric: str) -> int:
-    """The paper table of a finished study, from its run store (tables and plots in study_dir/report)."""
+def _error(message: str, code: int = 2) -> int:
+    print(f"lit-attention sweep: error: {message}", file=sys.stderr)
+    return code
+
+
+def _test_and_report(args, sweep: Sweep, study_dir: Path, test: bool) -> int:
+    """With ``test`` (--test, --test-only): every finished run's best checkpoint on its test split.
+    Then the paper table of the objective (its test metric with ``test``), from the study's run
+    store (tables and plots in study_dir/report). 1 when a run could not be tested or there is no
+    table, else 0."""
     from lit_attention.analysis.report import main as report_main
+    name, failed, metric = sweep.study_name, [], sweep.objective
+    if test:
+        print(f"[{name}] testing the best checkpoint of every finished run", flush=True)
+        tested = evaluate.test_study(study_dir, args.accelerator, args.tracking,
+                                     log=lambda line: print(line, flush=True))
+        print(f"[{name}] {tested.line()}", flush=True)
+        failed, metric = tested.failed, evaluate.test_metric(sweep.objective)
     try:
-        return report_main([str(study_dir), "--out", str(study_dir / "report"), "--metric", metric])
+        reported = report_main([str(study_dir), "--out", str(study_dir / "report"),
+                                "--metric", metric])
     except Exception as exc:  # the sweep's results are safe in the run store; say why there is no table
         print(f"lit-attention sweep: the report failed ({type(exc).__name__}: {exc})", file=sys.stderr)
-        return 1
-
-
-def _usage_error(message: str) -> int:
-    print(f"lit-attention sweep: error: {message}", file=sys.stderr)
-    return 2
-
-
-def _test_runs(name: str, study_dir: Path, args) -> evaluate.Tested:
-    """--test and --test-only: every finished run's best checkpoint on its test split."""
-    print(f"[{name}] testing the best checkpoint of every finished run", flush=True)
-    tested = evaluate.test_study(study_dir, args.accelerator, args.tracking, log=lambda line: print(line, flush=True))
-    print(f"[{name}] {tested.line()}", flush=True)
-    return tested
-
-
-def _list_untested(name: str, tested: evaluate.Tested) -> None:
-    if tested.failed:
-        print(f"[{name}] {len(tested.failed)} run(s) could not be tested:", file=sys.stderr)
-        for run_id, why in tested.failed:
+        reported = 1
+    if failed:
+        print(f"[{name}] {len(failed)} run(s) could not be tested:", file=sys.stderr)
+        for run_id, why in failed:
             print(f"  {run_id}: {why}", file=sys.stderr)
+    return 1 if failed or reported != 0 else 0
 
 
 # the options that only shape trials: --test-only starts none
@@ -161,64 +151,50 @@ TRIAL_OPTIONS = ("resume", "dry_run", "test", "workers", "gpus", "storage", "dev
                  "nodes_per_trial")
 
 
-def test_only(args) -> int:
-    """--test-only: test the finished runs in the study's run store and print the table of the
-    objective's test metric. Needs no study database; flags that only shape trials are refused."""
-    defaults = parser()
-    inert = [f"--{name.replace('_', '-')}" for name in TRIAL_OPTIONS
-             if getattr(args, name) != defaults.get_default(name)]
-    if inert:
-        return _usage_error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
-    try:
-        sweep = _load(args)
-    except SweepError as e:
-        return _usage_error(str(e))
-    study_dir = sweep.root.resolve() / sweep.study_name
-    if not study_dir.is_dir():
-        return _usage_error(f"no runs of study {sweep.study_name!r} in {study_dir}: run the sweep first")
-    tested = _test_runs(sweep.study_name, study_dir, args)
-    reported = report_study(study_dir, evaluate.test_metric(sweep.objective))
-    _list_untested(sweep.study_name, tested)
-    return 1 if tested.failed or reported != 0 else 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if args.test_only:
-        return test_only(args)
+    options = parser()
+    args = options.parse_args(argv)
+    inert = [f"--{name.replace('_', '-')}" for name in TRIAL_OPTIONS
+             if getattr(args, name) != options.get_default(name)]
+    if args.test_only and inert:
+        return _error(f"--test-only starts no trial: {', '.join(inert)} would do nothing")
     if any(n is not None and n < 1 for n in (args.workers, args.devices_per_trial, args.nodes_per_trial,
                                                args.trials_per_gpu)):
-        print("lit-attention sweep: --workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
-              "must be >= 1", file=sys.stderr)
-        return 2
+        return _error("--workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
+                      "must be >= 1")
     try:
         sweep = _load(args)
         root = sweep.root.resolve()
-        if not args.worker:  # before anything is written: no study, no run directory
-            workers = sweep.workers
-            placements, placed = _placements(args, sweep, workers)
+        # before anything is written: no study, no run directory
+        if not (args.worker or args.test_only):
+            placements, placed = _placements(args, sweep)
             driver.check_trials(sweep, root, args.devices_per_trial, args.accelerator, args.nodes_per_trial)
     except (SweepError, PlacementError) as e:
-        return _usage_error(str(e))
+        return _error(str(e))
+    if args.test_only:   # the finished runs in the study's run store; no study database
+        if not (root / sweep.study_name).is_dir():
+            return _error(f"no runs of study {sweep.study_name!r} in {root / sweep.study_name}: "
+                          "run the sweep first")
+        return _test_and_report(args, sweep, root / sweep.study_name, test=True)
+    if args.worker:
+        return driver.run_worker(sweep, os.environ[STORAGE_ENV], root, args.devices_per_trial,
+                                 args.accelerator, args.nodes_per_trial, args.trials_per_gpu)
     if args.dry_run:
         print(placed)
         cells = driver.planned_cells(sweep) if sweep.enumerated else []
-        commands = driver.first_commands(sweep, root, max(workers, len(cells)), args.devices_per_trial,
-                                         args.accelerator, args.nodes_per_trial)
+        commands = driver.first_commands(sweep, root, max(sweep.workers, len(cells)),
+                                         args.devices_per_trial, args.accelerator,
+                                         args.nodes_per_trial)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
         print(progress.trial_list(sweep, cells, commands))
         return 0
     try:   # the default SQLite study and the trials' run directories live under the root
-        url = _url(args, sweep)
-        if not args.worker:
-            check_writable(root / sweep.study_name)
+        url = (sweep.storage or os.environ.get(STORAGE_ENV)
+               or default_url(sweep.root, sweep.study_name))
+        check_writable(root / sweep.study_name)
     except OSError as e:   # refused before the study is touched: fix it, then rerun (--resume)
-        print(f"lit-attention sweep: error: cannot write {e.filename or root}: {e.strerror or e}", file=sys.stderr)
-        return 1
-    if args.worker:
-        return driver.run_worker(sweep, url, root, args.devices_per_trial, args.accelerator,
-                                 args.nodes_per_trial, args.trials_per_gpu)
+        return _error(f"cannot write {e.filename or root}: {e.strerror or e}", 1)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
@@ -229,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study = driver.open_study(sweep, url, resume=args.resume)
     except SweepError as e:
-        return _usage_error(str(e))
+        return _error(str(e))
     except Exception as e:  # a database that cannot be reached: never echo the URL unmasked
         print(f"lit-attention sweep: cannot open the study at {mask_url(url)}: "
               f"{type(e).__name__}: {redact(str(e), url)[:500]}", file=sys.stderr)
@@ -238,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     last = [""]
 
     def show(s: optuna.Study) -> None:
-        line = progress.progress_line(s, sweep.objective, total)
-        if line != last[0]:
+        if (line := progress.progress_line(s, sweep.objective, total)) != last[0]:
             print(line, flush=True)
             last[0] = line
 
@@ -255,13 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] stopped. Continue with: lit-attention sweep {args.file} --resume", flush=True)
         return 130
     print()
-    metric, tested = sweep.objective, None
-    if args.test:
-        tested = _test_runs(sweep.study_name, root / sweep.study_name, args)
-        metric = evaluate.test_metric(sweep.objective)
-    reported = report_study(root / sweep.study_name, metric)
-    if tested is not None:
-        _list_untested(sweep.study_name, tested)
+    reported = _test_and_report(args, sweep, root / sweep.study_name, test=args.test)
     missing = driver.unfinished_cells(sweep, study)
     if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
         print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)
@@ -270,16 +239,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{sweep.study_name}] stopped: {halted}; no other trial was started, as none would log it. "
               f"Name a metric the trials log in objective.metric (or make them log it) and run the sweep as a "
               f"new study: an objective, like the settings, belongs to the study", file=sys.stderr)
-        for line in missing:
-            print(f"  {line}", file=sys.stderr)
-        return 2
-    if missing:
+    elif missing:
         print(f"[{sweep.study_name}] {len(missing)} requested cell(s) did not finish "
               f"(rerun them with: lit-attention sweep {args.file} --resume):", file=sys.stderr)
-        for line in missing:
-            print(f"  {line}", file=sys.stderr)
-        return 1
-    return 1 if reported != 0 or (tested is not None and tested.failed) else 0
+    for line in missing:
+        print(f"  {line}", file=sys.stderr)
+    return 2 if halted else 1 if missing else reported
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ it just execs). A wrapper process instead of `preexec_fn`, which is unsafe once 
 thread runs.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -16,10 +17,8 @@ PR_SET_PDEATHSIG = 1
 
 def main() -> None:
     parent, cmd = int(sys.argv[1]), sys.argv[2:]
-    try:
+    with contextlib.suppress(OSError, AttributeError):   # not Linux: no prctl
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         sys.exit(1)
     # The driver stops workers (and they their trials) with SIGINT: a driver started with SIGINT

@@ -27,6 +27,7 @@ Samplers, pruners and their options are the sweep's own vocabulary (Optuna's), l
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,16 +40,14 @@ from typing import Any
 from lit_attention import metric_facts, registry
 from lit_attention.config_check import SEED_RANGE, suggest
 from lit_attention.files import FileError, read_yaml
-from lit_attention.sweep.space import Condition, Param, count
+from lit_attention.sweep.space import Condition, Param, count, probe_grid
 from lit_attention.tracking.schema import SAFE_NAME, config_name
 
-SAMPLERS = ("grid", "random", "tpe", "bruteforce")
-PRUNERS = ("none", "median", "hyperband")
 DIRECTIONS = ("minimize", "maximize")
 PREFIXES = ("model.", "data.", "trainer.", "budget.")
 
 BASE_PARAM = "base"    # the space parameter whose choices are training config files
-# The integer options of each pruner and sampler, with the range each takes: (least, greatest or
+# Each pruner and sampler with its integer options and the range each takes: (least, greatest or
 # None). Optuna refuses some values only once the study opens (a median interval of 0, a seed of -1)
 # and takes others it cannot act on (a Hyperband reduction factor of 1); an option a sampler does
 # not read (grid enqueues every cell, so nothing is sampled) is refused as unknown.
@@ -75,8 +74,8 @@ def options_help(options: dict) -> str:
                      for name, opts in options.items() if opts)
 
 
-class SweepError(FileError):
-    """A malformed sweep file; the message names the file, the line (when known) and the key."""
+# A malformed sweep file: the message names the file, the line (when known) and the key.
+SweepError = FileError
 
 
 def sweep_key(name: str, help: str, default: Any = MISSING, *, shown: str | None = None,
@@ -114,11 +113,12 @@ class Sweep:
         "side is known (" + ", ".join(f"{m.name} {'higher' if m.higher_is_better else 'lower'}"
                                       for m in metric_facts.METRICS.values()) + ") the direction that improves it")
     sampler: str = sweep_key(
-        "sampler", f"{', '.join(f'`{s}`' for s in SAMPLERS)}; or `{{name: tpe, seed: 0, n_startup_trials: 10}}` "
+        "sampler", f"{', '.join(f'`{s}`' for s in SAMPLER_OPTIONS)}; or "
+                   "`{name: tpe, seed: 0, n_startup_trials: 10}` "
                    f"({options_help(SAMPLER_OPTIONS)}; grid enqueues every cell and takes none)", "grid")
     sampler_options: dict = field(default_factory=dict)   # of `sampler` written as a mapping
     pruner: str = sweep_key(
-        "pruner", f"{', '.join(f'`{p}`' for p in PRUNERS)} (`none`: NopPruner); or "
+        "pruner", f"{', '.join(f'`{p}`' for p in PRUNER_OPTIONS)} (`none`: NopPruner); or "
                   "`{name: median, n_startup_trials: 5, n_warmup_steps: 2}` "
                   f"({options_help(PRUNER_OPTIONS)}; min_resource <= max_resource)", "none")
     pruner_options: dict = field(default_factory=dict)    # of `pruner` written as a mapping
@@ -167,15 +167,11 @@ class Sweep:
 
     def spec(self) -> dict:
         """What defines the study (stored in it; a study of the same name must match)."""
-        spec = {
-            "objective": self.objective, "direction": self.direction, "sampler": self.sampler,
-            "sampler_options": self.sampler_options, "pruner": self.pruner,
-            "pruner_options": self.pruner_options, "seeds": self.seeds, "n_trials": self.n_trials,
-            "space": [p.as_dict() for p in self.space], "fixed": self.fixed, "kind": self.kind,
-        }
-        if self.base_files:   # only then: the studies of sweeps with one base keep their hash
-            spec["bases"] = self.base_files
-        return spec
+        spec = {k: v for k, v in dataclasses.asdict(self).items() if k in (
+            "objective", "direction", "sampler", "sampler_options", "pruner", "pruner_options",
+            "seeds", "n_trials", "space", "fixed", "kind")}
+        # "bases" only with base choices: the studies of sweeps with one base keep their hash
+        return spec | ({"bases": self.base_files} if self.base_files else {})
 
     def spec_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.spec(), sort_keys=True).encode()).hexdigest()[:16]
@@ -186,10 +182,8 @@ class Sweep:
         created before it was recorded keep their spec hash)."""
         def digest(path: Path) -> str:
             return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        if isinstance(self.base, dict):
-            base = json.loads(json.dumps(self.base, sort_keys=True, default=str))
-        else:
-            base = {"file_sha256": digest(self.base)} if self.base is not None else None
+        base = (json.loads(json.dumps(self.base, sort_keys=True, default=str))
+                if isinstance(self.base, dict) else self.base and {"file_sha256": digest(self.base)})
         return {"base": base, "bases": {stem: digest(p) for stem, p in sorted(self.bases.items())}}
 
 
@@ -224,23 +218,15 @@ def design_changes(old: dict, new: dict) -> str:
         if "file_sha256" in before or "file_sha256" in after:
             return "the base config's text changed"
         flat_old, flat_new = _flat(before), _flat(after)
-        keys = [k for k in {**flat_old, **flat_new} if flat_old.get(k, "unset") != flat_new.get(k, "unset")]
-        words = [f"{k.rstrip('.')} {flat_old.get(k, 'unset')!r} -> {flat_new.get(k, 'unset')!r}" for k in keys]
+        words = [f"{k.rstrip('.')} {a!r} -> {b!r}" for k in {**flat_old, **flat_new}
+                 if (a := flat_old.get(k, "unset")) != (b := flat_new.get(k, "unset"))]
         return "base " + ", ".join(words[:5]) + (f" and {len(words) - 5} more" if len(words) > 5 else "")
-    changed = sorted(set(old.get("bases", {}).items()) ^ set(new.get("bases", {}).items()))
+    changed = set(old.get("bases", {}).items()) ^ set(new.get("bases", {}).items())
     return "the text of base choice(s) " + ", ".join(sorted({stem for stem, _ in changed})) + " changed"
-
-
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (bool, int, float, str))
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 class _Checker:
@@ -248,24 +234,15 @@ class _Checker:
         self.file = file
         self.lines = lines or {}
 
-    def line(self, key: str) -> int | None:
-        """The line of ``key`` in the file, or of its closest enclosing key."""
-        while key:
-            if key in self.lines:
-                return self.lines[key]
-            key = key.rpartition(".")[0]
-        return None
-
     def fail(self, key: str, message: str):
-        raise SweepError(self.file, key, message, self.line(key))
-
-    def unknown(self, key: str, valid, what: str = "key"):
-        near = suggest(key.rpartition(".")[2], list(valid))
-        hint = f" — did you mean {near}?" if near else f"; valid: {', '.join(valid) or 'none'}"
-        self.fail(key, f"unknown {what}{hint}")
+        """Raise SweepError at the line of ``key`` in the file, or of its closest enclosing key."""
+        line = key
+        while line and line not in self.lines:
+            line = line.rpartition(".")[0]
+        raise SweepError(self.file, key, message, self.lines.get(line))
 
     def number(self, key: str, value: Any) -> float:
-        if not _is_number(value) or not math.isfinite(value):
+        if not (_is_int(value) or isinstance(value, float)) or not math.isfinite(value):
             self.fail(key, f"must be a finite number, got {value!r}")
         return value
 
@@ -283,24 +260,24 @@ class _Checker:
             self.fail(key, f"must be <= {maximum}, got {value}")
         return value
 
-    def mapping(self, key: str, value: Any) -> dict:
+    def mapping(self, key: str, value: Any, valid: Any = None, what: str = "key") -> dict:
+        """``value``, which must be a mapping (of keys in ``valid``, when given: any other is an
+        unknown ``what``, with the nearest valid key or the valid keys)."""
         if not isinstance(value, dict):
             self.fail(key, f"must be a mapping, got {type(value).__name__}")
+        for k in value:
+            if valid is not None and k not in valid:
+                near = suggest(str(k).rpartition(".")[2], list(valid))
+                hint = f" — did you mean {near}?" if near else f"; valid: {', '.join(valid) or 'none'}"
+                self.fail(f"{key}.{k}" if key else str(k), f"unknown {what}{hint}")
         return value
 
-    def named(self, key: str, value: Any, valid: tuple, options: dict) -> tuple[str, dict]:
+    def named(self, key: str, value: Any, options: dict) -> tuple[str, dict]:
         """`name` or `{name: ..., option: ...}` (sampler, pruner)."""
-        if isinstance(value, str):
-            value = {"name": value}
-        value = dict(self.mapping(key, value))
-        name = self.choice(f"{key}.name", value.pop("name", None), valid)
-        allowed = options[name]
-        for opt, v in value.items():
-            if not allowed:
-                self.fail(f"{key}.{opt}", f"the {name} {key} takes no options")
-            if opt not in allowed:
-                self.unknown(f"{key}.{opt}", list(allowed), f"option for {name}")
-            self.int(f"{key}.{opt}", v, *allowed[opt])
+        value = dict(self.mapping(key, {"name": value} if isinstance(value, str) else value))
+        name = self.choice(f"{key}.name", value.pop("name", None), tuple(options))
+        for opt, v in self.mapping(key, value, options[name], f"option for {name}").items():
+            self.int(f"{key}.{opt}", v, *options[name][opt])
         if value.get("min_resource", 1) > value.get("max_resource", math.inf):
             self.fail(f"{key}.max_resource", f"must be >= min_resource ({value['min_resource']})")
         return name, value
@@ -328,16 +305,21 @@ def _one_value(choices: list) -> tuple | None:
     reads it as text) and 0.001, "a" and "a"; a boolean is never a number."""
     seen: dict[tuple, tuple] = {}
     for i, choice in enumerate(choices):
-        key = choice
+        key = (isinstance(choice, bool), choice)
         if isinstance(choice, str):
-            try:
-                key = float(choice)
-            except ValueError:
-                pass
-        if (isinstance(choice, bool), key) in seen:
-            return seen[isinstance(choice, bool), key], (i, choice)
-        seen[isinstance(choice, bool), key] = (i, choice)
+            with contextlib.suppress(ValueError):
+                key = (False, float(choice))
+        if key in seen:
+            return seen[key], (i, choice)
+        seen[key] = (i, choice)
     return None
+
+
+def _parse_choices(ck: _Checker, key: str, choices: Any) -> list:
+    """The choices of a parameter (of the `base` parameter too): a non-empty list."""
+    if not isinstance(choices, list) or not choices:
+        ck.fail(f"{key}.choices", f"must be a non-empty list, got {reprlib.repr(choices)}")
+    return choices
 
 
 def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param], kind: str) -> Param:
@@ -345,26 +327,18 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
     if not isinstance(name, str) or not name.startswith(PREFIXES) or not config_name(name).rpartition(".")[2]:
         ck.fail(key, f"parameter names are dotted config keys starting with {', '.join(PREFIXES)} "
                      f"(or `{BASE_PARAM}`: a list of training configs)")
-    if isinstance(spec, list):
-        spec = {"choices": spec}
-    spec = dict(ck.mapping(key, spec))
-    when = spec.pop("when", {})
+    spec = dict(ck.mapping(key, spec, ("choices", "low", "high", "log", "step", "type", "when")))
     conditions = tuple(_parse_condition(ck, f"{key}.when.{ref}", ref, v, declared)
-                       for ref, v in ck.mapping(f"{key}.when", when).items())
+                       for ref, v in ck.mapping(f"{key}.when", spec.pop("when", {})).items())
     if "choices" in spec:
-        extra = set(spec) - {"choices"}
-        if extra:
-            ck.fail(f"{key}.{sorted(extra)[0]}", "unknown key next to choices")
-        choices = spec["choices"]
-        if not isinstance(choices, list):
-            ck.fail(f"{key}.choices", f"must be a list, got {type(choices).__name__}")
-        if not choices:
-            ck.fail(f"{key}.choices", "must not be empty")
+        if len(spec) > 1:
+            ck.fail(f"{key}.{sorted(set(spec) - {'choices'})[0]}", "unknown key next to choices")
+        choices = _parse_choices(ck, key, spec["choices"])
         for c in choices:
-            if not _is_scalar(c):
-                ck.fail(f"{key}.choices", f"choices are scalars (str, int, float, bool), got {c!r}")
-            if isinstance(c, float) and not math.isfinite(c):
-                ck.fail(f"{key}.choices", f"choices must be finite, got {c!r}")
+            finite = not isinstance(c, float) or math.isfinite(c)
+            if not finite or not isinstance(c, (int, float, str, type(None))):
+                ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
+                                          f"got {c!r}")
         same = _one_value(choices)
         if same:
             (i, a), (j, b) = same
@@ -378,35 +352,28 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
         return Param(name, choices=tuple(choices), when=conditions)
-    for k in spec:
-        if k not in ("low", "high", "log", "step", "type"):
-            ck.unknown(f"{key}.{k}", ["choices", "low", "high", "log", "step", "type", "when"])
     if "low" not in spec or "high" not in spec:
         ck.fail(key, "needs choices, or low and high")
-    low, high = spec["low"], spec["high"]
-    for k, v in (("low", low), ("high", high)):
-        ck.number(f"{key}.{k}", v)
+    low, high = (ck.number(f"{key}.{k}", spec[k]) for k in ("low", "high"))
     if low >= high:
         ck.fail(f"{key}.high", f"must be greater than low ({low})")
-    if "type" not in spec and _is_int(low) and _is_int(high) and not _is_int(spec.get("step", 1)):
+    ints = _is_int(low) and _is_int(high)
+    if "type" not in spec and ints and not _is_int(spec.get("step", 1)):
         ck.fail(f"{key}.step", f"a float step ({spec['step']!r}) between integer bounds: write the bounds "
                                "as floats (1.0) for a float parameter, or an integer step")
-    typ = spec.get("type", "int" if _is_int(low) and _is_int(high) else "float")
-    ck.choice(f"{key}.type", typ, ("int", "float"))
-    log = spec.get("log", False)
+    typ = ck.choice(f"{key}.type", spec.get("type", "int" if ints else "float"), ("int", "float"))
+    log, step = spec.get("log", False), spec.get("step")
     if not isinstance(log, bool):
         ck.fail(f"{key}.log", "must be true or false")
-    step = spec.get("step")
     if step is not None and (ck.number(f"{key}.step", step) <= 0):
         ck.fail(f"{key}.step", "must be a positive number")
     if log and step is not None:
         ck.fail(f"{key}.step", "log and step cannot be combined")
     if log and low <= 0:
         ck.fail(f"{key}.low", "must be > 0 with log: true")
-    if typ == "int":
-        for k, v in (("low", low), ("high", high), ("step", step if step is not None else 1)):
-            if not _is_int(v):
-                ck.fail(f"{key}.{k}", f"must be an integer for an int parameter, got {v!r}")
+    for k, v in (("low", low), ("high", high), ("step", 1 if step is None else step)):
+        if typ == "int" and not _is_int(v):
+            ck.fail(f"{key}.{k}", f"must be an integer for an int parameter, got {v!r}")
     return Param(name, low=low, high=high, log=log, step=step, type=typ, when=conditions)
 
 
@@ -416,13 +383,8 @@ def _check_cells(ck: _Checker, sweep: Sweep, base_families: dict[str, str | None
 
     Run on the probe space (ranges reduced to a few values), never on a grid of unknown size.
     """
-    from lit_attention.sweep.space import grid, probe_space
-    small = probe_space(sweep.space)
-    if count(small, MAX_CELLS) > MAX_CELLS:
-        return
-    sampled: set[str] = set()   # the parameters active in some configuration
-    for cell in grid(small):
-        sampled.update(cell)
+    cells = probe_grid(sweep.space, MAX_CELLS)
+    for cell in cells:
         keys: dict[str, str] = {}
         for name in cell:
             if config_name(name) in keys:
@@ -443,8 +405,9 @@ def _check_cells(ck: _Checker, sweep: Sweep, base_families: dict[str, str | None
                 key = f"space.{keys[name]}" if name in keys else f"fixed.{name}"
                 ck.fail(key, f"{value!r} is not a {name} of model.family {family!r}{whose} (valid: "
                              f"{', '.join(valid)}); add a `when: {{model.family: ...}}` condition")
+    sampled = {name for cell in cells for name in cell}   # active in some configuration
     for p in sweep.space:   # (the probe grid holds every value a condition tests: it is exact here)
-        if p.name not in sampled:
+        if cells and p.name not in sampled:
             holds = " and ".join(f"{c.name} {'not ' if c.negate else ''}in {list(c.values)}" for c in p.when)
             ck.fail(f"space.{p.name}.when", f"these conditions never hold together ({holds}): the "
                                             f"parameter would never be sampled; change or remove them")
@@ -462,19 +425,12 @@ def _parse_bases(ck: _Checker, spec: Any, path: Path, kind: str) -> tuple[Param,
     """The `base` space parameter: (param whose choices are the files' stems, stem -> file,
     stem -> path as written, stem -> the model.family the file sets or None)."""
     key = f"space.{BASE_PARAM}"
-    if isinstance(spec, list):
-        spec = {"choices": spec}
     for k in ck.mapping(key, spec):
         if k != "choices":
             ck.fail(f"{key}.{k}", "a base parameter takes only `choices`, a list of training config files "
                                   "(every trial needs a config, so it has no `when`)")
-    choices = spec.get("choices")
-    if not isinstance(choices, list) or not choices:
-        ck.fail(f"{key}.choices", "must be a non-empty list of training config files")
-    files: dict[str, Path] = {}
-    written: dict[str, str] = {}
-    families: dict[str, str | None] = {}
-    for i, choice in enumerate(choices):
+    files, written, families = {}, {}, {}
+    for i, choice in enumerate(_parse_choices(ck, key, spec.get("choices"))):
         where = f"{key}.choices[{i}]"
         if not isinstance(choice, str) or not choice:
             ck.fail(where, f"must be the path of a training config, got {choice!r}")
@@ -493,11 +449,10 @@ def _parse_bases(ck: _Checker, spec: Any, path: Path, kind: str) -> tuple[Param,
         model = config.get("model")
         init = model.get("init_args") if isinstance(model, dict) else None
         family = init.get("family") if isinstance(init, dict) else None
-        if family is not None:
-            valid = registry.config_choices("model.family", kind)
-            if valid is not None and family not in valid:
-                ck.fail(where, f"{choice!r} ({file}): model.family {family!r} is not a family of kind "
-                               f"{kind!r} (valid: {', '.join(valid)}); set the sweep's `kind`")
+        valid = registry.config_choices("model.family", kind)
+        if family is not None and family not in valid:
+            ck.fail(where, f"{choice!r} ({file}): model.family {family!r} is not a family of kind "
+                           f"{kind!r} (valid: {', '.join(valid)}); set the sweep's `kind`")
         files[stem], written[stem], families[stem] = file, choice, family
     return Param(BASE_PARAM, choices=tuple(files)), files, written, families
 
@@ -506,11 +461,7 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
                 max_cells: int = MAX_CELLS) -> Sweep:
     path = Path(path)
     ck = _Checker(path, lines)
-    if not isinstance(data, dict):
-        ck.fail("(top level)", "a sweep file is a mapping")
-    for k in data:
-        if k not in TOP_KEYS:
-            ck.unknown(str(k), TOP_KEYS)
+    ck.mapping("", data, TOP_KEYS)   # "": the file's top level
     for k in REQUIRED:
         if k not in data:
             ck.fail(k, "missing (required)")
@@ -536,10 +487,7 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     elif base is not None and not isinstance(base, dict):
         ck.fail("base", "must be a path to a training config or a mapping")
 
-    objective = ck.mapping("objective", data["objective"])
-    for k in objective:
-        if k not in inner_keys("objective"):
-            ck.unknown(f"objective.{k}", inner_keys("objective"))
+    objective = ck.mapping("objective", data["objective"], inner_keys("objective"))
     metric = objective.get("metric")
     if not isinstance(metric, str) or not metric:
         ck.fail("objective.metric", "must be a metric name such as val_bleu or val_ppl")
@@ -549,20 +497,16 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
         ck.fail("objective.direction", f"{direction}, but {metric} is better {better}: the sampler and the "
                                        f"pruner would chase the worst runs")
 
-    sampler, sampler_options = ck.named("sampler", given("sampler"), SAMPLERS, SAMPLER_OPTIONS)
-    pruner, pruner_options = ck.named("pruner", given("pruner"), PRUNERS, PRUNER_OPTIONS)
+    sampler, sampler_options = ck.named("sampler", given("sampler"), SAMPLER_OPTIONS)
+    pruner, pruner_options = ck.named("pruner", given("pruner"), PRUNER_OPTIONS)
 
     seeds = given("seeds")
-    if isinstance(seeds, list):
-        if not seeds:
-            ck.fail("seeds", "must not be empty")
-        for s in seeds:
-            ck.int("seeds", s, *SEED_RANGE)
-        if len(set(seeds)) != len(seeds):
-            ck.fail("seeds", "duplicate seeds")
-        seeds = list(seeds)
-    else:
-        seeds = list(range(ck.int("seeds", seeds, 1)))
+    if not isinstance(seeds, list):   # N: seeds 0..N-1 (at most as many as cells a grid may have)
+        seeds = list(range(ck.int("seeds", seeds, 1, max_cells)))
+    for s in seeds:
+        ck.int("seeds", s, *SEED_RANGE)
+    if not seeds or len(set(seeds)) != len(seeds):
+        ck.fail("seeds", "must be one or more seeds, each once")
 
     n_trials = given("n_trials")
     if n_trials is not None:
@@ -585,10 +529,8 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
         if valid is not None:
             ck.choice(f"fixed.{k}", v, valid)
 
-    heartbeat = dict(ck.mapping("heartbeat", data.get("heartbeat") or {}))
+    heartbeat = ck.mapping("heartbeat", data.get("heartbeat") or {}, inner_keys("heartbeat"))
     for k, v in heartbeat.items():
-        if k not in inner_keys("heartbeat"):
-            ck.unknown(f"heartbeat.{k}", inner_keys("heartbeat"))
         ck.int(f"heartbeat.{k}", v, 0 if k == "max_retry" else 1)
     interval = heartbeat.get("interval", default("heartbeat.interval"))
     grace = heartbeat.get("grace_period", 3 * interval)
@@ -600,6 +542,7 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
     declared: dict[str, Param] = {}
     bases, base_files, base_families = {}, {}, {}
     for pname, spec in space_data.items():
+        spec = {"choices": spec} if isinstance(spec, list) else spec
         if pname == BASE_PARAM:
             declared[pname], bases, base_files, base_families = _parse_bases(ck, spec, path, kind)
             continue
@@ -635,8 +578,5 @@ def parse_sweep(data: Any, path: Path | str, lines: dict[str, int] | None = None
 
 def load_sweep(path: Path | str, max_cells: int = MAX_CELLS) -> Sweep:
     """Read and validate a sweep file; raises SweepError naming the file, line and key."""
-    try:
-        data, lines = read_yaml(Path(path))
-    except FileError as e:
-        raise SweepError(e.file, e.key, e.reason, e.line) from None
+    data, lines = read_yaml(Path(path))
     return parse_sweep(data, path, lines, max_cells)

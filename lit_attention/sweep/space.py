@@ -22,12 +22,8 @@ class Condition:
     negate: bool = False
 
     def holds(self, params: dict) -> bool:
-        if self.name not in params:
-            return False  # the parameter it depends on is itself inactive
-        return (params[self.name] in self.values) != self.negate
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "values": list(self.values), "negate": self.negate}
+        # False when the parameter it depends on is itself inactive
+        return self.name in params and (params[self.name] in self.values) != self.negate
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,8 @@ class Param:
         """Every value of a finite parameter, in order."""
         if self.choices is not None:
             return list(self.choices)
-        step = self.step if self.step is not None else 1
-        out, v, i = [], self.low, 0
-        while v <= self.high + 1e-12:
-            out.append(int(v) if self.type == "int" else round(v, 12))
-            i += 1
-            v = self.low + i * step
-        return out
+        cast = int if self.type == "int" else lambda v: round(v, 12)
+        return [cast(self.low + i * (self.step or 1)) for i in range(self.size())]
 
     def size(self) -> int:
         """len(self.values()), computed without enumerating them (a finite parameter)."""
@@ -63,14 +54,15 @@ class Param:
             return len(self.choices)
         return int(math.floor((self.high - self.low) / (self.step or 1) + 1e-9)) + 1
 
-    def probe_values(self, also: tuple = ()) -> list:
-        """A few values standing for all of them when checking a space: every choice; of a range
-        its bounds, its second step and any value in ``also`` (values conditions test)."""
+    def probe_values(self, space: list[Param]) -> list:
+        """A few values standing for all of them when checking ``space``: every choice; of a range
+        its bounds, its second step and the values that conditions of ``space`` test."""
         if self.choices is not None:
             return list(self.choices)
         cast = int if self.type == "int" else float
         out = [self.low, self.high] + ([self.low + self.step] if self.step else [])
-        out += [v for v in also if self.can_take(v)]
+        out += [v for p in space for c in p.when if c.name == self.name
+                for v in c.values if self.can_take(v)]
         return list(dict.fromkeys(cast(v) for v in out))
 
     def can_take(self, value: Any) -> bool:
@@ -88,11 +80,6 @@ class Param:
             return trial.suggest_int(self.name, self.low, self.high, step=self.step or 1, log=self.log)
         return trial.suggest_float(self.name, self.low, self.high, step=self.step, log=self.log)
 
-    def as_dict(self) -> dict:
-        return {"name": self.name, "choices": list(self.choices) if self.choices is not None else None,
-                "low": self.low, "high": self.high, "log": self.log, "step": self.step,
-                "type": self.type, "when": [c.as_dict() for c in self.when]}
-
 
 def suggest(trial, space: list[Param]) -> dict:
     """Sample the active parameters of `space` through `trial` (fixed/enqueued values win)."""
@@ -107,13 +94,8 @@ def grid(space: list[Param]) -> list[dict]:
     """The full factorial over the active parameters, in declaration order (first varies slowest)."""
     cells: list[dict] = [{}]
     for p in space:
-        grown = []
-        for cell in cells:
-            if p.active(cell):
-                grown.extend({**cell, p.name: v} for v in p.values())
-            else:
-                grown.append(cell)
-        cells = grown
+        cells = [grown for cell in cells for grown in
+                 ([{**cell, p.name: v} for v in p.values()] if p.active(cell) else [cell])]
     return cells
 
 
@@ -143,24 +125,19 @@ def count(space: list[Param], limit: int) -> int:
     return sum(states.values())
 
 
-def probe_space(space: list[Param]) -> list[Param]:
-    """The space with every parameter reduced to its probe values (a small grid to check)."""
-    tested = defaultdict(list)
-    for p in space:
-        for c in p.when:
-            tested[c.name].extend(c.values)
-    return [replace(p, choices=tuple(p.probe_values(tuple(tested[p.name]))), low=None, high=None,
-                    step=None, log=False, type="choice") for p in space]
+def probe_grid(space: list[Param], limit: int = 10_000) -> list[dict]:
+    """The grid of the space with every parameter reduced to its probe values (a small grid to
+    check); empty when even that grid has more than ``limit`` configurations."""
+    small = [replace(p, choices=tuple(p.probe_values(space)), low=None, high=None, step=None,
+                     log=False, type="choice") for p in space]
+    return grid(small) if count(small, limit) <= limit else []
 
 
 def probe_cells(space: list[Param], limit: int = 10_000) -> list[dict]:
     """Configurations of the probe space that together use every probe value of every parameter
     (a few, not the whole grid); empty when even the probe grid is larger than ``limit``."""
-    small = probe_space(space)
-    if count(small, limit) > limit:
-        return []
     chosen, seen = [], set()
-    for cell in grid(small):
+    for cell in probe_grid(space, limit):
         new = {(k, json.dumps(v)) for k, v in cell.items()} - seen
         if new:
             chosen.append(cell)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
@@ -26,29 +26,19 @@ STORAGE_ENV = "LIT_ATTENTION_SWEEP_STORAGE"  # how the driver hands the URL to i
 SECRET_KEYS = ("password", "passwd", "pwd", "secret", "token")
 
 
-def url_secrets(url: str) -> list[str]:
-    """Every spelling (as written, URL-decoded, re-encoded) of the secrets in a database URL: the
-    password of user:password@ (which may itself contain '@') and secret query parameters."""
-    found = []
+def redact(text: str, url: str) -> str:
+    """``text`` (a message, a config, an error) with every secret of ``url`` replaced by ***: the
+    password of user:password@ (which may itself contain '@') and secret query parameters, in
+    every spelling (as written, URL-decoded, re-encoded)."""
     base, _, query = url.partition("?")
-    start = base.find("://") + 3 if "://" in base else 0
-    if "@" in base[start:]:
-        userinfo = base[start:base.rindex("@")]
-        if ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-    for part in query.split("&"):
-        key, sep, value = part.partition("=")
-        if sep and value and any(k in unquote_plus(key).lower() for k in SECRET_KEYS):
-            found.append(value)
+    userinfo = (base.partition("://")[2] or base).rpartition("@")[0]
+    found = [userinfo.partition(":")[2]]   # "" when there is no password
+    found += [value for key, _, value in (part.partition("=") for part in query.split("&"))
+              if value and any(k in unquote_plus(key).lower() for k in SECRET_KEYS)]
     forms = {form for secret in found
              for form in (secret, unquote(secret), unquote_plus(secret), quote(unquote(secret), safe=""),
                           quote_plus(unquote_plus(secret)))}
-    return sorted((f for f in forms if f), key=len, reverse=True)
-
-
-def redact(text: str, url: str) -> str:
-    """``text`` (a message, a config, an error) with every secret of ``url`` replaced by ***."""
-    for secret in url_secrets(url):
+    for secret in sorted(filter(None, forms), key=len, reverse=True):   # longest first
         text = text.replace(secret, "***")
     return text
 
@@ -75,30 +65,25 @@ def make_storage(url: str, heartbeat_interval: int, grace_period: int, max_retry
         url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
         heartbeat_stale_trial_callback=stale_callback or optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry))
-    if sqlite:
-        _serialize_sqlite_transactions(storage.engine)
-    return storage
-
-
-def _serialize_sqlite_transactions(engine) -> None:
-    """Make every SQLite transaction take the write lock at its start (BEGIN IMMEDIATE).
-
-    Python's sqlite3 runs a SELECT outside any transaction, so Optuna's read-then-update pop of a
-    waiting trial (SELECT ... FOR UPDATE, which SQLite ignores) let two workers both see WAITING
-    and both take the trial (more pops than waiting trials under concurrent workers). SQLAlchemy's
-    documented recipe for SQLite transactions: the driver leaves transactions to us, we begin them.
-    """
+    if not sqlite:
+        return storage
+    # Every SQLite transaction takes the write lock at its start (BEGIN IMMEDIATE). Python's sqlite3
+    # runs a SELECT outside any transaction, so Optuna's read-then-update pop of a waiting trial
+    # (SELECT ... FOR UPDATE, which SQLite ignores) let two workers both see WAITING and both take
+    # the trial. SQLAlchemy's documented recipe for SQLite transactions: the driver leaves
+    # transactions to us, we begin them.
     import sqlalchemy
 
-    @sqlalchemy.event.listens_for(engine, "connect")
+    @sqlalchemy.event.listens_for(storage.engine, "connect")
     def _no_driver_transactions(dbapi_connection, connection_record):
         dbapi_connection.isolation_level = None
 
-    @sqlalchemy.event.listens_for(engine, "begin")
+    @sqlalchemy.event.listens_for(storage.engine, "begin")
     def _begin_immediate(connection):
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
-    engine.dispose()  # connections made before the listeners existed
+    storage.engine.dispose()  # connections made before the listeners existed
+    return storage
 
 
 # pg_advisory_lock key of the study lock (any constant; one lock per database).
@@ -117,42 +102,22 @@ def study_lock(url: str):
     holder killed with SIGKILL releases it (the file is closed, the server sees the connection end).
     Other databases: no lock.
     """
-    if _held.get(url):
-        _held[url] += 1
+    import sqlalchemy
+    parsed = sqlalchemy.engine.make_url(url)
+    backend = None if _held.get(url) else parsed.get_backend_name()   # None: this process holds it
+    with ExitStack() as held:
+        if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+            path = Path(parsed.database)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fcntl.flock(held.enter_context(open(f"{path}.lock", "a")), fcntl.LOCK_EX)
+        elif backend == "postgresql":
+            engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+            held.callback(engine.dispose)
+            conn = held.enter_context(engine.connect())
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
+            conn.commit()
+        _held[url] = _held.get(url, 0) + 1
         try:
             yield
         finally:
             _held[url] -= 1
-        return
-    import sqlalchemy
-    parsed = sqlalchemy.engine.make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{path}.lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            with _holding(url):
-                yield
-    elif backend == "postgresql":
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-        try:
-            with engine.connect() as conn:
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": _PG_LOCK_KEY})
-                conn.commit()
-                with _holding(url):
-                    yield
-        finally:
-            engine.dispose()
-    else:
-        with _holding(url):
-            yield
-
-
-@contextmanager
-def _holding(url: str):
-    _held[url] = 1
-    try:
-        yield
-    finally:
-        _held.pop(url, None)

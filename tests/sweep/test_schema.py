@@ -132,6 +132,7 @@ BAD = [
     # values Optuna refuses only once the study is open (exit 1, "cannot open the study", a study.db
     # left), takes without acting on them, or reads against what the sweep asked for
     ("a seed above 2**32-1", {"seeds": [1, 2 ** 32]}, "seeds"),    # named as `seeds`, not `space`
+    ("more seeds than a grid has cells", {"seeds": 10 ** 21}, "seeds"),   # no list of 10^21 seeds
     ("sampler seed below 0", {"sampler": {"name": "tpe", "seed": -1}}, "sampler.seed"),
     ("sampler seed above 2**32-1", {"sampler": {"name": "random", "seed": 2 ** 32}}, "sampler.seed"),
     ("option the grid sampler does not read", {"sampler": {"name": "grid", "seed": 3}}, "sampler.seed"),
