@@ -24,6 +24,7 @@ them, is tested on the per-run values of the summaries: seeds are then the only 
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections import defaultdict
@@ -78,52 +79,35 @@ def hypotheses(test: str, n_comparisons: int) -> int:
 
 # ---- p-values from resampled scores -----------------------------------------------------------
 
-def bootstrap_pvalues(base: np.ndarray, system: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """sacreBLEU's paired bootstrap p-value for each of R comparisons.
-
-    base, system: [B, R] scores on the same resampled test sets; observed: [R] system - baseline
-    on the full test set. Two-sided: the resampled |differences|, shifted to mean 0 (the null),
-    that exceed the observed |difference|, (count + 1) / (B + 1)."""
-    diffs = np.abs(system - base)
-    null = diffs - diffs.mean(axis=0)
-    return ((null > np.abs(observed)).sum(axis=0) + 1) / (len(diffs) + 1)
-
-
-def permutation_pvalues(swapped_a: np.ndarray, swapped_b: np.ndarray,
-                        observed: np.ndarray) -> np.ndarray:
-    """sacreBLEU's approximate randomization p-value for each of R comparisons: how often
-    swapping sentences between the two systems gives a |difference| above the observed one."""
-    return ((np.abs(swapped_a - swapped_b) > np.abs(observed)).sum(axis=0) + 1) / (len(swapped_a) + 1)
-
-
-def observed_differences(metric: str, base: np.ndarray, systems: np.ndarray) -> np.ndarray:
-    """Exact corpus score differences system - baseline of R pairs of statistics [R, N, K]."""
-    return np.array([ss.corpus_score(metric, s) - ss.corpus_score(metric, b)
-                     for b, s in zip(base, systems)])
-
-
 def pvalues(metric: str, draw: st.Draw, base: np.ndarray, systems: np.ndarray,
             base_scores: np.ndarray | None = None) -> np.ndarray:
-    """p-values of R paired comparisons: base and systems are sentence statistics [R, N, K]
-    (row r of `base` is the baseline that system r is compared with). A bootstrap may be given
-    the baselines' resampled scores [B, R] (computed once for many systems)."""
-    observed = observed_differences(metric, base, systems)
+    """sacreBLEU's p-values of R paired comparisons: base and systems are sentence statistics
+    [R, N, K] (row r of `base` is the baseline that system r is compared with). A bootstrap may
+    be given the baselines' resampled scores [B, R] (computed once for many systems).
+
+    Two-sided, (count + 1) / (B + 1): the paired bootstrap counts the resampled |differences|,
+    shifted to mean 0 (the null), that exceed the observed |difference| (system - baseline on the
+    full test set); approximate randomization counts how often swapping sentences between the two
+    systems gives a |difference| above the observed one."""
+    observed = np.abs([ss.corpus_score(metric, s) - ss.corpus_score(metric, b)
+                       for b, s in zip(base, systems)])
     if draw.kind == "bootstrap":
         if base_scores is None:
             base_scores = st.resampled_scores(metric, draw, base)
-        return bootstrap_pvalues(base_scores, st.resampled_scores(metric, draw, systems),
-                                 observed)
-    return permutation_pvalues(*st.swapped_scores(metric, draw, base, systems), observed)
+        diffs = np.abs(st.resampled_scores(metric, draw, systems) - base_scores)
+        null = diffs - diffs.mean(axis=0)
+    else:
+        swapped_a, swapped_b = st.swapped_scores(metric, draw, base, systems)
+        null = np.abs(swapped_a - swapped_b)
+    return ((null > observed).sum(axis=0) + 1) / (len(null) + 1)
 
 
 # ---- the table's comparisons ------------------------------------------------------------------
 
 def matches(runs: pd.DataFrame, selector: dict[str, str]) -> pd.Series:
     """Rows whose columns equal every value of `selector` (compared as text, so 4 == '4')."""
-    mask = pd.Series(True, index=runs.index)
-    for col, value in selector.items():
-        mask &= runs[col].map(_text) == str(value)
-    return mask
+    wanted = pd.Series(selector, dtype=object).map(str)
+    return runs[list(selector)].map(_text).eq(wanted).all(axis=1)
 
 
 def _text(value) -> str:
@@ -277,20 +261,28 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         base_scores, base_observed = source.scores(base)
     elif base:
         base_observed = source.observed(base)
+    # the resampled and observed scores of every run of a configuration with two or more seeds
+    # (when the baseline has two), CHUNK runs to a matrix product
+    resampled_dirs = [d for _, dirs, _ in configs if len(dirs) >= 2 and len(base) >= 2 for d in dirs]
+    resampled = {}
+    for start in range(0, len(resampled_dirs), CHUNK):
+        part = resampled_dirs[start:start + CHUNK]
+        scores, observed = source.scores(part)
+        resampled.update(zip(part, zip(scores.T, observed)))
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
-    for i, (scores, observed, (_, dirs, untested)) in enumerate(_batched(source, configs, base_scores)):
-        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=math.nan,
-                   delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
-                   p_holm=math.nan, se=math.nan, df=math.nan, mde=math.nan, p_equivalent=math.nan,
-                   p_equivalent_holm=math.nan, note=NO_DATA if not dirs or not base else "")
-        if not row["note"]:
-            if scores is None:
-                row["note"] = ONE_SEED
-            else:
-                tested.append((i, observed, source.sentence_part(scores, base_scores)))
-            row["delta"] = float(observed.mean() - base_observed.mean())
-            row["direction"] = _direction(row["delta"], higher_is_better)
+    for i, (_, dirs, untested) in enumerate(configs):
+        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), direction="",
+                   note=NO_DATA if not dirs or not base else "")
         rows.append(row)
+        if row["note"]:
+            continue
+        if dirs[0] in resampled:
+            scores, observed = (np.stack(x, axis=-1) for x in zip(*map(resampled.get, dirs)))
+            tested.append((i, observed, source.sentence_part(scores, base_scores)))
+        else:
+            observed, row["note"] = source.observed(dirs), ONE_SEED
+        row["delta"] = float(observed.mean() - base_observed.mean())
+        row["direction"] = _direction(row["delta"], higher_is_better)
     pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
     bounds = (-width, width) if width is not None else (None, None)
     family = []                # (row index, p up, p down)
@@ -326,48 +318,54 @@ def _pooled(groups: list[np.ndarray]) -> dict:
                 high=max(sds))
 
 
-def _batched(source: "_Source", configs: list, base_scores: np.ndarray | None):
-    """(scores [B, n] or None, observed [n], config) of every configuration in order; the
-    configurations with two or more seeds (when the baseline has two) are resampled CHUNK runs
-    at a time, as one matrix product each."""
-    todo = [i for i, (_, dirs, _) in enumerate(configs) if len(dirs) >= 2 and base_scores is not None]
-    found, start = {}, 0
-    while start < len(todo):
-        batch, runs = [], 0
-        while start < len(todo) and (not batch or runs + len(configs[todo[start]][1]) <= CHUNK):
-            batch.append(todo[start])
-            runs += len(configs[todo[start]][1])
-            start += 1
-        scores, observed = source.scores([d for i in batch for d in configs[i][1]])
-        at = 0
-        for i in batch:
-            n = len(configs[i][1])
-            found[i] = scores[:, at:at + n], observed[at:at + n]
-            at += n
-    for i, config in enumerate(configs):
-        dirs = config[1]
-        if i not in found:
-            found[i] = None, source.observed(dirs) if dirs else np.array([])
-        yield *found.pop(i), config
-
-
 def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
               seed: int, higher_is_better: bool) -> list[dict]:
-    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's."""
-    pairs = [(i, None, dirs[0], base[0], source.refs_from(dirs[0]))
-             for i, (_, dirs, _) in enumerate(configs) if dirs and base]
-    tester = _Tester(source.store, source.store.metric, test, n_samples, seed)
+    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's:
+    one draw per test-set length for the whole family, the baseline's resampled scores computed
+    once; Holm over the comparisons."""
+    store, metric = source.store, source.store.metric
+    draw = functools.cache(lambda n_sentences: st.draw(test, n_sentences, n_samples, seed))
+
+    @functools.cache
+    def baseline(refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
+        """The baseline's statistics and (bootstrap) its resampled scores [B]."""
+        stats = store.get(base[0], refs_from)
+        if test != "bootstrap" or not len(stats):
+            return stats, None
+        return stats, st.resampled_scores(metric, draw(len(stats)), stats.of(metric)[None])[:, 0]
+
+    pairs = [(i, dirs[0], source.refs_from(dirs[0])) for i, (_, dirs, _) in enumerate(configs)
+             if dirs and base]
     found = {}
     for start in range(0, len(pairs), CHUNK):     # bounds the statistics held at once
-        chunk = pairs[start:start + CHUNK]
-        for (i, *_), result in zip(chunk, tester(chunk)):
-            found[i] = result
+        loaded = {}     # config index -> (baseline's statistics, its resampled scores, system's)
+        for i, run_dir, refs_from in pairs[start:start + CHUNK]:
+            base_stats, base_scores = baseline(store.refs_from(base[0], refs_from))
+            system = store.get(run_dir, refs_from)
+            if base_stats.refs_hash != system.refs_hash:
+                raise AnalysisError(f"{run_dir} and its baseline {base[0]} were scored against "
+                                    f"different references ({store.split}); a paired test "
+                                    "needs the same sentences")
+            loaded[i] = base_stats, base_scores, system
+            found[i] = (1.0, ss.corpus_score(metric, system.of(metric))
+                        - ss.corpus_score(metric, base_stats.of(metric)))
+        by_length = defaultdict(list)
+        for i, (base_stats, _, system) in loaded.items():
+            if len(system) and not _identical(base_stats, system):
+                by_length[len(system)].append(i)
+        for n_sentences, members in by_length.items():
+            base_scores = (np.stack([loaded[i][1] for i in members], axis=1)
+                           if test == "bootstrap" else None)
+            for i, p in zip(members, pvalues(metric, draw(n_sentences),
+                                             np.stack([loaded[i][0].of(metric) for i in members]),
+                                             np.stack([loaded[i][2].of(metric) for i in members]),
+                                             base_scores)):
+                found[i] = float(p), found[i][1]
     adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
     rows = []
     for i, (_, dirs, untested) in enumerate(configs):
         p, delta = found.get(i, (math.nan, math.nan))
         rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
-                         delta_lo=math.nan, delta_hi=math.nan,
                          direction=_direction(delta, higher_is_better), p=p,
                          p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
     return rows
@@ -419,7 +417,9 @@ class _Source:
         """Fill the statistics caches of every run on all CPUs; the sentence draw of the family."""
         self.n_samples, self.seed = n_samples, seed
         if not self.column:
-            _fill_caches(self.store, [(d, self.refs_from(d)) for d in run_dirs])
+            store = self.store
+            ss.fill_caches([(d, store.split, str(store.refs(self.refs_from(d))), (store.metric,))
+                            for d in run_dirs])
         elif self.lm and run_dirs:
             self._load_blocks(run_dirs)
 
@@ -478,9 +478,7 @@ class _Source:
     def n_sentences(self) -> float:
         """The sentences (or token blocks) the variance's sentence part was estimated from
         (inf: values without blocks, none)."""
-        if (self.column and not self.blocks) or self.draw is None:
-            return math.inf
-        return self.draw.n_sentences
+        return math.inf if self.draw is None else self.draw.n_sentences
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
@@ -508,70 +506,7 @@ class _Source:
         return st.resampled_scores(self.store.metric, self.draw, stats), observed
 
 
-CHUNK = 256    # pairs whose statistics are loaded and tested together
-
-
-def _fill_caches(store: RunStats, runs: list[tuple[str, str]]) -> None:
-    """Compute missing statistics of (run dir, references' run) on all CPUs before testing."""
-    metrics = (store.metric,)
-    jobs = {run_dir: (run_dir, store.split, str(store.refs(refs_from)), metrics)
-            for run_dir, refs_from in runs}
-    ss.fill_caches(list(jobs.values()))
-
-
-class _Tester:
-    """Tests chunks of (system, baseline) pairs; one draw per test-set length for the whole
-    family, and each baseline's resampled scores computed once."""
-
-    def __init__(self, store: RunStats, metric: str, test: str, n_samples: int, seed: int):
-        self.store, self.metric, self.test, self.n_samples, self.seed = store, metric, test, n_samples, seed
-        self.draws: dict[int, st.Draw] = {}
-        self.baselines: dict[tuple[str, str], tuple[ss.SentenceStats, np.ndarray | None]] = {}
-
-    def _draw(self, n_sentences: int) -> st.Draw:
-        if n_sentences not in self.draws:
-            self.draws[n_sentences] = st.draw(self.test, n_sentences, self.n_samples, self.seed)
-        return self.draws[n_sentences]
-
-    def _baseline(self, base_dir: str, refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
-        """The baseline's statistics and (bootstrap) its resampled scores [B]."""
-        key = (base_dir, self.store.refs_from(base_dir, refs_from))
-        if key not in self.baselines:
-            stats = self.store.get(base_dir, key[1])
-            scores = None
-            if self.test == "bootstrap" and len(stats):
-                scores = st.resampled_scores(self.metric, self._draw(len(stats)),
-                                                     stats.of(self.metric)[None])[:, 0]
-            self.baselines[key] = (stats, scores)
-        return self.baselines[key]
-
-    def __call__(self, pairs: list) -> list[tuple[float, float]]:
-        """(p, system - baseline score) of every pair."""
-        metric, loaded = self.metric, []
-        for _, _, run_dir, base_dir, refs_from in pairs:
-            base, base_scores = self._baseline(base_dir, refs_from)
-            system = self.store.get(run_dir, refs_from)
-            if base.refs_hash != system.refs_hash:
-                raise AnalysisError(f"{run_dir} and its baseline {base_dir} were scored against "
-                                    f"different references ({self.store.split}); a paired test "
-                                    "needs the same sentences")
-            loaded.append((base, base_scores, system))
-        p = [1.0] * len(loaded)
-        by_length = defaultdict(list)
-        for i, (base, _, system) in enumerate(loaded):
-            if len(system) and not _identical(base, system):
-                by_length[len(system)].append(i)
-        for n_sentences, members in by_length.items():
-            base = np.stack([loaded[i][0].of(metric) for i in members])
-            systems = np.stack([loaded[i][2].of(metric) for i in members])
-            base_scores = (np.stack([loaded[i][1] for i in members], axis=1)
-                           if self.test == "bootstrap" else None)
-            for i, value in zip(members, pvalues(metric, self._draw(n_sentences), base, systems,
-                                                 base_scores)):
-                p[i] = float(value)
-        return [(p_value, ss.corpus_score(metric, system.of(metric))
-                 - ss.corpus_score(metric, base.of(metric)))
-                for p_value, (base, _, system) in zip(p, loaded)]
+CHUNK = 256    # runs (or pairs) whose statistics are loaded and tested together
 
 
 def _identical(base: ss.SentenceStats, system: ss.SentenceStats) -> bool:
