@@ -67,7 +67,7 @@ one; 30 blocks follows the batch-means advice of 10-30 batches (Schmeiser 1982, 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -122,16 +122,13 @@ def t_sf(t, df) -> np.ndarray:
     normal = np.isinf(df) & ~np.isnan(t)
     out[normal] = 0.5 * _erfc(t[normal] / np.sqrt(2))
     finite = np.isfinite(df) & (df > 0) & ~np.isnan(t)
-    if finite.any():
-        tf, nu = t[finite], df[finite]
-        tail = np.full(tf.shape, 0.5)
-        inner = np.isfinite(tf) & (tf != 0)
-        x = nu[inner] / (nu[inner] + tf[inner] ** 2)
-        positive = np.where(x > 0, 0.5 * _betainc(nu[inner] / 2, np.full_like(x, 0.5),
-                                                  np.clip(x, 1e-300, 1 - 1e-16)), 0.0)
-        tail[inner] = np.where(tf[inner] > 0, positive, 1 - positive)
-        tail[np.isinf(tf)] = np.where(tf[np.isinf(tf)] > 0, 0.0, 1.0)
-        out[finite] = tail
+    out[finite] = np.where(t[finite] > 0, 0.0, 1.0)        # t = ±inf; the others below
+    out[finite & (t == 0)] = 0.5
+    inner = finite & np.isfinite(t) & (t != 0)
+    x = df[inner] / (df[inner] + t[inner] ** 2)
+    positive = np.where(x > 0, 0.5 * _betainc(df[inner] / 2, np.full_like(x, 0.5),
+                                              np.clip(x, 1e-300, 1 - 1e-16)), 0.0)
+    out[inner] = np.where(t[inner] > 0, positive, 1 - positive)
     return out
 
 
@@ -272,8 +269,7 @@ class SeedTest:
     def equivalence_p(self, margin: float) -> np.ndarray:
         """Two one-sided tests (Schuirmann 1987) of |Δ| < margin: the larger of the p-values of
         Δ > -margin and Δ < margin; below α means equivalent within ±margin."""
-        shifted_up, shifted_down = replace(self, delta=self.delta + margin), replace(self, delta=self.delta - margin)
-        return np.maximum(shifted_up.p_up(), shifted_down.p_down())
+        return np.maximum(self._tail(self.delta + margin), self._tail(margin - self.delta))
 
 
 def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentences: float = np.inf,
@@ -408,21 +404,15 @@ def swapped_scores(metric: str, draw_: Draw, stats_a: np.ndarray, stats_b: np.nd
     diff = stats_b - stats_a
     moving = np.flatnonzero((diff != 0).any(axis=(0, 1)))
     weights = _float_weights(draw_.weights, diff[:, :, moving], 1.0)
-    out_a = np.empty((draw_.n_resamples, len(stats_a)))
-    out_b = np.empty_like(out_a)
+    out = np.empty((2, draw_.n_resamples, len(stats_a)))
     for part in _chunks(len(stats_a), draw_.n_resamples, max(1, len(moving))):
-        sum_a = stats_a[part].sum(axis=1).T.astype(np.float64)    # [K, R]
-        sum_b = stats_b[part].sum(axis=1).T.astype(np.float64)
-        pseudo_a = np.repeat(sum_a[None], draw_.n_resamples, axis=0)   # [B, K, R]
-        pseudo_b = np.repeat(sum_b[None], draw_.n_resamples, axis=0)
-        if len(moving):
-            moved = _product(weights, diff[part][:, :, moving])
-            for j, column in enumerate(moving):
-                pseudo_a[:, column, :] += moved[:, j, :]
-                pseudo_b[:, column, :] -= moved[:, j, :]
-        out_a[:, part] = score(np.moveaxis(pseudo_a, 1, 2))
-        out_b[:, part] = score(np.moveaxis(pseudo_b, 1, 2))
-    return out_a, out_b
+        moved = _product(weights, diff[part][:, :, moving])      # [B, moving columns, R]
+        for sign, stats, scores in ((1, stats_a, out[0]), (-1, stats_b, out[1])):
+            sums = stats[part].sum(axis=1).T.astype(np.float64)    # [K, R]
+            pseudo = np.repeat(sums[None], draw_.n_resamples, axis=0)   # [B, K, R]
+            pseudo[:, moving, :] += sign * moved
+            scores[:, part] = score(np.moveaxis(pseudo, 1, 2))
+    return out[0], out[1]
 
 
 def _check(draw_: Draw, stats: np.ndarray) -> None:
