@@ -250,8 +250,9 @@ def factor_names(usable: pd.DataFrame) -> tuple[list[str], list[str]]:
     return kept, notes
 
 
-def _labels(column: pd.Series) -> pd.Series:
-    return column.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else label(v))
+def _labels(values: pd.DataFrame) -> pd.DataFrame:
+    """Display labels of configuration values; None where a key is not set."""
+    return values.map(lambda v: None if pd.isna(v) else label(v))
 
 
 def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
@@ -336,13 +337,12 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     runs their own variance. Seeds are no block: seed 1 of one configuration shares nothing with
     seed 1 of another (as in the seed test)."""
     configs = data[[f.name for f in factors]].fillna(NOT_SET).astype(str).agg("|".join, axis=1)
-    terms = design(data, factors, interactions=True)
-    table = type2(data["y"], [t for t, _, _ in terms])
-    residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
-    if residual_df < 1 and any(kind == "interaction" for _, kind, _ in terms):
-        terms = design(data, factors, interactions=False)
+    for interactions in (True, False):
+        terms = design(data, factors, interactions)
         table = type2(data["y"], [t for t, _, _ in terms])
-        residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
+        residual_df = table["df"].iloc[-2]      # the rows end with residual, total
+        if residual_df >= 1 or all(kind != "interaction" for _, kind, _ in terms):
+            break
         notes.append("Two-way interactions not fitted: with them no residual degrees of freedom "
                      "would remain (too few seeds per configuration).")
     if residual_df < 1:
@@ -364,7 +364,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     table.loc[tested, "p_holm"] = holm(table.loc[tested, "p"].tolist())
     order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
     table = table.assign(_kind=table["kind"].map(order), _eta=-table["eta_sq"])
-    table = table[(table["df"] > 0) | ~table["kind"].isin(["interaction"])]   # nested pairs vanish
+    table = table[(table["df"] > 0) | (table["kind"] != "interaction")]   # nested pairs vanish
     return table.sort_values(["_kind", "_eta"]).drop(columns=["_kind", "_eta"]).reset_index(drop=True)
 
 
@@ -390,12 +390,8 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     groups = configs.groupby(list(keys), sort=False)
     support = [set(g["_context"]) for _, g in groups]
     common, union = set.intersection(*support), set.union(*support)
-    if not common:
-        matched = "unmatched"
-    elif common == union:
-        matched = "all"
-    else:
-        matched = f"{len(common)} of {len(union)}"
+    matched = ("unmatched" if not common else "all" if common == union
+               else f"{len(common)} of {len(union)}")
     rows = []
     for values, group in groups:
         values = values if isinstance(values, tuple) else (values,)
@@ -419,12 +415,10 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
 
 
 def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=None) -> pd.DataFrame:
-    frames = []
-    for f in factors:
-        means = cell_means(data, factors, (f.name,), limits)
-        frames.append(means.rename(columns={f.name: "level"}).assign(level=lambda m: m["level"].astype(str)))
-        frames[-1].insert(0, "factor", f.name)
-    return pd.concat(frames, ignore_index=True)
+    frames = {f.name: cell_means(data, factors, (f.name,), limits).rename(columns={f.name: "level"})
+              for f in factors}
+    means = pd.concat(frames, names=["factor", None]).reset_index(0).reset_index(drop=True)
+    return means.astype({"level": str})
 
 
 def design_notes(runs: pd.DataFrame, data: pd.DataFrame, metric: str, factors: list[Factor]) -> list[str]:
@@ -436,8 +430,7 @@ def design_notes(runs: pd.DataFrame, data: pd.DataFrame, metric: str, factors: l
         notes.append("Excluded: " + ", ".join(f"{n} {s}" for s, n in counts.value_counts().items()) + ".")
     names = [f.name for f in factors]
     def keys(frame):
-        return set(frame[names].map(lambda v: None if pd.isna(v) else label(v))
-                   .fillna(NOT_SET).itertuples(index=False, name=None))
+        return set(_labels(frame[names]).fillna(NOT_SET).itertuples(index=False, name=None))
     lost = sorted(c for c in keys(runs) - keys(data) if set(c) != {NOT_SET})   # runs without a model
     if lost:
         shown = "; ".join(", ".join(f"{n}={v}" for n, v in zip(names, c) if v != NOT_SET) for c in lost[:3])
@@ -520,10 +513,8 @@ def analyse(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> E
         raise AnalysisError(f"--effects: no configuration key takes two values among the {len(usable)} "
                             f"usable runs (finished, finite {metric}); there is nothing to compare")
     keep = [c for c in ("group", "run_id", "run_dir", "seed") if c in usable]
-    data = usable[keep].assign(y=pd.to_numeric(usable[metric]).astype(float))
-    for name in names:
-        data[name] = _labels(usable[name])
-    data = data.reset_index(drop=True)
+    data = pd.concat([usable[keep].assign(y=pd.to_numeric(usable[metric]).astype(float)),
+                      _labels(usable[names])], axis=1).reset_index(drop=True)
     factors = make_factors(data, names)
     notes = aliased + design_notes(runs, data, metric, factors)
     table = importance(data, factors, notes)
@@ -656,21 +647,24 @@ def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, p
         columns["PED-ANOVA"] = [number(x, 3) for x in t["ped_anova"]]
     cells = pd.DataFrame(columns, index=pd.Index(t["term"].tolist(), name="term"))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
-    for kind in ("factor", "interaction"):
-        rows = t.index[t["kind"] == kind]
-        if len(rows):
-            best.iloc[t.loc[rows, "eta_sq"].idxmax(), list(cells.columns).index(ETA)] = True
+    top = t[t["kind"].isin(["factor", "interaction"])].groupby("kind")["eta_sq"].idxmax()
+    best.iloc[top.to_numpy(), cells.columns.get_loc(ETA)] = True
     return cells, best
+
+
+def means_cells(m: pd.DataFrame, metric: str, digits: int, index: list[str]) -> pd.DataFrame:
+    """The cells of matched means `m` (cell_means), indexed by its `index` columns: mean, 95% CI,
+    what the CI is over, runs, matched."""
+    ci = [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])]
+    return pd.DataFrame({metric: [number(x, digits) for x in m["mean"]], "95% CI": ci,
+                         "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
+                         "matched": m["matched"].tolist()}, index=pd.MultiIndex.from_frame(m[index]))
 
 
 def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) -> tuple:
     """One row per (factor, level): mean, 95% CI, configurations, runs; best level in bold."""
     m = effects.marginal
-    cells = pd.DataFrame({effects.metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
-                          "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
-                          "matched": m["matched"].tolist()},
-                         index=pd.MultiIndex.from_frame(m[["factor", "level"]]))
+    cells = means_cells(m, effects.metric, digits, ["factor", "level"])
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     shown = m["mean"].round(digits)
     target = shown.groupby(m["factor"]).transform("max" if higher_is_better else "min")
@@ -679,26 +673,12 @@ def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) ->
 
 
 def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
-    """One row per (pair, level of A, level of B): mean, 95% CI, configurations, runs."""
-    frames = []
-    for (a, b), frame in means.items():
-        frames.append(frame.assign(interaction=pair_name(a, b),
-                                   levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])]))
-    m = pd.concat(frames, ignore_index=True)
-    cells = pd.DataFrame({metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
-                          "CI over": m["ci_over"].tolist(), "matched": m["matched"].tolist()},
-                         index=pd.MultiIndex.from_frame(m[["interaction", "levels"]]))
+    """One row per (pair, level of A, level of B): mean, 95% CI, what the CI is over, matched."""
+    m = pd.concat([frame.assign(interaction=pair_name(a, b),
+                                levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])])
+                   for (a, b), frame in means.items()], ignore_index=True)
+    cells = means_cells(m, metric, digits, ["interaction", "levels"]).drop(columns="runs")
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
-
-
-def latex(cells, best, caption: str, label: str) -> str:
-    return to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$")
-
-
-def stem_name(key: str) -> str:
-    """A file-name-safe short form of a key: model.enc_layers -> enc_layers."""
-    return key.removeprefix("model.").replace(".", "_").replace("/", "_")
 
 
 def numeric(levels) -> bool:
@@ -771,7 +751,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     printed = []
     for name, tex_label, (cells, best) in layouts:
         caption = text[name.removeprefix("effects_")]
-        atomic_write(out / f"{name}.tex", latex(cells, best, caption, tex_label))
+        atomic_write(out / f"{name}.tex", to_latex(cells, best, caption, label=tex_label)
+                     .replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$"))
         markdown = to_markdown(cells, best, caption)
         atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
@@ -782,5 +763,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     if figures:
         files += plot_marginal_means(effects, out / "effects_marginal")
         for (a, b), m in means.items():
-            files += plot_interaction(effects, a, b, m, out / f"effects_interaction_{stem_name(a)}_x_{stem_name(b)}")
+            # file-name-safe short forms of the keys: model.enc_layers -> enc_layers
+            stem = "_x_".join(k.removeprefix("model.").replace(".", "_").replace("/", "_")
+                              for k in (a, b))
+            files += plot_interaction(effects, a, b, m, out / f"effects_interaction_{stem}")
     return printed, files
