@@ -24,10 +24,8 @@ them, is tested on the per-run values of the summaries: seeds are then the only 
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -195,8 +193,7 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     configs = []     # (key values, tested run dirs, untested count)
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
         tested = source.testable(group)
-        configs.append((values if isinstance(values, tuple) else (values,), tested,
-                        len(group) - len(tested)))
+        configs.append((values, tested, len(group) - len(tested)))
     if test == DEFAULT_TEST:
         testable = [c for c in configs if len(c[1]) >= 2] if len(base) >= 2 else []
     else:
@@ -261,14 +258,18 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         base_scores, base_observed = source.scores(base)
     elif base:
         base_observed = source.observed(base)
-    # the resampled and observed scores of every run of a configuration with two or more seeds
-    # (when the baseline has two), CHUNK runs to a matrix product
-    resampled_dirs = [d for _, dirs, _ in configs if len(dirs) >= 2 and len(base) >= 2 for d in dirs]
-    resampled = {}
-    for start in range(0, len(resampled_dirs), CHUNK):
-        part = resampled_dirs[start:start + CHUNK]
-        scores, observed = source.scores(part)
-        resampled.update(zip(part, zip(scores.T, observed)))
+    # the configurations with two or more seeds (when the baseline has two) are resampled whole
+    # configurations of up to CHUNK runs to a matrix product
+    resampled, batch = {}, []
+    todo = [i for i, (_, dirs, _) in enumerate(configs) if min(len(dirs), len(base)) >= 2]
+    for k, i in enumerate(todo):
+        batch.append(i)
+        sizes = [len(configs[j][1]) for j in batch]
+        if i == todo[-1] or sum(sizes) + len(configs[todo[k + 1]][1]) > CHUNK:
+            scores, observed = source.scores([d for j in batch for d in configs[j][1]])
+            for j, end, n in zip(batch, np.cumsum(sizes), sizes):
+                resampled[j] = scores[:, end - n:end], observed[end - n:end]
+            batch = []
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
     for i, (_, dirs, untested) in enumerate(configs):
         row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), direction="",
@@ -276,8 +277,8 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         rows.append(row)
         if row["note"]:
             continue
-        if dirs[0] in resampled:
-            scores, observed = (np.stack(x, axis=-1) for x in zip(*map(resampled.get, dirs)))
+        if i in resampled:
+            scores, observed = resampled[i]
             tested.append((i, observed, source.sentence_part(scores, base_scores)))
         else:
             observed, row["note"] = source.observed(dirs), ONE_SEED
@@ -320,47 +321,28 @@ def _pooled(groups: list[np.ndarray]) -> dict:
 
 def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
               seed: int, higher_is_better: bool) -> list[dict]:
-    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's:
-    one draw per test-set length for the whole family, the baseline's resampled scores computed
-    once; Holm over the comparisons."""
-    store, metric = source.store, source.store.metric
-    draw = functools.cache(lambda n_sentences: st.draw(test, n_sentences, n_samples, seed))
-
-    @functools.cache
-    def baseline(refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
-        """The baseline's statistics and (bootstrap) its resampled scores [B]."""
-        stats = store.get(base[0], refs_from)
-        if test != "bootstrap" or not len(stats):
-            return stats, None
-        return stats, st.resampled_scores(metric, draw(len(stats)), stats.of(metric)[None])[:, 0]
-
-    pairs = [(i, dirs[0], source.refs_from(dirs[0])) for i, (_, dirs, _) in enumerate(configs)
-             if dirs and base]
-    found = {}
-    for start in range(0, len(pairs), CHUNK):     # bounds the statistics held at once
-        loaded = {}     # config index -> (baseline's statistics, its resampled scores, system's)
-        for i, run_dir, refs_from in pairs[start:start + CHUNK]:
-            base_stats, base_scores = baseline(store.refs_from(base[0], refs_from))
-            system = store.get(run_dir, refs_from)
-            if base_stats.refs_hash != system.refs_hash:
-                raise AnalysisError(f"{run_dir} and its baseline {base[0]} were scored against "
-                                    f"different references ({store.split}); a paired test "
-                                    "needs the same sentences")
-            loaded[i] = base_stats, base_scores, system
-            found[i] = (1.0, ss.corpus_score(metric, system.of(metric))
-                        - ss.corpus_score(metric, base_stats.of(metric)))
-        by_length = defaultdict(list)
-        for i, (base_stats, _, system) in loaded.items():
-            if len(system) and not _identical(base_stats, system):
-                by_length[len(system)].append(i)
-        for n_sentences, members in by_length.items():
-            base_scores = (np.stack([loaded[i][1] for i in members], axis=1)
-                           if test == "bootstrap" else None)
-            for i, p in zip(members, pvalues(metric, draw(n_sentences),
-                                             np.stack([loaded[i][0].of(metric) for i in members]),
-                                             np.stack([loaded[i][2].of(metric) for i in members]),
-                                             base_scores)):
-                found[i] = float(p), found[i][1]
+    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's
+    run, on the same sentences (_Source.loaded) and one draw for the family; Holm over the
+    comparisons."""
+    metric, found, draw = source.store.metric, {}, None
+    tested = [i for i, (_, dirs, _) in enumerate(configs) if dirs and base]
+    for start in range(0, len(tested), CHUNK):     # bounds the statistics held at once
+        chunk = tested[start:start + CHUNK]
+        base_stats, *systems = source.loaded(base + [configs[i][1][0] for i in chunk])
+        for i, system in zip(chunk, systems):
+            found[i] = 1.0, (ss.corpus_score(metric, system.of(metric))
+                             - ss.corpus_score(metric, base_stats.of(metric)))
+        differ = [(i, s) for i, s in zip(chunk, systems)
+                  if len(s) and not _identical(base_stats, s)]
+        if not differ:
+            continue
+        draw = draw or st.draw(test, len(base_stats), n_samples, seed)
+        base_rows = np.repeat(base_stats.of(metric)[None], len(differ), axis=0)
+        base_scores = (np.repeat(st.resampled_scores(metric, draw, base_rows[:1]), len(differ),
+                                 axis=1) if test == "bootstrap" else None)   # resampled once
+        systems = np.stack([s.of(metric) for _, s in differ])
+        for (i, _), value in zip(differ, pvalues(metric, draw, base_rows, systems, base_scores)):
+            found[i] = float(value), found[i][1]
     adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
     rows = []
     for i, (_, dirs, untested) in enumerate(configs):
@@ -378,12 +360,6 @@ def _token_level(column: str) -> tuple[str, str] | None:
     """(split, kind) of a summary column `<split>_ppl` / `<split>_loss`, else None."""
     split, kind = metric_facts.parse(column)
     return (split, kind) if split and kind in metric_facts.TOKEN_LEVEL else None
-
-
-def _token_nll(run_dir: str, split: str) -> np.ndarray | None:
-    """[T] float32 per-token NLL of the run's `split` in stream order, or None when not recorded."""
-    path = Path(run_dir) / token_nll_file(split)
-    return np.load(path, allow_pickle=False) if path.is_file() else None
 
 
 class _Source:
@@ -427,7 +403,9 @@ class _Source:
         """Every run's block statistics and the family's draw of blocks, or `no_blocks` saying
         why the test falls back to the seeds alone."""
         split, kind = self.lm
-        losses = {d: _token_nll(d, split) for d in run_dirs}
+        files = {d: Path(d) / token_nll_file(split) for d in run_dirs}   # [T] float32, stream order
+        losses = {d: np.load(f, allow_pickle=False) if f.is_file() else None
+                  for d, f in files.items()}
         missing = [d for d, nll in losses.items() if nll is None]
         lengths = {len(nll) for nll in losses.values() if nll is not None}
         stale = [d for d, nll in losses.items() if nll is not None and len(nll) and not math.isclose(
@@ -455,9 +433,10 @@ class _Source:
         tokens = next(iter(self.blocks.values()))[:, 1]
         return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
 
-    def _stats(self, run_dirs: list[str]) -> np.ndarray:
-        """[runs, N, K] statistics against one set of references (AnalysisError otherwise; the
-        statistics of a run hold one row per sentence of its references, sentence_stats.load_or_compute)."""
+    def loaded(self, run_dirs: list[str]) -> list[ss.SentenceStats]:
+        """The runs' statistics, all against one set of references (AnalysisError otherwise): the
+        same sentences, the baseline's when it is loaded first (the statistics of a run hold one
+        row per sentence of its references, sentence_stats.load_or_compute)."""
         found = []
         for run_dir in run_dirs:
             stats = self.store.get(run_dir, self.refs_from(run_dir))
@@ -465,14 +444,15 @@ class _Source:
             if stats.refs_hash != self.refs_hash:
                 raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
                                     f"than the baseline; a paired test needs the same sentences")
-            found.append(stats.of(self.store.metric))
-        return np.stack(found)   # the same references: the same sentences
+            found.append(stats)
+        return found
 
     def observed(self, run_dirs: list[str]) -> np.ndarray:
         """[n] each run's score: its corpus score on the whole split, or its value."""
         if self.column:
             return self.values[run_dirs].to_numpy(float)
-        return np.array([ss.corpus_score(self.store.metric, s) for s in self._stats(run_dirs)])
+        metric = self.store.metric
+        return np.array([ss.corpus_score(metric, s.of(metric)) for s in self.loaded(run_dirs)])
 
     @property
     def n_sentences(self) -> float:
@@ -499,8 +479,8 @@ class _Source:
                 stats = np.stack([self.blocks[d] for d in run_dirs])
                 return st.resampled_blocks(self.lm[1], self.draw.weights, stats), observed
             return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
-        stats = self._stats(run_dirs)
-        if self.draw is None or self.draw.n_sentences != stats.shape[1]:
+        stats = np.stack([s.of(self.store.metric) for s in self.loaded(run_dirs)])
+        if self.draw is None:     # every run has the same sentences (loaded)
             self.draw = st.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
         observed = np.array([ss.corpus_score(self.store.metric, s) for s in stats])
         return st.resampled_scores(self.store.metric, self.draw, stats), observed
