@@ -203,9 +203,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     n_samples = n_samples or (N_SAMPLES if test == DEFAULT_TEST else default_samples(n_hypotheses))
     source.prepare([*base, *(d for _, dirs, _ in configs for d in dirs)], n_samples, seed)
     if test == DEFAULT_TEST:
-        low, high = metric_range(column or metric)
-        width = high - low if low is not None and high is not None else None
-        rows, pooled = _seed_test(source, base, configs, higher_is_better, width, pool_seeds, equivalence)
+        low, high = metric_range(column or metric)     # a difference is at most their distance
+        bounds = (low - high, high - low) if low is not None and high is not None else (None, None)
+        rows, pooled = _seed_test(source, base, configs, higher_is_better, bounds, pool_seeds, equivalence)
     else:
         rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
@@ -230,15 +230,13 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
 
 def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> None:
     """A sentence-level test compares one run with one run: refuse configurations with more."""
-    several = [(", ".join(f"{k}={v}" for k, v in zip(keys, values)), len(dirs))
-               for values, dirs, _ in configs if len(dirs) > 1]
-    if len(base) > 1:
-        several.insert(0, ("the baseline", len(base)))
-    if several:
-        name, n = several[0]
-        raise AnalysisError(f"--test {test} compares one run with one run (test-set variance "
-                            f"only), but {name} has {n} runs: use --test {DEFAULT_TEST}, which "
-                            "treats the seeds as the random factor they are")
+    named = [(", ".join(f"{k}={v}" for k, v in zip(keys, values)), dirs)
+             for values, dirs, _ in configs]
+    for name, dirs in [("the baseline", base), *named]:
+        if len(dirs) > 1:
+            raise AnalysisError(f"--test {test} compares one run with one run (test-set variance "
+                                f"only), but {name} has {len(dirs)} runs: use --test {DEFAULT_TEST}, "
+                                "which treats the seeds as the random factor they are")
 
 
 def _direction(delta: float, higher_is_better: bool) -> str:
@@ -248,10 +246,10 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 
 def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
-               width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
+               bounds: tuple, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
     """The seeds x sentences test (statistics.seed_test) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
-    Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
+    Intervals are clipped to `bounds` (the largest differences the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
     base_scores, base_observed = None, np.array([])
     if len(base) >= 2:
@@ -285,7 +283,6 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         row["delta"] = float(observed.mean() - base_observed.mean())
         row["direction"] = _direction(row["delta"], higher_is_better)
     pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
-    bounds = (-width, width) if width is not None else (None, None)
     family = []                # (row index, p up, p down)
     for i, observed, part in tested:
         result = st.seed_test(observed, base_observed, part, source.n_sentences,
@@ -374,9 +371,8 @@ class _Source:
         self.lm = _token_level(column) if column else None
         self.blocks: dict[str, np.ndarray] = {}
         self.no_blocks: str | None = None
-        with_refs = [d for d in runs.loc[is_base, "run_dir"] if store.refs(d).is_file()]
-        with_refs += [d for d in runs.loc[~is_base, "run_dir"] if store.refs(d).is_file()]
-        self.refs_run = with_refs[0] if with_refs else None   # the baseline's references first
+        ordered = [*runs.loc[is_base, "run_dir"], *runs.loc[~is_base, "run_dir"]]   # baseline first
+        self.refs_run = next((d for d in ordered if store.refs(d).is_file()), None)
         self.draw: st.Draw | None = None
         self.refs_hash: str | None = None
 

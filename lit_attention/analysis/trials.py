@@ -63,7 +63,6 @@ def expected_max_table(runs: pd.DataFrame, keys: list[str], metric: str,
     frames = []
     for family, group in used.groupby(keys, sort=True, dropna=False) if keys else [((), used)]:
         mean, variance = expected_max(group[metric].to_numpy(float), higher_is_better)
-        family = family if isinstance(family, tuple) else (family,)
         frames.append(pd.DataFrame({**dict(zip(keys, family)), TRIALS: np.arange(1, len(mean) + 1),
                                     "expected_max": mean, "sd": np.sqrt(variance),
                                     "n_runs": len(mean)}))
@@ -180,14 +179,12 @@ def improvement_table(runs: pd.DataFrame, keys: list[str], baseline: dict, metri
     rng = np.random.default_rng(seed)
     rows = []
     for config, group in used.groupby(keys, sort=True, dropna=False):
-        config = config if isinstance(config, tuple) else (config,)
         is_baseline = bool(is_base[group.index].all())
-        found = compare(by_task(group, metric, task), {} if is_baseline else base, higher_is_better,
-                        n_draws, rng)
+        scores = by_task(group, metric, task)
+        found = compare(scores, {} if is_baseline else base, higher_is_better, n_draws, rng)
         rows.append({**dict(zip(keys, config)), "baseline": is_baseline, "n_runs": len(group),
-                     "n_runs_min": min(map(len, by_task(group, metric, task).values())),
-                     **found, **({"n_tasks": group[task].nunique() if task else 1}
-                                 if is_baseline else {})})
+                     "n_runs_min": min(map(len, scores.values())), **found,
+                     **({"n_tasks": len(scores)} if is_baseline else {})})
     columns = keys + ["baseline", "n_runs", "n_runs_min", "n_tasks", "p_improvement", "p_ci_lo", "p_ci_hi",
                       "iqm", "iqm_ci_lo", "iqm_ci_hi"]
     return pd.DataFrame(rows).reindex(columns=columns)
