@@ -142,8 +142,7 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     gets the mean variance of the others. A term without df or a model without residual df gets
     no test."""
     y = np.asarray(y, dtype=float)
-    n = len(y)
-    full, leverage, cell_df = design.full, design.leverage, design.cell_df
+    full, leverage = design.full, design.leverage
     residual = y - full @ (full.T @ y)
     rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
     residual[np.abs(residual) < rounding] = 0.0
@@ -151,32 +150,29 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
     if exact.any() and (~exact).any():
         omega[exact] = omega[~exact].mean()
-    df_res = n - full.shape[1]
+    df_res = len(y) - full.shape[1]
     rows = []
     for name, q in zip(design.names, design.bases):
         row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
-        if q.shape[1] and df_res > 0:
-            z = q.T @ y
-            variance = (q * omega[:, None]).T @ q
-            df = q.shape[1]
-            if not variance.any():     # no spread at all: any difference is exact
-                moved = bool((np.abs(z) > rounding).any())
-                row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
-                rows.append(row)
-                continue
-            inverse = np.linalg.pinv(variance)
-            wald = float(z @ inverse @ z)
-            # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
-            # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
-            per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
-            shares = inverse @ per_cell
-            a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
-                       / (2 * cell_df)).sum())
-            c = df + 2 * a - 6 * a / (df + 2)
-            nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
-            f = wald / c
-            row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
         rows.append(row)
+        df = q.shape[1]
+        if not df or df_res < 1:
+            continue
+        z, variance = q.T @ y, (q * omega[:, None]).T @ q
+        if not variance.any():     # no spread at all: any difference is exact
+            moved = bool((np.abs(z) > rounding).any())
+            row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
+            continue
+        inverse = np.linalg.pinv(variance)
+        # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
+        # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
+        per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
+        shares = inverse @ per_cell
+        a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
+                   / (2 * design.cell_df)).sum())
+        nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
+        f = float(z @ inverse @ z) / (df + 2 * a - 6 * a / (df + 2))
+        row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
     return pd.DataFrame(rows)
 
 
@@ -287,11 +283,6 @@ def _codes(data: pd.DataFrame, f: Factor) -> np.ndarray:
     return np.column_stack([(data[f.name] == level).to_numpy(float) for level in levels])
 
 
-def _inside(inner: np.ndarray, outer: np.ndarray) -> bool:
-    """inner is a strict subset of outer."""
-    return bool((inner <= outer).all() and inner.sum() < outer.sum())
-
-
 def _rank(*blocks) -> int:
     return int(np.linalg.matrix_rank(np.column_stack([np.ones(len(blocks[0]))] + list(blocks))))
 
@@ -322,9 +313,10 @@ def design(data: pd.DataFrame, factors: list[Factor], interactions: bool) -> lis
     terms = []
     for name, kind, members, mask, columns in parts:
         # Marginality: a term is tested after the terms below it, not after those containing it
-        # (its interactions) or living inside its domain (conditional factors nested in it).
-        above = frozenset(other for other, _, other_members, other_mask, _ in parts if other != name
-                          and ((members and set(members) < set(other_members)) or _inside(other_mask, mask)))
+        # (its interactions) or living inside its domain (conditional factors nested in it: a
+        # strict subset of its runs).
+        above = frozenset(other for other, _, wider, inner, _ in parts if other != name and (
+            set(members) < set(wider) or ((inner <= mask).all() and inner.sum() < mask.sum())))
         terms.append((Term(name, columns, above), kind, mask))
     return terms
 
@@ -349,39 +341,35 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
         notes.append("No residual degrees of freedom (one run per configuration): no F-tests.")
     tests = robust_on(robust_design([t for t, _, _ in terms], configs), data["y"]).set_index("term")
     named = table["term"].isin(tests.index)
-    for column in ("f", "p"):
-        table.loc[named, column] = table.loc[named, "term"].map(tests[column])
+    table.loc[named, ["f", "p"]] = tests.loc[table.loc[named, "term"], ["f", "p"]].to_numpy()
     table.insert(table.columns.get_loc("f") + 1, "df_den", table["term"].map(tests["df_den"]))
     kinds = {t.name: kind for t, kind, _ in terms}
     table.insert(1, "kind", table["term"].map(kinds).fillna(table["term"]))
     wheres = {t.name: _where(data, mask, factors) for t, _, mask in terms}
     table.insert(2, "where", table["term"].map(wheres).fillna("all runs"))
-    aliased = table.loc[(table["df"] == 0) & table["kind"].isin(["factor", "interaction"]), "term"]
+    tested = table["kind"].isin(["factor", "interaction"])
+    aliased = table.loc[tested & (table["df"] == 0), "term"]
     if len(aliased):
         notes.append(f"No degrees of freedom left (aliased with other terms): {', '.join(aliased)}.")
-    tested = table["kind"].isin(["factor", "interaction"])
     table["p_holm"] = math.nan
     table.loc[tested, "p_holm"] = holm(table.loc[tested, "p"].tolist())
-    order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
-    table = table.assign(_kind=table["kind"].map(order), _eta=-table["eta_sq"])
     table = table[(table["df"] > 0) | (table["kind"] != "interaction")]   # nested pairs vanish
-    return table.sort_values(["_kind", "_eta"]).drop(columns=["_kind", "_eta"]).reset_index(drop=True)
-
-
-def _context(factor_set: list[Factor], mask: np.ndarray, exclude: tuple[str, ...],
-             data: pd.DataFrame) -> list[str]:
-    """The factors set on the whole domain `mask` and varying inside it, other than `exclude`."""
-    return [f.name for f in factor_set if f.name not in exclude and (f.mask >= mask).all()
-            and data.loc[mask, f.name].nunique() > 1]
+    order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
+    return table.sort_values(["kind", "eta_sq"], key=lambda c: c.map(order) if c.name == "kind"
+                             else -c).reset_index(drop=True)
 
 
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
     the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
-    mask = np.logical_and.reduce([next(f for f in factors if f.name == k).mask for k in keys])
+    by_name = {f.name: f for f in factors}
+    mask = np.logical_and.reduce([by_name[k].mask for k in keys])
     inside = data[mask]
-    context = _context(factors, mask, keys, data)
+    # what the configurations are matched on: the other factors set on the whole domain and
+    # varying inside it
+    context = [f.name for f in factors if f.name not in keys and (f.mask >= mask).all()
+               and inside[f.name].nunique() > 1]
     names = [f.name for f in factors]
     configs = (inside.fillna({n: NOT_SET for n in names})
                .groupby(names, dropna=False)["y"].agg(["mean", list]).reset_index())
@@ -394,7 +382,6 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                else f"{len(common)} of {len(union)}")
     rows = []
     for values, group in groups:
-        values = values if isinstance(values, tuple) else (values,)
         chosen = group[group["_context"].isin(common)] if common else group
         if len(chosen) >= 2:
             stats, over = agg_mod.seed_stats(chosen["mean"]), f"{len(chosen)} configurations"
@@ -409,8 +396,7 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
     frame = pd.DataFrame(rows)
     for key in keys:
-        order = next(f for f in factors if f.name == key).levels
-        frame[key] = pd.Categorical(frame[key], categories=order, ordered=True)
+        frame[key] = pd.Categorical(frame[key], categories=by_name[key].levels, ordered=True)
     return frame.sort_values(list(keys)).reset_index(drop=True)
 
 
@@ -559,9 +545,8 @@ def _crossed(effects: Effects, a: str, b: str) -> str | None:
     both = fa.mask & fb.mask
     if not both.any():
         return f"{a} ({fa.where}) and {b} ({fb.where}) are never set in the same run"
-    for f in (fa, fb):
+    for f, other in ((fa, fb), (fb, fa)):
         if effects.data.loc[both, f.name].nunique() < 2:
-            other = fb if f is fa else fa
             return f"{f.name} takes one value wherever {other.name} is set ({other.where}): nested, not crossed"
     return None
 
@@ -633,7 +618,7 @@ def ss_text(x) -> str:
     return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def importance_table(effects: Effects) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per term: where, df, SS, η², F, p (and PED-ANOVA); the top factor and pair in bold."""
     t = effects.importance
     columns = {"where": t["where"].tolist()} if (t["where"] != "all runs").any() else {}
@@ -740,7 +725,7 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     atomic_write(out / "effects_importance.csv", effects.importance.to_csv(index=False))
     atomic_write(out / "effects_marginal.csv", effects.marginal.to_csv(index=False))
     means = {(a, b): interaction_means(effects, a, b) for a, b in pairs}
-    layouts = [("effects_importance", "tab:importance", importance_table(effects, digits)),
+    layouts = [("effects_importance", "tab:importance", importance_table(effects)),
                ("effects_marginal", "tab:marginal", marginal_table(effects, higher_is_better, digits))]
     if means:
         atomic_write(out / "effects_interactions.csv",
