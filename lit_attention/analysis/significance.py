@@ -114,32 +114,6 @@ def _text(value) -> str:
     return str(value)
 
 
-class RunStats:
-    """Sentence statistics of the runs of one split, loaded (or computed and cached) on demand."""
-
-    def __init__(self, split: str, metric: str):
-        self.split, self.metric = split, metric
-        self.extractor = ss.Extractor()
-
-    def hyps(self, run_dir: str) -> Path:
-        return Path(run_dir) / hyps_file(self.split)
-
-    def refs(self, run_dir: str) -> Path:
-        return Path(run_dir) / refs_file(self.split)
-
-    def refs_from(self, run_dir: str, other: str) -> str:
-        """The run whose reference file `run_dir` is scored against: its own, else `other`'s."""
-        return run_dir if self.refs(run_dir).is_file() else other
-
-    def get(self, run_dir: str, refs_from: str) -> ss.SentenceStats:
-        """A run's statistics against the references stored in run `refs_from`."""
-        try:
-            return ss.load_or_compute(run_dir, self.split, self.refs(refs_from).read_bytes(),
-                                      self.extractor, metrics=(self.metric,))
-        except ValueError as exc:    # unequal lengths, undecodable text
-            raise AnalysisError(f"{self.hyps(run_dir)} against {self.refs(refs_from)}: {exc}") from exc
-
-
 COLUMNS = ["n_tested", "n_untested", "n_baseline", "n_unmatched", "delta", "delta_lo", "delta_hi", "direction",
            "p", "p_holm", "significant", "se", "df", "mde", "p_equivalent", "p_equivalent_holm",
            "equivalent", "note"]
@@ -188,7 +162,7 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     if runs[is_base].groupby(keys, dropna=False).ngroups > 1:
         raise AnalysisError(f"the baseline {baseline} matches more than one configuration: "
                             "give more KEY=VALUE pairs")
-    source = _Source(RunStats(split, metric), runs, column, is_base)
+    source = _Source(split, metric, runs, column, is_base)
     base = source.testable(runs[is_base])
     configs = []     # (key values, tested run dirs, untested count)
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
@@ -321,7 +295,7 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
     """sacreBLEU's sentence-level test of each configuration's one run against the baseline's
     run, on the same sentences (_Source.loaded) and one draw for the family; Holm over the
     comparisons."""
-    metric, found, draw = source.store.metric, {}, None
+    metric, found, draw = source.metric, {}, None
     tested = [i for i, (_, dirs, _) in enumerate(configs) if dirs and base]
     for start in range(0, len(tested), CHUNK):     # bounds the statistics held at once
         chunk = tested[start:start + CHUNK]
@@ -361,18 +335,22 @@ def _token_level(column: str) -> tuple[str, str] | None:
 
 class _Source:
     """What a family of comparisons resamples: every tested run's corpus scores on one shared
-    draw of the split's sentences, or (with a summary `column`) the runs' values."""
+    draw of the split's sentences (its sentence statistics loaded, or computed and cached, on
+    demand), or (with a summary `column`) the runs' values."""
 
-    def __init__(self, store: RunStats, runs: pd.DataFrame, column: str | None, is_base: pd.Series):
-        self.store, self.column = store, column
+    def __init__(self, split: str, metric: str, runs: pd.DataFrame, column: str | None,
+                 is_base: pd.Series):
+        self.split, self.metric, self.column = split, metric, column
+        self.extractor = ss.Extractor()
         self.values = pd.to_numeric(runs.set_index("run_dir")[column], errors="coerce") if column else None
         # a language model's loss or perplexity: resampled over contiguous blocks of its tokens
         # when every tested run recorded them (statistics.py); else over seeds only, and why
         self.lm = _token_level(column) if column else None
         self.blocks: dict[str, np.ndarray] = {}
         self.no_blocks: str | None = None
+        self.block_info: dict | None = None   # for the caption: blocks, tokens, split
         ordered = [*runs.loc[is_base, "run_dir"], *runs.loc[~is_base, "run_dir"]]   # baseline first
-        self.refs_run = next((d for d in ordered if store.refs(d).is_file()), None)
+        self.refs_run = next((d for d in ordered if self.refs(d).is_file()), None)
         self.draw: st.Draw | None = None
         self.refs_hash: str | None = None
 
@@ -380,17 +358,23 @@ class _Source:
         """The run dirs of `group` that can be tested: hypotheses and references, or a value."""
         if self.column:
             return [d for d in group["run_dir"] if math.isfinite(self.values.get(d, math.nan))]
-        return [d for d in group["run_dir"] if self.store.hyps(d).is_file() and self.refs_run]
+        return [d for d in group["run_dir"] if self.hyps(d).is_file() and self.refs_run]
+
+    def hyps(self, run_dir: str) -> Path:
+        return Path(run_dir) / hyps_file(self.split)
+
+    def refs(self, run_dir: str) -> Path:
+        return Path(run_dir) / refs_file(self.split)
 
     def refs_from(self, run_dir: str) -> str:
-        return self.store.refs_from(run_dir, self.refs_run)
+        """The run whose reference file `run_dir` is scored against: its own, else the family's."""
+        return run_dir if self.refs(run_dir).is_file() else self.refs_run
 
     def prepare(self, run_dirs: list[str], n_samples: int, seed: int) -> None:
         """Fill the statistics caches of every run on all CPUs; the sentence draw of the family."""
         self.n_samples, self.seed = n_samples, seed
         if not self.column:
-            store = self.store
-            ss.fill_caches([(d, store.split, str(store.refs(self.refs_from(d))), (store.metric,))
+            ss.fill_caches([(d, self.split, str(self.refs(self.refs_from(d))), (self.metric,))
                             for d in run_dirs])
         elif self.lm and run_dirs:
             self._load_blocks(run_dirs)
@@ -417,17 +401,11 @@ class _Source:
             self.no_blocks = f"{len(stale)} runs' per-token losses do not give their {self.column}"
         if self.no_blocks:
             return
-        n_blocks = st.block_count(lengths.pop())
+        tokens = lengths.pop()
+        n_blocks = st.block_count(tokens)
+        self.block_info = dict(blocks=n_blocks, tokens=tokens, split=split)
         self.blocks = {d: st.cut_blocks(nll, n_blocks) for d, nll in losses.items()}
         self.draw = st.draw("bootstrap", n_blocks, self.n_samples, self.seed)
-
-    @property
-    def block_info(self) -> dict | None:
-        """What the caption says of the blocks: their number and mean length (None: no blocks)."""
-        if not self.blocks:
-            return None
-        tokens = next(iter(self.blocks.values()))[:, 1]
-        return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
 
     def loaded(self, run_dirs: list[str]) -> list[ss.SentenceStats]:
         """The runs' statistics, all against one set of references (AnalysisError otherwise): the
@@ -435,10 +413,15 @@ class _Source:
         row per sentence of its references, sentence_stats.load_or_compute)."""
         found = []
         for run_dir in run_dirs:
-            stats = self.store.get(run_dir, self.refs_from(run_dir))
+            refs = self.refs(self.refs_from(run_dir))
+            try:
+                stats = ss.load_or_compute(run_dir, self.split, refs.read_bytes(), self.extractor,
+                                           metrics=(self.metric,))
+            except ValueError as exc:    # unequal lengths, undecodable text
+                raise AnalysisError(f"{self.hyps(run_dir)} against {refs}: {exc}") from exc
             self.refs_hash = self.refs_hash or stats.refs_hash
             if stats.refs_hash != self.refs_hash:
-                raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
+                raise AnalysisError(f"{run_dir} was scored against other references ({self.split}) "
                                     f"than the baseline; a paired test needs the same sentences")
             found.append(stats)
         return found
@@ -447,8 +430,8 @@ class _Source:
         """[n] each run's score: its corpus score on the whole split, or its value."""
         if self.column:
             return self.values[run_dirs].to_numpy(float)
-        metric = self.store.metric
-        return np.array([ss.corpus_score(metric, s.of(metric)) for s in self.loaded(run_dirs)])
+        return np.array([ss.corpus_score(self.metric, s.of(self.metric))
+                         for s in self.loaded(run_dirs)])
 
     @property
     def n_sentences(self) -> float:
@@ -475,11 +458,11 @@ class _Source:
                 stats = np.stack([self.blocks[d] for d in run_dirs])
                 return st.resampled_blocks(self.lm[1], self.draw.weights, stats), observed
             return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
-        stats = np.stack([s.of(self.store.metric) for s in self.loaded(run_dirs)])
+        stats = np.stack([s.of(self.metric) for s in self.loaded(run_dirs)])
         if self.draw is None:     # every run has the same sentences (loaded)
             self.draw = st.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
-        observed = np.array([ss.corpus_score(self.store.metric, s) for s in stats])
-        return st.resampled_scores(self.store.metric, self.draw, stats), observed
+        observed = np.array([ss.corpus_score(self.metric, s) for s in stats])
+        return st.resampled_scores(self.metric, self.draw, stats), observed
 
 
 CHUNK = 256    # runs (or pairs) whose statistics are loaded and tested together

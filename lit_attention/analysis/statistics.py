@@ -66,6 +66,7 @@ one; 30 blocks follows the batch-means advice of 10-30 batches (Schmeiser 1982, 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -188,12 +189,11 @@ def f_sf(f: float, df1: int, df2: float) -> float:
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the input order (NaN entries are left out)."""
     present = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
-    m = len(present)
     adjusted = [math.nan] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(present):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
+    scaled = (min(1.0, (len(present) - rank) * p) for rank, (p, _) in enumerate(present))
+    # the running maximum: no adjusted p is below the adjusted p of a smaller p
+    for (_, i), value in zip(present, itertools.accumulate(scaled, max)):
+        adjusted[i] = value
     return adjusted
 
 
