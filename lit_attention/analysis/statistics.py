@@ -121,7 +121,7 @@ def t_sf(t, df) -> np.ndarray:
     t, df = np.broadcast_arrays(np.asarray(t, dtype=float), np.asarray(df, dtype=float))
     out = np.full(t.shape, np.nan)
     normal = np.isinf(df) & ~np.isnan(t)
-    out[normal] = 0.5 * _erfc(t[normal] / np.sqrt(2))
+    out[normal] = 0.5 * np.vectorize(math.erfc, otypes=[float])(t[normal] / np.sqrt(2))
     finite = np.isfinite(df) & (df > 0) & ~np.isnan(t)
     out[finite] = np.where(t[finite] > 0, 0.0, 1.0)        # t = ±inf; the others below
     out[finite & (t == 0)] = 0.5
@@ -168,10 +168,6 @@ def _t_pdf(t: np.ndarray, df: np.ndarray) -> np.ndarray:
     density[finite] = np.exp(_log_gamma((nu + 1) / 2) - _log_gamma(nu / 2) - np.log(nu * np.pi) / 2
                              - (nu + 1) / 2 * np.log1p(x * x / nu))
     return density.reshape(shape)
-
-
-def _erfc(z: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erfc, otypes=[float])(z)
 
 
 def f_sf(f: float, df1: int, df2: float) -> float:
@@ -282,9 +278,7 @@ def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentenc
     n_a, n_b = system.shape[-1], base.shape[-1]
     sentence_part = np.asarray(sentence_part, dtype=float)
     sentence_df = np.inf if not np.isfinite(n_sentences) else max(n_sentences - 1, 1)
-    if pooled is None:
-        if min(n_a, n_b) < 2:
-            raise ValueError("a test over seeds needs at least two seeds on each side (or pooled)")
+    if pooled is None:     # two or more seeds on each side
         var_a = system.var(axis=-1, ddof=1) / n_a
         var_b = base.var(axis=-1, ddof=1) / n_b
         seed_part = var_a + var_b
@@ -303,11 +297,10 @@ def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentenc
 
 
 def pooled_variance(groups: list[np.ndarray]) -> tuple[float, int]:
-    """(Σ (n_a - 1) s²_a / Σ (n_a - 1), Σ (n_a - 1)) over arms of per-run scores with 2+ runs."""
+    """(Σ (n_a - 1) s²_a / Σ (n_a - 1), Σ (n_a - 1)) over arms of per-run scores with 2+ runs
+    (one such arm at least)."""
     used = [np.asarray(g, dtype=float) for g in groups if len(g) >= 2]
     df = sum(len(g) - 1 for g in used)
-    if not df:
-        return float("nan"), 0
     return float(sum(((g - g.mean()) ** 2).sum() for g in used) / df), df
 
 
