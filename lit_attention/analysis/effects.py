@@ -93,9 +93,7 @@ def type2(y, terms: list[Term]) -> pd.DataFrame:
 
 
 def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
-    """An orthonormal basis [n, rank] of the column space of `columns`."""
-    if columns.shape[1] == 0:
-        return columns
+    """An orthonormal basis [n, rank] of the column space of `columns` (one or more)."""
     u, sv, _ = np.linalg.svd(columns, full_matrices=False)
     return u[:, sv > tol * max(sv.max(), 1.0)]
 
@@ -269,11 +267,6 @@ def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
     if conditions and (selected == mask).all():
         return ", ".join(f"{name}={'|'.join(values)}" for name, values in conditions)
     return f"{int(mask.sum())} of {len(mask)} runs where set"
-
-
-def make_factors(data: pd.DataFrame, names: list[str]) -> list[Factor]:
-    bare = [Factor(n, tuple(_order(data[n].dropna())), data[n].notna().to_numpy(), "") for n in names]
-    return [Factor(f.name, f.levels, f.mask, _where(data, f.mask, bare)) for f in bare]
 
 
 def _codes(data: pd.DataFrame, f: Factor) -> np.ndarray:
@@ -501,7 +494,8 @@ def analyse(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> E
     keep = [c for c in ("group", "run_id", "run_dir", "seed") if c in usable]
     data = pd.concat([usable[keep].assign(y=pd.to_numeric(usable[metric]).astype(float)),
                       _labels(usable[names])], axis=1).reset_index(drop=True)
-    factors = make_factors(data, names)
+    bare = [Factor(n, tuple(_order(data[n].dropna())), data[n].notna().to_numpy(), "") for n in names]
+    factors = [Factor(f.name, f.levels, f.mask, _where(data, f.mask, bare)) for f in bare]
     notes = aliased + design_notes(runs, data, metric, factors)
     table = importance(data, factors, notes)
     ped, ped_note = ped_anova(data, names, metric, higher_is_better)
@@ -613,17 +607,14 @@ def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str
 
 # -- tables and figures ------------------------------------------------------------------------
 
-def ss_text(x) -> str:
-    """Sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209."""
-    return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
 def importance_table(effects: Effects) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per term: where, df, SS, η², F, p (and PED-ANOVA); the top factor and pair in bold."""
     t = effects.importance
     columns = {"where": t["where"].tolist()} if (t["where"] != "all runs").any() else {}
     columns.update({"df": t["df"].astype(int).astype(str).tolist(),
-                    "SS": [ss_text(x) for x in t["ss"]],
+                    # sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209
+                    "SS": ["" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+                           for x in t["ss"]],
                     ETA: [number(x, 3) for x in t["eta_sq"]],
                     "F": [number(x, 2) for x in t["f"]],
                     NU: [number(x, 1) for x in t["df_den"]],

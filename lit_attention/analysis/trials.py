@@ -81,8 +81,7 @@ def expected_max_markdown(table: pd.DataFrame, keys: list[str], metric: str, hig
              digits: int = 1) -> str:
     """Rows n, columns the families, cells 'E[max] ± sd' (blank beyond a family's N), and a caption."""
     name = " / ".join(keys) if keys else "nothing (one family)"
-    labels = (table[keys].map(label).agg(" / ".join, axis=1) if keys
-              else pd.Series("all runs", index=table.index))
+    labels = table[keys].map(label).agg(" / ".join, axis=1) if keys else "all runs"
     cells = table.assign(family=labels, cell=[f"{m:.{digits}f} ± {s:.{digits}f}"
                                               for m, s in zip(table["expected_max"], table["sd"])])
     grid = cells.pivot(index=TRIALS, columns="family", values="cell").fillna("")
