@@ -623,7 +623,8 @@ def importance_table(effects: Effects) -> tuple[pd.DataFrame, pd.DataFrame]:
         columns["PED-ANOVA"] = [number(x, 3) for x in t["ped_anova"]]
     cells = pd.DataFrame(columns, index=pd.Index(t["term"].tolist(), name="term"))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
-    top = t[t["kind"].isin(["factor", "interaction"])].groupby("kind")["eta_sq"].idxmax()
+    ranked = t[t["kind"].isin(["factor", "interaction"])].dropna(subset="eta_sq")   # NaN: no spread
+    top = ranked.groupby("kind")["eta_sq"].idxmax()
     best.iloc[top.to_numpy(), cells.columns.get_loc(ETA)] = True
     return cells, best
 
