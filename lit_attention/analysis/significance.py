@@ -258,8 +258,10 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         row["direction"] = _direction(row["delta"], higher_is_better)
     pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
     family = []                # (row index, p up, p down)
+    # the sentences (or token blocks) the sentence part was estimated from (none: values)
+    n_sentences = math.inf if source.draw is None else source.draw.n_sentences
     for i, observed, part in tested:
-        result = st.seed_test(observed, base_observed, part, source.n_sentences,
+        result = st.seed_test(observed, base_observed, part, n_sentences,
                             pooled=pooled and (pooled["variance"], pooled["df"]))
         low, high = result.interval()
         rows[i].update(delta_lo=clip(float(low), bounds), delta_hi=clip(float(high), bounds),
@@ -432,12 +434,6 @@ class _Source:
             return self.values[run_dirs].to_numpy(float)
         return np.array([ss.corpus_score(self.metric, s.of(self.metric))
                          for s in self.loaded(run_dirs)])
-
-    @property
-    def n_sentences(self) -> float:
-        """The sentences (or token blocks) the variance's sentence part was estimated from
-        (inf: values without blocks, none)."""
-        return math.inf if self.draw is None else self.draw.n_sentences
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
