@@ -140,10 +140,7 @@ def t_quantile(p, df) -> np.ndarray:
     upper = p > 0.5
     tail = np.where(upper, 1 - p, p)            # solve t_sf(t) = tail for t >= 0, then sign
     lo, hi = np.zeros(p.shape), np.full(p.shape, 1.0)
-    while True:                                  # grow the bracket where it is too narrow
-        short = t_sf(hi, df) > tail
-        if not short.any():
-            break
+    while (short := t_sf(hi, df) > tail).any():  # grow the bracket where it is too narrow
         hi = np.where(short, hi * 4, hi)
     root = (lo + hi) / 2
     for _ in range(200):
