@@ -635,7 +635,8 @@ def means_cells(m: pd.DataFrame, metric: str, digits: int, index: list[str]) -> 
     ci = [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])]
     return pd.DataFrame({metric: [number(x, digits) for x in m["mean"]], "95% CI": ci,
                          "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
-                         "matched": m["matched"].tolist()}, index=pd.MultiIndex.from_frame(m[index]))
+                         "matched": m["matched"].tolist()},
+                        index=pd.MultiIndex.from_frame(m[index]))
 
 
 def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) -> tuple:

@@ -208,9 +208,9 @@ def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> 
              for values, dirs, _ in configs]
     for name, dirs in [("the baseline", base), *named]:
         if len(dirs) > 1:
-            raise AnalysisError(f"--test {test} compares one run with one run (test-set variance "
-                                f"only), but {name} has {len(dirs)} runs: use --test {DEFAULT_TEST}, "
-                                "which treats the seeds as the random factor they are")
+            raise AnalysisError(f"--test {test} compares one run with one run (test-set "
+                                f"variance only), but {name} has {len(dirs)} runs: use --test "
+                                f"{DEFAULT_TEST}, which treats the seeds as the random factor they are")
 
 
 def _direction(delta: float, higher_is_better: bool) -> str:
