@@ -93,9 +93,7 @@ def type2(y, terms: list[Term]) -> pd.DataFrame:
 
 
 def _basis(columns: np.ndarray, tol: float = 1e-9) -> np.ndarray:
-    """An orthonormal basis [n, rank] of the column space of `columns`."""
-    if columns.shape[1] == 0:
-        return columns
+    """An orthonormal basis [n, rank] of the column space of `columns` (one or more)."""
     u, sv, _ = np.linalg.svd(columns, full_matrices=False)
     return u[:, sv > tol * max(sv.max(), 1.0)]
 
@@ -142,8 +140,7 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     gets the mean variance of the others. A term without df or a model without residual df gets
     no test."""
     y = np.asarray(y, dtype=float)
-    n = len(y)
-    full, leverage, cell_df = design.full, design.leverage, design.cell_df
+    full, leverage = design.full, design.leverage
     residual = y - full @ (full.T @ y)
     rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
     residual[np.abs(residual) < rounding] = 0.0
@@ -151,32 +148,29 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
     if exact.any() and (~exact).any():
         omega[exact] = omega[~exact].mean()
-    df_res = n - full.shape[1]
+    df_res = len(y) - full.shape[1]
     rows = []
     for name, q in zip(design.names, design.bases):
         row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
-        if q.shape[1] and df_res > 0:
-            z = q.T @ y
-            variance = (q * omega[:, None]).T @ q
-            df = q.shape[1]
-            if not variance.any():     # no spread at all: any difference is exact
-                moved = bool((np.abs(z) > rounding).any())
-                row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
-                rows.append(row)
-                continue
-            inverse = np.linalg.pinv(variance)
-            wald = float(z @ inverse @ z)
-            # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
-            # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
-            per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
-            shares = inverse @ per_cell
-            a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
-                       / (2 * cell_df)).sum())
-            c = df + 2 * a - 6 * a / (df + 2)
-            nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
-            f = wald / c
-            row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
         rows.append(row)
+        df = q.shape[1]
+        if not df or df_res < 1:
+            continue
+        z, variance = q.T @ y, (q * omega[:, None]).T @ q
+        if not variance.any():     # no spread at all: any difference is exact
+            moved = bool((np.abs(z) > rounding).any())
+            row.update(f=math.inf if moved else math.nan, df_den=df_res, p=0.0 if moved else math.nan)
+            continue
+        inverse = np.linalg.pinv(variance)
+        # Johansen's (1980) Welch-James approximation: each cell's share of V̂ is a variance
+        # estimate on n_c - 1 df; wald / c ~ F(df, ν) (for df 1: Welch's t², Satterthwaite's ν)
+        per_cell = np.einsum("cn,ni,nj->cij", design.cell_onehot, q * omega[:, None], q)   # [cells, df, df]
+        shares = inverse @ per_cell
+        a = float(((np.einsum("cij,cji->c", shares, shares) + np.einsum("cii->c", shares) ** 2)
+                   / (2 * design.cell_df)).sum())
+        nu = min(df * (df + 2) / (3 * a), df_res) if a > 0 else df_res
+        f = float(z @ inverse @ z) / (df + 2 * a - 6 * a / (df + 2))
+        row.update(f=f, df_den=nu, p=f_sf(f, df, nu))
     return pd.DataFrame(rows)
 
 
@@ -250,8 +244,9 @@ def factor_names(usable: pd.DataFrame) -> tuple[list[str], list[str]]:
     return kept, notes
 
 
-def _labels(column: pd.Series) -> pd.Series:
-    return column.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else label(v))
+def _labels(values: pd.DataFrame) -> pd.DataFrame:
+    """Display labels of configuration values; None where a key is not set."""
+    return values.map(lambda v: None if pd.isna(v) else label(v))
 
 
 def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
@@ -274,21 +269,11 @@ def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
     return f"{int(mask.sum())} of {len(mask)} runs where set"
 
 
-def make_factors(data: pd.DataFrame, names: list[str]) -> list[Factor]:
-    bare = [Factor(n, tuple(_order(data[n].dropna())), data[n].notna().to_numpy(), "") for n in names]
-    return [Factor(f.name, f.levels, f.mask, _where(data, f.mask, bare)) for f in bare]
-
-
 def _codes(data: pd.DataFrame, f: Factor) -> np.ndarray:
     """Indicator columns of a factor: treatment coding (first level left out) when it is set on every
     run; every level when conditional, so the contrast lives inside its domain."""
     levels = f.levels if f.conditional else f.levels[1:]
     return np.column_stack([(data[f.name] == level).to_numpy(float) for level in levels])
-
-
-def _inside(inner: np.ndarray, outer: np.ndarray) -> bool:
-    """inner is a strict subset of outer."""
-    return bool((inner <= outer).all() and inner.sum() < outer.sum())
 
 
 def _rank(*blocks) -> int:
@@ -321,9 +306,10 @@ def design(data: pd.DataFrame, factors: list[Factor], interactions: bool) -> lis
     terms = []
     for name, kind, members, mask, columns in parts:
         # Marginality: a term is tested after the terms below it, not after those containing it
-        # (its interactions) or living inside its domain (conditional factors nested in it).
-        above = frozenset(other for other, _, other_members, other_mask, _ in parts if other != name
-                          and ((members and set(members) < set(other_members)) or _inside(other_mask, mask)))
+        # (its interactions) or living inside its domain (conditional factors nested in it: a
+        # strict subset of its runs).
+        above = frozenset(other for other, _, wider, inner, _ in parts if other != name and (
+            set(members) < set(wider) or ((inner <= mask).all() and inner.sum() < mask.sum())))
         terms.append((Term(name, columns, above), kind, mask))
     return terms
 
@@ -336,52 +322,47 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     runs their own variance. Seeds are no block: seed 1 of one configuration shares nothing with
     seed 1 of another (as in the seed test)."""
     configs = data[[f.name for f in factors]].fillna(NOT_SET).astype(str).agg("|".join, axis=1)
-    terms = design(data, factors, interactions=True)
-    table = type2(data["y"], [t for t, _, _ in terms])
-    residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
-    if residual_df < 1 and any(kind == "interaction" for _, kind, _ in terms):
-        terms = design(data, factors, interactions=False)
+    for interactions in (True, False):
+        terms = design(data, factors, interactions)
         table = type2(data["y"], [t for t, _, _ in terms])
-        residual_df = table.loc[table["term"] == "residual", "df"].iloc[0]
+        residual_df = table["df"].iloc[-2]      # the rows end with residual, total
+        if residual_df >= 1 or all(kind != "interaction" for _, kind, _ in terms):
+            break
         notes.append("Two-way interactions not fitted: with them no residual degrees of freedom "
                      "would remain (too few seeds per configuration).")
     if residual_df < 1:
         notes.append("No residual degrees of freedom (one run per configuration): no F-tests.")
     tests = robust_on(robust_design([t for t, _, _ in terms], configs), data["y"]).set_index("term")
     named = table["term"].isin(tests.index)
-    for column in ("f", "p"):
-        table.loc[named, column] = table.loc[named, "term"].map(tests[column])
+    table.loc[named, ["f", "p"]] = tests.loc[table.loc[named, "term"], ["f", "p"]].to_numpy()
     table.insert(table.columns.get_loc("f") + 1, "df_den", table["term"].map(tests["df_den"]))
     kinds = {t.name: kind for t, kind, _ in terms}
     table.insert(1, "kind", table["term"].map(kinds).fillna(table["term"]))
     wheres = {t.name: _where(data, mask, factors) for t, _, mask in terms}
     table.insert(2, "where", table["term"].map(wheres).fillna("all runs"))
-    aliased = table.loc[(table["df"] == 0) & table["kind"].isin(["factor", "interaction"]), "term"]
+    tested = table["kind"].isin(["factor", "interaction"])
+    aliased = table.loc[tested & (table["df"] == 0), "term"]
     if len(aliased):
         notes.append(f"No degrees of freedom left (aliased with other terms): {', '.join(aliased)}.")
-    tested = table["kind"].isin(["factor", "interaction"])
     table["p_holm"] = math.nan
     table.loc[tested, "p_holm"] = holm(table.loc[tested, "p"].tolist())
+    table = table[(table["df"] > 0) | (table["kind"] != "interaction")]   # nested pairs vanish
     order = {"factor": 0, "interaction": 1, "residual": 2, "total": 3}
-    table = table.assign(_kind=table["kind"].map(order), _eta=-table["eta_sq"])
-    table = table[(table["df"] > 0) | ~table["kind"].isin(["interaction"])]   # nested pairs vanish
-    return table.sort_values(["_kind", "_eta"]).drop(columns=["_kind", "_eta"]).reset_index(drop=True)
-
-
-def _context(factor_set: list[Factor], mask: np.ndarray, exclude: tuple[str, ...],
-             data: pd.DataFrame) -> list[str]:
-    """The factors set on the whole domain `mask` and varying inside it, other than `exclude`."""
-    return [f.name for f in factor_set if f.name not in exclude and (f.mask >= mask).all()
-            and data.loc[mask, f.name].nunique() > 1]
+    return table.sort_values(["kind", "eta_sq"], key=lambda c: c.map(order) if c.name == "kind"
+                             else -c).reset_index(drop=True)
 
 
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                limits: tuple[float, float] | None = None) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
     the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
-    mask = np.logical_and.reduce([next(f for f in factors if f.name == k).mask for k in keys])
+    by_name = {f.name: f for f in factors}
+    mask = np.logical_and.reduce([by_name[k].mask for k in keys])
     inside = data[mask]
-    context = _context(factors, mask, keys, data)
+    # what the configurations are matched on: the other factors set on the whole domain and
+    # varying inside it
+    context = [f.name for f in factors if f.name not in keys and (f.mask >= mask).all()
+               and inside[f.name].nunique() > 1]
     names = [f.name for f in factors]
     configs = (inside.fillna({n: NOT_SET for n in names})
                .groupby(names, dropna=False)["y"].agg(["mean", list]).reset_index())
@@ -390,15 +371,10 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     groups = configs.groupby(list(keys), sort=False)
     support = [set(g["_context"]) for _, g in groups]
     common, union = set.intersection(*support), set.union(*support)
-    if not common:
-        matched = "unmatched"
-    elif common == union:
-        matched = "all"
-    else:
-        matched = f"{len(common)} of {len(union)}"
+    matched = ("unmatched" if not common else "all" if common == union
+               else f"{len(common)} of {len(union)}")
     rows = []
     for values, group in groups:
-        values = values if isinstance(values, tuple) else (values,)
         chosen = group[group["_context"].isin(common)] if common else group
         if len(chosen) >= 2:
             stats, over = agg_mod.seed_stats(chosen["mean"]), f"{len(chosen)} configurations"
@@ -413,18 +389,15 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
     frame = pd.DataFrame(rows)
     for key in keys:
-        order = next(f for f in factors if f.name == key).levels
-        frame[key] = pd.Categorical(frame[key], categories=order, ordered=True)
+        frame[key] = pd.Categorical(frame[key], categories=by_name[key].levels, ordered=True)
     return frame.sort_values(list(keys)).reset_index(drop=True)
 
 
 def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=None) -> pd.DataFrame:
-    frames = []
-    for f in factors:
-        means = cell_means(data, factors, (f.name,), limits)
-        frames.append(means.rename(columns={f.name: "level"}).assign(level=lambda m: m["level"].astype(str)))
-        frames[-1].insert(0, "factor", f.name)
-    return pd.concat(frames, ignore_index=True)
+    frames = {f.name: cell_means(data, factors, (f.name,), limits).rename(columns={f.name: "level"})
+              for f in factors}
+    means = pd.concat(frames, names=["factor", None]).reset_index(0).reset_index(drop=True)
+    return means.astype({"level": str})
 
 
 def design_notes(runs: pd.DataFrame, data: pd.DataFrame, metric: str, factors: list[Factor]) -> list[str]:
@@ -436,8 +409,7 @@ def design_notes(runs: pd.DataFrame, data: pd.DataFrame, metric: str, factors: l
         notes.append("Excluded: " + ", ".join(f"{n} {s}" for s, n in counts.value_counts().items()) + ".")
     names = [f.name for f in factors]
     def keys(frame):
-        return set(frame[names].map(lambda v: None if pd.isna(v) else label(v))
-                   .fillna(NOT_SET).itertuples(index=False, name=None))
+        return set(_labels(frame[names]).fillna(NOT_SET).itertuples(index=False, name=None))
     lost = sorted(c for c in keys(runs) - keys(data) if set(c) != {NOT_SET})   # runs without a model
     if lost:
         shown = "; ".join(", ".join(f"{n}={v}" for n, v in zip(names, c) if v != NOT_SET) for c in lost[:3])
@@ -520,11 +492,10 @@ def analyse(runs: pd.DataFrame, metric: str, higher_is_better: bool = True) -> E
         raise AnalysisError(f"--effects: no configuration key takes two values among the {len(usable)} "
                             f"usable runs (finished, finite {metric}); there is nothing to compare")
     keep = [c for c in ("group", "run_id", "run_dir", "seed") if c in usable]
-    data = usable[keep].assign(y=pd.to_numeric(usable[metric]).astype(float))
-    for name in names:
-        data[name] = _labels(usable[name])
-    data = data.reset_index(drop=True)
-    factors = make_factors(data, names)
+    data = pd.concat([usable[keep].assign(y=pd.to_numeric(usable[metric]).astype(float)),
+                      _labels(usable[names])], axis=1).reset_index(drop=True)
+    bare = [Factor(n, tuple(_order(data[n].dropna())), data[n].notna().to_numpy(), "") for n in names]
+    factors = [Factor(f.name, f.levels, f.mask, _where(data, f.mask, bare)) for f in bare]
     notes = aliased + design_notes(runs, data, metric, factors)
     table = importance(data, factors, notes)
     ped, ped_note = ped_anova(data, names, metric, higher_is_better)
@@ -568,9 +539,8 @@ def _crossed(effects: Effects, a: str, b: str) -> str | None:
     both = fa.mask & fb.mask
     if not both.any():
         return f"{a} ({fa.where}) and {b} ({fb.where}) are never set in the same run"
-    for f in (fa, fb):
+    for f, other in ((fa, fb), (fb, fa)):
         if effects.data.loc[both, f.name].nunique() < 2:
-            other = fb if f is fa else fa
             return f"{f.name} takes one value wherever {other.name} is set ({other.where}): nested, not crossed"
     return None
 
@@ -637,17 +607,14 @@ def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str
 
 # -- tables and figures ------------------------------------------------------------------------
 
-def ss_text(x) -> str:
-    """Sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209."""
-    return "" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
-
-
-def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
+def importance_table(effects: Effects) -> tuple[pd.DataFrame, pd.DataFrame]:
     """One row per term: where, df, SS, η², F, p (and PED-ANOVA); the top factor and pair in bold."""
     t = effects.importance
     columns = {"where": t["where"].tolist()} if (t["where"] != "all runs").any() else {}
     columns.update({"df": t["df"].astype(int).astype(str).tolist(),
-                    "SS": [ss_text(x) for x in t["ss"]],
+                    # sums of squares span orders of magnitude: 1668, 227, 19.1, 0.00209
+                    "SS": ["" if pd.isna(x) else f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+                           for x in t["ss"]],
                     ETA: [number(x, 3) for x in t["eta_sq"]],
                     "F": [number(x, 2) for x in t["f"]],
                     NU: [number(x, 1) for x in t["df_den"]],
@@ -656,21 +623,26 @@ def importance_table(effects: Effects, digits: int = 1) -> tuple[pd.DataFrame, p
         columns["PED-ANOVA"] = [number(x, 3) for x in t["ped_anova"]]
     cells = pd.DataFrame(columns, index=pd.Index(t["term"].tolist(), name="term"))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
-    for kind in ("factor", "interaction"):
-        rows = t.index[t["kind"] == kind]
-        if len(rows):
-            best.iloc[t.loc[rows, "eta_sq"].idxmax(), list(cells.columns).index(ETA)] = True
+    ranked = t[t["kind"].isin(["factor", "interaction"])].dropna(subset="eta_sq")   # NaN: no spread
+    top = ranked.groupby("kind")["eta_sq"].idxmax()
+    best.iloc[top.to_numpy(), cells.columns.get_loc(ETA)] = True
     return cells, best
+
+
+def means_cells(m: pd.DataFrame, metric: str, digits: int, index: list[str]) -> pd.DataFrame:
+    """The cells of matched means `m` (cell_means), indexed by its `index` columns: mean, 95% CI,
+    what the CI is over, runs, matched."""
+    ci = [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])]
+    return pd.DataFrame({metric: [number(x, digits) for x in m["mean"]], "95% CI": ci,
+                         "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
+                         "matched": m["matched"].tolist()},
+                        index=pd.MultiIndex.from_frame(m[index]))
 
 
 def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) -> tuple:
     """One row per (factor, level): mean, 95% CI, configurations, runs; best level in bold."""
     m = effects.marginal
-    cells = pd.DataFrame({effects.metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
-                          "CI over": m["ci_over"].tolist(), "runs": m["runs"].astype(str).tolist(),
-                          "matched": m["matched"].tolist()},
-                         index=pd.MultiIndex.from_frame(m[["factor", "level"]]))
+    cells = means_cells(m, effects.metric, digits, ["factor", "level"])
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     shown = m["mean"].round(digits)
     target = shown.groupby(m["factor"]).transform("max" if higher_is_better else "min")
@@ -679,26 +651,12 @@ def marginal_table(effects: Effects, higher_is_better: bool, digits: int = 1) ->
 
 
 def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
-    """One row per (pair, level of A, level of B): mean, 95% CI, configurations, runs."""
-    frames = []
-    for (a, b), frame in means.items():
-        frames.append(frame.assign(interaction=pair_name(a, b),
-                                   levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])]))
-    m = pd.concat(frames, ignore_index=True)
-    cells = pd.DataFrame({metric: [number(x, digits) for x in m["mean"]],
-                          "95% CI": [ci_text(lo, hi, digits) for lo, hi in zip(m["ci_lo"], m["ci_hi"])],
-                          "CI over": m["ci_over"].tolist(), "matched": m["matched"].tolist()},
-                         index=pd.MultiIndex.from_frame(m[["interaction", "levels"]]))
+    """One row per (pair, level of A, level of B): mean, 95% CI, what the CI is over, matched."""
+    m = pd.concat([frame.assign(interaction=pair_name(a, b),
+                                levels=[pair_name(x, y) for x, y in zip(frame[a], frame[b])])
+                   for (a, b), frame in means.items()], ignore_index=True)
+    cells = means_cells(m, metric, digits, ["interaction", "levels"]).drop(columns="runs")
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
-
-
-def latex(cells, best, caption: str, label: str) -> str:
-    return to_latex(cells, best, caption, label=label).replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$")
-
-
-def stem_name(key: str) -> str:
-    """A file-name-safe short form of a key: model.enc_layers -> enc_layers."""
-    return key.removeprefix("model.").replace(".", "_").replace("/", "_")
 
 
 def numeric(levels) -> bool:
@@ -760,7 +718,7 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     atomic_write(out / "effects_importance.csv", effects.importance.to_csv(index=False))
     atomic_write(out / "effects_marginal.csv", effects.marginal.to_csv(index=False))
     means = {(a, b): interaction_means(effects, a, b) for a, b in pairs}
-    layouts = [("effects_importance", "tab:importance", importance_table(effects, digits)),
+    layouts = [("effects_importance", "tab:importance", importance_table(effects)),
                ("effects_marginal", "tab:marginal", marginal_table(effects, higher_is_better, digits))]
     if means:
         atomic_write(out / "effects_interactions.csv",
@@ -771,7 +729,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     printed = []
     for name, tex_label, (cells, best) in layouts:
         caption = text[name.removeprefix("effects_")]
-        atomic_write(out / f"{name}.tex", latex(cells, best, caption, tex_label))
+        atomic_write(out / f"{name}.tex", to_latex(cells, best, caption, label=tex_label)
+                     .replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$"))
         markdown = to_markdown(cells, best, caption)
         atomic_write(out / f"{name}.md", markdown)
         printed.append(markdown)
@@ -782,5 +741,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
     if figures:
         files += plot_marginal_means(effects, out / "effects_marginal")
         for (a, b), m in means.items():
-            files += plot_interaction(effects, a, b, m, out / f"effects_interaction_{stem_name(a)}_x_{stem_name(b)}")
+            # file-name-safe short forms of the keys: model.enc_layers -> enc_layers
+            stem = "_x_".join(k.removeprefix("model.").replace(".", "_").replace("/", "_")
+                              for k in (a, b))
+            files += plot_interaction(effects, a, b, m, out / f"effects_interaction_{stem}")
     return printed, files

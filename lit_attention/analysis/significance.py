@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -78,84 +77,41 @@ def hypotheses(test: str, n_comparisons: int) -> int:
 
 # ---- p-values from resampled scores -----------------------------------------------------------
 
-def bootstrap_pvalues(base: np.ndarray, system: np.ndarray, observed: np.ndarray) -> np.ndarray:
-    """sacreBLEU's paired bootstrap p-value for each of R comparisons.
-
-    base, system: [B, R] scores on the same resampled test sets; observed: [R] system - baseline
-    on the full test set. Two-sided: the resampled |differences|, shifted to mean 0 (the null),
-    that exceed the observed |difference|, (count + 1) / (B + 1)."""
-    diffs = np.abs(system - base)
-    null = diffs - diffs.mean(axis=0)
-    return ((null > np.abs(observed)).sum(axis=0) + 1) / (len(diffs) + 1)
-
-
-def permutation_pvalues(swapped_a: np.ndarray, swapped_b: np.ndarray,
-                        observed: np.ndarray) -> np.ndarray:
-    """sacreBLEU's approximate randomization p-value for each of R comparisons: how often
-    swapping sentences between the two systems gives a |difference| above the observed one."""
-    return ((np.abs(swapped_a - swapped_b) > np.abs(observed)).sum(axis=0) + 1) / (len(swapped_a) + 1)
-
-
-def observed_differences(metric: str, base: np.ndarray, systems: np.ndarray) -> np.ndarray:
-    """Exact corpus score differences system - baseline of R pairs of statistics [R, N, K]."""
-    return np.array([ss.corpus_score(metric, s) - ss.corpus_score(metric, b)
-                     for b, s in zip(base, systems)])
-
-
 def pvalues(metric: str, draw: st.Draw, base: np.ndarray, systems: np.ndarray,
             base_scores: np.ndarray | None = None) -> np.ndarray:
-    """p-values of R paired comparisons: base and systems are sentence statistics [R, N, K]
-    (row r of `base` is the baseline that system r is compared with). A bootstrap may be given
-    the baselines' resampled scores [B, R] (computed once for many systems)."""
-    observed = observed_differences(metric, base, systems)
+    """sacreBLEU's p-values of R paired comparisons: base and systems are sentence statistics
+    [R, N, K] (row r of `base` is the baseline that system r is compared with). A bootstrap may
+    be given the baselines' resampled scores [B, R] (computed once for many systems).
+
+    Two-sided, (count + 1) / (B + 1): the paired bootstrap counts the resampled |differences|,
+    shifted to mean 0 (the null), that exceed the observed |difference| (system - baseline on the
+    full test set); approximate randomization counts how often swapping sentences between the two
+    systems gives a |difference| above the observed one."""
+    observed = np.abs([ss.corpus_score(metric, s) - ss.corpus_score(metric, b)
+                       for b, s in zip(base, systems)])
     if draw.kind == "bootstrap":
         if base_scores is None:
             base_scores = st.resampled_scores(metric, draw, base)
-        return bootstrap_pvalues(base_scores, st.resampled_scores(metric, draw, systems),
-                                 observed)
-    return permutation_pvalues(*st.swapped_scores(metric, draw, base, systems), observed)
+        diffs = np.abs(st.resampled_scores(metric, draw, systems) - base_scores)
+        null = diffs - diffs.mean(axis=0)
+    else:
+        swapped_a, swapped_b = st.swapped_scores(metric, draw, base, systems)
+        null = np.abs(swapped_a - swapped_b)
+    return ((null > observed).sum(axis=0) + 1) / (len(null) + 1)
 
 
 # ---- the table's comparisons ------------------------------------------------------------------
 
 def matches(runs: pd.DataFrame, selector: dict[str, str]) -> pd.Series:
     """Rows whose columns equal every value of `selector` (compared as text, so 4 == '4')."""
-    mask = pd.Series(True, index=runs.index)
-    for col, value in selector.items():
-        mask &= runs[col].map(_text) == str(value)
-    return mask
+    wanted = pd.Series(selector, dtype=object).map(str)
+    return runs[list(selector)].map(_text).eq(wanted).all(axis=1)
 
 
 def _text(value) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
-
-
-class RunStats:
-    """Sentence statistics of the runs of one split, loaded (or computed and cached) on demand."""
-
-    def __init__(self, split: str, metric: str):
-        self.split, self.metric = split, metric
-        self.extractor = ss.Extractor()
-
-    def hyps(self, run_dir: str) -> Path:
-        return Path(run_dir) / hyps_file(self.split)
-
-    def refs(self, run_dir: str) -> Path:
-        return Path(run_dir) / refs_file(self.split)
-
-    def refs_from(self, run_dir: str, other: str) -> str:
-        """The run whose reference file `run_dir` is scored against: its own, else `other`'s."""
-        return run_dir if self.refs(run_dir).is_file() else other
-
-    def get(self, run_dir: str, refs_from: str) -> ss.SentenceStats:
-        """A run's statistics against the references stored in run `refs_from`."""
-        try:
-            return ss.load_or_compute(run_dir, self.split, self.refs(refs_from).read_bytes(),
-                                      self.extractor, metrics=(self.metric,))
-        except ValueError as exc:    # unequal lengths, undecodable text
-            raise AnalysisError(f"{self.hyps(run_dir)} against {self.refs(refs_from)}: {exc}") from exc
 
 
 COLUMNS = ["n_tested", "n_untested", "n_baseline", "n_unmatched", "delta", "delta_lo", "delta_hi", "direction",
@@ -206,13 +162,12 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     if runs[is_base].groupby(keys, dropna=False).ngroups > 1:
         raise AnalysisError(f"the baseline {baseline} matches more than one configuration: "
                             "give more KEY=VALUE pairs")
-    source = _Source(RunStats(split, metric), runs, column, is_base)
+    source = _Source(split, metric, runs, column, is_base)
     base = source.testable(runs[is_base])
     configs = []     # (key values, tested run dirs, untested count)
     for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
         tested = source.testable(group)
-        configs.append((values if isinstance(values, tuple) else (values,), tested,
-                        len(group) - len(tested)))
+        configs.append((values, tested, len(group) - len(tested)))
     if test == DEFAULT_TEST:
         testable = [c for c in configs if len(c[1]) >= 2] if len(base) >= 2 else []
     else:
@@ -222,9 +177,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     n_samples = n_samples or (N_SAMPLES if test == DEFAULT_TEST else default_samples(n_hypotheses))
     source.prepare([*base, *(d for _, dirs, _ in configs for d in dirs)], n_samples, seed)
     if test == DEFAULT_TEST:
-        low, high = metric_range(column or metric)
-        width = high - low if low is not None and high is not None else None
-        rows, pooled = _seed_test(source, base, configs, higher_is_better, width, pool_seeds, equivalence)
+        low, high = metric_range(column or metric)     # a difference is at most their distance
+        bounds = (low - high, high - low) if low is not None and high is not None else (None, None)
+        rows, pooled = _seed_test(source, base, configs, higher_is_better, bounds, pool_seeds, equivalence)
     else:
         rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
@@ -249,15 +204,13 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
 
 def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> None:
     """A sentence-level test compares one run with one run: refuse configurations with more."""
-    several = [(", ".join(f"{k}={v}" for k, v in zip(keys, values)), len(dirs))
-               for values, dirs, _ in configs if len(dirs) > 1]
-    if len(base) > 1:
-        several.insert(0, ("the baseline", len(base)))
-    if several:
-        name, n = several[0]
-        raise AnalysisError(f"--test {test} compares one run with one run (test-set variance "
-                            f"only), but {name} has {n} runs: use --test {DEFAULT_TEST}, which "
-                            "treats the seeds as the random factor they are")
+    named = [(", ".join(f"{k}={v}" for k, v in zip(keys, values)), dirs)
+             for values, dirs, _ in configs]
+    for name, dirs in [("the baseline", base), *named]:
+        if len(dirs) > 1:
+            raise AnalysisError(f"--test {test} compares one run with one run (test-set "
+                                f"variance only), but {name} has {len(dirs)} runs: use --test "
+                                f"{DEFAULT_TEST}, which treats the seeds as the random factor they are")
 
 
 def _direction(delta: float, higher_is_better: bool) -> str:
@@ -267,35 +220,48 @@ def _direction(delta: float, higher_is_better: bool) -> str:
 
 
 def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
-               width: float | None, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
+               bounds: tuple, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
     """The seeds x sentences test (statistics.seed_test) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
-    Intervals are clipped to ±`width` (the largest difference the metric allows). Returns the rows
+    Intervals are clipped to `bounds` (the largest differences the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
     base_scores, base_observed = None, np.array([])
     if len(base) >= 2:
         base_scores, base_observed = source.scores(base)
     elif base:
         base_observed = source.observed(base)
+    # the configurations with two or more seeds (when the baseline has two) are resampled whole
+    # configurations of up to CHUNK runs to a matrix product
+    resampled, batch = {}, []
+    todo = [i for i, (_, dirs, _) in enumerate(configs) if min(len(dirs), len(base)) >= 2]
+    for k, i in enumerate(todo):
+        batch.append(i)
+        sizes = [len(configs[j][1]) for j in batch]
+        if i == todo[-1] or sum(sizes) + len(configs[todo[k + 1]][1]) > CHUNK:
+            scores, observed = source.scores([d for j in batch for d in configs[j][1]])
+            for j, end, n in zip(batch, np.cumsum(sizes), sizes):
+                resampled[j] = scores[:, end - n:end], observed[end - n:end]
+            batch = []
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
-    for i, (scores, observed, (_, dirs, untested)) in enumerate(_batched(source, configs, base_scores)):
-        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=math.nan,
-                   delta_lo=math.nan, delta_hi=math.nan, direction="", p=math.nan,
-                   p_holm=math.nan, se=math.nan, df=math.nan, mde=math.nan, p_equivalent=math.nan,
-                   p_equivalent_holm=math.nan, note=NO_DATA if not dirs or not base else "")
-        if not row["note"]:
-            if scores is None:
-                row["note"] = ONE_SEED
-            else:
-                tested.append((i, observed, source.sentence_part(scores, base_scores)))
-            row["delta"] = float(observed.mean() - base_observed.mean())
-            row["direction"] = _direction(row["delta"], higher_is_better)
+    for i, (_, dirs, untested) in enumerate(configs):
+        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), direction="",
+                   note=NO_DATA if not dirs or not base else "")
         rows.append(row)
+        if row["note"]:
+            continue
+        if i in resampled:
+            scores, observed = resampled[i]
+            tested.append((i, observed, source.sentence_part(scores, base_scores)))
+        else:
+            observed, row["note"] = source.observed(dirs), ONE_SEED
+        row["delta"] = float(observed.mean() - base_observed.mean())
+        row["direction"] = _direction(row["delta"], higher_is_better)
     pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
-    bounds = (-width, width) if width is not None else (None, None)
     family = []                # (row index, p up, p down)
+    # the sentences (or token blocks) the sentence part was estimated from (none: values)
+    n_sentences = math.inf if source.draw is None else source.draw.n_sentences
     for i, observed, part in tested:
-        result = st.seed_test(observed, base_observed, part, source.n_sentences,
+        result = st.seed_test(observed, base_observed, part, n_sentences,
                             pooled=pooled and (pooled["variance"], pooled["df"]))
         low, high = result.interval()
         rows[i].update(delta_lo=clip(float(low), bounds), delta_hi=clip(float(high), bounds),
@@ -326,48 +292,35 @@ def _pooled(groups: list[np.ndarray]) -> dict:
                 high=max(sds))
 
 
-def _batched(source: "_Source", configs: list, base_scores: np.ndarray | None):
-    """(scores [B, n] or None, observed [n], config) of every configuration in order; the
-    configurations with two or more seeds (when the baseline has two) are resampled CHUNK runs
-    at a time, as one matrix product each."""
-    todo = [i for i, (_, dirs, _) in enumerate(configs) if len(dirs) >= 2 and base_scores is not None]
-    found, start = {}, 0
-    while start < len(todo):
-        batch, runs = [], 0
-        while start < len(todo) and (not batch or runs + len(configs[todo[start]][1]) <= CHUNK):
-            batch.append(todo[start])
-            runs += len(configs[todo[start]][1])
-            start += 1
-        scores, observed = source.scores([d for i in batch for d in configs[i][1]])
-        at = 0
-        for i in batch:
-            n = len(configs[i][1])
-            found[i] = scores[:, at:at + n], observed[at:at + n]
-            at += n
-    for i, config in enumerate(configs):
-        dirs = config[1]
-        if i not in found:
-            found[i] = None, source.observed(dirs) if dirs else np.array([])
-        yield *found.pop(i), config
-
-
 def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
               seed: int, higher_is_better: bool) -> list[dict]:
-    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's."""
-    pairs = [(i, None, dirs[0], base[0], source.refs_from(dirs[0]))
-             for i, (_, dirs, _) in enumerate(configs) if dirs and base]
-    tester = _Tester(source.store, source.store.metric, test, n_samples, seed)
-    found = {}
-    for start in range(0, len(pairs), CHUNK):     # bounds the statistics held at once
-        chunk = pairs[start:start + CHUNK]
-        for (i, *_), result in zip(chunk, tester(chunk)):
-            found[i] = result
+    """sacreBLEU's sentence-level test of each configuration's one run against the baseline's
+    run, on the same sentences (_Source.loaded) and one draw for the family; Holm over the
+    comparisons."""
+    metric, found, draw = source.metric, {}, None
+    tested = [i for i, (_, dirs, _) in enumerate(configs) if dirs and base]
+    for start in range(0, len(tested), CHUNK):     # bounds the statistics held at once
+        chunk = tested[start:start + CHUNK]
+        base_stats, *systems = source.loaded(base + [configs[i][1][0] for i in chunk])
+        for i, system in zip(chunk, systems):
+            found[i] = 1.0, (ss.corpus_score(metric, system.of(metric))
+                             - ss.corpus_score(metric, base_stats.of(metric)))
+        differ = [(i, s) for i, s in zip(chunk, systems)
+                  if len(s) and not _identical(base_stats, s)]
+        if not differ:
+            continue
+        draw = draw or st.draw(test, len(base_stats), n_samples, seed)
+        base_rows = np.repeat(base_stats.of(metric)[None], len(differ), axis=0)
+        base_scores = (np.repeat(st.resampled_scores(metric, draw, base_rows[:1]), len(differ),
+                                 axis=1) if test == "bootstrap" else None)   # resampled once
+        systems = np.stack([s.of(metric) for _, s in differ])
+        for (i, _), value in zip(differ, pvalues(metric, draw, base_rows, systems, base_scores)):
+            found[i] = float(value), found[i][1]
     adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
     rows = []
     for i, (_, dirs, untested) in enumerate(configs):
         p, delta = found.get(i, (math.nan, math.nan))
         rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
-                         delta_lo=math.nan, delta_hi=math.nan,
                          direction=_direction(delta, higher_is_better), p=p,
                          p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
     return rows
@@ -382,27 +335,24 @@ def _token_level(column: str) -> tuple[str, str] | None:
     return (split, kind) if split and kind in metric_facts.TOKEN_LEVEL else None
 
 
-def _token_nll(run_dir: str, split: str) -> np.ndarray | None:
-    """[T] float32 per-token NLL of the run's `split` in stream order, or None when not recorded."""
-    path = Path(run_dir) / token_nll_file(split)
-    return np.load(path, allow_pickle=False) if path.is_file() else None
-
-
 class _Source:
     """What a family of comparisons resamples: every tested run's corpus scores on one shared
-    draw of the split's sentences, or (with a summary `column`) the runs' values."""
+    draw of the split's sentences (its sentence statistics loaded, or computed and cached, on
+    demand), or (with a summary `column`) the runs' values."""
 
-    def __init__(self, store: RunStats, runs: pd.DataFrame, column: str | None, is_base: pd.Series):
-        self.store, self.column = store, column
+    def __init__(self, split: str, metric: str, runs: pd.DataFrame, column: str | None,
+                 is_base: pd.Series):
+        self.split, self.metric, self.column = split, metric, column
+        self.extractor = ss.Extractor()
         self.values = pd.to_numeric(runs.set_index("run_dir")[column], errors="coerce") if column else None
         # a language model's loss or perplexity: resampled over contiguous blocks of its tokens
         # when every tested run recorded them (statistics.py); else over seeds only, and why
         self.lm = _token_level(column) if column else None
         self.blocks: dict[str, np.ndarray] = {}
         self.no_blocks: str | None = None
-        with_refs = [d for d in runs.loc[is_base, "run_dir"] if store.refs(d).is_file()]
-        with_refs += [d for d in runs.loc[~is_base, "run_dir"] if store.refs(d).is_file()]
-        self.refs_run = with_refs[0] if with_refs else None   # the baseline's references first
+        self.block_info: dict | None = None   # for the caption: blocks, tokens, split
+        ordered = [*runs.loc[is_base, "run_dir"], *runs.loc[~is_base, "run_dir"]]   # baseline first
+        self.refs_run = next((d for d in ordered if self.refs(d).is_file()), None)
         self.draw: st.Draw | None = None
         self.refs_hash: str | None = None
 
@@ -410,16 +360,24 @@ class _Source:
         """The run dirs of `group` that can be tested: hypotheses and references, or a value."""
         if self.column:
             return [d for d in group["run_dir"] if math.isfinite(self.values.get(d, math.nan))]
-        return [d for d in group["run_dir"] if self.store.hyps(d).is_file() and self.refs_run]
+        return [d for d in group["run_dir"] if self.hyps(d).is_file() and self.refs_run]
+
+    def hyps(self, run_dir: str) -> Path:
+        return Path(run_dir) / hyps_file(self.split)
+
+    def refs(self, run_dir: str) -> Path:
+        return Path(run_dir) / refs_file(self.split)
 
     def refs_from(self, run_dir: str) -> str:
-        return self.store.refs_from(run_dir, self.refs_run)
+        """The run whose reference file `run_dir` is scored against: its own, else the family's."""
+        return run_dir if self.refs(run_dir).is_file() else self.refs_run
 
     def prepare(self, run_dirs: list[str], n_samples: int, seed: int) -> None:
         """Fill the statistics caches of every run on all CPUs; the sentence draw of the family."""
         self.n_samples, self.seed = n_samples, seed
         if not self.column:
-            _fill_caches(self.store, [(d, self.refs_from(d)) for d in run_dirs])
+            ss.fill_caches([(d, self.split, str(self.refs(self.refs_from(d))), (self.metric,))
+                            for d in run_dirs])
         elif self.lm and run_dirs:
             self._load_blocks(run_dirs)
 
@@ -427,7 +385,9 @@ class _Source:
         """Every run's block statistics and the family's draw of blocks, or `no_blocks` saying
         why the test falls back to the seeds alone."""
         split, kind = self.lm
-        losses = {d: _token_nll(d, split) for d in run_dirs}
+        files = {d: Path(d) / token_nll_file(split) for d in run_dirs}   # [T] float32, stream order
+        losses = {d: np.load(f, allow_pickle=False) if f.is_file() else None
+                  for d, f in files.items()}
         missing = [d for d, nll in losses.items() if nll is None]
         lengths = {len(nll) for nll in losses.values() if nll is not None}
         stale = [d for d, nll in losses.items() if nll is not None and len(nll) and not math.isclose(
@@ -443,44 +403,37 @@ class _Source:
             self.no_blocks = f"{len(stale)} runs' per-token losses do not give their {self.column}"
         if self.no_blocks:
             return
-        n_blocks = st.block_count(lengths.pop())
+        tokens = lengths.pop()
+        n_blocks = st.block_count(tokens)
+        self.block_info = dict(blocks=n_blocks, tokens=tokens, split=split)
         self.blocks = {d: st.cut_blocks(nll, n_blocks) for d, nll in losses.items()}
         self.draw = st.draw("bootstrap", n_blocks, self.n_samples, self.seed)
 
-    @property
-    def block_info(self) -> dict | None:
-        """What the caption says of the blocks: their number and mean length (None: no blocks)."""
-        if not self.blocks:
-            return None
-        tokens = next(iter(self.blocks.values()))[:, 1]
-        return dict(blocks=len(tokens), tokens=int(tokens.sum()), split=self.lm[0])
-
-    def _stats(self, run_dirs: list[str]) -> np.ndarray:
-        """[runs, N, K] statistics against one set of references (AnalysisError otherwise; the
-        statistics of a run hold one row per sentence of its references, sentence_stats.load_or_compute)."""
+    def loaded(self, run_dirs: list[str]) -> list[ss.SentenceStats]:
+        """The runs' statistics, all against one set of references (AnalysisError otherwise): the
+        same sentences, the baseline's when it is loaded first (the statistics of a run hold one
+        row per sentence of its references, sentence_stats.load_or_compute)."""
         found = []
         for run_dir in run_dirs:
-            stats = self.store.get(run_dir, self.refs_from(run_dir))
+            refs = self.refs(self.refs_from(run_dir))
+            try:
+                stats = ss.load_or_compute(run_dir, self.split, refs.read_bytes(), self.extractor,
+                                           metrics=(self.metric,))
+            except ValueError as exc:    # unequal lengths, undecodable text
+                raise AnalysisError(f"{self.hyps(run_dir)} against {refs}: {exc}") from exc
             self.refs_hash = self.refs_hash or stats.refs_hash
             if stats.refs_hash != self.refs_hash:
-                raise AnalysisError(f"{run_dir} was scored against other references ({self.store.split}) "
+                raise AnalysisError(f"{run_dir} was scored against other references ({self.split}) "
                                     f"than the baseline; a paired test needs the same sentences")
-            found.append(stats.of(self.store.metric))
-        return np.stack(found)   # the same references: the same sentences
+            found.append(stats)
+        return found
 
     def observed(self, run_dirs: list[str]) -> np.ndarray:
         """[n] each run's score: its corpus score on the whole split, or its value."""
         if self.column:
             return self.values[run_dirs].to_numpy(float)
-        return np.array([ss.corpus_score(self.store.metric, s) for s in self._stats(run_dirs)])
-
-    @property
-    def n_sentences(self) -> float:
-        """The sentences (or token blocks) the variance's sentence part was estimated from
-        (inf: values without blocks, none)."""
-        if (self.column and not self.blocks) or self.draw is None:
-            return math.inf
-        return self.draw.n_sentences
+        return np.array([ss.corpus_score(self.metric, s.of(self.metric))
+                         for s in self.loaded(run_dirs)])
 
     def sentence_part(self, scores: np.ndarray, base_scores: np.ndarray) -> float:
         """The sentence part of Var(Δ) of scores [B, n_A] against base_scores [B, n_B]: the
@@ -501,77 +454,14 @@ class _Source:
                 stats = np.stack([self.blocks[d] for d in run_dirs])
                 return st.resampled_blocks(self.lm[1], self.draw.weights, stats), observed
             return np.broadcast_to(observed, (self.n_samples, len(run_dirs))), observed
-        stats = self._stats(run_dirs)
-        if self.draw is None or self.draw.n_sentences != stats.shape[1]:
+        stats = np.stack([s.of(self.metric) for s in self.loaded(run_dirs)])
+        if self.draw is None:     # every run has the same sentences (loaded)
             self.draw = st.draw("bootstrap", stats.shape[1], self.n_samples, self.seed)
-        observed = np.array([ss.corpus_score(self.store.metric, s) for s in stats])
-        return st.resampled_scores(self.store.metric, self.draw, stats), observed
+        observed = np.array([ss.corpus_score(self.metric, s) for s in stats])
+        return st.resampled_scores(self.metric, self.draw, stats), observed
 
 
-CHUNK = 256    # pairs whose statistics are loaded and tested together
-
-
-def _fill_caches(store: RunStats, runs: list[tuple[str, str]]) -> None:
-    """Compute missing statistics of (run dir, references' run) on all CPUs before testing."""
-    metrics = (store.metric,)
-    jobs = {run_dir: (run_dir, store.split, str(store.refs(refs_from)), metrics)
-            for run_dir, refs_from in runs}
-    ss.fill_caches(list(jobs.values()))
-
-
-class _Tester:
-    """Tests chunks of (system, baseline) pairs; one draw per test-set length for the whole
-    family, and each baseline's resampled scores computed once."""
-
-    def __init__(self, store: RunStats, metric: str, test: str, n_samples: int, seed: int):
-        self.store, self.metric, self.test, self.n_samples, self.seed = store, metric, test, n_samples, seed
-        self.draws: dict[int, st.Draw] = {}
-        self.baselines: dict[tuple[str, str], tuple[ss.SentenceStats, np.ndarray | None]] = {}
-
-    def _draw(self, n_sentences: int) -> st.Draw:
-        if n_sentences not in self.draws:
-            self.draws[n_sentences] = st.draw(self.test, n_sentences, self.n_samples, self.seed)
-        return self.draws[n_sentences]
-
-    def _baseline(self, base_dir: str, refs_from: str) -> tuple[ss.SentenceStats, np.ndarray | None]:
-        """The baseline's statistics and (bootstrap) its resampled scores [B]."""
-        key = (base_dir, self.store.refs_from(base_dir, refs_from))
-        if key not in self.baselines:
-            stats = self.store.get(base_dir, key[1])
-            scores = None
-            if self.test == "bootstrap" and len(stats):
-                scores = st.resampled_scores(self.metric, self._draw(len(stats)),
-                                                     stats.of(self.metric)[None])[:, 0]
-            self.baselines[key] = (stats, scores)
-        return self.baselines[key]
-
-    def __call__(self, pairs: list) -> list[tuple[float, float]]:
-        """(p, system - baseline score) of every pair."""
-        metric, loaded = self.metric, []
-        for _, _, run_dir, base_dir, refs_from in pairs:
-            base, base_scores = self._baseline(base_dir, refs_from)
-            system = self.store.get(run_dir, refs_from)
-            if base.refs_hash != system.refs_hash:
-                raise AnalysisError(f"{run_dir} and its baseline {base_dir} were scored against "
-                                    f"different references ({self.store.split}); a paired test "
-                                    "needs the same sentences")
-            loaded.append((base, base_scores, system))
-        p = [1.0] * len(loaded)
-        by_length = defaultdict(list)
-        for i, (base, _, system) in enumerate(loaded):
-            if len(system) and not _identical(base, system):
-                by_length[len(system)].append(i)
-        for n_sentences, members in by_length.items():
-            base = np.stack([loaded[i][0].of(metric) for i in members])
-            systems = np.stack([loaded[i][2].of(metric) for i in members])
-            base_scores = (np.stack([loaded[i][1] for i in members], axis=1)
-                           if self.test == "bootstrap" else None)
-            for i, value in zip(members, pvalues(metric, self._draw(n_sentences), base, systems,
-                                                 base_scores)):
-                p[i] = float(value)
-        return [(p_value, ss.corpus_score(metric, system.of(metric))
-                 - ss.corpus_score(metric, base.of(metric)))
-                for p_value, (base, _, system) in zip(p, loaded)]
+CHUNK = 256    # runs (or pairs) whose statistics are loaded and tested together
 
 
 def _identical(base: ss.SentenceStats, system: ss.SentenceStats) -> bool:

@@ -66,8 +66,9 @@ one; 30 blocks follows the batch-means advice of 10-30 batches (Schmeiser 1982, 
 
 from __future__ import annotations
 
+import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -120,18 +121,15 @@ def t_sf(t, df) -> np.ndarray:
     t, df = np.broadcast_arrays(np.asarray(t, dtype=float), np.asarray(df, dtype=float))
     out = np.full(t.shape, np.nan)
     normal = np.isinf(df) & ~np.isnan(t)
-    out[normal] = 0.5 * _erfc(t[normal] / np.sqrt(2))
+    out[normal] = 0.5 * np.vectorize(math.erfc, otypes=[float])(t[normal] / np.sqrt(2))
     finite = np.isfinite(df) & (df > 0) & ~np.isnan(t)
-    if finite.any():
-        tf, nu = t[finite], df[finite]
-        tail = np.full(tf.shape, 0.5)
-        inner = np.isfinite(tf) & (tf != 0)
-        x = nu[inner] / (nu[inner] + tf[inner] ** 2)
-        positive = np.where(x > 0, 0.5 * _betainc(nu[inner] / 2, np.full_like(x, 0.5),
-                                                  np.clip(x, 1e-300, 1 - 1e-16)), 0.0)
-        tail[inner] = np.where(tf[inner] > 0, positive, 1 - positive)
-        tail[np.isinf(tf)] = np.where(tf[np.isinf(tf)] > 0, 0.0, 1.0)
-        out[finite] = tail
+    out[finite] = np.where(t[finite] > 0, 0.0, 1.0)        # t = ±inf; the others below
+    out[finite & (t == 0)] = 0.5
+    inner = finite & np.isfinite(t) & (t != 0)
+    x = df[inner] / (df[inner] + t[inner] ** 2)
+    positive = np.where(x > 0, 0.5 * _betainc(df[inner] / 2, np.full_like(x, 0.5),
+                                              np.clip(x, 1e-300, 1 - 1e-16)), 0.0)
+    out[inner] = np.where(t[inner] > 0, positive, 1 - positive)
     return out
 
 
@@ -142,10 +140,7 @@ def t_quantile(p, df) -> np.ndarray:
     upper = p > 0.5
     tail = np.where(upper, 1 - p, p)            # solve t_sf(t) = tail for t >= 0, then sign
     lo, hi = np.zeros(p.shape), np.full(p.shape, 1.0)
-    while True:                                  # grow the bracket where it is too narrow
-        short = t_sf(hi, df) > tail
-        if not short.any():
-            break
+    while (short := t_sf(hi, df) > tail).any():  # grow the bracket where it is too narrow
         hi = np.where(short, hi * 4, hi)
     root = (lo + hi) / 2
     for _ in range(200):
@@ -172,10 +167,6 @@ def _t_pdf(t: np.ndarray, df: np.ndarray) -> np.ndarray:
     return density.reshape(shape)
 
 
-def _erfc(z: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erfc, otypes=[float])(z)
-
-
 def f_sf(f: float, df1: int, df2: float) -> float:
     """P(F > f) for an F(df1, df2) variable (df2 may be fractional, as a Satterthwaite df is)."""
     if math.isnan(f) or df1 < 1 or not df2 > 0:
@@ -191,12 +182,11 @@ def f_sf(f: float, df1: int, df2: float) -> float:
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the input order (NaN entries are left out)."""
     present = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
-    m = len(present)
     adjusted = [math.nan] * len(pvalues)
-    running = 0.0
-    for rank, (p, i) in enumerate(present):
-        running = max(running, min(1.0, (m - rank) * p))
-        adjusted[i] = running
+    scaled = (min(1.0, (len(present) - rank) * p) for rank, (p, _) in enumerate(present))
+    # the running maximum: no adjusted p is below the adjusted p of a smaller p
+    for (_, i), value in zip(present, itertools.accumulate(scaled, max)):
+        adjusted[i] = value
     return adjusted
 
 
@@ -272,8 +262,7 @@ class SeedTest:
     def equivalence_p(self, margin: float) -> np.ndarray:
         """Two one-sided tests (Schuirmann 1987) of |Δ| < margin: the larger of the p-values of
         Δ > -margin and Δ < margin; below α means equivalent within ±margin."""
-        shifted_up, shifted_down = replace(self, delta=self.delta + margin), replace(self, delta=self.delta - margin)
-        return np.maximum(shifted_up.p_up(), shifted_down.p_down())
+        return np.maximum(self._tail(self.delta + margin), self._tail(margin - self.delta))
 
 
 def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentences: float = np.inf,
@@ -286,9 +275,7 @@ def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentenc
     n_a, n_b = system.shape[-1], base.shape[-1]
     sentence_part = np.asarray(sentence_part, dtype=float)
     sentence_df = np.inf if not np.isfinite(n_sentences) else max(n_sentences - 1, 1)
-    if pooled is None:
-        if min(n_a, n_b) < 2:
-            raise ValueError("a test over seeds needs at least two seeds on each side (or pooled)")
+    if pooled is None:     # two or more seeds on each side
         var_a = system.var(axis=-1, ddof=1) / n_a
         var_b = base.var(axis=-1, ddof=1) / n_b
         seed_part = var_a + var_b
@@ -307,11 +294,10 @@ def seed_test(system: np.ndarray, base: np.ndarray, sentence_part=0.0, n_sentenc
 
 
 def pooled_variance(groups: list[np.ndarray]) -> tuple[float, int]:
-    """(Σ (n_a - 1) s²_a / Σ (n_a - 1), Σ (n_a - 1)) over arms of per-run scores with 2+ runs."""
+    """(Σ (n_a - 1) s²_a / Σ (n_a - 1), Σ (n_a - 1)) over arms of per-run scores with 2+ runs
+    (one such arm at least)."""
     used = [np.asarray(g, dtype=float) for g in groups if len(g) >= 2]
     df = sum(len(g) - 1 for g in used)
-    if not df:
-        return float("nan"), 0
     return float(sum(((g - g.mean()) ** 2).sum() for g in used) / df), df
 
 
@@ -408,21 +394,15 @@ def swapped_scores(metric: str, draw_: Draw, stats_a: np.ndarray, stats_b: np.nd
     diff = stats_b - stats_a
     moving = np.flatnonzero((diff != 0).any(axis=(0, 1)))
     weights = _float_weights(draw_.weights, diff[:, :, moving], 1.0)
-    out_a = np.empty((draw_.n_resamples, len(stats_a)))
-    out_b = np.empty_like(out_a)
+    out = np.empty((2, draw_.n_resamples, len(stats_a)))
     for part in _chunks(len(stats_a), draw_.n_resamples, max(1, len(moving))):
-        sum_a = stats_a[part].sum(axis=1).T.astype(np.float64)    # [K, R]
-        sum_b = stats_b[part].sum(axis=1).T.astype(np.float64)
-        pseudo_a = np.repeat(sum_a[None], draw_.n_resamples, axis=0)   # [B, K, R]
-        pseudo_b = np.repeat(sum_b[None], draw_.n_resamples, axis=0)
-        if len(moving):
-            moved = _product(weights, diff[part][:, :, moving])
-            for j, column in enumerate(moving):
-                pseudo_a[:, column, :] += moved[:, j, :]
-                pseudo_b[:, column, :] -= moved[:, j, :]
-        out_a[:, part] = score(np.moveaxis(pseudo_a, 1, 2))
-        out_b[:, part] = score(np.moveaxis(pseudo_b, 1, 2))
-    return out_a, out_b
+        moved = _product(weights, diff[part][:, :, moving])      # [B, moving columns, R]
+        for sign, stats, scores in ((1, stats_a, out[0]), (-1, stats_b, out[1])):
+            sums = stats[part].sum(axis=1).T.astype(np.float64)    # [K, R]
+            pseudo = np.repeat(sums[None], draw_.n_resamples, axis=0)   # [B, K, R]
+            pseudo[:, moving, :] += sign * moved
+            scores[:, part] = score(np.moveaxis(pseudo, 1, 2))
+    return out[0], out[1]
 
 
 def _check(draw_: Draw, stats: np.ndarray) -> None:

@@ -63,7 +63,6 @@ def expected_max_table(runs: pd.DataFrame, keys: list[str], metric: str,
     frames = []
     for family, group in used.groupby(keys, sort=True, dropna=False) if keys else [((), used)]:
         mean, variance = expected_max(group[metric].to_numpy(float), higher_is_better)
-        family = family if isinstance(family, tuple) else (family,)
         frames.append(pd.DataFrame({**dict(zip(keys, family)), TRIALS: np.arange(1, len(mean) + 1),
                                     "expected_max": mean, "sd": np.sqrt(variance),
                                     "n_runs": len(mean)}))
@@ -82,8 +81,7 @@ def expected_max_markdown(table: pd.DataFrame, keys: list[str], metric: str, hig
              digits: int = 1) -> str:
     """Rows n, columns the families, cells 'E[max] ± sd' (blank beyond a family's N), and a caption."""
     name = " / ".join(keys) if keys else "nothing (one family)"
-    labels = (table[keys].map(label).agg(" / ".join, axis=1) if keys
-              else pd.Series("all runs", index=table.index))
+    labels = table[keys].map(label).agg(" / ".join, axis=1) if keys else "all runs"
     cells = table.assign(family=labels, cell=[f"{m:.{digits}f} ± {s:.{digits}f}"
                                               for m, s in zip(table["expected_max"], table["sd"])])
     grid = cells.pivot(index=TRIALS, columns="family", values="cell").fillna("")
@@ -180,14 +178,12 @@ def improvement_table(runs: pd.DataFrame, keys: list[str], baseline: dict, metri
     rng = np.random.default_rng(seed)
     rows = []
     for config, group in used.groupby(keys, sort=True, dropna=False):
-        config = config if isinstance(config, tuple) else (config,)
         is_baseline = bool(is_base[group.index].all())
-        found = compare(by_task(group, metric, task), {} if is_baseline else base, higher_is_better,
-                        n_draws, rng)
+        scores = by_task(group, metric, task)
+        found = compare(scores, {} if is_baseline else base, higher_is_better, n_draws, rng)
         rows.append({**dict(zip(keys, config)), "baseline": is_baseline, "n_runs": len(group),
-                     "n_runs_min": min(map(len, by_task(group, metric, task).values())),
-                     **found, **({"n_tasks": group[task].nunique() if task else 1}
-                                 if is_baseline else {})})
+                     "n_runs_min": min(map(len, scores.values())), **found,
+                     **({"n_tasks": len(scores)} if is_baseline else {})})
     columns = keys + ["baseline", "n_runs", "n_runs_min", "n_tasks", "p_improvement", "p_ci_lo", "p_ci_hi",
                       "iqm", "iqm_ci_lo", "iqm_ci_hi"]
     return pd.DataFrame(rows).reindex(columns=columns)

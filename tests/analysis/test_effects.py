@@ -309,6 +309,20 @@ def test_one_seed_per_configuration_drops_interactions_and_says_so(tmp_path):
     assert found.importance.set_index("term").loc["residual", "df"] == 2     # 6 runs - 1 - 2 - 1
 
 
+def test_runs_that_all_score_the_same_get_their_tables_with_nothing_in_bold(tmp_path):
+    """Every run scores the same: η² = SS / total SS is 0/0 for every term, so no term is the most
+    important one; --effects writes its tables all the same, nothing in bold."""
+    for heads in (1, 2):
+        for seed in (1, 2):
+            write_run(tmp_path, "g", f"h{heads}-{seed}", seed=seed,
+                      model=dict(family="transformer", heads=heads), val_bleu=20.0)
+    out = tmp_path / "out"
+    assert report.main([str(tmp_path / "g"), "--out", str(out), "--no-figures", "--baseline", "off",
+                        "--effects"]) == 0
+    importance = (out / "effects_importance.md").read_text()
+    assert "| model.heads " in importance and "**" not in importance.split("\n\n")[0]
+
+
 def test_a_key_that_restates_another_is_aliased_not_a_second_factor(tmp_path):
     """Every GRU additive, every Transformer scaled_dot: model.scoring is model.family again."""
     for family, scoring, bleu in (("rnn", "additive", 20.0), ("transformer", "scaled_dot", 30.0)):
