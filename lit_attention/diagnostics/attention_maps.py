@@ -32,19 +32,14 @@ def entropy_by_name(attention: dict[str, torch.Tensor], src_pad: torch.Tensor,
                     tgt_pad: torch.Tensor) -> dict[str, list[float]]:
     """`attention_entropy` per head for a model's named weights (Seq2SeqOutput.attention).
 
-    The name says which side the queries and keys come from: ``enc_self.*`` source over source,
-    ``dec_self.*`` target over target, anything else (``cross.*``, ``cross``) target over source.
+    The name's first part says which side the queries and keys come from: ``enc_self[.i]`` source
+    over source, ``dec_self[.i]`` target over target, anything else (``cross.*``, ``cross``) target
+    over source.
     """
-    entropy = {}
-    for name, weights in attention.items():
-        if name.startswith("enc_self"):
-            keys, queries = src_pad, src_pad
-        elif name.startswith("dec_self"):
-            keys, queries = tgt_pad, tgt_pad
-        else:
-            keys, queries = src_pad, tgt_pad
-        entropy[name] = attention_entropy(weights, keys, queries).tolist()
-    return entropy
+    sides = {"enc_self": (src_pad, src_pad), "dec_self": (tgt_pad, tgt_pad)}   # (keys, queries)
+    cross = (src_pad, tgt_pad)
+    return {name: attention_entropy(weights, *sides.get(name.partition(".")[0], cross)).tolist()
+            for name, weights in attention.items()}
 
 
 def last_layer(names, prefix: str) -> str | None:
