@@ -22,12 +22,8 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
-        if isinstance(data, str):
-            with open(tmp, "x", encoding="utf-8") as f:
-                f.write(data)
-        else:
-            with open(tmp, "xb") as f:
-                f.write(data)
+        with open(tmp, "xb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -100,14 +96,12 @@ def read_yaml(source: Path | str, where: str | Path | None = None,
             raise FileError(where, "(file)", "not found") from None
         except OSError as e:
             raise FileError(where, "(file)", f"cannot read: {e.strerror or e}") from None
+        if len(data) > MAX_YAML_BYTES:
+            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            if len(data) <= MAX_YAML_BYTES:
-                raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-            text = ""
-        if len(data) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
+            raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     else:
         text, where = source, where or "(text)"
         if len(text) > MAX_YAML_BYTES:
