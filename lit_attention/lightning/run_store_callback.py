@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 
@@ -44,15 +45,14 @@ class RunStoreCallback(Callback):
     probe_every = 60.0
 
     def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
-                 subcommand: str, from_checkpoint: bool = False, labels: dict | None = None,
-                 identity: dict | None = None):
+                 subcommand: str, from_checkpoint: bool, labels: dict, identity: dict):
         self.run_dir, self.group, self.seed = run_dir, group, seed
         # the fields the run's claim adds (identity.Claim.record: uuid, takeovers, ...), filled
         # once the claim is taken (after the Trainer is built, before it runs)
-        self.identity = {} if identity is None else identity
+        self.identity = identity
         self._evaluated: dict | None = None   # what validate/test evaluated (the `evaluated` field)
         self._checkpoint_run: str | None = None   # the uuid of the run a loaded checkpoint was trained by
-        self.labels = labels or {}   # name, tags, job_type: recorded with or without W&B
+        self.labels = labels   # name, tags, job_type: recorded with or without W&B
         self.subcommand, self.from_checkpoint = subcommand, from_checkpoint
         self.config_yaml = config_yaml
         self.stop: tuple[Status, str] | None = None   # what the run's STOP file asked for
@@ -86,7 +86,7 @@ class RunStoreCallback(Callback):
     def _take_over(self, trainer: Trainer, stage: str) -> None:
         self._set_up = True
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
+        if (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
         fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
                       task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
@@ -114,11 +114,10 @@ class RunStoreCallback(Callback):
             for name in (schema.CHECKPOINTS, schema.HYPS, schema.ATTENTION, schema.GRADFLOW, schema.STOP):
                 old = self.run_dir.path / name
                 shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
-        dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
-        if dropped:
-            fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
-        if getattr(trainer.datamodule, "data_text", None):   # each data file: lines, line ends, BOMs, ...
-            fields["data_text"] = {**summary.get("data_text", {}), **trainer.datamodule.data_text}
+        # data pairs dropped per split and reason; each data file's lines, line ends, BOMs, ...
+        for name, field in (("dropped", "data_dropped"), ("data_text", "data_text")):
+            if getattr(trainer.datamodule, name, None):
+                fields[field] = {**summary.get(field, {}), **getattr(trainer.datamodule, name)}
         if stage == "fit" and hasattr(trainer.datamodule, "tgt_tokenizer"):   # what `translate` checks
             dm = trainer.datamodule
             fields["tokenizer_digest"] = tokenizer_digest({"src": dm.src_tokenizer, "tgt": dm.tgt_tokenizer})
@@ -189,12 +188,10 @@ class RunStoreCallback(Callback):
         if hyps is not None:
             self.run_dir.write_lines(hyps_file(split), hyps)
             self.run_dir.write_lines(refs_file(split), pl_module.refs[split])
-            fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
-            fields["chrf_signature"] = pl_module.chrf_signature
-            # Next to each split's metrics: what decoded them and how sacreBLEU scored them.
+            # Next to each split's metrics too: what decoded them and how sacreBLEU scored them.
             fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
-            fields[f"{split}_sacrebleu_signature"] = pl_module.sacrebleu_signature
-            fields[f"{split}_chrf_signature"] = pl_module.chrf_signature
+            for field in ("sacrebleu_signature", "chrf_signature"):
+                fields[field] = fields[f"{split}_{field}"] = getattr(pl_module, field)
         losses = getattr(pl_module, "token_losses", {}).get(split)
         if losses is not None:
             self.run_dir.write_array(token_nll_file(split), losses)
@@ -249,18 +246,15 @@ class RunStoreCallback(Callback):
             return
         seconds = self._elapsed()
         # Exact token and FLOP counts (summed over ranks every step) come from the budget callback.
-        budget = next((c for c in trainer.callbacks if isinstance(c, TrainingBudget)), None)
-        counts = (budget.summary(trainer) if budget is not None
-                  else {"train_tokens": getattr(pl_module, "train_tokens", 0) * trainer.world_size})
+        counts = next(c for c in trainer.callbacks if isinstance(c, TrainingBudget)).summary(trainer)
         status = Status.FINISHED
         if self.stop:
             status, reason = self.stop
             counts["stopped_by"] = f"STOP file: {reason}"
-        tokens = counts["train_tokens"]
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         summary = self.run_dir.update_summary(
             status=status, finished_at=now_iso(), train_seconds=seconds, **counts,
-            tokens_per_second=tokens / seconds if seconds else None,
+            tokens_per_second=counts["train_tokens"] / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None,
             **machine_speed.summarise(self._machine_gflops), **pl_module.describe())
@@ -283,13 +277,11 @@ class RunStoreCallback(Callback):
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
-            try:
+            # full disk, unreadable summary: the original error matters
+            with contextlib.suppress(OSError, SummaryError):
                 if trainer.state.fn != "fit" and self.run_dir.read_summary().status is not None:
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
-                    return
-                if self._set_up:
+                elif self._set_up:
                     self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
                                                 steps=trainer.global_step)
-            except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
-                pass
