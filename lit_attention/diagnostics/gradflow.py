@@ -142,39 +142,35 @@ def replay(rnn: nn.RNNBase, inputs, hx, probe: torch.Tensor):
         x = inputs if rnn.batch_first else inputs.transpose(0, 1)
         lengths = torch.full((x.size(0),), x.size(1), dtype=torch.long)
     B, S = x.shape[:2]
-    lstm = isinstance(rnn, nn.LSTM)
-    valid = (torch.arange(S)[None, :] < lengths[:, None]).to(x.device)      # [B, S]
-    h0, c0 = (hx if lstm else (hx, None)) if hx is not None else (None, None)
-    finals_h, finals_c = [], []
+    lstm, D = isinstance(rnn, nn.LSTM), 2 if rnn.bidirectional else 1
+    valid = (torch.arange(S)[None, :] < lengths[:, None]).to(x.device)[..., None]   # [B, S, 1]
+    if hx is None:
+        zeros = x.new_zeros(rnn.num_layers * D, B, rnn.hidden_size)
+        hx = (zeros, zeros) if lstm else zeros
+    starts = list(zip(*(hx if lstm else (hx,))))   # per layer and direction: (h, c) or (h,)
+    finals = []
     for layer in range(rnn.num_layers):
         # a cell of rnn's kind without weights of its own: functional_call passes rnn's
         cell = CELLS[rnn.mode](x.size(-1), rnn.hidden_size, bias=rnn.bias, device="meta")
         outputs = []
-        for d in range(2 if rnn.bidirectional else 1):
-            index = layer * (2 if rnn.bidirectional else 1) + d
+        for d in range(D):
             suffix = f"_l{layer}" + ("_reverse" if d else "")
             weights = {name: getattr(rnn, name + suffix) for name in
                        ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if rnn.bias else ())}
-            zeros = x.new_zeros(B, rnn.hidden_size)
-            h = zeros if h0 is None else h0[index]
-            c = (zeros if c0 is None else c0[index]) if lstm else None
-            out = [zeros] * S
+            state, out = starts[layer * D + d], [None] * S
             for t in (range(S - 1, -1, -1) if d else range(S)):
-                new = torch.func.functional_call(cell, weights, (x[:, t], (h, c) if lstm else h))
-                new_h, new_c = new if lstm else (new, None)
+                new = torch.func.functional_call(cell, weights, (x[:, t], state if lstm else state[0]))
+                new = new if lstm else (new,)
                 if layer == rnn.num_layers - 1:
-                    new_h = new_h + probe[:, t, d]
-                keep = valid[:, t, None]
-                h = torch.where(keep, new_h, h)             # padding leaves the state as it was
-                c = torch.where(keep, new_c, c) if lstm else None
-                out[t] = torch.where(keep, new_h, zeros)
+                    new = (new[0] + probe[:, t, d], *new[1:])
+                # padding leaves the state as it was, and outputs zeros
+                state = tuple(torch.where(valid[:, t], n, old) for n, old in zip(new, state))
+                out[t] = torch.where(valid[:, t], new[0], 0.0)
             outputs.append(torch.stack(out, dim=1))
-            finals_h.append(h)
-            finals_c.append(c)
+            finals.append(state)
         x = torch.cat(outputs, dim=-1)
-    final = torch.stack(finals_h)
-    if lstm:
-        final = (final, torch.stack(finals_c))
+    final = tuple(torch.stack(parts) for parts in zip(*finals))   # (h_n, c_n) or (h_n,)
+    final = final if lstm else final[0]
     if packed:
         return pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False), final
     return (x if rnn.batch_first else x.transpose(0, 1)), final
