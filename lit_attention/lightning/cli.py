@@ -244,8 +244,9 @@ class LitAttentionCLI(LightningCLI):
         # at the last improvement, and `--ckpt_path last` would go back to it.
         callbacks = [TrainingBudget(**vars(cfg.budget)),
                      *([StopAtCleanPoint()] if self.subcommand == "fit" else []),
-                     RunStoreCallback(self.run_dir, run.group, self.config_yaml, cfg.get("seed_everything"),
-                                      self.subcommand, bool(cfg.get("ckpt_path")), labels, self.claim.record),
+                     RunStoreCallback(self.run_dir, self.config_yaml, bool(cfg.get("ckpt_path")),
+                                      self.claim.record, group=run.group, seed=cfg.get("seed_everything"),
+                                      **labels),
                      DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)),
                      ModelCheckpoint(filename=BEST_CHECKPOINT, monitor="val_loss", mode="min", **one_file),
                      ModelCheckpoint(filename=Path(LAST_CHECKPOINT).stem, monitor=None, **one_file)]
@@ -349,12 +350,9 @@ def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> 
     for model.* and data.*, the class's). A default is no request: a run's config.yaml, which spells
     every default, still reads back."""
     inert, arguments = {}, {}
-    for group in groups:
-        section = config.get(group)
-        if section is None or not section.get("class_path"):
-            continue
-        inert.update(inert_settings(section))
-        arguments[group] = inspect.signature(class_at(section.class_path).__init__).parameters
+    for group in groups:   # (a parsed config has both, with a class_path)
+        inert.update(inert_settings(config[group]))
+        arguments[group] = inspect.signature(class_at(config[group].class_path).__init__).parameters
     for key in given.keys():
         setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
         if setting not in inert:
@@ -439,12 +437,10 @@ def training_args_checker():
         config = built[0].config
         sub = config["subcommand"]
         for part in ("model", "data"):   # their own checks; cheap: no network is built, no data read
-            section = config[sub].get(part)
-            if section is not None and section.get("class_path"):
-                try:
-                    class_at(section.class_path)(**section.init_args.as_dict())
-                except Exception as exc:
-                    raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+            try:
+                class_at(config[sub][part].class_path)(**config[sub][part].init_args.as_dict())
+            except Exception as exc:
+                raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
         return config
     return check
 
