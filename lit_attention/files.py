@@ -34,13 +34,11 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
 def check_writable(directory: Path) -> None:
     """Create `directory` and a 4 KiB file in it, then remove the file: OSError (naming the path)
     if the file system refuses (read-only, full, no permission)."""
-    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     probe = directory / f".write-test-{os.getpid()}"
     try:
-        with open(probe, "wb") as f:
+        with open(probe, "wb", buffering=0) as f:   # unbuffered: fsync then syncs all of it
             f.write(b"x" * 4096)
-            f.flush()
             os.fsync(f.fileno())
     finally:
         with contextlib.suppress(OSError):
@@ -137,8 +135,7 @@ def _walk(node, path: str, lines: dict[str, int], file, sizes: dict[int, int], d
     line = node.start_mark.line + 1
     if depth > MAX_YAML_DEPTH:
         raise FileError(file, path or "(file)", f"nested more than {MAX_YAML_DEPTH} levels deep", line)
-    sizes[id(node)] = 1
-    size = 1
+    size = sizes[id(node)] = 1
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for key_node, value_node in node.value:
