@@ -61,8 +61,7 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
     sentences keep the same cell size. Beside it, `<path>.json` holds the tokens and the weights
     (4 decimals), from which the report draws the maps at paper size.
     """
-    # A bare Figure on the Agg canvas: no pyplot, so no global backend or figure registry.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    # A bare Figure (savefig draws its PNG with Agg): no pyplot, no global backend or registry.
     from matplotlib.figure import Figure
 
     w = weights.detach().float().cpu().numpy()
@@ -71,7 +70,6 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
                          f"{len(src_tokens)} source tokens")
     width, height = heatmap_size(len(src_tokens), len(tgt_tokens))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
-    FigureCanvasAgg(fig)
     grid_w, grid_h = CELL_PX * len(src_tokens), CELL_PX * len(tgt_tokens)
     ax = fig.add_axes((LABEL_PX / width, (MARGIN_PX - LABEL_PX) / height, grid_w / width,
                        grid_h / height))

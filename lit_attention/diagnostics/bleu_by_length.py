@@ -46,11 +46,8 @@ def merge_small(bounds: list[tuple[int, int | None]], counts: Sequence[int],
 def _members(lengths: Sequence[int], bounds: list[tuple[int, int | None]]) -> list[list[int]]:
     # A length below the first bucket's lower bound (an empty source) goes to the first bucket,
     # so the counts always add up to the set size.
-    out = []
-    for i, (lo, hi) in enumerate(bounds):
-        floor = -1 if i == 0 else lo
-        out.append([j for j, n in enumerate(lengths) if n >= floor and (hi is None or n <= hi)])
-    return out
+    return [[j for j, n in enumerate(lengths) if (i == 0 or n >= lo) and (hi is None or n <= hi)]
+            for i, (lo, hi) in enumerate(bounds)]
 
 
 def bleu_by_length(source_lengths: Sequence[int], hyps: Sequence[str], refs: Sequence[str],

@@ -25,11 +25,12 @@ import random
 import re
 from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from lit_attention.data.batching import collate
@@ -39,7 +40,8 @@ from lit_attention.models.base import Seq2SeqModel
 DEFAULT_DISTANCE = 20
 DEFAULT_SENTENCES = 32
 # the cell of each nn.RNNBase mode (replay passes it the fused module's weights)
-CELLS = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell, "RNN_TANH": partial(nn.RNNCell, nonlinearity="tanh"),
+CELLS = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell,
+         "RNN_TANH": partial(nn.RNNCell, nonlinearity="tanh"),
          "RNN_RELU": partial(nn.RNNCell, nonlinearity="relu")}
 SAMPLE_SEED = 0          # one sample for every run on the same data, so runs compare like for like
 
@@ -51,13 +53,12 @@ def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.T
                            reduction="sum")
 
 
-def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = None,
-                  loss_fn: Callable | None = None) -> list[dict]:
+def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = None) -> list[dict]:
     """‖∂L/∂h_t‖ of every sentence, direction and position up to `max_distance` (default: all).
 
     Rows {sentence, direction, position, distance, norm}: sentence is batch["idx"] (the example's
     index in its split) when present, else the row of the batch; norm is the L2 norm over the state
-    of that direction. The loss defaults to `summed_cross_entropy(logits, tgt_out)`. Runs in eval
+    of that direction. The loss is `summed_cross_entropy(logits, tgt_out)`. Runs in eval
     mode (no dropout) and restores the caller's mode.
     """
     was_training = model.training
@@ -68,7 +69,7 @@ def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = N
         with (torch.enable_grad(), torch.backends.cudnn.flags(enabled=False),
               probed_encoder(model, batch["src"]) as (probe, directions)):
             logits = model(batch["src"], batch["tgt_in"]).logits
-            loss = (loss_fn or summed_cross_entropy)(logits, batch["tgt_out"])
+            loss = summed_cross_entropy(logits, batch["tgt_out"])
             (grad,) = torch.autograd.grad(loss, probe)                  # ∂L/∂h [B, S, D, H]
     finally:
         model.train(was_training)
@@ -159,7 +160,7 @@ def replay(rnn: nn.RNNBase, inputs, hx, probe: torch.Tensor):
                        ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if rnn.bias else ())}
             state, out = starts[layer * D + d], [None] * S
             for t in (range(S - 1, -1, -1) if d else range(S)):
-                new = torch.func.functional_call(cell, weights, (x[:, t], state if lstm else state[0]))
+                new = functional_call(cell, weights, (x[:, t], state if lstm else state[0]))
                 new = new if lstm else (new,)
                 if layer == rnn.num_layers - 1:
                     new = (new[0] + probe[:, t, d], *new[1:])

@@ -42,6 +42,7 @@ from lit_attention.lightning.diagnostics import DiagnosticsCallback
 from lit_attention.lightning.trainer import Trainer, is_number, refuse_trainer_values
 from lit_attention.lightning.trainer import accelerator_unusable  # noqa: F401 (the sweep asks it here)
 from lit_attention.lightning.run_store_callback import RunStoreCallback
+from lit_attention.lightning.translation import DECODING_HPARAMS
 from lit_attention.threads import use_allowed_cores
 from lit_attention.tracking import identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger
@@ -145,9 +146,10 @@ class LitAttentionCLI(LightningCLI):
 
     def __init__(self, args):
         super().__init__(LightningModule, LightningDataModule, subclass_mode_model=True,
-                         subclass_mode_data=True, save_config_callback=None, seed_everything_default=1,
-                         args=args, parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
-                         trainer_defaults=TRAINER_DEFAULTS, trainer_class=Trainer)
+                         subclass_mode_data=True, save_config_callback=None,
+                         seed_everything_default=1, args=args, parser_kwargs=PARSER_KWARGS,
+                         auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS,
+                         trainer_class=Trainer)
 
     def add_arguments_to_parser(self, parser):
         self.__dict__.setdefault("subcommand_parsers", []).append(parser)
@@ -172,9 +174,10 @@ class LitAttentionCLI(LightningCLI):
             check_checkpoint_file(ckpt_path)
         if isinstance(given.get("trainer.logger"), bool):
             # Lightning's default logger or none: the run store is always written, W&B is --tracking
-            raise ConfigError(f"--trainer.logger {str(given.get('trainer.logger')).lower()}: the run store "
-                              f"is always written (and W&B is --tracking wandb); --trainer.logger takes a "
-                              f"logger class to add besides it, e.g. lightning.pytorch.loggers.CSVLogger")
+            raise ConfigError(
+                f"--trainer.logger {str(given.get('trainer.logger')).lower()}: the run store is "
+                "always written (and W&B is --tracking wandb); --trainer.logger takes a logger "
+                "class to add besides it, e.g. lightning.pytorch.loggers.CSVLogger")
         if sub == "fit":   # (validate and test ignore every training setting, of any family)
             # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
             refuse_inert_settings(config, given, self.subcommand_parsers[0].get_defaults())
@@ -185,8 +188,9 @@ class LitAttentionCLI(LightningCLI):
         # root (--run.root: each run writes under <root>/<group>/<id>)
         root_dir, root = given.get("trainer.default_root_dir"), given.get("run.root")
         if root_dir is not None and root is not None and Path(root) != Path(root_dir):
-            raise ConfigError(f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
-                              f"every run is stored under (in <root>/<group>/<id>); give one")
+            raise ConfigError(
+                f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
+                "every run is stored under (in <root>/<group>/<id>); give one")
         if root_dir is not None:
             config.run.root = str(root_dir)
         seed = config.get("seed_everything")   # (true: a random seed)
@@ -194,11 +198,13 @@ class LitAttentionCLI(LightningCLI):
             raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
                               f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
         project = given.get("run.project")   # only W&B reads it
-        if project not in (None, RunOptions.project) and config.get("tracking") == registry.NO_TRACKING:
-            raise ConfigError(f"option run.project has no effect here: it names the W&B project, and tracking "
-                              f"is {registry.NO_TRACKING}: leave it unset or add --tracking wandb")
+        if project not in (None, RunOptions.project) and config.tracking == registry.NO_TRACKING:
+            raise ConfigError(
+                "option run.project has no effect here: it names the W&B project, and tracking is "
+                f"{registry.NO_TRACKING}: leave it unset or add --tracking wandb")
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
-        self.decoding_given = decoding_settings(config)
+        init_args = config.get("model.init_args") or {}
+        self.decoding_given = {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
     def instantiate_classes(self):
         try:
@@ -236,7 +242,8 @@ class LitAttentionCLI(LightningCLI):
         cfg = self.config[self.subcommand]
         run = cfg.run
         labels = dict(name=run.name or self.run_dir.run_id, tags=[t for t in run.tags.split(",") if t], job_type=run.job_type)
-        one_file = dict(dirpath=self.run_dir.checkpoints, save_top_k=1, enable_version_counter=False)
+        one_file = dict(dirpath=self.run_dir.checkpoints, save_top_k=1,
+                        enable_version_counter=False)
         # The budget before the diagnostics callback (see budget.py); on validate and test too,
         # where it has nothing to count, so that a checkpoint's budget state finds its callback.
         # last.ckpt by a checkpoint of its own, written at every epoch's end: ModelCheckpoint's
@@ -245,10 +252,11 @@ class LitAttentionCLI(LightningCLI):
         callbacks = [TrainingBudget(**vars(cfg.budget)),
                      *([StopAtCleanPoint()] if self.subcommand == "fit" else []),
                      RunStoreCallback(self.run_dir, self.config_yaml, bool(cfg.get("ckpt_path")),
-                                      self.claim.record, group=run.group, seed=cfg.get("seed_everything"),
-                                      **labels),
+                                      self.claim.record, group=run.group,
+                                      seed=cfg.get("seed_everything"), **labels),
                      DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)),
-                     ModelCheckpoint(filename=BEST_CHECKPOINT, monitor="val_loss", mode="min", **one_file),
+                     ModelCheckpoint(filename=BEST_CHECKPOINT, monitor="val_loss", mode="min",
+                                     **one_file),
                      ModelCheckpoint(filename=Path(LAST_CHECKPOINT).stem, monitor=None, **one_file)]
         trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
         if cfg.budget.steps is not None:
@@ -258,7 +266,8 @@ class LitAttentionCLI(LightningCLI):
                 raise ConfigError(str(exc)) from None
         warn_emulated_bf16(trainer_config)
         given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
-        trainer_config["logger"] = [RunStoreLogger(self.run_dir), *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
+        trainer_config["logger"] = [RunStoreLogger(self.run_dir), *(
+            given_loggers if isinstance(given_loggers, list) else [given_loggers])]
         trainer_config["default_root_dir"] = str(self.run_dir.path)
         bar = progress_bar(trainer_config)   # redrawn at the logging interval (steps.py)
         given = trainer_config.get("callbacks") or []
@@ -333,13 +342,6 @@ def check_run_dir(path: Path, command: str) -> None:
 
 class _Parsed(Exception):
     """Raised by a parse-only CLI once the arguments are parsed (carries the CLI)."""
-
-
-def decoding_settings(cfg) -> dict:
-    """The decoding fields of a parsed subcommand config (empty for models that do not decode)."""
-    from lit_attention.lightning.translation import DECODING_HPARAMS
-    init_args = cfg.get("model.init_args") or {}
-    return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
 
 def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> None:
@@ -511,8 +513,8 @@ def train(argv: list[str]) -> int:
             session.pop("run_dir", None)
         return 2
     except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
-        print(f"lit-attention {argv[0]}: error: --ckpt_path {session.get('ckpt_path')}: refused to load: "
-              f"{_refusal(str(exc))}", file=sys.stderr)
+        print(f"lit-attention {argv[0]}: error: --ckpt_path {session.get('ckpt_path')}: "
+              f"refused to load: {_refusal(str(exc))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, SystemExit) as exc:
         trainer = session.get("trainer")
@@ -530,7 +532,8 @@ def train(argv: list[str]) -> int:
         # numbers, not the code, failed
         fault = write_fault(exc, session.get("run_dir"))
         if fault or isinstance(exc, FloatingPointError):
-            print(f"lit-attention {argv[0]}: error: {fault or f'FloatingPointError: {exc}'}", file=sys.stderr)
+            why = fault or f"FloatingPointError: {exc}"
+            print(f"lit-attention {argv[0]}: error: {why}", file=sys.stderr)
             return 1
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -83,8 +83,9 @@ class RunStoreCallback(Callback):
         if task == FILES_TASK:   # the data's directory (or file) names it
             task = getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
         fields = dict(run_id=self.run_dir.run_id, run_dir=str(self.run_dir.path), task=task,
-                      git_commit=git_commit(), code_fingerprint=code_fingerprint(), machine=machine(),
-                      versions=package_versions(), world_size=trainer.world_size, **self.labels)
+                      git_commit=git_commit(), code_fingerprint=code_fingerprint(),
+                      machine=machine(), versions=package_versions(),
+                      world_size=trainer.world_size, **self.labels)
         afresh = stage == "fit" and not self.from_checkpoint
         replaces = afresh and schema.summary_path(self.run_dir.path).exists()
         summary = schema.Summary() if afresh else self.run_dir.read_summary()
@@ -117,9 +118,8 @@ class RunStoreCallback(Callback):
         schema.write_summary(self.run_dir.path, {**summary, **fields})
 
     def _elapsed(self) -> float:
-        if self._train_start is None:
-            return self._trained_seconds
-        return self._trained_seconds + time.perf_counter() - self._train_start
+        running = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
+        return self._trained_seconds + running
 
     def _probe_machine(self, trainer: Trainer) -> None:
         """The machine's speed now (machine_speed.py): at the start and end of training, and at an
@@ -232,7 +232,8 @@ class RunStoreCallback(Callback):
             return
         seconds = self._elapsed()
         # Exact token and FLOP counts (summed over ranks every step) come from the budget callback.
-        counts = next(c for c in trainer.callbacks if isinstance(c, TrainingBudget)).summary(trainer)
+        budget = next(c for c in trainer.callbacks if isinstance(c, TrainingBudget))
+        counts = budget.summary(trainer)
         status = Status.FINISHED
         if self.stop:
             status, reason = self.stop
