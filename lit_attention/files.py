@@ -57,8 +57,6 @@ MAX_SHOWN = 120   # characters of a value quoted in a message
 class FileError(ValueError):
     """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line."""
 
-    exit_code = 2
-
     def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
         self.file, self.key, self.line, self.reason = str(file), key, line, message
         where = f"{file}:{line}" if line else str(file)

@@ -103,8 +103,7 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
         B, S = src.shape
 
         def replace(module, args, kwargs, output):
-            if made:
-                return None
+            handle.remove()   # the next encode only
             made.append(rnn.weight_hh_l0.new_zeros(B, S, len(directions), rnn.hidden_size,
                                                    requires_grad=True))
             hx = args[1] if len(args) > 1 else kwargs.get("hx")
@@ -115,8 +114,7 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
         directions = ("undirected",)
 
         def replace(module, args, output):
-            if made:
-                return None
+            handle.remove()   # the next encode only
             made.append(torch.zeros_like(output, requires_grad=True).unsqueeze(2))
             return output + made[0][:, :, 0]
 

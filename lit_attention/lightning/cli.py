@@ -295,8 +295,8 @@ class LitAttentionCLI(LightningCLI):
             raise SystemExit(1) from None
         if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
             print(self.precision_notice, file=sys.stderr, flush=True)
-        make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
-        if make_logger is not None:   # besides the run store; it writes into the run: once it is ours
+        # besides the run store; it writes into the run: once it is ours
+        if (make_logger := registry.implementation(registry.TRACKING, cfg.tracking)) is not None:
             tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
             trainer.loggers = [*trainer.loggers, make_logger(
                 self.run_dir.path, run.project, run.group, labels["name"], run.job_type, labels["tags"], tracker_id,
@@ -394,8 +394,7 @@ def check_checkpoint_file(path) -> None:
     kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
     if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
         return
-    why = identity.checkpoint_problem(path)
-    if why:
+    if why := identity.checkpoint_problem(path):
         raise ConfigError(f"--ckpt_path {path}: {why}")
 
 
