@@ -50,8 +50,7 @@ def suggest(name: str, valid: Iterable[str]) -> str | None:
     def synonym_target(word: str) -> str | None:
         return next((prefix + t for t in SYNONYMS.get(word, ()) if prefix + t in valid), None)
 
-    found = synonym_target(last)
-    if found:
+    if found := synonym_target(last):
         return found
     # Compare the last part among names of the same group ("model." matches itself otherwise).
     siblings = [v.rpartition(".")[2] for v in valid if v.rpartition(".")[0] == head]

@@ -22,12 +22,8 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
-        if isinstance(data, str):
-            with open(tmp, "x", encoding="utf-8") as f:
-                f.write(data)
-        else:
-            with open(tmp, "xb") as f:
-                f.write(data)
+        with open(tmp, "xb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -38,13 +34,11 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
 def check_writable(directory: Path) -> None:
     """Create `directory` and a 4 KiB file in it, then remove the file: OSError (naming the path)
     if the file system refuses (read-only, full, no permission)."""
-    directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     probe = directory / f".write-test-{os.getpid()}"
     try:
-        with open(probe, "wb") as f:
+        with open(probe, "wb", buffering=0) as f:   # unbuffered: fsync then syncs all of it
             f.write(b"x" * 4096)
-            f.flush()
             os.fsync(f.fileno())
     finally:
         with contextlib.suppress(OSError):
@@ -62,8 +56,6 @@ MAX_SHOWN = 120   # characters of a value quoted in a message
 
 class FileError(ValueError):
     """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line."""
-
-    exit_code = 2
 
     def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
         self.file, self.key, self.line, self.reason = str(file), key, line, message
@@ -100,14 +92,12 @@ def read_yaml(source: Path | str, where: str | Path | None = None,
             raise FileError(where, "(file)", "not found") from None
         except OSError as e:
             raise FileError(where, "(file)", f"cannot read: {e.strerror or e}") from None
+        if len(data) > MAX_YAML_BYTES:
+            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            if len(data) <= MAX_YAML_BYTES:
-                raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-            text = ""
-        if len(data) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
+            raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     else:
         text, where = source, where or "(text)"
         if len(text) > MAX_YAML_BYTES:
@@ -143,8 +133,7 @@ def _walk(node, path: str, lines: dict[str, int], file, sizes: dict[int, int], d
     line = node.start_mark.line + 1
     if depth > MAX_YAML_DEPTH:
         raise FileError(file, path or "(file)", f"nested more than {MAX_YAML_DEPTH} levels deep", line)
-    sizes[id(node)] = 1
-    size = 1
+    size = sizes[id(node)] = 1
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         for key_node, value_node in node.value:

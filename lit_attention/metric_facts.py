@@ -62,17 +62,20 @@ def row(metric: str) -> Metric | None:
     return METRICS.get(base_metric(metric))
 
 
+def facts(metric: str) -> Metric:
+    """The metric's row; for a metric without one, its own name, no range, and better when higher
+    unless its name says loss, ppl or ter."""
+    lower = any(word in metric.lower() for word in LOWER_IS_BETTER)
+    return row(metric) or Metric(base_metric(metric), None, None, higher_is_better=not lower)
+
+
 def metric_name(metric: str) -> str:
     """The name of a metric without its split: 'test_chrf' -> 'chrF'."""
-    found = row(metric)
-    return found.name if found else base_metric(metric)
+    return facts(metric).name
 
 
 def higher_is_better(metric: str) -> bool:
-    found = row(metric)
-    if found:
-        return found.higher_is_better
-    return not any(word in metric.lower() for word in LOWER_IS_BETTER)
+    return facts(metric).higher_is_better
 
 
 def metric_label(metric: str) -> str:
@@ -82,24 +85,20 @@ def metric_label(metric: str) -> str:
 
 def metric_range(metric: str) -> tuple[float | None, float | None]:
     """The lowest and highest value the metric can take (None: unbounded)."""
-    found = row(metric)
-    return (found.low, found.high) if found else (None, None)
+    return facts(metric).low, facts(metric).high
 
 
 def from_hypotheses(metric: str) -> bool:
     """Whether the metric is scored from stored hypotheses (BLEU, chrF): decoded, and resampled
     sentence by sentence by a test."""
-    found = row(metric)
-    return bool(found and found.from_hypotheses)
+    return facts(metric).from_hypotheses
 
 
 def log_axis(metric: str) -> bool:
     """Whether the metric's curves are drawn on a log axis (perplexity, loss)."""
-    found = row(metric)
-    return bool(found and found.log_axis)
+    return facts(metric).log_axis
 
 
 def signature_field(metric: str) -> str:
     """The summary field of the sacreBLEU signature of the metric's scores."""
-    found = row(metric)
-    return found.signature if found else Metric.signature
+    return facts(metric).signature

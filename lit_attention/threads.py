@@ -12,10 +12,8 @@ import os
 
 def allowed_cores() -> int:
     """Cores this process may run on (its CPU affinity), not the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no sched_getaffinity (macOS)
-        return os.cpu_count() or 1
+    # (macOS has no sched_getaffinity)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def env_threads() -> int | None:

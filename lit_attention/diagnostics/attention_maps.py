@@ -32,19 +32,14 @@ def entropy_by_name(attention: dict[str, torch.Tensor], src_pad: torch.Tensor,
                     tgt_pad: torch.Tensor) -> dict[str, list[float]]:
     """`attention_entropy` per head for a model's named weights (Seq2SeqOutput.attention).
 
-    The name says which side the queries and keys come from: ``enc_self.*`` source over source,
-    ``dec_self.*`` target over target, anything else (``cross.*``, ``cross``) target over source.
+    The name's first part says which side the queries and keys come from: ``enc_self[.i]`` source
+    over source, ``dec_self[.i]`` target over target, anything else (``cross.*``, ``cross``) target
+    over source.
     """
-    entropy = {}
-    for name, weights in attention.items():
-        if name.startswith("enc_self"):
-            keys, queries = src_pad, src_pad
-        elif name.startswith("dec_self"):
-            keys, queries = tgt_pad, tgt_pad
-        else:
-            keys, queries = src_pad, tgt_pad
-        entropy[name] = attention_entropy(weights, keys, queries).tolist()
-    return entropy
+    sides = {"enc_self": (src_pad, src_pad), "dec_self": (tgt_pad, tgt_pad)}   # (keys, queries)
+    cross = (src_pad, tgt_pad)
+    return {name: attention_entropy(weights, *sides.get(name.partition(".")[0], cross)).tolist()
+            for name, weights in attention.items()}
 
 
 def last_layer(names, prefix: str) -> str | None:
@@ -66,8 +61,7 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
     sentences keep the same cell size. Beside it, `<path>.json` holds the tokens and the weights
     (4 decimals), from which the report draws the maps at paper size.
     """
-    # A bare Figure on the Agg canvas: no pyplot, so no global backend or figure registry.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    # A bare Figure (savefig draws its PNG with Agg): no pyplot, no global backend or registry.
     from matplotlib.figure import Figure
 
     w = weights.detach().float().cpu().numpy()
@@ -76,7 +70,6 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
                          f"{len(src_tokens)} source tokens")
     width, height = heatmap_size(len(src_tokens), len(tgt_tokens))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
-    FigureCanvasAgg(fig)
     grid_w, grid_h = CELL_PX * len(src_tokens), CELL_PX * len(tgt_tokens)
     ax = fig.add_axes((LABEL_PX / width, (MARGIN_PX - LABEL_PX) / height, grid_w / width,
                        grid_h / height))

@@ -18,12 +18,7 @@ def bucket_bounds(buckets: Sequence[int]) -> list[tuple[int, int | None]]:
     """(10, 20, 30) -> [(1, 10), (11, 20), (21, 30), (31, None)]; None means no upper bound."""
     if list(buckets) != sorted(set(buckets)) or (buckets and buckets[0] < 1):
         raise ValueError(f"bucket upper bounds must be positive and increasing, got {buckets}")
-    bounds, lo = [], 1
-    for hi in buckets:
-        bounds.append((lo, hi))
-        lo = hi + 1
-    bounds.append((lo, None))
-    return bounds
+    return list(zip([1, *(hi + 1 for hi in buckets)], [*buckets, None]))
 
 
 def merge_small(bounds: list[tuple[int, int | None]], counts: Sequence[int],
@@ -37,39 +32,29 @@ def merge_small(bounds: list[tuple[int, int | None]], counts: Sequence[int],
     """
     if min_sentences <= 0:
         return list(bounds)
-    groups: list[list[int]] = []            # [lo, hi, n] per merged bucket; hi None = open
-    open_group = None
+    merged, start, total = [], None, 0      # start, total: the group still open
     for (lo, hi), n in zip(bounds, counts):
-        if open_group is None:
-            open_group = [lo, hi, 0]
-        open_group[1:] = [hi, open_group[2] + n]
-        if open_group[2] >= min_sentences:
-            groups.append(open_group)
-            open_group = None
-    if open_group is not None:
-        if groups:
-            groups[-1][1:] = [open_group[1], groups[-1][2] + open_group[2]]
-        else:
-            groups.append(open_group)
-    return [(lo, hi) for lo, hi, _ in groups]
+        start, total = lo if start is None else start, total + n
+        if total >= min_sentences:
+            merged.append((start, hi))
+            start, total = None, 0
+    if start is not None:   # the longest sources, still too few: joined to the group before
+        merged[-1:] = [(merged[-1][0] if merged else start, bounds[-1][1])]
+    return merged
 
 
 def _members(lengths: Sequence[int], bounds: list[tuple[int, int | None]]) -> list[list[int]]:
     # A length below the first bucket's lower bound (an empty source) goes to the first bucket,
     # so the counts always add up to the set size.
-    out = []
-    for i, (lo, hi) in enumerate(bounds):
-        floor = -1 if i == 0 else lo
-        out.append([j for j, n in enumerate(lengths) if n >= floor and (hi is None or n <= hi)])
-    return out
+    return [[j for j, n in enumerate(lengths) if (i == 0 or n >= lo) and (hi is None or n <= hi)]
+            for i, (lo, hi) in enumerate(bounds)]
 
 
 def bleu_by_length(source_lengths: Sequence[int], hyps: Sequence[str], refs: Sequence[str],
-                   buckets: Sequence[int] = (10, 20, 30), min_sentences: int = 50,
-                   unit: str = UNIT) -> list[dict]:
+                   buckets: Sequence[int] = (10, 20, 30), min_sentences: int = 50) -> list[dict]:
     """One row per bucket: {bucket, lo, hi, n, unit, bleu, chrf}.
 
-    ``source_lengths`` are the sentences' source lengths in ``unit`` (``source_words`` of the
+    ``source_lengths`` are the sentences' source lengths in UNIT (``source_words`` of the
     raw sources). ``buckets`` are the upper bounds of the initial buckets; buckets with fewer
     than ``min_sentences`` sentences are merged into a neighbour (``merge_small``), so no
     score rests on a handful of sentences. BLEU and chrF are sacreBLEU corpus scores on the
@@ -87,7 +72,7 @@ def bleu_by_length(source_lengths: Sequence[int], hyps: Sequence[str], refs: Seq
         r = [refs[j] for j in members]
         rows.append({
             "bucket": f"{lo}-{hi}" if hi is not None else f"{lo}+",
-            "lo": lo, "hi": hi, "n": len(members), "unit": unit,
+            "lo": lo, "hi": hi, "n": len(members), "unit": UNIT,
             "bleu": sacrebleu.corpus_bleu(h, [r]).score if members else None,
             "chrf": sacrebleu.corpus_chrf(h, [r]).score if members else None,
         })

@@ -22,21 +22,27 @@ Nothing here creates or changes a parameter's ``.grad``.
 from __future__ import annotations
 
 import random
+import re
 from contextlib import contextmanager
-from typing import Callable, Iterable, Sequence
+from functools import partial
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.func import functional_call
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from lit_attention.data.batching import collate
 from lit_attention.data.vocab import PAD
 from lit_attention.models.base import Seq2SeqModel
 
-DIRECTIONS = ("forward", "backward", "undirected")
 DEFAULT_DISTANCE = 20
 DEFAULT_SENTENCES = 32
+# the cell of each nn.RNNBase mode (replay passes it the fused module's weights)
+CELLS = {"LSTM": nn.LSTMCell, "GRU": nn.GRUCell,
+         "RNN_TANH": partial(nn.RNNCell, nonlinearity="tanh"),
+         "RNN_RELU": partial(nn.RNNCell, nonlinearity="relu")}
 SAMPLE_SEED = 0          # one sample for every run on the same data, so runs compare like for like
 
 
@@ -47,17 +53,27 @@ def summed_cross_entropy(logits: torch.Tensor, tgt_out: torch.Tensor) -> torch.T
                            reduction="sum")
 
 
-def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = None,
-                  loss_fn: Callable | None = None) -> list[dict]:
+def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = None) -> list[dict]:
     """‖∂L/∂h_t‖ of every sentence, direction and position up to `max_distance` (default: all).
 
     Rows {sentence, direction, position, distance, norm}: sentence is batch["idx"] (the example's
     index in its split) when present, else the row of the batch; norm is the L2 norm over the state
-    of that direction. The loss defaults to `summed_cross_entropy(logits, tgt_out)`. Runs in eval
+    of that direction. The loss is `summed_cross_entropy(logits, tgt_out)`. Runs in eval
     mode (no dropout) and restores the caller's mode.
     """
-    grads, directions = state_gradients(model, batch, loss_fn or summed_cross_entropy)
-    norms = grads.norm(dim=-1).tolist()                                 # [B][S][D]
+    was_training = model.training
+    model.eval()
+    try:
+        # cuDNN's RNN has no backward in eval mode ("cudnn RNN backward can only be called in
+        # training mode"): the probe runs the native kernels, which do.
+        with (torch.enable_grad(), torch.backends.cudnn.flags(enabled=False),
+              probed_encoder(model, batch["src"]) as (probe, directions)):
+            logits = model(batch["src"], batch["tgt_in"]).logits
+            loss = summed_cross_entropy(logits, batch["tgt_out"])
+            (grad,) = torch.autograd.grad(loss, probe)                  # ∂L/∂h [B, S, D, H]
+    finally:
+        model.train(was_training)
+    norms = grad.norm(dim=-1).tolist()                                  # [B][S][D]
     lengths = (batch["src"] != PAD).sum(dim=1).tolist()
     ids = batch["idx"].tolist() if "idx" in batch else range(len(lengths))
     rows = []
@@ -71,26 +87,10 @@ def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = N
     return rows
 
 
-def state_gradients(model: Seq2SeqModel, batch: dict, loss_fn: Callable) -> tuple[torch.Tensor, tuple]:
-    """(∂L/∂h [B, S, D, H] as a detached tensor, the D direction names)."""
-    was_training = model.training
-    model.eval()
-    try:
-        # cuDNN's RNN has no backward in eval mode ("cudnn RNN backward can only be called in
-        # training mode"): the probe runs the native kernels, which do.
-        with (torch.enable_grad(), torch.backends.cudnn.flags(enabled=False),
-              probed_encoder(model, batch["src"]) as (probe, directions)):
-            logits = model(batch["src"], batch["tgt_in"]).logits
-            (grad,) = torch.autograd.grad(loss_fn(logits, batch["tgt_out"]), probe())
-    finally:
-        model.train(was_training)
-    return grad.detach(), directions
-
-
 @contextmanager
 def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
     """While open, the model's next encode adds a zero probe [B, S, D, H] to every encoder state;
-    yields (a function returning that probe, the direction names)."""
+    yields (a list that holds that probe once the encode has run, the direction names)."""
     recurrent = [m for m in getattr(model, "encoder", nn.Module()).modules()
                  if isinstance(m, nn.RNNBase)]
     if len(recurrent) > 1:
@@ -103,8 +103,7 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
         B, S = src.shape
 
         def replace(module, args, kwargs, output):
-            if made:
-                return None
+            handle.remove()   # the next encode only
             made.append(rnn.weight_hh_l0.new_zeros(B, S, len(directions), rnn.hidden_size,
                                                    requires_grad=True))
             hx = args[1] if len(args) > 1 else kwargs.get("hx")
@@ -115,20 +114,14 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
         directions = ("undirected",)
 
         def replace(module, args, output):
-            if made:
-                return None
+            handle.remove()   # the next encode only
             made.append(torch.zeros_like(output, requires_grad=True).unsqueeze(2))
             return output + made[0][:, :, 0]
 
         handle = model.get_submodule(model.source_embedding).register_forward_hook(replace)
 
-    def probe() -> torch.Tensor:
-        if not made:
-            raise ValueError("the model's encode did not run the module gradient flow probes")
-        return made[0]
-
     try:
-        yield probe, directions
+        yield made, directions
     finally:
         handle.remove()
 
@@ -148,50 +141,38 @@ def replay(rnn: nn.RNNBase, inputs, hx, probe: torch.Tensor):
         x = inputs if rnn.batch_first else inputs.transpose(0, 1)
         lengths = torch.full((x.size(0),), x.size(1), dtype=torch.long)
     B, S = x.shape[:2]
-    lstm = isinstance(rnn, nn.LSTM)
-    valid = (torch.arange(S)[None, :] < lengths[:, None]).to(x.device)      # [B, S]
-    h0, c0 = (hx if lstm else (hx, None)) if hx is not None else (None, None)
-    finals_h, finals_c = [], []
+    lstm, D = isinstance(rnn, nn.LSTM), 2 if rnn.bidirectional else 1
+    valid = (torch.arange(S)[None, :] < lengths[:, None]).to(x.device)[..., None]   # [B, S, 1]
+    if hx is None:
+        zeros = x.new_zeros(rnn.num_layers * D, B, rnn.hidden_size)
+        hx = (zeros, zeros) if lstm else zeros
+    starts = list(zip(*(hx if lstm else (hx,))))   # per layer and direction: (h, c) or (h,)
+    finals = []
     for layer in range(rnn.num_layers):
-        cell, outputs = _cell_template(rnn, x.size(-1)), []
-        for d in range(2 if rnn.bidirectional else 1):
-            index = layer * (2 if rnn.bidirectional else 1) + d
+        # a cell of rnn's kind without weights of its own: functional_call passes rnn's
+        cell = CELLS[rnn.mode](x.size(-1), rnn.hidden_size, bias=rnn.bias, device="meta")
+        outputs = []
+        for d in range(D):
             suffix = f"_l{layer}" + ("_reverse" if d else "")
             weights = {name: getattr(rnn, name + suffix) for name in
                        ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if rnn.bias else ())}
-            zeros = x.new_zeros(B, rnn.hidden_size)
-            h = zeros if h0 is None else h0[index]
-            c = (zeros if c0 is None else c0[index]) if lstm else None
-            out = [zeros] * S
+            state, out = starts[layer * D + d], [None] * S
             for t in (range(S - 1, -1, -1) if d else range(S)):
-                new = torch.func.functional_call(cell, weights, (x[:, t], (h, c) if lstm else h))
-                new_h, new_c = new if lstm else (new, None)
+                new = functional_call(cell, weights, (x[:, t], state if lstm else state[0]))
+                new = new if lstm else (new,)
                 if layer == rnn.num_layers - 1:
-                    new_h = new_h + probe[:, t, d]
-                keep = valid[:, t, None]
-                h = torch.where(keep, new_h, h)             # padding leaves the state as it was
-                c = torch.where(keep, new_c, c) if lstm else None
-                out[t] = torch.where(keep, new_h, zeros)
+                    new = (new[0] + probe[:, t, d], *new[1:])
+                # padding leaves the state as it was, and outputs zeros
+                state = tuple(torch.where(valid[:, t], n, old) for n, old in zip(new, state))
+                out[t] = torch.where(valid[:, t], new[0], 0.0)
             outputs.append(torch.stack(out, dim=1))
-            finals_h.append(h)
-            finals_c.append(c)
+            finals.append(state)
         x = torch.cat(outputs, dim=-1)
-    final = torch.stack(finals_h)
-    if lstm:
-        final = (final, torch.stack(finals_c))
+    final = tuple(torch.stack(parts) for parts in zip(*finals))   # (h_n, c_n) or (h_n,)
+    final = final if lstm else final[0]
     if packed:
         return pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False), final
     return (x if rnn.batch_first else x.transpose(0, 1)), final
-
-
-def _cell_template(rnn: nn.RNNBase, input_size: int) -> nn.Module:
-    """A parameterless-in-effect cell of rnn's kind (its weights are passed to functional_call)."""
-    kwargs = dict(bias=rnn.bias, device="meta")
-    if isinstance(rnn, nn.LSTM):
-        return nn.LSTMCell(input_size, rnn.hidden_size, **kwargs)
-    if isinstance(rnn, nn.GRU):
-        return nn.GRUCell(input_size, rnn.hidden_size, **kwargs)
-    return nn.RNNCell(input_size, rnn.hidden_size, nonlinearity=rnn.nonlinearity, **kwargs)
 
 
 def long_sentence_sample(examples: Sequence[dict], n: int | None = None,
@@ -242,30 +223,21 @@ def module_path(parameter_name: str, depth: int) -> str:
     The parameter's own name is dropped; a numeric part (ModuleList/Sequential index) stays with
     the name before it and does not count as a level. Parameters of the root module are 'root'.
     """
-    parts = parameter_name.split(".")[:-1]
-    levels: list[list[str]] = []
-    for part in parts:
-        if part.isdigit() and levels:
-            levels[-1].append(part)
-        else:
-            levels.append([part])
-    return ".".join(".".join(level) for level in levels[:depth]) or "root"
+    levels = re.findall(r"[^.]+(?:\.\d+(?=\.|$))*", parameter_name.rpartition(".")[0])
+    return ".".join(levels[:depth]) or "root"
 
 
 def per_module_grad_norms(model: nn.Module, depth: int = 2) -> dict[str, float]:
     """L2 gradient norm per module path (see `module_path`), over parameters that have a grad.
 
-    One norm kernel per gradient, summed per module on the device, then one read for all of them
-    (a read per module made as many waits on a GPU)."""
-    paths, norms = [], []
+    One norm kernel per gradient, combined per module on the device, then one read for all of
+    them (a read per module made as many waits on a GPU)."""
+    norms: dict[str, list[torch.Tensor]] = {}
     for name, p in model.named_parameters():
         if p.grad is not None:
-            paths.append(module_path(name, depth))
-            norms.append(torch.linalg.vector_norm(p.grad, dtype=torch.float64))
+            norms.setdefault(module_path(name, depth), []).append(
+                torch.linalg.vector_norm(p.grad, dtype=torch.float64))
     if not norms:
         return {}
-    names = list(dict.fromkeys(paths))
-    index = torch.tensor([names.index(path) for path in paths], device=norms[0].device)
-    squares = torch.zeros(len(names), dtype=torch.float64, device=norms[0].device)
-    squares.index_add_(0, index, torch.stack(norms).square())
-    return dict(zip(names, squares.sqrt().tolist()))
+    totals = torch.stack([torch.linalg.vector_norm(torch.stack(parts)) for parts in norms.values()])
+    return dict(zip(norms, totals.tolist()))

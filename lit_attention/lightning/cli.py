@@ -20,12 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Optional
 
+import torch
 import yaml
 from jsonargparse import get_loader, set_loader
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from lit_attention import registry
 from lit_attention.config_check import SEED_RANGE, ConfigError
@@ -34,14 +36,19 @@ from lit_attention.files import FileError, check_writable, read_yaml
 from lit_attention.lightning.budget import TrainingBudget, step_limit
 from lit_attention.lightning.parse_errors import class_at, first_lines, short_parse_error
 from lit_attention.lightning.steps import progress_bar
-from lit_attention.lightning.stop_point import StopAtCleanPoint
+from lit_attention.lightning.checksum import ChecksumError
+from lit_attention.lightning.stop_point import StopAtCleanPoint, signal_name
 from lit_attention.lightning.diagnostics import DiagnosticsCallback
 from lit_attention.lightning.trainer import Trainer, is_number, refuse_trainer_values
 from lit_attention.lightning.trainer import accelerator_unusable  # noqa: F401 (the sweep asks it here)
 from lit_attention.lightning.run_store_callback import RunStoreCallback
+from lit_attention.lightning.translation import DECODING_HPARAMS
+from lit_attention.threads import use_allowed_cores
 from lit_attention.tracking import identity
 from lit_attention.tracking.run_store import RunDir, RunStoreLogger
-from lit_attention.tracking.schema import BEST_CHECKPOINT, LAST_CHECKPOINT
+from lit_attention.tracking.machine_speed import cpu_flags, cpu_has_native_bf16, default_precision
+from lit_attention.tracking.schema import BEST_CHECKPOINT, LAST_CHECKPOINT, Status
+from lit_attention.tracking.wandb import finish
 
 STRICT_YAML = "strict_yaml"   # jsonargparse's parser mode that reads YAML through files.read_yaml
 
@@ -135,11 +142,14 @@ class BudgetOptions:
 
 
 class LitAttentionCLI(LightningCLI):
-    parse_only = False   # check_training_args: stop once the arguments are parsed
     session: dict = {}   # run_dir and trainer, for the exit status and messages of train
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, trainer_class=Trainer, **kwargs)
+    def __init__(self, args):
+        super().__init__(LightningModule, LightningDataModule, subclass_mode_model=True,
+                         subclass_mode_data=True, save_config_callback=None,
+                         seed_everything_default=1, args=args, parser_kwargs=PARSER_KWARGS,
+                         auto_configure_optimizers=False, trainer_defaults=TRAINER_DEFAULTS,
+                         trainer_class=Trainer)
 
     def add_arguments_to_parser(self, parser):
         self.__dict__.setdefault("subcommand_parsers", []).append(parser)
@@ -157,25 +167,44 @@ class LitAttentionCLI(LightningCLI):
             given = parser.parse_args(args, defaults=False)   # what the files and flags say
         except ArgumentError as exc:
             raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
-        sub = self.config.get("subcommand")
-        if sub and self.config[sub].get("ckpt_path"):
-            check_checkpoint_file(self.config[sub].ckpt_path)
-        if sub and given[sub].get("trainer.logger") is not None:
-            refuse_logger_switch(given[sub].get("trainer.logger"))
+        sub = self.config.subcommand   # (a parse without one is refused)
+        config, given = self.config[sub], given[sub]
+        ckpt_path = self.session["ckpt_path"] = config.get("ckpt_path")   # (train's messages)
+        if ckpt_path:
+            check_checkpoint_file(ckpt_path)
+        if isinstance(given.get("trainer.logger"), bool):
+            # Lightning's default logger or none: the run store is always written, W&B is --tracking
+            raise ConfigError(
+                f"--trainer.logger {str(given.get('trainer.logger')).lower()}: the run store is "
+                "always written (and W&B is --tracking wandb); --trainer.logger takes a logger "
+                "class to add besides it, e.g. lightning.pytorch.loggers.CSVLogger")
         if sub == "fit":   # (validate and test ignore every training setting, of any family)
             # trainer.*, budget.* and diagnostics.* defaults are those of every subcommand
-            refuse_inert_settings(self.config[sub], given[sub], self.subcommand_parsers[0].get_defaults())
-            refuse_trainer_values(self.config[sub].trainer)
-        elif sub:   # the data they evaluate on is read as for fit
-            refuse_inert_settings(self.config[sub], given[sub], {}, groups=("data",))
-        if sub:
-            take_default_root_dir(self.config[sub], given[sub])
-            check_seed(self.config[sub].get("seed_everything"))
-            refuse_untracked_project(self.config[sub], given[sub])
+            refuse_inert_settings(config, given, self.subcommand_parsers[0].get_defaults())
+            refuse_trainer_values(config.trainer)
+        else:   # the data they evaluate on is read as for fit
+            refuse_inert_settings(config, given, {}, groups=("data",))
+        # --trainer.default_root_dir: Lightning's directory for a run's files, here the run store's
+        # root (--run.root: each run writes under <root>/<group>/<id>)
+        root_dir, root = given.get("trainer.default_root_dir"), given.get("run.root")
+        if root_dir is not None and root is not None and Path(root) != Path(root_dir):
+            raise ConfigError(
+                f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
+                "every run is stored under (in <root>/<group>/<id>); give one")
+        if root_dir is not None:
+            config.run.root = str(root_dir)
+        seed = config.get("seed_everything")   # (true: a random seed)
+        if is_number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
+            raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
+                              f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
+        project = given.get("run.project")   # only W&B reads it
+        if project not in (None, RunOptions.project) and config.tracking == registry.NO_TRACKING:
+            raise ConfigError(
+                "option run.project has no effect here: it names the W&B project, and tracking is "
+                f"{registry.NO_TRACKING}: leave it unset or add --tracking wandb")
         # Decoding settings belong to this invocation, not to the checkpoint (see before_...).
-        self.decoding_given = decoding_settings(self.config[sub]) if sub else {}
-        if self.parse_only:
-            raise _Parsed(self.config, self)
+        init_args = config.get("model.init_args") or {}
+        self.decoding_given = {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
 
     def instantiate_classes(self):
         try:
@@ -193,8 +222,7 @@ class LitAttentionCLI(LightningCLI):
         try:   # the run directory: named, not made (the claim makes it, in instantiate_trainer)
             self.run_dir = RunDir(identity.resolve(cfg.run, self.subcommand, cfg.get("ckpt_path")))
         except ValueError as exc:   # an unsafe id/group, options at odds, nothing to resume
-            print(f"lit-attention {self.subcommand}: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise ConfigError(str(exc)) from None
         self.claim = self.session["claim"] = identity.Claim(
             self.run_dir.path, self.subcommand, cfg.get("ckpt_path"), cfg.run.overwrite, cfg.run.untrained)
         self.precision_notice = None   # said once the config has proved valid (instantiate_trainer)
@@ -213,36 +241,33 @@ class LitAttentionCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs):
         cfg = self.config[self.subcommand]
         run = cfg.run
+        labels = dict(name=run.name or self.run_dir.run_id, tags=[t for t in run.tags.split(",") if t], job_type=run.job_type)
+        one_file = dict(dirpath=self.run_dir.checkpoints, save_top_k=1,
+                        enable_version_counter=False)
         # The budget before the diagnostics callback (see budget.py); on validate and test too,
         # where it has nothing to count, so that a checkpoint's budget state finds its callback.
-        callbacks = [TrainingBudget(**vars(cfg.budget))]
-        if self.subcommand == "fit":
-            callbacks.append(StopAtCleanPoint())
-        labels = dict(name=run.name or self.run_dir.run_id, tags=[t for t in run.tags.split(",") if t], job_type=run.job_type)
-        callbacks.append(RunStoreCallback(self.run_dir, run.group, self.config_yaml,
-                                          cfg.get("seed_everything"), self.subcommand,
-                                          from_checkpoint=bool(cfg.get("ckpt_path")), labels=labels,
-                                          identity=self.claim.record))
-        callbacks.append(DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)))
-        callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=BEST_CHECKPOINT,
-                                         monitor="val_loss", mode="min", save_top_k=1,
-                                         enable_version_counter=False))
         # last.ckpt by a checkpoint of its own, written at every epoch's end: ModelCheckpoint's
         # save_last copy is written (Lightning >= 2.6) only when the best one is, so it would stay
         # at the last improvement, and `--ckpt_path last` would go back to it.
-        callbacks.append(ModelCheckpoint(dirpath=self.run_dir.checkpoints, filename=Path(LAST_CHECKPOINT).stem,
-                                         monitor=None, save_top_k=1, enable_version_counter=False))
-        loggers = [RunStoreLogger(self.run_dir)]
+        callbacks = [TrainingBudget(**vars(cfg.budget)),
+                     *([StopAtCleanPoint()] if self.subcommand == "fit" else []),
+                     RunStoreCallback(self.run_dir, self.config_yaml, bool(cfg.get("ckpt_path")),
+                                      self.claim.record, group=run.group,
+                                      seed=cfg.get("seed_everything"), **labels),
+                     DiagnosticsCallback(self.run_dir, **vars(cfg.diagnostics)),
+                     ModelCheckpoint(filename=BEST_CHECKPOINT, monitor="val_loss", mode="min",
+                                     **one_file),
+                     ModelCheckpoint(filename=Path(LAST_CHECKPOINT).stem, monitor=None, **one_file)]
         trainer_config = {**(self.config_init[self.subcommand].get("trainer") or {}), **kwargs}
         if cfg.budget.steps is not None:
             try:
                 trainer_config["max_steps"] = step_limit(cfg.budget.steps, trainer_config.get("max_steps"))
             except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                raise SystemExit(2) from None
+                raise ConfigError(str(exc)) from None
         warn_emulated_bf16(trainer_config)
         given_loggers = trainer_config.get("logger") or []   # --trainer.logger: loggers besides ours
-        trainer_config["logger"] = [*loggers, *(given_loggers if isinstance(given_loggers, list) else [given_loggers])]
+        trainer_config["logger"] = [RunStoreLogger(self.run_dir), *(
+            given_loggers if isinstance(given_loggers, list) else [given_loggers])]
         trainer_config["default_root_dir"] = str(self.run_dir.path)
         bar = progress_bar(trainer_config)   # redrawn at the logging interval (steps.py)
         given = trainer_config.get("callbacks") or []
@@ -263,16 +288,15 @@ class LitAttentionCLI(LightningCLI):
                 self.session["created"] = self.claim.created
             check_writable(self.run_dir.path)   # an unwritable root, a read-only or full file system
         except identity.RunRefused as exc:
-            print(f"lit-attention {self.subcommand}: error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+            raise ConfigError(str(exc)) from None
         except OSError as exc:
             fault = write_fault(exc) or f"cannot write {exc.filename or self.run_dir.path}: {exc.strerror or exc}"
             print(f"lit-attention {self.subcommand}: error: {fault}", file=sys.stderr)
             raise SystemExit(1) from None
         if self.precision_notice and os.environ.get("LOCAL_RANK", "0") == "0":
             print(self.precision_notice, file=sys.stderr, flush=True)
-        make_logger = registry.implementation(registry.TRACKING, cfg.tracking)
-        if make_logger is not None:   # besides the run store; it writes into the run: once it is ours
+        # besides the run store; it writes into the run: once it is ours
+        if (make_logger := registry.implementation(registry.TRACKING, cfg.tracking)) is not None:
             tracker_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{run.group}-{self.run_dir.run_id}")
             trainer.loggers = [*trainer.loggers, make_logger(
                 self.run_dir.path, run.project, run.group, labels["name"], run.job_type, labels["tags"], tracker_id,
@@ -317,14 +341,7 @@ def check_run_dir(path: Path, command: str) -> None:
 
 
 class _Parsed(Exception):
-    """Raised by a parse-only CLI once the arguments are parsed (carries the config and the CLI)."""
-
-
-def decoding_settings(cfg) -> dict:
-    """The decoding fields of a parsed subcommand config (empty for models that do not decode)."""
-    from lit_attention.lightning.translation import DECODING_HPARAMS
-    init_args = cfg.get("model.init_args") or {}
-    return {k: init_args[k] for k in DECODING_HPARAMS if k in init_args}
+    """Raised by a parse-only CLI once the arguments are parsed (carries the CLI)."""
 
 
 def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> None:
@@ -335,12 +352,9 @@ def refuse_inert_settings(config, given, defaults, groups=("model", "data")) -> 
     for model.* and data.*, the class's). A default is no request: a run's config.yaml, which spells
     every default, still reads back."""
     inert, arguments = {}, {}
-    for group in groups:
-        section = config.get(group)
-        if section is None or not section.get("class_path"):
-            continue
-        inert.update(inert_settings(section))
-        arguments[group] = inspect.signature(class_at(section.class_path).__init__).parameters
+    for group in groups:   # (a parsed config has both, with a class_path)
+        inert.update(inert_settings(config[group]))
+        arguments[group] = inspect.signature(class_at(config[group].class_path).__init__).parameters
     for key in given.keys():
         setting = key.replace(".init_args.", ".", 1)    # model.init_args.lr -> model.lr
         if setting not in inert:
@@ -360,8 +374,6 @@ def check_config_files(args) -> None:
     """Read each ``--config FILE`` of ``args`` with files.read_yaml before jsonargparse does, which
     takes a file of any size and encoding and names only its base name (its loader, _load_strict,
     checks every other YAML it reads)."""
-    if not isinstance(args, (list, tuple)):
-        return
     for i, arg in enumerate(args):
         value = args[i + 1] if arg in ("-c", "--config") and i + 1 < len(args) else \
             arg.partition("=")[2] if str(arg).startswith("--config=") else None
@@ -370,15 +382,6 @@ def check_config_files(args) -> None:
                 read_yaml(Path(value))
             except FileError as exc:
                 raise ConfigError(str(exc)) from None
-
-
-def refuse_logger_switch(value) -> None:
-    """`--trainer.logger true|false` asks for Lightning's default logger or for none; the run store
-    is always written and W&B is `--tracking`: stop (ConfigError). A logger class is added."""
-    if isinstance(value, bool):
-        raise ConfigError(f"--trainer.logger {str(value).lower()}: the run store is always written "
-                          f"(and W&B is --tracking wandb); --trainer.logger takes a logger class to add "
-                          f"besides it, e.g. lightning.pytorch.loggers.CSVLogger")
 
 
 # --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
@@ -391,38 +394,8 @@ def check_checkpoint_file(path) -> None:
     kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
     if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
         return
-    why = identity.checkpoint_problem(path)
-    if why:
+    if why := identity.checkpoint_problem(path):
         raise ConfigError(f"--ckpt_path {path}: {why}")
-
-
-def refuse_untracked_project(config, given) -> None:
-    """ConfigError at a --run.project with no W&B run to name: only W&B reads it."""
-    project = given.get("run.project")
-    if project is not None and project != RunOptions.project and config.get("tracking") == registry.NO_TRACKING:
-        raise ConfigError(f"option run.project has no effect here: it names the W&B project, and tracking "
-                          f"is {registry.NO_TRACKING}: leave it unset or add --tracking wandb")
-
-
-def take_default_root_dir(config, given) -> None:
-    """``--trainer.default_root_dir DIR``: Lightning's directory for a run's files, here the run
-    store's root (``--run.root``: each run writes under ``<root>/<group>/<id>``); ConfigError when
-    both are given and differ."""
-    root_dir = given.get("trainer.default_root_dir")
-    if root_dir is None:
-        return
-    root = given.get("run.root")
-    if root is not None and Path(root) != Path(root_dir):
-        raise ConfigError(f"--trainer.default_root_dir {root_dir} and --run.root {root}: both name the root "
-                          f"every run is stored under (in <root>/<group>/<id>); give one")
-    config.run.root = str(root_dir)
-
-
-def check_seed(seed) -> None:
-    """ConfigError at a seed_everything outside what it can seed (true: a random seed)."""
-    if is_number(seed) and not SEED_RANGE[0] <= seed <= SEED_RANGE[1]:
-        raise ConfigError(f"invalid value for seed_everything: {seed}: a seed is an integer in "
-                          f"[{SEED_RANGE[0]}, {SEED_RANGE[1]}] (or true: a random one)")
 
 
 def inert_settings(section) -> dict:
@@ -446,7 +419,9 @@ def training_args_checker():
     """`check_training_args` for many argument lists: one function that builds the parser once
     (building it costs about what a parse costs) and parses each list it is given with it."""
     class ParseOnly(LitAttentionCLI):
-        parse_only = True
+        def parse_arguments(self, parser, args):
+            super().parse_arguments(parser, args)
+            raise _Parsed(self)
 
     built = []   # the parse-only CLI, once one has parsed
 
@@ -457,21 +432,16 @@ def training_args_checker():
                 if built:
                     built[0].parse_arguments(built[0].parser, list(argv))
                 else:
-                    ParseOnly(LightningModule, LightningDataModule, subclass_mode_model=True,
-                              subclass_mode_data=True, save_config_callback=None, args=list(argv),
-                              parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
-                              trainer_defaults=TRAINER_DEFAULTS)
+                    ParseOnly(list(argv))
             except _Parsed as parsed:
-                config = parsed.args[0]
-                built[:] = [parsed.args[1]]
+                built[:] = parsed.args
+        config = built[0].config
         sub = config["subcommand"]
         for part in ("model", "data"):   # their own checks; cheap: no network is built, no data read
-            section = config[sub].get(part)
-            if section is not None and section.get("class_path"):
-                try:
-                    class_at(section.class_path)(**section.init_args.as_dict())
-                except Exception as exc:
-                    raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
+            try:
+                class_at(config[sub][part].class_path)(**config[sub][part].init_args.as_dict())
+            except Exception as exc:
+                raise ConfigError(f"invalid configuration: {first_lines(str(exc))}") from None
         return config
     return check
 
@@ -479,9 +449,6 @@ def training_args_checker():
 def choose_precision(accelerator) -> tuple[str, str]:
     """`fit`'s precision when none is given (tracking/machine_speed.py: bf16-mixed where the
     hardware does bf16 natively, 32-true elsewhere) and the one-line notice that says why."""
-    import torch
-
-    from lit_attention.tracking.machine_speed import cpu_flags, default_precision
     on_gpu = accelerator in (None, "auto", "gpu", "cuda") and torch.cuda.is_available()
     precision, why = default_precision(cpu_flags(), torch.cuda.is_bf16_supported() if on_gpu else None)
     return precision, f"precision: {precision}: {why}; --trainer.precision overrides"
@@ -517,9 +484,6 @@ def check_graph_step(model, data, trainer) -> None:
 
 def warn_emulated_bf16(trainer_config: dict) -> None:
     """bf16 precision on a CPU without bf16 hardware trains, but far slower than fp32: say so."""
-    import torch
-
-    from lit_attention.tracking.machine_speed import cpu_has_native_bf16
     on_cpu = trainer_config.get("accelerator") == "cpu" or not torch.cuda.is_available()
     if str(trainer_config.get("precision")).startswith("bf16") and on_cpu and not cpu_has_native_bf16():
         print("warning: bf16 is emulated on this CPU (no AVX512-BF16 or AMX): bf16 precision will "
@@ -529,23 +493,11 @@ def warn_emulated_bf16(trainer_config: dict) -> None:
 
 def train(argv: list[str]) -> int:
     """`lit-attention fit|validate|test ARGS`: the exit status (docs/ERRORS.md)."""
-    from lightning.pytorch.utilities.exceptions import SIGTERMException
-
-    from lit_attention.lightning.checksum import ChecksumError
-    from lit_attention.lightning.stop_point import signal_name
-    from lit_attention.threads import use_allowed_cores
-    from lit_attention.tracking.schema import Status
-    from lit_attention.tracking.wandb import finish
-
     use_allowed_cores()  # OMP_NUM_THREADS (a sweep trial's share), else the cores we may use
     session = LitAttentionCLI.session = {}
     status = Status.FAILED
     try:
-        LitAttentionCLI(LightningModule, LightningDataModule, subclass_mode_model=True, subclass_mode_data=True,
-                  save_config_callback=None, seed_everything_default=1,
-                  args=None if argv == sys.argv[1:] else argv,
-                  parser_kwargs=PARSER_KWARGS, auto_configure_optimizers=False,
-                  trainer_defaults=TRAINER_DEFAULTS)
+        LitAttentionCLI(None if argv == sys.argv[1:] else argv)
         status = Status.FINISHED
     except (ConfigError, DataError, ChecksumError) as exc:
         print(f"lit-attention {argv[0]}: error: {exc}", file=sys.stderr)
@@ -560,8 +512,8 @@ def train(argv: list[str]) -> int:
             session.pop("run_dir", None)
         return 2
     except pickle.UnpicklingError as exc:   # torch.load(weights_only=True) refused a crafted checkpoint
-        print(f"lit-attention {argv[0]}: error: --ckpt_path {_option(argv, '--ckpt_path')}: refused to load: "
-              f"{_refusal(str(exc))}", file=sys.stderr)
+        print(f"lit-attention {argv[0]}: error: --ckpt_path {session.get('ckpt_path')}: "
+              f"refused to load: {_refusal(str(exc))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, SystemExit) as exc:
         trainer = session.get("trainer")
@@ -575,12 +527,12 @@ def train(argv: list[str]) -> int:
         print(f"interrupted ({name}): resume with --run.id {run_id} --ckpt_path last", file=sys.stderr)
         return 130 if name == "Ctrl-C" else 143
     except Exception as exc:  # the run store already says "failed"; keep the traceback for the user
+        # disk full, read-only file system: one line, what and where; a diverged model: the
+        # numbers, not the code, failed
         fault = write_fault(exc, session.get("run_dir"))
-        if fault:   # disk full, read-only file system: one line, what and where
-            print(f"lit-attention {argv[0]}: error: {fault}", file=sys.stderr)
-            return 1
-        if isinstance(exc, FloatingPointError):   # a diverged model: the numbers, not the code, failed
-            print(f"lit-attention {argv[0]}: error: FloatingPointError: {exc}", file=sys.stderr)
+        if fault or isinstance(exc, FloatingPointError):
+            why = fault or f"FloatingPointError: {exc}"
+            print(f"lit-attention {argv[0]}: error: {why}", file=sys.stderr)
             return 1
         traceback.print_exc()
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
@@ -594,17 +546,6 @@ def train(argv: list[str]) -> int:
             outcome = status if argv[0] == "fit" else f"{argv[0]} {status}"
             print(f"run directory: {session['run_dir']} ({outcome})", file=sys.stderr, flush=True)
     return 0
-
-
-def _option(argv: list[str], name: str) -> str | None:
-    """The value of `name` in argv (`--name value` or `--name=value`), the last one if repeated."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(name + "="):
-            value = arg.partition("=")[2]
-    return value
 
 
 def _refusal(message: str) -> str:

@@ -36,8 +36,7 @@ def first_lines(text: str, n: int = 3, width: int = 300) -> str:
     if "Does not validate against any of the Union subtypes" in text:
         causes = [line[2:] for line in lines if line.startswith("- ") and "NoneType" not in line]
         lines = [c for c in causes if not c.startswith("Problem with given class_path")] or causes or lines
-    lines = lines[:n]
-    return "\n  ".join(line[:width] for line in lines)
+    return "\n  ".join(line[:width] for line in lines[:n])
 
 
 def class_at(class_path: str) -> type:
@@ -49,12 +48,10 @@ def class_at(class_path: str) -> type:
 def _reason(text: str) -> str:
     """jsonargparse's `Expected a <class 'int'>. Got value: abc` as `expected int, got 'abc'`."""
     text = text.strip()
-    m = re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text)
-    if m:
+    if m := re.match(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", text):
         valid = ", ".join(v.strip().strip("'\"") for v in m.group(1).split(","))
         return f"{shown(m.group(2))!r} is not one of: {valid}"
-    m = re.match(r"Expected a <class '(\w+)'>\. Got value: (.*)", text)
-    if m:
+    if m := re.match(r"Expected a <class '(\w+)'>\. Got value: (.*)", text):
         return f"expected {m.group(1)}, got {shown(m.group(2))!r}"
     return shown(text, 300)
 
@@ -64,14 +61,12 @@ def short_parse_error(message: str, parsers: list) -> str:
     group = re.search(r'Parser key "(\w+)":', message)
     class_path = re.search(r"class_path '([\w.]+)'", message)
     if group and class_path:  # model.* or data.*: checked against the class's __init__
-        option = re.search(r"Option '(\w+)' is not accepted", message)
         prefix = group.group(1) + "."
-        if option:
+        if option := re.search(r"Option '(\w+)' is not accepted", message):
             arguments = inspect.signature(class_at(class_path.group(1)).__init__).parameters
             valid = [prefix + p for p in arguments if p != "self"]
             return str(unknown_option(prefix + option.group(1), valid))
-        field = re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message)
-        if field:
+        if field := re.search(r"class_path [^\n]*\n\s*Parser key \"(\w+)\":\s*(.*?)\n", message):
             reason = field.group(2)
             nested = message[field.end():]
             wanted = re.search(r"- (Expected a (?!<class 'NoneType'>)[^\n]*)", nested)
@@ -79,9 +74,8 @@ def short_parse_error(message: str, parsers: list) -> str:
             if "Union subtypes" in reason and wanted and given:   # Optional[X]: what X wants
                 reason = f"{wanted.group(1)}. Got value: {given.group(1)}"
             return f"invalid value for {prefix}{field.group(1)}: {_reason(reason)}"
-    unknown = (re.search(r"does not accept option '([\w.]+)'", message)
-               or re.search(r"unrecognized arguments: --([^\s=]+)", message))
-    if unknown:
+    if unknown := (re.search(r"does not accept option '([\w.]+)'", message)
+                   or re.search(r"unrecognized arguments: --([^\s=]+)", message)):
         name = unknown.group(1)
         valid = sorted({k for p in parsers for k in p.get_defaults().keys()})
         head, dot, rest = name.partition(".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 
@@ -30,12 +31,15 @@ def _split(stage) -> str:
     return "test" if stage == "test" else "val"
 
 
+def _loggers(trainer: Trainer, kind: type) -> list:
+    return [logger for logger in trainer.loggers if isinstance(logger, kind)]
+
+
 def _push_to_wandb(trainer: Trainer, summary: dict) -> None:
     """Mirror the run store's summary into the W&B run summary (so a W&B export groups the same)."""
-    for logger in trainer.loggers:
-        if isinstance(logger, WandbLogger):
-            logger.experiment.summary.update(
-                {k: v for k, v in summary.items() if k not in ("versions", "run_dir")})
+    for logger in _loggers(trainer, WandbLogger):
+        logger.experiment.summary.update(
+            {k: v for k, v in summary.items() if k not in ("versions", "run_dir")})
 
 
 class RunStoreCallback(Callback):
@@ -43,17 +47,15 @@ class RunStoreCallback(Callback):
     # visible share of a GPU run (docs/BENCHMARKS.md), and drift shows over hours.
     probe_every = 60.0
 
-    def __init__(self, run_dir: RunDir, group: str, config_yaml: str | None, seed: int | None,
-                 subcommand: str, from_checkpoint: bool = False, labels: dict | None = None,
-                 identity: dict | None = None):
-        self.run_dir, self.group, self.seed = run_dir, group, seed
+    def __init__(self, run_dir: RunDir, config_yaml: str, from_checkpoint: bool, identity: dict,
+                 **labels):
+        # labels: group, seed, name, tags, job_type: recorded with or without W&B
+        self.run_dir, self.labels, self.from_checkpoint = run_dir, labels, from_checkpoint
         # the fields the run's claim adds (identity.Claim.record: uuid, takeovers, ...), filled
         # once the claim is taken (after the Trainer is built, before it runs)
-        self.identity = {} if identity is None else identity
+        self.identity = identity
         self._evaluated: dict | None = None   # what validate/test evaluated (the `evaluated` field)
         self._checkpoint_run: str | None = None   # the uuid of the run a loaded checkpoint was trained by
-        self.labels = labels or {}   # name, tags, job_type: recorded with or without W&B
-        self.subcommand, self.from_checkpoint = subcommand, from_checkpoint
         self.config_yaml = config_yaml
         self.stop: tuple[Status, str] | None = None   # what the run's STOP file asked for
         # Training time spans on_train_start..on_train_end (the window of Trainer(max_time)); a
@@ -63,35 +65,27 @@ class RunStoreCallback(Callback):
         self._machine_gflops: list[float] = []
         self._probed_at = 0.0
 
-    def _task(self, trainer: Trainer) -> str | None:
-        dm = trainer.datamodule
-        task = getattr(dm, "task", None) or getattr(getattr(dm, "hparams", {}), "get", lambda k: None)("task")
-        if task == FILES_TASK:
-            return getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
-        return task
-
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if not trainer.is_global_zero:
-            return
-        if stage == "fit" and self.from_checkpoint:
-            # A resume takes the run over only once its checkpoint has loaded (on_fit_start): a
-            # checkpoint that fails to load leaves a finished run's record as it was.
-            self._takeover = (trainer, stage)
-            return
-        self._take_over(trainer, stage)
+        # A resume takes the run over only once its checkpoint has loaded (on_fit_start): a
+        # checkpoint that fails to load leaves a finished run's record as it was.
+        if trainer.is_global_zero and not (stage == "fit" and self.from_checkpoint):
+            self._take_over(trainer, stage)
 
-    _takeover: tuple | None = None   # a resume's deferred setup (trainer, stage)
-    _set_up = False                  # the run's record is this invocation's to write
+    _set_up = False   # the run's record is this invocation's to write
 
     def _take_over(self, trainer: Trainer, stage: str) -> None:
         self._set_up = True
         self.run_dir.path.mkdir(parents=True, exist_ok=True)
-        if self.config_yaml and (stage == "fit" or not (self.run_dir.path / CONFIG).exists()):
+        if stage == "fit" or not (self.run_dir.path / CONFIG).exists():
             atomic_write(self.run_dir.path / CONFIG, self.config_yaml)
-        fields = dict(run_id=self.run_dir.run_id, group=self.group, run_dir=str(self.run_dir.path),
-                      task=self._task(trainer), seed=self.seed, git_commit=git_commit(),
-                      code_fingerprint=code_fingerprint(), machine=machine(),
-                      versions=package_versions(), world_size=trainer.world_size, **self.labels)
+        dm = trainer.datamodule
+        task = getattr(dm, "task", None) or dm.hparams.get("task")
+        if task == FILES_TASK:   # the data's directory (or file) names it
+            task = getattr(dm, "data_dir", None) or getattr(dm, "path", None) or task
+        fields = dict(run_id=self.run_dir.run_id, run_dir=str(self.run_dir.path), task=task,
+                      git_commit=git_commit(), code_fingerprint=code_fingerprint(),
+                      machine=machine(), versions=package_versions(),
+                      world_size=trainer.world_size, **self.labels)
         afresh = stage == "fit" and not self.from_checkpoint
         replaces = afresh and schema.summary_path(self.run_dir.path).exists()
         summary = schema.Summary() if afresh else self.run_dir.read_summary()
@@ -104,9 +98,8 @@ class RunStoreCallback(Callback):
             fields.update(status=Status.RUNNING, error=None, started_at=now_iso(), process=process_identity(),
                           heartbeat_at=now_iso())
         if afresh:   # every step is logged anew
-            for logger in trainer.loggers:
-                if isinstance(logger, RunStoreLogger):
-                    logger.rewind(-1)
+            for logger in _loggers(trainer, RunStoreLogger):
+                logger.rewind(-1)
         if replaces:
             # A fit from scratch over an earlier record (one its claim let it replace: an attempt
             # stopped before its first checkpoint, or --run.overwrite) starts a new one: no output,
@@ -114,23 +107,19 @@ class RunStoreCallback(Callback):
             for name in (schema.CHECKPOINTS, schema.HYPS, schema.ATTENTION, schema.GRADFLOW, schema.STOP):
                 old = self.run_dir.path / name
                 shutil.rmtree(old) if old.is_dir() else old.unlink(missing_ok=True)
-        dropped = getattr(trainer.datamodule, "dropped", None)   # data pairs dropped per split/reason
-        if dropped:
-            fields["data_dropped"] = {**summary.get("data_dropped", {}), **dropped}
-        if getattr(trainer.datamodule, "data_text", None):   # each data file: lines, line ends, BOMs, ...
-            fields["data_text"] = {**summary.get("data_text", {}), **trainer.datamodule.data_text}
-        if stage == "fit" and hasattr(trainer.datamodule, "tgt_tokenizer"):   # what `translate` checks
-            dm = trainer.datamodule
+        # data pairs dropped per split and reason; each data file's lines, line ends, BOMs, ...
+        for name, field in (("dropped", "data_dropped"), ("data_text", "data_text")):
+            if getattr(dm, name, None):
+                fields[field] = {**summary.get(field, {}), **getattr(dm, name)}
+        if stage == "fit" and hasattr(dm, "tgt_tokenizer"):   # what `translate` checks
             fields["tokenizer_digest"] = tokenizer_digest({"src": dm.src_tokenizer, "tgt": dm.tgt_tokenizer})
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                fields["wandb_run_id"] = logger.experiment.id
+        for logger in _loggers(trainer, WandbLogger):
+            fields["wandb_run_id"] = logger.experiment.id
         schema.write_summary(self.run_dir.path, {**summary, **fields})
 
     def _elapsed(self) -> float:
-        if self._train_start is None:
-            return self._trained_seconds
-        return self._trained_seconds + time.perf_counter() - self._train_start
+        running = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
+        return self._trained_seconds + running
 
     def _probe_machine(self, trainer: Trainer) -> None:
         """The machine's speed now (machine_speed.py): at the start and end of training, and at an
@@ -169,15 +158,13 @@ class RunStoreCallback(Callback):
         # Rows logged after this checkpoint (a run killed before its next one) are replayed now.
         # Lightning logs optimizer step n's metrics at step n - 1: a checkpoint after n steps
         # holds the rows up to step n - 1, and step n's row is the next step's, replayed.
-        for logger in trainer.loggers:
-            if isinstance(logger, RunStoreLogger):
-                logger.rewind(checkpoint.get("global_step", 0) - 1)
+        for logger in _loggers(trainer, RunStoreLogger):
+            logger.rewind(checkpoint.get("global_step", 0) - 1)
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:
-            if self._takeover is not None:   # the resumed checkpoint has loaded
-                self._take_over(*self._takeover)
-                self._takeover = None
+            if self.from_checkpoint:   # the resumed checkpoint has loaded
+                self._take_over(trainer, "fit")
             backends = (sdpa_backends.describe(pl_module.device.type, str(trainer.precision))
                         if hasattr(pl_module, "attention_backends") else None)
             self.run_dir.update_summary(**pl_module.describe(), attention_backends=backends)
@@ -189,12 +176,10 @@ class RunStoreCallback(Callback):
         if hyps is not None:
             self.run_dir.write_lines(hyps_file(split), hyps)
             self.run_dir.write_lines(refs_file(split), pl_module.refs[split])
-            fields["sacrebleu_signature"] = pl_module.sacrebleu_signature
-            fields["chrf_signature"] = pl_module.chrf_signature
-            # Next to each split's metrics: what decoded them and how sacreBLEU scored them.
+            # Next to each split's metrics too: what decoded them and how sacreBLEU scored them.
             fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
-            fields[f"{split}_sacrebleu_signature"] = pl_module.sacrebleu_signature
-            fields[f"{split}_chrf_signature"] = pl_module.chrf_signature
+            for field in ("sacrebleu_signature", "chrf_signature"):
+                fields[field] = fields[f"{split}_{field}"] = getattr(pl_module, field)
         losses = getattr(pl_module, "token_losses", {}).get(split)
         if losses is not None:
             self.run_dir.write_array(token_nll_file(split), losses)
@@ -203,17 +188,15 @@ class RunStoreCallback(Callback):
             fields.update(steps=trainer.global_step, epochs=trainer.current_epoch, heartbeat_at=now_iso())
         else:
             fields[f"{split}_error"] = None     # an earlier failed evaluation of this split is superseded
-            fields["evaluated"] = self._evaluated_checkpoint(trainer)
+            # The checkpoint evaluated (None: untrained weights, as asked): its path relative to
+            # the runs root, its SHA-256, and the uuid of the run that trained it (null for a
+            # checkpoint saved before checkpoints carried it).
+            if self._evaluated is None and trainer.ckpt_path:
+                self._evaluated = {
+                    "checkpoint": checkpoint_name(trainer.ckpt_path, self.run_dir.path),
+                    "sha256": sha256(trainer.ckpt_path), "run": self._checkpoint_run}
+            fields["evaluated"] = self._evaluated
         self.run_dir.update_summary(**fields)
-
-    def _evaluated_checkpoint(self, trainer: Trainer) -> dict | None:
-        """The checkpoint validate/test evaluated (None: untrained weights, as asked): its path
-        relative to the runs root, its SHA-256, and the uuid of the run that trained it (null for
-        a checkpoint saved before checkpoints carried it)."""
-        if self._evaluated is None and trainer.ckpt_path:
-            self._evaluated = {"checkpoint": checkpoint_name(trainer.ckpt_path, self.run_dir.path),
-                               "sha256": sha256(trainer.ckpt_path), "run": self._checkpoint_run}
-        return self._evaluated
 
     def _write_sentence_stats(self, split: str) -> None:
         """The split's BLEU/chrF statistics per sentence, cached beside its hypotheses (once the
@@ -249,18 +232,16 @@ class RunStoreCallback(Callback):
             return
         seconds = self._elapsed()
         # Exact token and FLOP counts (summed over ranks every step) come from the budget callback.
-        budget = next((c for c in trainer.callbacks if isinstance(c, TrainingBudget)), None)
-        counts = (budget.summary(trainer) if budget is not None
-                  else {"train_tokens": getattr(pl_module, "train_tokens", 0) * trainer.world_size})
+        budget = next(c for c in trainer.callbacks if isinstance(c, TrainingBudget))
+        counts = budget.summary(trainer)
         status = Status.FINISHED
         if self.stop:
             status, reason = self.stop
             counts["stopped_by"] = f"STOP file: {reason}"
-        tokens = counts["train_tokens"]
         best = trainer.checkpoint_callback.best_model_score if trainer.checkpoint_callback else None
         summary = self.run_dir.update_summary(
             status=status, finished_at=now_iso(), train_seconds=seconds, **counts,
-            tokens_per_second=tokens / seconds if seconds else None,
+            tokens_per_second=counts["train_tokens"] / seconds if seconds else None,
             steps=trainer.global_step, epochs=trainer.current_epoch,
             best_val_loss=float(best) if best is not None else None,
             **machine_speed.summarise(self._machine_gflops), **pl_module.describe())
@@ -283,13 +264,11 @@ class RunStoreCallback(Callback):
             status = Status.INTERRUPTED if interrupted else Status.FAILED
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
-            try:
+            # full disk, unreadable summary: the original error matters
+            with contextlib.suppress(OSError, SummaryError):
                 if trainer.state.fn != "fit" and self.run_dir.read_summary().status is not None:
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
-                    return
-                if self._set_up:
+                elif self._set_up:
                     self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
                                                 steps=trainer.global_step)
-            except (OSError, SummaryError):   # full disk, unreadable summary: the original error matters
-                pass

@@ -69,6 +69,21 @@ def test_a_checkpoint_that_would_run_code_is_refused_in_one_line(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt"]   # no pwned, no runs
 
 
+def test_a_refused_checkpoint_that_a_config_file_names_is_named_in_the_refusal(tmp_path):
+    """The one line names the checkpoint wherever it was given: on the command line or, as here,
+    in a config file."""
+    import torch
+    crafted = tmp_path / "best.ckpt"
+    torch.save({"hyper_parameters": _RunsCode(), "state_dict": {}}, crafted)
+    (tmp_path / "eval.yaml").write_text(f"ckpt_path: {crafted}\n")
+    out = cli_in_process("test", *TINY, "--config", tmp_path / "eval.yaml",
+                         "--run.root", tmp_path / "runs", cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    errors = error_lines(out.stderr)
+    assert len(errors) == 1 and errors[0].startswith(
+        f"lit-attention test: error: --ckpt_path {crafted}: refused to load"), errors
+
+
 @pytest.mark.parametrize("kind", ["missing", "cut short", "not a zip"])
 def test_a_ckpt_path_that_is_no_checkpoint_stops_in_one_line_before_a_run_store(tmp_path, kind):
     """Before: a missing file made a new run store marked failed (exit 1), a checkpoint cut short
