@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lit_attention.sweep.trial import flag_args
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, CONFIG, SUMMARY, Status,
                                           SummaryError, read_summary, summary_path)
 
@@ -66,11 +67,7 @@ def command(run_dir: Path, accelerator: str | None = None, tracking: str | None 
                           "--run.root", str(run_dir.parent.parent), "--run.group", run_dir.parent.name,
                           "--run.id", run_dir.name, "--trainer.devices", "1", "--trainer.num_nodes", "1",
                           "--trainer.strategy", "auto"]
-    if accelerator:
-        cmd += ["--trainer.accelerator", accelerator]
-    if tracking:
-        cmd += ["--tracking", tracking]
-    return cmd
+    return cmd + flag_args({"--trainer.accelerator": accelerator, "--tracking": tracking})
 
 
 def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | None = None,

@@ -79,6 +79,11 @@ def launcher(nodes: int, devices: int) -> list[str]:
             f"--ntasks={nodes * devices}"]
 
 
+def flag_args(flags: dict) -> list[str]:
+    """`--flag value` for each flag whose value is given (not None, False or 0)."""
+    return [arg for flag, value in flags.items() if value for arg in (flag, str(value))]
+
+
 def format_value(value) -> str:
     """A config value as jsonargparse reads it on the command line (true, null, [1, 2], 0.001)."""
     return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
@@ -102,16 +107,11 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
-    if resume:
-        cmd += ["--ckpt_path", "last"]
-    if accelerator:
-        cmd += ["--trainer.accelerator", accelerator]
-    if devices > 1 or nodes > 1:
-        # Lightning relaunches the ranks itself (srun does across nodes); Optuna stays in the worker.
-        cmd += ["--trainer.devices", str(devices), "--trainer.strategy", "ddp"]
-    if nodes > 1:
-        cmd += ["--trainer.num_nodes", str(nodes)]
-    return cmd
+    # DDP: Lightning relaunches the ranks itself (srun does across nodes); Optuna stays in the worker.
+    ddp = devices > 1 or nodes > 1
+    return cmd + flag_args({"--ckpt_path": resume and "last", "--trainer.accelerator": accelerator,
+                            "--trainer.devices": ddp and devices, "--trainer.strategy": ddp and "ddp",
+                            "--trainer.num_nodes": nodes > 1 and nodes})
 
 
 def resumable(run_dir: Path) -> Summary | None:
@@ -223,9 +223,11 @@ def close_run(run_dir: Path, status: Status, error: str) -> Summary:
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
+    """Signal the trial's process group (its DDP ranks and dataloader workers too, also those the
+    child left behind when it exited); SIGKILL what is left of it after `wait` seconds."""
     try:
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return
     try:
         proc.wait(timeout=wait)
@@ -282,14 +284,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             _stop_group(proc, signal.SIGINT, wait=60)
             raise
         finally:
-            if proc.poll() is None:
-                _stop_group(proc, signal.SIGKILL, wait=10)
-            else:
-                # DDP ranks or dataloader workers the child left behind.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _stop_group(proc, signal.SIGKILL, wait=10)
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
