@@ -7,7 +7,7 @@ and enqueue its other seeds. A trial's seed is its user attribute `seed`, not an
 seeds are replicates, and Optuna's importances and plots see only the configuration. A worker that
 dies mid-trial stops sending heartbeats; the next worker to look fails that trial (at once if the
 dead worker ran on its host) and re-queues its cell
-(`fail_abandoned`, `RetryUncovered`). A worker that only stalled past the grace period finds its
+(`fail_abandoned`, `retry_uncovered`). A worker that only stalled past the grace period finds its
 trial failed and stops its run (`Fence`), so that a cell never counts two runs. What Optuna cannot
 do in one transaction (create a study and enqueue its cells, re-queue a cell only if nothing covers
 it) runs under the database's study lock (`storage.study_lock`).
@@ -19,6 +19,7 @@ need running again.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import random
@@ -110,10 +111,11 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
 
 def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
     return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
-                        stale_callback=RetryUncovered(url, sweep.max_retry))
+                        stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
 
 
-class RetryUncovered:
+def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
+                    trial: optuna.trial.FrozenTrial) -> None:
     """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
 
     Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
@@ -125,25 +127,20 @@ class RetryUncovered:
     trial covers it: a driver resuming on another machine may have enqueued it again meanwhile
     (`_enqueue_missing`).
     """
-
-    def __init__(self, url: str, max_retry: int):
-        self.url, self.retry = url, optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)
-
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        close_abandoned_run(trial)
-        with study_lock(self.url):
-            cell = trial_cell(trial)
-            if cell is None or cell not in covered_cells(study, but=trial.number):
-                # Optuna's retry copies the user attributes: not the dead worker's identity, which
-                # would make the retry look abandoned the moment another worker takes it (until
-                # the retries run out and the cell is left failed).
-                fresh = copy.deepcopy(trial)
-                fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
-                self.retry(study, fresh)
+    close_abandoned_run(trial)
+    with study_lock(url):
+        cell = trial_cell(trial)
+        if cell is None or cell not in covered_cells(study, but=trial.number):
+            # Optuna's retry copies the user attributes: not the dead worker's identity, which
+            # would make the retry look abandoned the moment another worker takes it (until
+            # the retries run out and the cell is left failed).
+            fresh = copy.deepcopy(trial)
+            fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)(study, fresh)
 
 
 def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
-    """Record the end of the run a trial that lost its worker left (see `RetryUncovered`)."""
+    """Record the end of the run a trial that lost its worker left (see `retry_uncovered`)."""
     run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
     try:
         summary = schema.read_summary(run_dir)
@@ -179,12 +176,14 @@ def planned_cells(sweep: Sweep) -> list[dict]:
 
 def covered_cells(study: optuna.Study, but: int | None = None) -> set:
     """The cells of the finished or pending trials (other than trial `but`)."""
-    return {trial_cell(t) for t in counted_trials(study) if t.state in DONE + PENDING and t.number != but}
+    return {trial_cell(t) for t in counted_trials(study)
+            if t.state in DONE + PENDING and t.number != but}
 
 
 def sampled_configs(trials) -> set[str]:
     """The configurations the trials of a random/TPE study have taken so far."""
-    return {sp.config_key(params_of(t)) for t in trials if params_of(t) and not t.user_attrs.get(SKIPPED)}
+    return {sp.config_key(params_of(t)) for t in trials
+            if params_of(t) and not t.user_attrs.get(SKIPPED)}
 
 
 def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> None:
@@ -192,7 +191,8 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> None:
     random/TPE: the cells of sampled configurations whose every attempt failed."""
     covered = covered_cells(study)
     wanted = planned_cells(sweep) if sweep.enumerated else [
-        {**params_of(t), "seed": seed_of(t)} for t in counted_trials(study) if seed_of(t) is not None]
+        {**params_of(t), "seed": seed_of(t)} for t in counted_trials(study)
+        if seed_of(t) is not None]
     for cell in wanted:
         key = sp.cell_key(cell, cell["seed"])
         if key not in covered:
@@ -211,7 +211,8 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     """
     with study_lock(url):
         study = optuna.create_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                                    direction=sweep.direction, load_if_exists=True, **study_options(sweep))
+                                    direction=sweep.direction, load_if_exists=True,
+                                    **study_options(sweep))
         attrs = study.user_attrs
         if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
             raise StudyMismatch(sweep.path, "study_name",
@@ -229,12 +230,11 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
             raise StudyMismatch(sweep.path, "objective.direction",
                                 f"the existing study {sweep.direction}s the other way")
         if not attrs.get(READY):
-            study.set_user_attr("spec", sweep.spec())
-            study.set_user_attr("spec_hash", sweep.spec_hash())
-            study.set_user_attr("sweep_file", str(sweep.path))
             # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
-            study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
-                                            "optuna": optuna.__version__})
+            sampler = {"name": sweep.sampler, **sweep.sampler_options, "optuna": optuna.__version__}
+            for key, value in (("spec", sweep.spec()), ("spec_hash", sweep.spec_hash()),
+                               ("sweep_file", str(sweep.path)), ("sampler", sampler)):
+                study.set_user_attr(key, value)
             if sweep.enumerated:
                 _enqueue_missing(study, sweep)
             study.set_user_attr(READY, True)
@@ -247,14 +247,13 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
 
 
 def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
-    """Fail the running trials nobody runs any more and re-queue their cells (`RetryUncovered`).
+    """Fail the running trials nobody runs any more and re-queue their cells (`retry_uncovered`).
 
     Where the facts are known, at once: a trial whose worker process on this host has ended (a
     driver killed with SIGKILL takes its workers along), or that has no worker recorded
     `grace_period` after it started (killed between taking it and its first heartbeat, which no
     heartbeat check would ever fail). The rest, when their heartbeat is older than the grace period.
     """
-    retry = RetryUncovered(url, sweep.max_retry)
     now = datetime.now()   # Optuna's datetime_start is naive local time too
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         process = t.user_attrs.get("worker_process")
@@ -264,7 +263,7 @@ def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
                 study.tell(t.number, state=TrialState.FAIL)   # its reason: see failure_reason
             except ValueError:   # it ended meanwhile
                 continue
-            retry(study, t)
+            retry_uncovered(url, sweep.max_retry, study, t)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         optuna.storages.fail_stale_trials(study)
@@ -283,7 +282,7 @@ class Fence:
         self.trial, self.grace, self.every = trial, grace, every
         self.run_dir: Path | None = None
         self.reason: str | None = None
-        self.settled = False  # the objective ended as planned (a value, failed, pruned): not a bug
+        self.bug = False  # the objective raised what it does not expect (a bug)
         self.discarded = False
         self._next = time.monotonic() + every
 
@@ -332,7 +331,7 @@ class Objective:
         self.launch = {"devices": devices, "accelerator": accelerator, "nodes": nodes}
         self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
         self.fence: Fence | None = None  # the current trial's
-        self.skips = 0   # trials skipped in a row (a sampler that keeps proposing taken configurations)
+        self.skips = 0   # trials skipped in a row (the sampler proposes taken configurations)
         if isinstance(sweep.base, dict):
             path = base_file(sweep, root, {})
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -354,19 +353,18 @@ class Objective:
         raise tr.TrialFailed(f"skipped: {why}")
 
     def __call__(self, trial: optuna.Trial) -> float:
-        self.fence = Fence(trial, self.sweep.grace_period, self.sweep.heartbeat_interval)
+        fence = self.fence = Fence(trial, self.sweep.grace_period, self.sweep.heartbeat_interval)
         try:
-            value = self._run(trial, self.fence)
+            return self._run(trial, fence)
+        except optuna.exceptions.UpdateFinishedTrialError:  # only another worker finishes our trial
+            if fence.check():
+                fence.discard()
+            raise tr.TrialFailed(fence.reason or "the trial was finished elsewhere") from None
         except (tr.TrialFailed, optuna.TrialPruned):
-            self.fence.settled = True
             raise
-        except optuna.exceptions.UpdateFinishedTrialError:   # only another worker finishes our trial
-            self.fence.settled = True
-            if self.fence.check():
-                self.fence.discard()
-            raise tr.TrialFailed(self.fence.reason or "the trial was finished elsewhere") from None
-        self.fence.settled = True
-        return value
+        except BaseException:
+            fence.bug = True
+            raise
 
     def _run(self, trial: optuna.Trial, fence: Fence) -> float:
         sweep = self.sweep
@@ -406,13 +404,15 @@ class Objective:
             run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
             trial.set_user_attr("resumed_from", earlier.number)
         run_dir = self.root / sweep.study_name / run_id
-        for key, value in (("run_name", name), ("cell", cell), ("run_id", run_id), ("run_dir", str(run_dir))):
+        for key, value in (("run_name", name), ("cell", cell), ("run_id", run_id),
+                           ("run_dir", str(run_dir))):
             trial.set_user_attr(key, value)
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        cmd = tr.build_command(base=base_file(sweep, self.root, params), root=self.root, study=sweep.study_name,
-                               run_id=run_id, seed=seed, params=params, fixed=sweep.fixed, tracking=sweep.tracking,
-                               name=name, resume=earlier is not None, **self.launch)
+        cmd = tr.build_command(base=base_file(sweep, self.root, params), root=self.root,
+                               study=sweep.study_name, run_id=run_id, seed=seed, params=params,
+                               fixed=sweep.fixed, tracking=sweep.tracking, name=name,
+                               resume=earlier is not None, **self.launch)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
                    if earlier is not None else "")
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
@@ -435,10 +435,10 @@ class Objective:
             raise tr.TrialFailed(fence.reason)
         s = out.summary
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
-        results = {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf", "test_bleu", "params",
-                                         "train_seconds", "epochs")}
+        results = {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf", "test_bleu",
+                                         "params", "train_seconds", "epochs")}
         for key, value in {"status": out.status.value, "error": out.error, **results}.items():
-            if value is not None:   # one number per attribute: the dashboard sorts and filters by them
+            if value is not None:   # one number per attribute: the dashboard sorts, filters by them
                 trial.set_user_attr(key, value)
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
@@ -472,7 +472,8 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
         if any(t.state in PENDING for t in attempts):
             lines.append(f"{label}: unfinished (still waiting or running)")
         elif attempts:
-            lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {failure_reason(attempts[-1])[:300]}")
+            why = failure_reason(attempts[-1])[:300]
+            lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {why}")
         else:
             lines.append(f"{label}: never ran")
     if not sweep.enumerated:
@@ -526,7 +527,7 @@ def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objecti
             # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
             # a FAIL trial."); an exception of the objective itself is a bug and is raised.
             fence = objective.fence
-            if fence is None or not fence.settled or fence.check() is None:
+            if fence is None or fence.bug or fence.check() is None:
                 raise
             fence.discard()
 
@@ -544,9 +545,10 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerat
     for i, cell in enumerate(cells[:n]):
         params, seed = {k: v for k, v in cell.items() if k != "seed"}, cell["seed"]
         commands.append(tr.build_command(
-            base=base_file(sweep, root, params), root=root, study=sweep.study_name, run_id=trial_run_id(i, seed),
-            seed=seed, params=params, fixed=sweep.fixed, tracking=sweep.tracking,
-            name=f"{sweep.study_name}-t{i}-s{seed}", devices=devices, accelerator=accelerator, nodes=nodes))
+            base=base_file(sweep, root, params), root=root, study=sweep.study_name,
+            run_id=trial_run_id(i, seed), seed=seed, params=params, fixed=sweep.fixed,
+            tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}", devices=devices,
+            accelerator=accelerator, nodes=nodes))
     return commands
 
 
@@ -561,7 +563,8 @@ def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devi
         cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
                sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
                "--root", str(root), "--devices-per-trial", str(devices), "--nodes-per-trial", str(nodes)]
-        cmd += tr.flag_args({"--accelerator": accelerator, "--trials-per-gpu": placement.gpus and placement.sharing,
+        cmd += tr.flag_args({"--accelerator": accelerator,
+                             "--trials-per-gpu": placement.gpus and placement.sharing,
                              "--max-cells": max_cells, "--tracking": tracking})
         # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
         procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))

@@ -41,7 +41,8 @@ def requeued(trials) -> set[int]:
     """Numbers of the failed trials whose cell a later trial took over (`--resume` re-queues an
     interrupted or killed run, which continues from its checkpoint)."""
     last = {trial_cell(t): t.number for t in trials}   # trials come in the order of their numbers
-    return {t.number for t in trials if t.state == TrialState.FAIL and last[trial_cell(t)] > t.number}
+    return {t.number for t in trials
+            if t.state == TrialState.FAIL and last[trial_cell(t)] > t.number}
 
 
 def counts(study: optuna.Study) -> dict:

@@ -107,10 +107,11 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
-    # DDP: Lightning relaunches the ranks itself (srun does across nodes); Optuna stays in the worker.
+    # DDP: Lightning starts the ranks itself (srun does across nodes); Optuna stays in the worker.
     ddp = devices > 1 or nodes > 1
     return cmd + flag_args({"--ckpt_path": resume and "last", "--trainer.accelerator": accelerator,
-                            "--trainer.devices": ddp and devices, "--trainer.strategy": ddp and "ddp",
+                            "--trainer.devices": ddp and devices,
+                            "--trainer.strategy": ddp and "ddp",
                             "--trainer.num_nodes": nodes > 1 and nodes})
 
 
@@ -248,16 +249,14 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     the trials running at once on this trial's GPUs, said in the reason if it runs out of GPU memory.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
-    if cmd[:1] != ["srun"]:
-        # A trial that is not an srun step of its own is no SLURM task: Lightning's SLURMEnvironment
-        # would take it (seeing the job's task count) for one rank of that many started by srun.
-        for key in _SLURM_TASKS:
-            env.pop(key, None)
-        # and Lightning's hint to start it with srun, where srun is on PATH, does not apply
+    # A trial that is not an srun step of its own is no SLURM task: Lightning's SLURMEnvironment
+    # would take it (seeing the job's task count) for one rank of that many started by srun.
+    srun = cmd[:1] == ["srun"]
+    scrub = _SCRUB_ENV + (() if srun else _SLURM_TASKS)
+    env = {"WANDB_SILENT": "true", **{k: v for k, v in os.environ.items() if k not in scrub},
+           "PYTHONUNBUFFERED": "1"}
+    if not srun:   # and Lightning's hint to start it with srun (where srun is on PATH) is void
         env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _SRUN_HINT)))
-    env.setdefault("WANDB_SILENT", "true")
-    env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
     reported, stop_sent = 0, False
     with open(run_dir / schema.TRIAL_LOG, "ab", buffering=0) as log:
