@@ -150,9 +150,9 @@ def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
            f"its cell was queued again")
     status, _ = run_state(summary)
     if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
-        tr.record_end(run_dir, summary, Status.KILLED, why)
+        tr.record_end(run_dir, Status.KILLED, why, summary)
     elif status in (Status.FINISHED, Status.RUNNING):
-        tr.record_end(run_dir, summary, Status.FAILED, why)
+        tr.record_end(run_dir, Status.FAILED, why, summary)
 
 
 def study_options(sweep: Sweep) -> dict:
@@ -275,7 +275,8 @@ class Fence:
     Another worker fails a trial whose heartbeat is older than the grace period and re-queues its
     cell; a worker that only stalled (a loaded machine, a slow disk) then still runs the trial, and
     the cell would get two runs. Once the trial is no longer RUNNING in the study, its run is
-    stopped and recorded as failed with the reason, so that it is not counted beside the re-run.
+    stopped and recorded as failed with the reason, so that it is not counted beside the re-run
+    (a run that finished too late as well).
     """
 
     def __init__(self, trial: optuna.Trial, grace: int, every: float):
@@ -283,15 +284,20 @@ class Fence:
         self.run_dir: Path | None = None
         self.reason: str | None = None
         self.bug = False  # the objective raised what it does not expect (a bug)
-        self.discarded = False
         self._next = time.monotonic() + every
 
     def check(self) -> str | None:
+        """Why the trial is no longer this worker's, or None. When it is found lost, its run is
+        recorded as failed with that reason."""
         running = self.trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if self.reason is None and all(t.number != self.trial.number for t in running):
             self.reason = (f"superseded: another worker failed trial {self.trial.number} when its heartbeat "
                            f"was older than {self.grace} s and re-queued its cell; this run was stopped "
                            f"and does not count")
+            if self.run_dir is not None:
+                tr.record_end(self.run_dir, Status.FAILED, self.reason)
+            print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}",
+                  flush=True)
         self._next = time.monotonic() + self.every
         return self.reason
 
@@ -304,15 +310,6 @@ class Fence:
             self.trial.report(value, step)
         except optuna.exceptions.UpdateFinishedTrialError:
             self.check()
-
-    def discard(self) -> None:
-        """Record the lost trial's run (stopped, or finished too late) as failed, with the reason."""
-        if self.discarded:
-            return
-        self.discarded = True
-        if self.run_dir is not None:
-            tr.close_run(self.run_dir, Status.FAILED, self.reason)
-        print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}", flush=True)
 
 
 def base_file(sweep: Sweep, root: Path, params: dict) -> Path:
@@ -337,14 +334,13 @@ class Objective:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(sweep.base, sort_keys=False))
 
-    def _resumable_attempt(self, others: list, cell: str) -> optuna.trial.FrozenTrial | None:
-        """The latest earlier attempt of `cell`, if the run it left can be continued (trial.resumable)."""
-        attempts = [t for t in others if trial_cell(t) == cell and t.state == TrialState.FAIL
-                    and t.user_attrs.get("run_id")]
-        if not attempts:
-            return None
-        last = max(attempts, key=lambda t: t.number)
-        return last if tr.resumable(self.root / self.sweep.study_name / last.user_attrs["run_id"]) else None
+    def _resumable_attempt(self, attempts: list) -> optuna.trial.FrozenTrial | None:
+        """The latest earlier attempt of the cell (`attempts`, in their order), if the run it left
+        can be continued (trial.resumable)."""
+        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
+        last = failed[-1] if failed else None
+        run_dir = last and self.root / self.sweep.study_name / last.user_attrs["run_id"]
+        return last if run_dir and tr.resumable(run_dir) else None
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         self.skips += 1
@@ -357,9 +353,7 @@ class Objective:
         try:
             return self._run(trial, fence)
         except optuna.exceptions.UpdateFinishedTrialError:  # only another worker finishes our trial
-            if fence.check():
-                fence.discard()
-            raise tr.TrialFailed(fence.reason or "the trial was finished elsewhere") from None
+            raise tr.TrialFailed(fence.check() or "the trial was finished elsewhere") from None
         except (tr.TrialFailed, optuna.TrialPruned):
             raise
         except BaseException:
@@ -380,8 +374,9 @@ class Objective:
         seed = sweep.seeds[0] if seed_of(me) is None else seed_of(me)   # sampled: the first seed
         trial.set_user_attr("seed", seed)
         cell = sp.cell_key(params, seed)
-        others = [t for t in trials if t.number != trial.number and not t.user_attrs.get(SKIPPED)]
-        if any(trial_cell(t) == cell and t.state in DONE for t in others):
+        attempts = [t for t in trials if trial_cell(t) == cell and t.number != trial.number
+                    and not t.user_attrs.get(SKIPPED)]   # earlier ones: the trials come in order
+        if any(t.state in DONE for t in attempts):
             self._skip(trial, f"duplicate of a finished cell {cell}")
         if not enqueued:
             # One sampled configuration at a time: two workers whose samplers proposed the same
@@ -399,7 +394,7 @@ class Objective:
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
-        earlier = self._resumable_attempt(others, cell)
+        earlier = self._resumable_attempt(attempts)
         if earlier is not None:   # continue the run it left, from its last checkpoint
             run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
             trial.set_user_attr("resumed_from", earlier.number)
@@ -431,7 +426,6 @@ class Objective:
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
             raise
         if fence.check():   # lost while running, or just after: the trial is no longer ours to update
-            fence.discard()
             raise tr.TrialFailed(fence.reason)
         s = out.summary
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
@@ -458,10 +452,8 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
     by_cell: dict[str, list] = {}
     for t in trials:
         by_cell.setdefault(trial_cell(t), []).append(t)
-    if sweep.enumerated:
-        wanted = [sp.cell_key(c, c["seed"]) for c in planned_cells(sweep)]
-    else:
-        wanted = [c for c in by_cell if c is not None]
+    wanted = ([sp.cell_key(c, c["seed"]) for c in planned_cells(sweep)] if sweep.enumerated
+              else [c for c in by_cell if c is not None])
     lines = []
     for cell in wanted:
         attempts = by_cell.get(cell, [])
@@ -526,10 +518,8 @@ def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objecti
         except Exception:
             # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
             # a FAIL trial."); an exception of the objective itself is a bug and is raised.
-            fence = objective.fence
-            if fence is None or fence.bug or fence.check() is None:
+            if objective.fence is None or objective.fence.bug or objective.fence.check() is None:
                 raise
-            fence.discard()
 
 
 def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerator: str | None = None,
@@ -557,18 +547,14 @@ def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devi
     """One worker process per placement, with that placement's GPUs and threads in its environment
     (its trials inherit them); a worker on a GPU is told how many trials share it (`--trials-per-gpu`,
     for the reason of a trial that runs out of GPU memory)."""
-    procs = []
-    for placement in placements:
-        env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}, **placement.env())
-        cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
-               sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
-               "--root", str(root), "--devices-per-trial", str(devices), "--nodes-per-trial", str(nodes)]
-        cmd += tr.flag_args({"--accelerator": accelerator,
-                             "--trials-per-gpu": placement.gpus and placement.sharing,
-                             "--max-cells": max_cells, "--tracking": tracking})
-        # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-    return procs
+    options = {"--root": root, "--devices-per-trial": devices, "--nodes-per-trial": nodes,
+               "--accelerator": accelerator, "--max-cells": max_cells, "--tracking": tracking}
+    cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), sys.executable,
+           "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file), *tr.flag_args(options)]
+    env = {**os.environ, STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}
+    # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
+    return [subprocess.Popen(cmd + tr.flag_args({"--trials-per-gpu": p.gpus and p.sharing}),
+                             env={**env, **p.env()}, start_new_session=True) for p in placements]
 
 
 def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
@@ -580,9 +566,8 @@ def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
                 interrupts.sleep(WAIT_SECONDS, until_exit=procs)
     except KeyboardInterrupt as stop:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
-        for p in procs:   # the signal the driver got: each trial records what stopped it
-            if p.poll() is None:
-                p.send_signal(interrupts.signum(stop))
+        for p in procs:   # the signal the driver got (if still running): each trial records it
+            p.send_signal(interrupts.signum(stop))
         for p in procs:
             try:
                 p.wait(timeout=120)

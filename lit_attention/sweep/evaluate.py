@@ -44,13 +44,6 @@ def test_metric(objective: str) -> str:
     return f"test_{rest}" if prefix == "val" and rest else objective
 
 
-def _summary(run_dir: Path) -> dict:
-    try:
-        return dict(read_summary(run_dir))
-    except (OSError, SummaryError):
-        return {}
-
-
 def already_tested(run_dir: Path, summary: dict) -> bool:
     """A test result newer than the best checkpoint."""
     try:
@@ -92,7 +85,11 @@ def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | 
             continue
         out = subprocess.run(command(run_dir, accelerator, tracking), capture_output=True, text=True,
                              check=False)
-        if out.returncode == 0 and _summary(run_dir).get("test_loss") is not None:
+        try:
+            tested = out.returncode == 0 and read_summary(run_dir).get("test_loss") is not None
+        except SummaryError:
+            tested = False
+        if tested:
             done.tested.append(run_dir.name)
             log(f"  tested {run_dir.name}")
         else:

@@ -55,10 +55,10 @@ def counts(study: optuna.Study) -> dict:
             "running": by[TrialState.RUNNING], "waiting": by[TrialState.WAITING]}
 
 
-def short_params(params: dict, hide: tuple = ()) -> str:
+def short_params(params: dict) -> str:
     """`family=rnn cell=gru` for {"model.family": "rnn", "model.cell": "gru", "seed": 0}."""
     return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items()
-                    if k != "seed" and k not in hide)
+                    if k != "seed")
 
 
 def progress_line(study: optuna.Study, metric: str, total: int | None = None) -> str:

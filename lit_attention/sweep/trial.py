@@ -154,27 +154,17 @@ def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
 
 
-class _Tee(threading.Thread):
-    """Copies the child's output to trial.log and keeps its last lines in memory: on a full or
-    read-only disk the log loses them, and they hold the reason the trial failed."""
-
-    def __init__(self, stream, log):
-        super().__init__(daemon=True)
-        self.stream, self.log, self.lines = stream, log, collections.deque(maxlen=5)
-
-    def run(self) -> None:
-        for line in iter(self.stream.readline, b""):
-            if line.strip():
-                self.lines.append(line.decode(errors="replace").strip())
-            if self.log is not None:
-                try:
-                    self.log.write(line)
-                    self.log.flush()
-                except OSError:
-                    self.log = None
-
-    def tail(self) -> str:
-        return " | ".join(self.lines)
+def _tee(stream, log, last: collections.deque) -> None:
+    """Copy the child's output to trial.log (unbuffered), keeping its last lines in `last`: on a
+    full or read-only disk the log loses them, and they hold the reason the trial failed."""
+    for line in iter(stream.readline, b""):
+        if line.strip():
+            last.append(line.decode(errors="replace").strip())
+        if log is not None:
+            try:
+                log.write(line)
+            except OSError:
+                log = None
 
 
 def exit_reason(returncode: int) -> str:
@@ -203,24 +193,21 @@ def out_of_gpu_memory(error: str, sharing: int | None) -> str:
     return f"out of GPU memory: {advice} | {error}"
 
 
-def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
+def record_end(run_dir: Path, status: Status, error: str,
+               summary: Summary | None = None) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
-    none); returns the summary. A run store that cannot be written is left as it is."""
+    none); returns the summary. `summary`: the run's, as read (None: read here; a missing or
+    unreadable one is replaced). A run store that cannot be written is left as it is."""
+    if summary is None:
+        try:
+            summary = schema.read_summary(run_dir, missing_ok=True)
+        except SummaryError:
+            summary = Summary({}, schema.summary_path(run_dir))
     fields = {**summary, "status": status, "error": error, "finished_at": schema.now_iso()}
     try:
         return schema.write_summary(run_dir, fields)
     except OSError:
         return Summary(fields, summary.path)
-
-
-def close_run(run_dir: Path, status: Status, error: str) -> Summary:
-    """`record_end` for a run whose summary has not been read (a missing or unreadable one is
-    replaced)."""
-    try:
-        summary = schema.read_summary(run_dir, missing_ok=True)
-    except SummaryError:
-        summary = Summary({}, schema.summary_path(run_dir))
-    return record_end(run_dir, summary, status, error)
 
 
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
@@ -263,7 +250,8 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
         proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        tee = _Tee(proc.stdout, log)
+        last_lines = collections.deque(maxlen=5)
+        tee = threading.Thread(target=_tee, args=(proc.stdout, log, last_lines), daemon=True)
         tee.start()
         try:
             while True:
@@ -287,25 +275,26 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
-        return Outcome(Status.FAILED, None, close_run(run_dir, Status.FAILED, why_lost), why_lost, reported)
+        summary = record_end(run_dir, Status.FAILED, why_lost)
+        return Outcome(Status.FAILED, None, summary, why_lost, reported)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
         return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
     status = summary.status
     if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
-        error = out_of_gpu_memory(summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}", sharing)
+        why = summary.error or f"{exit_reason(proc.returncode)}: {' | '.join(last_lines)}"
+        error = out_of_gpu_memory(why, sharing)
         if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
             status = Status.KILLED if proc.returncode < 0 else Status.FAILED
-            summary = record_end(run_dir, summary, status, error)
+            summary = record_end(run_dir, status, error, summary)
         return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
                        summary, error, reported)
     if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
         return Outcome(Status.PRUNED, None, summary, None, reported)
     value = summary.get(metric)
-    if value is None:
-        values = validation_values(run_dir / schema.METRICS, metric)
-        value = values[-1][1] if values else None
+    if value is None and values:   # read after the child ended: its last validation
+        value = values[-1][1]
     if value is None:
         logged = logged_metrics(summary, run_dir / schema.METRICS)
         return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "
