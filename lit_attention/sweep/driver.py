@@ -224,8 +224,7 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
                                 f"study {sweep.study_name!r} was created from another base "
                                 f"({design_changes(attrs['design'], design)}): its trials would mix two designs; "
                                 "restore the base, or give the sweep another study_name (or delete the study)")
-        if "design" not in attrs:
-            study.set_user_attr("design", design)
+        study.set_user_attr("design", design)   # (a study created before designs has none yet)
         if study.direction.name.lower() != sweep.direction:
             raise StudyMismatch(sweep.path, "objective.direction",
                                 f"the existing study {sweep.direction}s the other way")
@@ -235,14 +234,12 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
             for key, value in (("spec", sweep.spec()), ("spec_hash", sweep.spec_hash()),
                                ("sweep_file", str(sweep.path)), ("sampler", sampler)):
                 study.set_user_attr(key, value)
-            if sweep.enumerated:
-                _enqueue_missing(study, sweep)
+            _enqueue_missing(study, sweep)   # (random/TPE: nothing yet)
             study.set_user_attr(READY, True)
         elif resume:
             fail_abandoned(study, sweep, url)
             _enqueue_missing(study, sweep)
-            if attrs.get(HALT):
-                study.set_user_attr(HALT, None)   # asked to try again: one trial will tell
+            study.set_user_attr(HALT, None)   # asked to try again: one trial will tell
         return study
 
 
@@ -354,10 +351,8 @@ class Objective:
             return self._run(trial, fence)
         except optuna.exceptions.UpdateFinishedTrialError:  # only another worker finishes our trial
             raise tr.TrialFailed(fence.check() or "the trial was finished elsewhere") from None
-        except (tr.TrialFailed, optuna.TrialPruned):
-            raise
-        except BaseException:
-            fence.bug = True
+        except BaseException as exc:
+            fence.bug = not isinstance(exc, (tr.TrialFailed, optuna.TrialPruned))
             raise
 
     def _run(self, trial: optuna.Trial, fence: Fence) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 
@@ -86,12 +85,11 @@ def gpu_memory_gib() -> tuple[float | None, str]:
     Asked of `nvidia-smi` in a subprocess: torch has no public call for it that leaves CUDA
     uninitialised in this process (torch.cuda.mem_get_info and get_device_properties initialise it).
     """
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None, "GPU memory unknown: no nvidia-smi on PATH"
     try:
-        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        return None, "GPU memory unknown: no nvidia-smi on PATH"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"GPU memory unknown: nvidia-smi failed ({exc})"
     try:

@@ -80,7 +80,6 @@ def trial_list(sweep, cells: list[dict], commands: list[list[str]]) -> str:
     if not sweep.enumerated:
         return (f"trials: {sweep.n_trials}, sampled by the {sweep.sampler} sampler while the sweep runs "
                 "(no list before it runs)")
-    lines = [f"trials: {len(cells)}, in queue order:"]
-    for i, (cell, cmd) in enumerate(zip(cells, commands)):
-        lines.append(f"trial {i}: {short_params(cell) or '(base)'} seed={cell['seed']}: {shlex.join(cmd)}")
-    return "\n".join(lines)
+    lines = [f"trial {i}: {short_params(cell) or '(base)'} seed={cell['seed']}: {shlex.join(cmd)}"
+             for i, (cell, cmd) in enumerate(zip(cells, commands))]
+    return "\n".join([f"trials: {len(cells)}, in queue order:", *lines])

@@ -169,13 +169,10 @@ def _tee(stream, log, last: collections.deque) -> None:
 
 def exit_reason(returncode: int) -> str:
     """`exit code 1`, or `killed by SIGKILL (signal 9)` for a process a signal ended."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "signal"
-        return f"killed by {name} (signal {-returncode})"
-    return f"exit code {returncode}"
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    name = next((s.name for s in signal.Signals if s == -returncode), "signal")
+    return f"killed by {name} (signal {-returncode})"
 
 
 def out_of_gpu_memory(error: str, sharing: int | None) -> str:
