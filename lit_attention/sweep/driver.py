@@ -158,11 +158,11 @@ def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
 def study_options(sweep: Sweep) -> dict:
     """The sampler and pruner a driver or worker opens the study with."""
     # grid/bruteforce trials are all enqueued; random fills the rest (tpe's options: seed,
-    # n_startup_trials). Pruner `None` would mean MedianPruner in Optuna.
+    # n_startup_trials). Pruner `none`: NopPruner (`None` would mean MedianPruner in Optuna).
     sampler = {"tpe": optuna.samplers.TPESampler}.get(sweep.sampler, optuna.samplers.RandomSampler)
-    pruner = {"median": optuna.pruners.MedianPruner, "hyperband": optuna.pruners.HyperbandPruner,
-              "none": optuna.pruners.NopPruner}[sweep.pruner]
-    return {"sampler": sampler(**sweep.sampler_options), "pruner": pruner(**sweep.pruner_options)}
+    pruner = {"median": optuna.pruners.MedianPruner,
+              "hyperband": optuna.pruners.HyperbandPruner}.get(sweep.pruner, optuna.pruners.NopPruner)
+    return dict(sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
 
 
 def planned_cells(sweep: Sweep) -> list[dict]:
@@ -170,8 +170,7 @@ def planned_cells(sweep: Sweep) -> list[dict]:
     configs = sp.grid(sweep.space)
     if sweep.sampler == "bruteforce":
         random.Random(sweep.sampler_options.get("seed", 0)).shuffle(configs)
-    cells = [{**c, "seed": s} for c in configs for s in sweep.seeds]
-    return cells[: sweep.n_trials] if sweep.n_trials else cells
+    return [{**c, "seed": s} for c in configs for s in sweep.seeds][: sweep.n_trials or None]
 
 
 def covered_cells(study: optuna.Study, but: int | None = None) -> set:
