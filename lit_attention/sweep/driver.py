@@ -7,7 +7,7 @@ and enqueue its other seeds. A trial's seed is its user attribute `seed`, not an
 seeds are replicates, and Optuna's importances and plots see only the configuration. A worker that
 dies mid-trial stops sending heartbeats; the next worker to look fails that trial (at once if the
 dead worker ran on its host) and re-queues its cell
-(`fail_abandoned`, `RetryUncovered`). A worker that only stalled past the grace period finds its
+(`fail_abandoned`, `retry_uncovered`). A worker that only stalled past the grace period finds its
 trial failed and stops its run (`Fence`), so that a cell never counts two runs. What Optuna cannot
 do in one transaction (create a study and enqueue its cells, re-queue a cell only if nothing covers
 it) runs under the database's study lock (`storage.study_lock`).
@@ -19,6 +19,7 @@ need running again.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import random
@@ -38,12 +39,13 @@ from optuna.trial import TrialState
 from lit_attention.sweep import interrupts
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
-from lit_attention.sweep.progress import SKIPPED, seed_of, short_params
+from lit_attention.sweep.progress import (SKIPPED, counted_trials, params_of, seed_of, short_params,
+                                          trial_cell)
 from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_changes
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
 from lit_attention.tracking.liveness import gone, process_identity, run_state
-from lit_attention.tracking.schema import Status, config_name, trial_run_id
+from lit_attention.tracking.schema import Status, Summary, config_name, trial_run_id
 
 READY = "lit_attention.ready"  # study user attr: every cell is enqueued, workers may start
 HALT = "lit_attention.halt"    # study user attr: why no further trial starts (set, or None)
@@ -85,7 +87,6 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     from lit_attention.config_check import ConfigError
 
     check_training_args = training_args_checker()
-    prefix = len(tr.launcher(nodes, devices)) + len(tr.fit_command())
     for cell in sp.probe_cells(sweep.space) or [{}]:
         base = sweep.base_for(cell)
         base = yaml.safe_dump(base) if isinstance(base, dict) else base
@@ -93,7 +94,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
                                params=cell, fixed=sweep.fixed, tracking=sweep.tracking,
                                name="check", devices=devices, accelerator=accelerator, nodes=nodes)
         try:
-            check_training_args(["fit", *cmd[prefix:]])
+            check_training_args(["fit", *cmd[cmd.index("--config"):]])
         except ConfigError as e:
             named = re.search(r"(?:option|value for|invalid configuration:) ([\w.]+)", str(e))
             config_key = named.group(1) if named else None
@@ -110,10 +111,11 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
 
 def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
     return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
-                        stale_callback=RetryUncovered(url, sweep.max_retry))
+                        stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
 
 
-class RetryUncovered:
+def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
+                    trial: optuna.trial.FrozenTrial) -> None:
     """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
 
     Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
@@ -125,26 +127,20 @@ class RetryUncovered:
     trial covers it: a driver resuming on another machine may have enqueued it again meanwhile
     (`_enqueue_missing`).
     """
-
-    def __init__(self, url: str, max_retry: int):
-        self.url, self.retry = url, optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)
-
-    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        close_abandoned_run(trial)
-        with study_lock(self.url):
-            cell = trial_cell(trial)
-            others = [t for t in _counted(study.get_trials(deepcopy=False)) if t.number != trial.number]
-            if cell is None or not any(trial_cell(t) == cell and t.state in DONE + PENDING for t in others):
-                # Optuna's retry copies the user attributes: not the dead worker's identity, which
-                # would make the retry look abandoned the moment another worker takes it (until
-                # the retries run out and the cell is left failed).
-                fresh = copy.deepcopy(trial)
-                fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
-                self.retry(study, fresh)
+    close_abandoned_run(trial)
+    with study_lock(url):
+        cell = trial_cell(trial)
+        if cell is None or cell not in covered_cells(study, but=trial.number):
+            # Optuna's retry copies the user attributes: not the dead worker's identity, which
+            # would make the retry look abandoned the moment another worker takes it (until
+            # the retries run out and the cell is left failed).
+            fresh = copy.deepcopy(trial)
+            fresh.user_attrs = {} if seed_of(trial) is None else {"seed": seed_of(trial)}
+            optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry)(study, fresh)
 
 
 def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
-    """Record the end of the run a trial that lost its worker left (see `RetryUncovered`)."""
+    """Record the end of the run a trial that lost its worker left (see `retry_uncovered`)."""
     run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
     try:
         summary = schema.read_summary(run_dir)
@@ -154,66 +150,53 @@ def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
            f"its cell was queued again")
     status, _ = run_state(summary)
     if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
-        tr.record_end(run_dir, summary, Status.KILLED, why)
+        tr.record_end(run_dir, Status.KILLED, why, summary)
     elif status in (Status.FINISHED, Status.RUNNING):
-        tr.record_end(run_dir, summary, Status.FAILED, why)
+        tr.record_end(run_dir, Status.FAILED, why, summary)
 
 
-def make_sampler(sweep: Sweep) -> optuna.samplers.BaseSampler:
-    if sweep.sampler == "tpe":   # (its options: seed, n_startup_trials)
-        return optuna.samplers.TPESampler(**sweep.sampler_options)
-    # grid/bruteforce trials are all enqueued; random fills the rest
-    return optuna.samplers.RandomSampler(seed=sweep.sampler_options.get("seed"))
-
-
-def make_pruner(sweep: Sweep) -> optuna.pruners.BasePruner:
-    if sweep.pruner == "median":
-        return optuna.pruners.MedianPruner(**sweep.pruner_options)
-    if sweep.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(**sweep.pruner_options)
-    return optuna.pruners.NopPruner()  # `None` would mean MedianPruner in Optuna
+def study_options(sweep: Sweep) -> dict:
+    """The sampler and pruner a driver or worker opens the study with."""
+    # grid/bruteforce trials are all enqueued; random fills the rest (tpe's options: seed,
+    # n_startup_trials). Pruner `none`: NopPruner (`None` would mean MedianPruner in Optuna).
+    sampler = {"tpe": optuna.samplers.TPESampler}.get(sweep.sampler, optuna.samplers.RandomSampler)
+    pruner = {"median": optuna.pruners.MedianPruner,
+              "hyperband": optuna.pruners.HyperbandPruner}.get(sweep.pruner, optuna.pruners.NopPruner)
+    return dict(sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
 
 
 def planned_cells(sweep: Sweep) -> list[dict]:
     """Grid: every configuration x seed, declaration order; brute force: the same, shuffled."""
-    cells = sp.cells(sweep.space, sweep.seeds)
+    configs = sp.grid(sweep.space)
     if sweep.sampler == "bruteforce":
-        configs = sp.grid(sweep.space)
         random.Random(sweep.sampler_options.get("seed", 0)).shuffle(configs)
-        cells = [{**c, "seed": s} for c in configs for s in sweep.seeds]
-    return cells[: sweep.n_trials] if sweep.n_trials else cells
+    return [{**c, "seed": s} for c in configs for s in sweep.seeds][: sweep.n_trials or None]
 
 
-def trial_cell(t: optuna.trial.FrozenTrial) -> str | None:
-    seed = seed_of(t)
-    if seed is None:
-        return t.user_attrs.get("cell")
-    return sp.cell_key(t.system_attrs.get("fixed_params") or t.params, seed)
+def covered_cells(study: optuna.Study, but: int | None = None) -> set:
+    """The cells of the finished or pending trials (other than trial `but`)."""
+    return {trial_cell(t) for t in counted_trials(study)
+            if t.state in DONE + PENDING and t.number != but}
 
 
-def _counted(trials) -> list:
-    return [t for t in trials if not t.user_attrs.get(SKIPPED)]
+def sampled_configs(trials) -> set[str]:
+    """The configurations the trials of a random/TPE study have taken so far."""
+    return {sp.config_key(params_of(t)) for t in trials
+            if params_of(t) and not t.user_attrs.get(SKIPPED)}
 
 
-def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> int:
-    """Enqueue every planned cell that has no finished or pending trial (also cells that failed)."""
-    trials = _counted(study.get_trials(deepcopy=False))
-    covered = {trial_cell(t) for t in trials if t.state in DONE + PENDING}
-    if sweep.enumerated:
-        wanted = planned_cells(sweep)
-    else:  # sampled configurations whose every attempt failed
-        wanted, seen = [], set()
-        for t in trials:
-            key = trial_cell(t)
-            if seed_of(t) is not None and key not in seen:
-                seen.add(key)
-                wanted.append({**(t.system_attrs.get("fixed_params") or t.params), "seed": seed_of(t)})
-    n = 0
+def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> None:
+    """Enqueue every planned cell that has no finished or pending trial (also cells that failed);
+    random/TPE: the cells of sampled configurations whose every attempt failed."""
+    covered = covered_cells(study)
+    wanted = planned_cells(sweep) if sweep.enumerated else [
+        {**params_of(t), "seed": seed_of(t)} for t in counted_trials(study)
+        if seed_of(t) is not None]
     for cell in wanted:
-        if sp.cell_key(cell, cell["seed"]) not in covered:
+        key = sp.cell_key(cell, cell["seed"])
+        if key not in covered:
             enqueue_cell(study, cell)
-            n += 1
-    return n
+            covered.add(key)
 
 
 def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
@@ -226,13 +209,9 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     cells without a finished or pending trial (failed, interrupted, missing) are enqueued again.
     """
     with study_lock(url):
-        storage = storage_for(sweep, url)
-        try:
-            study = optuna.create_study(study_name=sweep.study_name, storage=storage, direction=sweep.direction,
-                                        sampler=make_sampler(sweep), pruner=make_pruner(sweep))
-        except optuna.exceptions.DuplicatedStudyError:
-            study = optuna.load_study(study_name=sweep.study_name, storage=storage,
-                                      sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+        study = optuna.create_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
+                                    direction=sweep.direction, load_if_exists=True,
+                                    **study_options(sweep))
         attrs = study.user_attrs
         if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
             raise StudyMismatch(sweep.path, "study_name",
@@ -244,38 +223,33 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
                                 f"study {sweep.study_name!r} was created from another base "
                                 f"({design_changes(attrs['design'], design)}): its trials would mix two designs; "
                                 "restore the base, or give the sweep another study_name (or delete the study)")
-        if "design" not in attrs:
-            study.set_user_attr("design", design)
+        study.set_user_attr("design", design)   # (a study created before designs has none yet)
         if study.direction.name.lower() != sweep.direction:
             raise StudyMismatch(sweep.path, "objective.direction",
                                 f"the existing study {sweep.direction}s the other way")
         if not attrs.get(READY):
-            study.set_user_attr("spec", sweep.spec())
-            study.set_user_attr("spec_hash", sweep.spec_hash())
-            study.set_user_attr("sweep_file", str(sweep.path))
             # Sampler settings are part of the experiment (TPE defaults changed in Optuna 5).
-            study.set_user_attr("sampler", {"name": sweep.sampler, **sweep.sampler_options,
-                                            "optuna": optuna.__version__})
-            if sweep.enumerated:
-                _enqueue_missing(study, sweep)
+            sampler = {"name": sweep.sampler, **sweep.sampler_options, "optuna": optuna.__version__}
+            for key, value in (("spec", sweep.spec()), ("spec_hash", sweep.spec_hash()),
+                               ("sweep_file", str(sweep.path)), ("sampler", sampler)):
+                study.set_user_attr(key, value)
+            _enqueue_missing(study, sweep)   # (random/TPE: nothing yet)
             study.set_user_attr(READY, True)
         elif resume:
             fail_abandoned(study, sweep, url)
             _enqueue_missing(study, sweep)
-            if attrs.get(HALT):
-                study.set_user_attr(HALT, None)   # asked to try again: one trial will tell
+            study.set_user_attr(HALT, None)   # asked to try again: one trial will tell
         return study
 
 
 def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
-    """Fail the running trials nobody runs any more and re-queue their cells (`RetryUncovered`).
+    """Fail the running trials nobody runs any more and re-queue their cells (`retry_uncovered`).
 
     Where the facts are known, at once: a trial whose worker process on this host has ended (a
     driver killed with SIGKILL takes its workers along), or that has no worker recorded
     `grace_period` after it started (killed between taking it and its first heartbeat, which no
     heartbeat check would ever fail). The rest, when their heartbeat is older than the grace period.
     """
-    retry = RetryUncovered(url, sweep.max_retry)
     now = datetime.now()   # Optuna's datetime_start is naive local time too
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         process = t.user_attrs.get("worker_process")
@@ -285,7 +259,7 @@ def fail_abandoned(study: optuna.Study, sweep: Sweep, url: str) -> None:
                 study.tell(t.number, state=TrialState.FAIL)   # its reason: see failure_reason
             except ValueError:   # it ended meanwhile
                 continue
-            retry(study, t)
+            retry_uncovered(url, sweep.max_retry, study, t)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         optuna.storages.fail_stale_trials(study)
@@ -297,23 +271,29 @@ class Fence:
     Another worker fails a trial whose heartbeat is older than the grace period and re-queues its
     cell; a worker that only stalled (a loaded machine, a slow disk) then still runs the trial, and
     the cell would get two runs. Once the trial is no longer RUNNING in the study, its run is
-    stopped and recorded as failed with the reason, so that it is not counted beside the re-run.
+    stopped and recorded as failed with the reason, so that it is not counted beside the re-run
+    (a run that finished too late as well).
     """
 
     def __init__(self, trial: optuna.Trial, grace: int, every: float):
         self.trial, self.grace, self.every = trial, grace, every
         self.run_dir: Path | None = None
         self.reason: str | None = None
-        self.settled = False  # the objective ended as planned (a value, failed, pruned): not a bug
-        self.discarded = False
+        self.bug = False  # the objective raised what it does not expect (a bug)
         self._next = time.monotonic() + every
 
     def check(self) -> str | None:
+        """Why the trial is no longer this worker's, or None. When it is found lost, its run is
+        recorded as failed with that reason."""
         running = self.trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         if self.reason is None and all(t.number != self.trial.number for t in running):
             self.reason = (f"superseded: another worker failed trial {self.trial.number} when its heartbeat "
                            f"was older than {self.grace} s and re-queued its cell; this run was stopped "
                            f"and does not count")
+            if self.run_dir is not None:
+                tr.record_end(self.run_dir, Status.FAILED, self.reason)
+            print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}",
+                  flush=True)
         self._next = time.monotonic() + self.every
         return self.reason
 
@@ -327,14 +307,12 @@ class Fence:
         except optuna.exceptions.UpdateFinishedTrialError:
             self.check()
 
-    def discard(self) -> None:
-        """Record the lost trial's run (stopped, or finished too late) as failed, with the reason."""
-        if self.discarded:
-            return
-        self.discarded = True
-        if self.run_dir is not None:
-            tr.close_run(self.run_dir, Status.FAILED, self.reason)
-        print(f"[{self.trial.study.study_name}] trial {self.trial.number} {self.reason}", flush=True)
+
+def base_file(sweep: Sweep, root: Path, params: dict) -> Path:
+    """The config file a trial with these parameters starts from; an inline base is the file
+    ROOT/<study>/base.yaml, which each worker writes."""
+    base = sweep.base_for(params)
+    return root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
 
 
 class Objective:
@@ -342,59 +320,43 @@ class Objective:
 
     def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
                  nodes: int = 1, sharing: int | None = None):
-        self.sweep = sweep
+        self.sweep, self.url, self.root = sweep, url, root
+        self.launch = {"devices": devices, "accelerator": accelerator, "nodes": nodes}
         self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
-        self.accelerator = accelerator
-        self.nodes = nodes
-        self.root = Path(root).resolve()
-        self.devices = devices
-        self.base = self._base_path()
         self.fence: Fence | None = None  # the current trial's
-        self.url = url
-
-    def _base_path(self) -> Path | None:
-        if self.sweep.base is None:   # chosen per trial (space `base`)
-            return None
-        if isinstance(self.sweep.base, dict):
-            path = self.root / self.sweep.study_name / "base.yaml"
+        self.skips = 0   # trials skipped in a row (the sampler proposes taken configurations)
+        if isinstance(sweep.base, dict):
+            path = base_file(sweep, root, {})
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(yaml.safe_dump(self.sweep.base, sort_keys=False))
-            return path
-        return Path(self.sweep.base)
+            path.write_text(yaml.safe_dump(sweep.base, sort_keys=False))
 
-    def _resumable_attempt(self, others: list, cell: str) -> optuna.trial.FrozenTrial | None:
-        """The latest earlier attempt of `cell`, if the run it left can be continued (trial.resumable)."""
-        attempts = [t for t in _counted(others) if trial_cell(t) == cell and t.state == TrialState.FAIL
-                    and t.user_attrs.get("run_id")]
-        if not attempts:
-            return None
-        last = max(attempts, key=lambda t: t.number)
-        return last if tr.resumable(self.root / self.sweep.study_name / last.user_attrs["run_id"]) else None
+    def _resumable_attempt(self, attempts: list) -> optuna.trial.FrozenTrial | None:
+        """The latest earlier attempt of the cell (`attempts`, in their order), if the run it left
+        can be continued (trial.resumable)."""
+        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
+        last = failed[-1] if failed else None
+        run_dir = last and self.root / self.sweep.study_name / last.user_attrs["run_id"]
+        return last if run_dir and tr.resumable(run_dir) else None
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
+        self.skips += 1
         trial.set_user_attr(SKIPPED, why)
         trial.set_user_attr("error", f"skipped: {why}")
         raise tr.TrialFailed(f"skipped: {why}")
 
     def __call__(self, trial: optuna.Trial) -> float:
-        self.fence = Fence(trial, self.sweep.grace_period, self.sweep.heartbeat_interval)
+        fence = self.fence = Fence(trial, self.sweep.grace_period, self.sweep.heartbeat_interval)
         try:
-            value = self._run(trial, self.fence)
-        except (tr.TrialFailed, optuna.TrialPruned):
-            self.fence.settled = True
+            return self._run(trial, fence)
+        except optuna.exceptions.UpdateFinishedTrialError:  # only another worker finishes our trial
+            raise tr.TrialFailed(fence.check() or "the trial was finished elsewhere") from None
+        except BaseException as exc:
+            fence.bug = not isinstance(exc, (tr.TrialFailed, optuna.TrialPruned))
             raise
-        except optuna.exceptions.UpdateFinishedTrialError:   # only another worker finishes our trial
-            self.fence.settled = True
-            if self.fence.check():
-                self.fence.discard()
-            raise tr.TrialFailed(self.fence.reason or "the trial was finished elsewhere") from None
-        self.fence.settled = True
-        return value
 
     def _run(self, trial: optuna.Trial, fence: Fence) -> float:
         sweep = self.sweep
-        worker = f"{socket.gethostname()}:{os.getpid()}"
-        trial.set_user_attr("worker", worker)
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")
         trial.set_user_attr("worker_process", process_identity())
         trials = trial.study.get_trials(deepcopy=False)
         me = next(t for t in trials if t.number == trial.number)
@@ -406,40 +368,40 @@ class Objective:
         seed = sweep.seeds[0] if seed_of(me) is None else seed_of(me)   # sampled: the first seed
         trial.set_user_attr("seed", seed)
         cell = sp.cell_key(params, seed)
-        others = [t for t in trials if t.number != trial.number]
-        if any(trial_cell(t) == cell and t.state in DONE for t in _counted(others)):
+        attempts = [t for t in trials if trial_cell(t) == cell and t.number != trial.number
+                    and not t.user_attrs.get(SKIPPED)]   # earlier ones: the trials come in order
+        if any(t.state in DONE for t in attempts):
             self._skip(trial, f"duplicate of a finished cell {cell}")
         if not enqueued:
             # One sampled configuration at a time: two workers whose samplers proposed the same
             # configuration at once must not both run it (and enqueue its seeds twice).
             with study_lock(self.url):
-                configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
-                           for t in _counted(trial.study.get_trials(deepcopy=False)) if t.number != trial.number}
+                configs = sampled_configs(t for t in trial.study.get_trials(deepcopy=False)
+                                          if t.number != trial.number)
                 if sp.config_key(params) in configs:
                     self._skip(trial, "the sampler proposed a configuration already in the study")
                 if len(configs) >= sweep.n_trials // len(sweep.seeds):
                     self._skip(trial, "budget of configurations reached")
                 for s in sweep.seeds[1:]:
                     enqueue_cell(trial.study, {**params, "seed": s})
+        self.skips = 0
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
-        earlier = self._resumable_attempt(others, cell)
+        earlier = self._resumable_attempt(attempts)
         if earlier is not None:   # continue the run it left, from its last checkpoint
             run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
             trial.set_user_attr("resumed_from", earlier.number)
         run_dir = self.root / sweep.study_name / run_id
-        trial.set_user_attr("run_name", name)
-        trial.set_user_attr("cell", cell)
-        trial.set_user_attr("run_id", run_id)
-        trial.set_user_attr("run_dir", str(run_dir))
+        for key, value in (("run_name", name), ("cell", cell), ("run_id", run_id),
+                           ("run_dir", str(run_dir))):
+            trial.set_user_attr(key, value)
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        base = sweep.bases[params[BASE_PARAM]] if BASE_PARAM in params else self.base
-        cmd = tr.build_command(base=base, root=self.root, study=sweep.study_name, run_id=run_id,
-                               seed=seed, params=params, fixed=sweep.fixed, tracking=sweep.tracking,
-                               name=name, devices=self.devices, accelerator=self.accelerator,
-                               nodes=self.nodes, resume=earlier is not None)
+        cmd = tr.build_command(base=base_file(sweep, self.root, params), root=self.root,
+                               study=sweep.study_name, run_id=run_id, seed=seed, params=params,
+                               fixed=sweep.fixed, tracking=sweep.tracking, name=name,
+                               resume=earlier is not None, **self.launch)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
                    if earlier is not None else "")
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
@@ -449,10 +411,7 @@ class Objective:
             out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence, self.sharing)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
-            trial.set_user_attr("status", Status.FAILED.value)
-            trial.set_user_attr("error", why)
-            print(f"[{sweep.study_name}] trial {trial.number} failed ({why})", flush=True)
-            raise tr.TrialFailed(why) from None
+            out = tr.Outcome(Status.FAILED, None, Summary(), why, reported=0)
         except KeyboardInterrupt as stop:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("error", f"interrupted ({interrupts.cause(stop)}); continue with --resume")
@@ -461,16 +420,14 @@ class Objective:
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")
             raise
         if fence.check():   # lost while running, or just after: the trial is no longer ours to update
-            fence.discard()
             raise tr.TrialFailed(fence.reason)
         s = out.summary
-        trial.set_user_attr("status", out.status.value)
         trial.set_user_attr("wandb_run_id", s.get("wandb_run_id"))
-        for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf", "test_bleu", "params", "train_seconds", "epochs"):
-            if s.get(k) is not None:   # one number per attribute: the dashboard sorts and filters by them
-                trial.set_user_attr(k, s[k])
-        if out.error:
-            trial.set_user_attr("error", out.error)
+        results = {k: s.get(k) for k in ("val_loss", "val_ppl", "val_bleu", "val_chrf", "test_bleu",
+                                         "params", "train_seconds", "epochs")}
+        for key, value in {"status": out.status.value, "error": out.error, **results}.items():
+            if value is not None:   # one number per attribute: the dashboard sorts, filters by them
+                trial.set_user_attr(key, value)
         print(f"[{sweep.study_name}] trial {trial.number} {out.status}"
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
@@ -479,33 +436,30 @@ class Objective:
         if out.objective_absent:   # every trial of the study would train in vain: start no other
             trial.study.set_user_attr(HALT, f"trial {trial.number}: {out.error}")
         if out.status is not Status.FINISHED:
-            trial.set_user_attr("error", out.error)
             raise tr.TrialFailed(out.error)
         return out.value
 
 
 def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
     """One line per requested cell without a finished (or pruned) trial, with the reason."""
-    trials = _counted(study.get_trials(deepcopy=False))
+    trials = counted_trials(study)
     by_cell: dict[str, list] = {}
     for t in trials:
         by_cell.setdefault(trial_cell(t), []).append(t)
-    if sweep.enumerated:
-        wanted = [sp.cell_key(c, c["seed"]) for c in planned_cells(sweep)]
-    else:
-        wanted = [c for c in by_cell if c is not None]
+    wanted = ([sp.cell_key(c, c["seed"]) for c in planned_cells(sweep)] if sweep.enumerated
+              else [c for c in by_cell if c is not None])
     lines = []
     for cell in wanted:
         attempts = by_cell.get(cell, [])
         if any(t.state in DONE for t in attempts):
             continue
-        label = _cell_label(cell)
+        config, _, seed = cell.rpartition("|")
+        label = f"{short_params(json.loads(config)) or '(base)'} {seed}"
         if any(t.state in PENDING for t in attempts):
             lines.append(f"{label}: unfinished (still waiting or running)")
         elif attempts:
-            last = attempts[-1]
-            why = failure_reason(last)
-            lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {str(why)[:300]}")
+            why = failure_reason(attempts[-1])[:300]
+            lines.append(f"{label}: failed ({len(attempts)} attempt(s)): {why}")
         else:
             lines.append(f"{label}: never ran")
     if not sweep.enumerated:
@@ -514,31 +468,6 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
             lines.append(f"{sweep.n_trials - done - len(lines)} of {sweep.n_trials} requested trials never ran "
                          "(the sampler kept proposing configurations already in the study)")
     return lines
-
-
-def _cell_label(cell: str) -> str:
-    config, _, seed = cell.rpartition("|")
-    try:
-        params = json.loads(config)
-    except ValueError:
-        return cell
-    return f"{short_params(params) or '(base)'} {seed}"
-
-
-def _next_action(sweep: Sweep, study: optuna.Study, skips: int) -> str:
-    if study.user_attrs.get(HALT):
-        return "done"
-    trials = study.get_trials(deepcopy=False)
-    if any(t.state == TrialState.WAITING for t in trials):
-        return "run"
-    if not sweep.enumerated and skips < 20:
-        configs = {sp.config_key(dict(t.system_attrs.get("fixed_params") or t.params))
-                   for t in _counted(trials) if t.params or t.system_attrs.get("fixed_params")}
-        if len(configs) < sweep.n_trials // len(sweep.seeds):
-            return "run"
-    if any(t.state == TrialState.RUNNING for t in trials):
-        return "wait"
-    return "done"
 
 
 def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
@@ -553,7 +482,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                              sampler=make_sampler(sweep), pruner=make_pruner(sweep))
+                              **study_options(sweep))
     objective = Objective(sweep, url, root, devices, accelerator, nodes, sharing)
     try:
         with interrupts.deferred():
@@ -563,29 +492,28 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator
 
 
 def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objective) -> int:
-    skips = 0
     while True:
         interrupts.check()   # not a new trial after a stop was asked for
         fail_abandoned(study, sweep, url)  # re-queues cells of dead workers
-        action = _next_action(sweep, study, skips)
-        if action == "done":
+        if study.user_attrs.get(HALT):
             return 0
-        if action == "wait":
-            interrupts.sleep(WAIT_SECONDS)
+        trials = study.get_trials(deepcopy=False)
+        states = {t.state for t in trials}
+        sampling = (not sweep.enumerated and objective.skips < 20
+                    and len(sampled_configs(trials)) < sweep.n_trials // len(sweep.seeds))
+        if TrialState.WAITING not in states and not sampling:
+            if TrialState.RUNNING not in states:
+                return 0
+            interrupts.sleep(WAIT_SECONDS)   # a running trial may go stale and need running again
             continue
-        before = len(study.get_trials(deepcopy=False))
         objective.fence = None
         try:
             study.optimize(objective, n_trials=1, catch=(tr.TrialFailed,))
         except Exception:
             # Optuna cannot tell a trial another worker failed as stale meanwhile ("Cannot tell
             # a FAIL trial."); an exception of the objective itself is a bug and is raised.
-            fence = objective.fence
-            if fence is None or not fence.settled or fence.check() is None:
+            if objective.fence is None or objective.fence.bug or objective.fence.check() is None:
                 raise
-            fence.discard()
-        last = study.get_trials(deepcopy=False)[before:]
-        skips = skips + 1 if any(t.user_attrs.get(SKIPPED) for t in last) else 0
 
 
 def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerator: str | None = None,
@@ -595,18 +523,16 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerat
     Grid and brute force: the first n cells in queue order (which worker pops which is a race);
     random/TPE: the first probe configuration, since their cells are sampled while running.
     """
-    cells = planned_cells(sweep) if sweep.enumerated else []
+    probe = {**(sp.probe_cells(sweep.space) or [{}])[0], "seed": sweep.seeds[0]}
+    cells = (planned_cells(sweep) if sweep.enumerated else []) + [probe] * n
     commands = []
-    for i in range(n):
-        cell = dict(cells[i]) if i < len(cells) else {**(sp.probe_cells(sweep.space) or [{}])[0],
-                                                       "seed": sweep.seeds[0]}
-        seed = cell.pop("seed")
-        base = sweep.base_for(cell)
-        base = root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
+    for i, cell in enumerate(cells[:n]):
+        params, seed = {k: v for k, v in cell.items() if k != "seed"}, cell["seed"]
         commands.append(tr.build_command(
-            base=base, root=root, study=sweep.study_name, run_id=f"t{i:04d}-s{seed}", seed=seed, params=cell,
-            fixed=sweep.fixed, tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}",
-            devices=devices, accelerator=accelerator, nodes=nodes))
+            base=base_file(sweep, root, params), root=root, study=sweep.study_name,
+            run_id=trial_run_id(i, seed), seed=seed, params=params, fixed=sweep.fixed,
+            tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}", devices=devices,
+            accelerator=accelerator, nodes=nodes))
     return commands
 
 
@@ -615,23 +541,14 @@ def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devi
     """One worker process per placement, with that placement's GPUs and threads in its environment
     (its trials inherit them); a worker on a GPU is told how many trials share it (`--trials-per-gpu`,
     for the reason of a trial that runs out of GPU memory)."""
-    procs = []
-    for placement in placements:
-        env = dict(os.environ, **{STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}, **placement.env())
-        cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()),
-               sys.executable, "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file),
-               "--root", str(root), "--devices-per-trial", str(devices), "--nodes-per-trial", str(nodes)]
-        if accelerator:
-            cmd += ["--accelerator", accelerator]
-        if placement.gpus:
-            cmd += ["--trials-per-gpu", str(placement.sharing)]
-        if max_cells:
-            cmd += ["--max-cells", str(max_cells)]
-        if tracking:
-            cmd += ["--tracking", tracking]
-        # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
-        procs.append(subprocess.Popen(cmd, env=env, start_new_session=True))
-    return procs
+    options = {"--root": root, "--devices-per-trial": devices, "--nodes-per-trial": nodes,
+               "--accelerator": accelerator, "--max-cells": max_cells, "--tracking": tracking}
+    cmd = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), sys.executable,
+           "-m", "lit_attention.sweep.cli", "--worker", str(sweep_file), *tr.flag_args(options)]
+    env = {**os.environ, STORAGE_ENV: url, "PYTHONUNBUFFERED": "1"}
+    # Own session: Ctrl-C reaches the driver only, which then stops each worker once.
+    return [subprocess.Popen(cmd + tr.flag_args({"--trials-per-gpu": p.gpus and p.sharing}),
+                             env={**env, **p.env()}, start_new_session=True) for p in placements]
 
 
 def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
@@ -643,9 +560,8 @@ def wait_workers(procs: list, study: optuna.Study, progress) -> list[int]:
                 interrupts.sleep(WAIT_SECONDS, until_exit=procs)
     except KeyboardInterrupt as stop:
         print(f"\n[{study.study_name}] stopping: waiting for the running trials to stop...", flush=True)
-        for p in procs:   # the signal the driver got: each trial records what stopped it
-            if p.poll() is None:
-                p.send_signal(interrupts.signum(stop))
+        for p in procs:   # the signal the driver got (if still running): each trial records it
+            p.send_signal(interrupts.signum(stop))
         for p in procs:
             try:
                 p.wait(timeout=120)

@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lit_attention.sweep.trial import flag_args
 from lit_attention.tracking.schema import (BEST_CHECKPOINT, CHECKPOINTS, CONFIG, SUMMARY, Status,
                                           SummaryError, read_summary, summary_path)
 
@@ -43,13 +44,6 @@ def test_metric(objective: str) -> str:
     return f"test_{rest}" if prefix == "val" and rest else objective
 
 
-def _summary(run_dir: Path) -> dict:
-    try:
-        return dict(read_summary(run_dir))
-    except (OSError, SummaryError):
-        return {}
-
-
 def already_tested(run_dir: Path, summary: dict) -> bool:
     """A test result newer than the best checkpoint."""
     try:
@@ -66,11 +60,7 @@ def command(run_dir: Path, accelerator: str | None = None, tracking: str | None 
                           "--run.root", str(run_dir.parent.parent), "--run.group", run_dir.parent.name,
                           "--run.id", run_dir.name, "--trainer.devices", "1", "--trainer.num_nodes", "1",
                           "--trainer.strategy", "auto"]
-    if accelerator:
-        cmd += ["--trainer.accelerator", accelerator]
-    if tracking:
-        cmd += ["--tracking", tracking]
-    return cmd
+    return cmd + flag_args({"--trainer.accelerator": accelerator, "--tracking": tracking})
 
 
 def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | None = None,
@@ -95,7 +85,11 @@ def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | 
             continue
         out = subprocess.run(command(run_dir, accelerator, tracking), capture_output=True, text=True,
                              check=False)
-        if out.returncode == 0 and _summary(run_dir).get("test_loss") is not None:
+        try:
+            tested = out.returncode == 0 and read_summary(run_dir).get("test_loss") is not None
+        except SummaryError:
+            tested = False
+        if tested:
             done.tested.append(run_dir.name)
             log(f"  tested {run_dir.name}")
         else:

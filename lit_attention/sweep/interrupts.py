@@ -22,15 +22,11 @@ POLL_SECONDS = 0.05   # how soon a sleep notices a stop request or its processes
 _requested: list[int] = []   # signals received while deferred
 
 
-def _record(signum, frame) -> None:
-    _requested.append(signum)
-
-
 @contextmanager
 def deferred():
     """Record SIGINT/SIGTERM instead of raising at once; the previous handlers come back on exit,
     so a second Ctrl-C after the first was acted on is Python's usual one."""
-    previous = {s: signal.signal(s, _record) for s in SIGNALS}
+    previous = {s: signal.signal(s, lambda signum, _: _requested.append(signum)) for s in SIGNALS}
     try:
         yield
     finally:

@@ -11,9 +11,9 @@ MKL_NUM_THREADS, which `lit-attention fit` hands to torch.set_num_threads.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 
@@ -56,12 +56,9 @@ def check_visible(gpus: list[str], text: str, accelerator: str | None = None, pl
     if planning and not visible:
         return (f"note: this process sees no GPU ({source}: none): the plan is for a machine that has "
                 f"GPUs {text}; a sweep run here with --gpus {text} is refused")
-    index_count = source != "CUDA_VISIBLE_DEVICES"
-
-    def seen(g: str) -> bool:
-        return g in visible or (index_count and bool(visible) and g.startswith(("GPU-", "MIG-")))
-
-    unseen = [g for g in gpus if not seen(g)]
+    uuids_unchecked = source != "CUDA_VISIBLE_DEVICES" and bool(visible)
+    unseen = [g for g in gpus
+              if g not in visible and not (uuids_unchecked and g.startswith(("GPU-", "MIG-")))]
     if unseen:
         raise PlacementError(f"--gpus {text}: {', '.join(unseen)} not among the GPUs this process sees "
                              f"({source}: {', '.join(visible) or 'none'}); list those, or --gpus none for CPU trials")
@@ -75,12 +72,8 @@ def visible_gpus() -> tuple[list[str], str]:
     torch.cuda.device_count() (NVML; does not initialise CUDA).
     """
     if "CUDA_VISIBLE_DEVICES" in os.environ:
-        gpus = []
-        for g in os.environ["CUDA_VISIBLE_DEVICES"].split(","):
-            g = g.strip()
-            if not g or g.startswith("-"):
-                break
-            gpus.append(g)
+        listed = (g.strip() for g in os.environ["CUDA_VISIBLE_DEVICES"].split(","))
+        gpus = list(itertools.takewhile(lambda g: g and not g.startswith("-"), listed))
         return gpus, "CUDA_VISIBLE_DEVICES"
     import torch
     return [str(i) for i in range(torch.cuda.device_count())], "torch.cuda.device_count()"
@@ -92,12 +85,11 @@ def gpu_memory_gib() -> tuple[float | None, str]:
     Asked of `nvidia-smi` in a subprocess: torch has no public call for it that leaves CUDA
     uninitialised in this process (torch.cuda.mem_get_info and get_device_properties initialise it).
     """
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None, "GPU memory unknown: no nvidia-smi on PATH"
     try:
-        out = subprocess.run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20)
+        query = ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+        out = subprocess.run(query, capture_output=True, text=True, timeout=20)
+    except FileNotFoundError:
+        return None, "GPU memory unknown: no nvidia-smi on PATH"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"GPU memory unknown: nvidia-smi failed ({exc})"
     try:
@@ -175,7 +167,6 @@ def place(workers: int, devices: int, gpus: list[str] | None, source: str,
     Raises PlacementError when a trial needs more GPUs than listed, or `workers` trials do not fit
     in per_gpu trials per set.
     """
-    sets = 0
     if gpus:
         sets = len(gpus) // devices
         if sets == 0:
@@ -195,12 +186,8 @@ def place(workers: int, devices: int, gpus: list[str] | None, source: str,
     else:
         cores = allowed_cores()
         threads, why = max(1, cores // processes), f"{cores} core(s) / {processes} process(es)"
-    placements = []
-    for i in range(workers):
-        if gpus is None or not gpus:
-            placements.append(WorkerPlacement(gpus, threads, why))
-            continue
-        s = i % sets
-        sharing = len(range(s, workers, sets))
-        placements.append(WorkerPlacement(gpus[s * devices:(s + 1) * devices], threads, why, sharing))
-    return placements
+    if not gpus:
+        return [WorkerPlacement(gpus, threads, why)] * workers
+    chosen = [i % sets for i in range(workers)]   # worker i trains on set i mod S
+    return [WorkerPlacement(gpus[s * devices:(s + 1) * devices], threads, why, chosen.count(s))
+            for s in chosen]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 
 import optuna
 from optuna.trial import TrialState
 
+from lit_attention.sweep.space import cell_key
 from lit_attention.tracking.schema import config_name
 
 SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
@@ -16,24 +18,31 @@ def counted_trials(study: optuna.Study) -> list:
     return [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get(SKIPPED)]
 
 
+def params_of(trial) -> dict:
+    """A trial's configuration: its parameters (an enqueued cell carries them before it starts)."""
+    return trial.system_attrs.get("fixed_params") or trial.params
+
+
 def seed_of(trial) -> int | None:
     """A trial's seed: its user attribute (a parameter in studies created before seeds were
     replicates); enqueued cells carry it before they start."""
-    return trial.user_attrs.get("seed", (trial.system_attrs.get("fixed_params") or trial.params).get("seed"))
+    return trial.user_attrs.get("seed", params_of(trial).get("seed"))
 
 
-def _cell(trial) -> tuple:
-    """The configuration x seed a trial runs (enqueued cells carry it before they start)."""
-    return (*sorted((trial.system_attrs.get("fixed_params") or trial.params).items()), ("seed", seed_of(trial)))
+def trial_cell(trial) -> str | None:
+    """The configuration x seed cell a trial runs (`space.cell_key`)."""
+    seed = seed_of(trial)
+    if seed is None:
+        return trial.user_attrs.get("cell")
+    return cell_key(params_of(trial), seed)
 
 
 def requeued(trials) -> set[int]:
     """Numbers of the failed trials whose cell a later trial took over (`--resume` re-queues an
     interrupted or killed run, which continues from its checkpoint)."""
-    last = {}
-    for t in trials:
-        last[_cell(t)] = max(last.get(_cell(t), -1), t.number)
-    return {t.number for t in trials if t.state == TrialState.FAIL and last[_cell(t)] > t.number}
+    last = {trial_cell(t): t.number for t in trials}   # trials come in the order of their numbers
+    return {t.number for t in trials
+            if t.state == TrialState.FAIL and last[trial_cell(t)] > t.number}
 
 
 def counts(study: optuna.Study) -> dict:
@@ -46,18 +55,10 @@ def counts(study: optuna.Study) -> dict:
             "running": by[TrialState.RUNNING], "waiting": by[TrialState.WAITING]}
 
 
-def short_params(params: dict, hide: tuple = ()) -> str:
+def short_params(params: dict) -> str:
     """`family=rnn cell=gru` for {"model.family": "rnn", "model.cell": "gru", "seed": 0}."""
     return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items()
-                    if k != "seed" and k not in hide)
-
-
-def best(study: optuna.Study) -> optuna.trial.FrozenTrial | None:
-    complete = [t for t in counted_trials(study) if t.state == TrialState.COMPLETE and t.value is not None]
-    if not complete:
-        return None
-    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(complete, key=lambda t: t.value)
+                    if k != "seed")
 
 
 def progress_line(study: optuna.Study, metric: str, total: int | None = None) -> str:
@@ -67,8 +68,8 @@ def progress_line(study: optuna.Study, metric: str, total: int | None = None) ->
             f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
     if c["requeued"]:
         line += f" ({c['requeued']} stopped and queued again)"
-    b = best(study)
-    if b is not None:
+    with contextlib.suppress(ValueError):   # no trial has completed yet
+        b = study.best_trial
         line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={seed_of(b)})"
     return line
 
@@ -79,7 +80,6 @@ def trial_list(sweep, cells: list[dict], commands: list[list[str]]) -> str:
     if not sweep.enumerated:
         return (f"trials: {sweep.n_trials}, sampled by the {sweep.sampler} sampler while the sweep runs "
                 "(no list before it runs)")
-    lines = [f"trials: {len(cells)}, in queue order:"]
-    for i, (cell, cmd) in enumerate(zip(cells, commands)):
-        lines.append(f"trial {i}: {short_params(cell) or '(base)'} seed={cell['seed']}: {shlex.join(cmd)}")
-    return "\n".join(lines)
+    lines = [f"trial {i}: {short_params(cell) or '(base)'} seed={cell['seed']}: {shlex.join(cmd)}"
+             for i, (cell, cmd) in enumerate(zip(cells, commands))]
+    return "\n".join([f"trials: {len(cells)}, in queue order:", *lines])

@@ -79,6 +79,11 @@ def launcher(nodes: int, devices: int) -> list[str]:
             f"--ntasks={nodes * devices}"]
 
 
+def flag_args(flags: dict) -> list[str]:
+    """`--flag value` for each flag whose value is given (not None, False or 0)."""
+    return [arg for flag, value in flags.items() if value for arg in (flag, str(value))]
+
+
 def format_value(value) -> str:
     """A config value as jsonargparse reads it on the command line (true, null, [1, 2], 0.001)."""
     return json.dumps(value) if value is None or isinstance(value, (bool, list, dict)) else str(value)
@@ -102,16 +107,12 @@ def build_command(*, base: Path, root: Path, study: str, run_id: str, seed: int,
         "--run.name", name, "--run.tags", ",".join(tags) or "sweep", "--run.job_type", "trial"]
     for key, value in {**fixed, **params}.items():  # the trial's own parameters win
         cmd += [f"--{key}", format_value(value)]
-    if resume:
-        cmd += ["--ckpt_path", "last"]
-    if accelerator:
-        cmd += ["--trainer.accelerator", accelerator]
-    if devices > 1 or nodes > 1:
-        # Lightning relaunches the ranks itself (srun does across nodes); Optuna stays in the worker.
-        cmd += ["--trainer.devices", str(devices), "--trainer.strategy", "ddp"]
-    if nodes > 1:
-        cmd += ["--trainer.num_nodes", str(nodes)]
-    return cmd
+    # DDP: Lightning starts the ranks itself (srun does across nodes); Optuna stays in the worker.
+    ddp = devices > 1 or nodes > 1
+    return cmd + flag_args({"--ckpt_path": resume and "last", "--trainer.accelerator": accelerator,
+                            "--trainer.devices": ddp and devices,
+                            "--trainer.strategy": ddp and "ddp",
+                            "--trainer.num_nodes": nodes > 1 and nodes})
 
 
 def resumable(run_dir: Path) -> Summary | None:
@@ -153,38 +154,25 @@ def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
 
 
-class _Tee(threading.Thread):
-    """Copies the child's output to trial.log and keeps its last lines in memory: on a full or
-    read-only disk the log loses them, and they hold the reason the trial failed."""
-
-    def __init__(self, stream, log):
-        super().__init__(daemon=True)
-        self.stream, self.log, self.lines = stream, log, collections.deque(maxlen=5)
-
-    def run(self) -> None:
-        for line in iter(self.stream.readline, b""):
-            if line.strip():
-                self.lines.append(line.decode(errors="replace").strip())
-            if self.log is not None:
-                try:
-                    self.log.write(line)
-                    self.log.flush()
-                except OSError:
-                    self.log = None
-
-    def tail(self) -> str:
-        return " | ".join(self.lines)
+def _tee(stream, log, last: collections.deque) -> None:
+    """Copy the child's output to trial.log (unbuffered), keeping its last lines in `last`: on a
+    full or read-only disk the log loses them, and they hold the reason the trial failed."""
+    for line in iter(stream.readline, b""):
+        if line.strip():
+            last.append(line.decode(errors="replace").strip())
+        if log is not None:
+            try:
+                log.write(line)
+            except OSError:
+                log = None
 
 
 def exit_reason(returncode: int) -> str:
     """`exit code 1`, or `killed by SIGKILL (signal 9)` for a process a signal ended."""
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "signal"
-        return f"killed by {name} (signal {-returncode})"
-    return f"exit code {returncode}"
+    if returncode >= 0:
+        return f"exit code {returncode}"
+    name = next((s.name for s in signal.Signals if s == -returncode), "signal")
+    return f"killed by {name} (signal {-returncode})"
 
 
 def out_of_gpu_memory(error: str, sharing: int | None) -> str:
@@ -202,9 +190,16 @@ def out_of_gpu_memory(error: str, sharing: int | None) -> str:
     return f"out of GPU memory: {advice} | {error}"
 
 
-def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> Summary:
+def record_end(run_dir: Path, status: Status, error: str,
+               summary: Summary | None = None) -> Summary:
     """Write `status` and `error` into a run's summary.json that still says "running" (or has
-    none); returns the summary. A run store that cannot be written is left as it is."""
+    none); returns the summary. `summary`: the run's, as read (None: read here; a missing or
+    unreadable one is replaced). A run store that cannot be written is left as it is."""
+    if summary is None:
+        try:
+            summary = schema.read_summary(run_dir, missing_ok=True)
+        except SummaryError:
+            summary = Summary({}, schema.summary_path(run_dir))
     fields = {**summary, "status": status, "error": error, "finished_at": schema.now_iso()}
     try:
         return schema.write_summary(run_dir, fields)
@@ -212,20 +207,12 @@ def record_end(run_dir: Path, summary: Summary, status: Status, error: str) -> S
         return Summary(fields, summary.path)
 
 
-def close_run(run_dir: Path, status: Status, error: str) -> Summary:
-    """`record_end` for a run whose summary has not been read (a missing or unreadable one is
-    replaced)."""
-    try:
-        summary = schema.read_summary(run_dir, missing_ok=True)
-    except SummaryError:
-        summary = Summary({}, schema.summary_path(run_dir))
-    return record_end(run_dir, summary, status, error)
-
-
 def _stop_group(proc: subprocess.Popen, sig: int, wait: float) -> None:
+    """Signal the trial's process group (its DDP ranks and dataloader workers too, also those the
+    child left behind when it exited); SIGKILL what is left of it after `wait` seconds."""
     try:
         os.killpg(proc.pid, sig)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         return
     try:
         proc.wait(timeout=wait)
@@ -246,23 +233,22 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
     the trials running at once on this trial's GPUs, said in the reason if it runs out of GPU memory.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB_ENV}
-    if cmd[:1] != ["srun"]:
-        # A trial that is not an srun step of its own is no SLURM task: Lightning's SLURMEnvironment
-        # would take it (seeing the job's task count) for one rank of that many started by srun.
-        for key in _SLURM_TASKS:
-            env.pop(key, None)
-        # and Lightning's hint to start it with srun, where srun is on PATH, does not apply
+    # A trial that is not an srun step of its own is no SLURM task: Lightning's SLURMEnvironment
+    # would take it (seeing the job's task count) for one rank of that many started by srun.
+    srun = cmd[:1] == ["srun"]
+    scrub = _SCRUB_ENV + (() if srun else _SLURM_TASKS)
+    env = {"WANDB_SILENT": "true", **{k: v for k, v in os.environ.items() if k not in scrub},
+           "PYTHONUNBUFFERED": "1"}
+    if not srun:   # and Lightning's hint to start it with srun (where srun is on PATH) is void
         env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), _SRUN_HINT)))
-    env.setdefault("WANDB_SILENT", "true")
-    env["PYTHONUNBUFFERED"] = "1"
     guarded = [sys.executable, "-m", "lit_attention.sweep.guard", str(os.getpid()), *cmd]
     reported, stop_sent = 0, False
     with open(run_dir / schema.TRIAL_LOG, "ab", buffering=0) as log:
         # A session of its own: a terminal Ctrl-C reaches the driver, which stops the trial itself.
         proc = subprocess.Popen(guarded, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-        tee = _Tee(proc.stdout, log)
+        last_lines = collections.deque(maxlen=5)
+        tee = threading.Thread(target=_tee, args=(proc.stdout, log, last_lines), daemon=True)
         tee.start()
         try:
             while True:
@@ -282,36 +268,30 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             _stop_group(proc, signal.SIGINT, wait=60)
             raise
         finally:
-            if proc.poll() is None:
-                _stop_group(proc, signal.SIGKILL, wait=10)
-            else:
-                # DDP ranks or dataloader workers the child left behind.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            _stop_group(proc, signal.SIGKILL, wait=10)
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
-        return Outcome(Status.FAILED, None, close_run(run_dir, Status.FAILED, why_lost), why_lost, reported)
+        summary = record_end(run_dir, Status.FAILED, why_lost)
+        return Outcome(Status.FAILED, None, summary, why_lost, reported)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
         return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
     status = summary.status
     if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
-        error = out_of_gpu_memory(summary.error or f"{exit_reason(proc.returncode)}: {tee.tail()}", sharing)
+        why = summary.error or f"{exit_reason(proc.returncode)}: {' | '.join(last_lines)}"
+        error = out_of_gpu_memory(why, sharing)
         if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
             status = Status.KILLED if proc.returncode < 0 else Status.FAILED
-            summary = record_end(run_dir, summary, status, error)
+            summary = record_end(run_dir, status, error, summary)
         return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
                        summary, error, reported)
     if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
         return Outcome(Status.PRUNED, None, summary, None, reported)
     value = summary.get(metric)
-    if value is None:
-        values = validation_values(run_dir / schema.METRICS, metric)
-        value = values[-1][1] if values else None
+    if value is None and values:   # read after the child ended: its last validation
+        value = values[-1][1]
     if value is None:
         logged = logged_metrics(summary, run_dir / schema.METRICS)
         return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "
