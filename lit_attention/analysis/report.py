@@ -124,12 +124,11 @@ def parse_args(argv: list[str]) -> Request:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     if args.runs_dir and args.wandb:
         p.error("give RUNS_DIR or --wandb, not both")
-    if args.samples is not None and args.samples < 1:
-        p.error(f"--samples must be at least 1, got {args.samples}")
-    if args.digits < 0:
-        p.error(f"--digits must be 0 or more, got {args.digits}")
-    if args.resample_seed is not None and args.resample_seed < 0:
-        p.error(f"--resample-seed must be 0 or more, got {args.resample_seed}")
+    for flag, value, low, need in (("--samples", args.samples, 1, "at least 1"),
+                                   ("--digits", args.digits, 0, "0 or more"),
+                                   ("--resample-seed", args.resample_seed, 0, "0 or more")):
+        if value is not None and value < low:
+            p.error(f"{flag} must be {need}, got {value}")
     if args.equivalence is not None and not args.equivalence > 0:
         p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
     if args.out is None:
@@ -248,19 +247,19 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     return "; ".join(texts)
 
 
-def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None) -> str:
+def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str) -> str:
     """The split whose hypotheses a test resamples: asked for, else the metric's own when stored,
     else test, else val. A split asked for whose hypotheses no run stores is refused: the test
     would test nothing."""
+    def stored(split: str) -> bool:
+        return any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])
     if wanted:
-        if not any((Path(d) / hyps_file(wanted)).is_file() for d in runs["run_dir"]):
-            stored = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
-            have = f"the splits whose hypotheses are stored: {', '.join(stored)}" if stored else "nor any hypotheses"
+        if not stored(wanted):
+            splits = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
+            have = f"the splits whose hypotheses are stored: {', '.join(splits)}" if splits else "nor any hypotheses"
             raise AnalysisError(f"--split {wanted}: no run stores {hyps_file(wanted)}; {have}")
         return wanted
-    stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
-              and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
-    return stored[0] if stored else "val"
+    return next((s for s in (metric_facts.split_of(metric), "test") if s and stored(s)), "val")
 
 
 def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
@@ -352,7 +351,8 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
     out = request.out
     keys = rows + cols
 
-    def caption(shown=None, legend=None) -> str:
+    def caption(cells: pd.DataFrame, legend: str | None) -> str:
+        shown = list(cells.columns) if cells.columns.names[0] is None else []   # a pivot: the metric only
         return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
                                    captions.test_method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, request.metric),
@@ -385,25 +385,17 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
     atomic_write(out / "table.csv", numeric.to_csv(index=False))
 
-    layouts = [("table", request.label, summary)]
+    # table.md: every column, unless --columns
+    layouts = [("table", request.label, fitted, fitted if request.columns else summary, table_legend)]
     if cols:
         grid = tables.labelled(*tables.pivot_table(agg, rows, cols, request.metric, sig, request.digits),
                                request.metric)
-        layouts.append(("pivot", request.label and f"{request.label}-grid", grid))
-    for name, tex_label, (cells, best) in layouts:
-        shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
-        note = table_legend if name == "table" else legend
-        markdown = tables.to_markdown(cells, best, caption(shown, note))     # every column, unless --columns
-        if name == "table":
-            cells, best = fitted
-            shown = list(cells.columns)
-            if request.columns:
-                markdown = tables.to_markdown(cells, best, caption(shown, note))
-        else:
-            check_width(request, name, cells, best)
-        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
+        check_width(request, "pivot", *grid)
+        layouts.append(("pivot", request.label and f"{request.label}-grid", grid, grid, legend))
+    for name, tex_label, (cells, best), markdown, note in layouts:
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(cells, note), label=tex_label,
                                                           wide=request.wide))
-        atomic_write(out / f"{name}.md", markdown)
+        atomic_write(out / f"{name}.md", tables.to_markdown(*markdown, caption(markdown[0], note)))
 
 
 def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:

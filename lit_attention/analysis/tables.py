@@ -23,6 +23,7 @@ than cmr10); tests/analysis/test_tables.py holds it against pdflatex.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -131,10 +132,8 @@ def count(x) -> str:
 
 
 def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
-    labels = [tuple(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
-    if len(keys) == 1:
-        return pd.Index([t[0] for t in labels], name=keys[0])
-    return pd.MultiIndex.from_tuples(labels, names=keys)
+    labels = agg[keys].map(label)
+    return pd.MultiIndex.from_frame(labels) if len(keys) > 1 else pd.Index(labels[keys[0]])
 
 
 def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
@@ -249,16 +248,13 @@ def width_limit(wide: bool = False) -> float:
 
 def _span_row(values: list, first: int) -> tuple[str, str]:
     """One header row of a pivot's column level: equal neighbours merged, with their cmidrules."""
-    cells, rules, j = [], [], 0
-    while j < len(values):
-        k = j
-        while k + 1 < len(values) and values[k + 1] == values[j]:
-            k += 1
-        text = latex_text(label(values[j]))
-        cells.append(text if k == j else rf"\multicolumn{{{k - j + 1}}}{{c}}{{{text}}}")
-        if k > j:
-            rules.append(rf"\cmidrule(lr){{{first + j}-{first + k}}}")
-        j = k + 1
+    cells, rules = [], []
+    for value, run in itertools.groupby(values):
+        n, text = len(list(run)), latex_text(label(value))
+        cells.append(text if n == 1 else rf"\multicolumn{{{n}}}{{c}}{{{text}}}")
+        if n > 1:
+            rules.append(rf"\cmidrule(lr){{{first}-{first + n - 1}}}")
+        first += n
     return " & ".join(cells), " ".join(rules)
 
 
@@ -365,10 +361,12 @@ class Column:
                             str(header)) is not None
 
 
-def _each(source: str, fmt: Callable) -> Callable[[Table], list[str] | None]:
-    """The cells of one aggregate column, formatted; no column where the aggregate has no value."""
+def _each(source: str, fmt: Callable, shown: Callable = lambda values: values.notna().any()
+          ) -> Callable[[Table], list[str] | None]:
+    """The cells of one aggregate column, formatted; no column where the aggregate lacks it or
+    `shown` of its values is false (by default: where it has no value)."""
     def cells(t: Table) -> list[str] | None:
-        if source in t.agg and t.agg[source].notna().any():
+        if source in t.agg and shown(t.agg[source]):
             return [fmt(x) for x in t.agg[source]]
         return None
     return cells
@@ -416,18 +414,6 @@ def _gradflow(t: Table) -> list[str] | None:
     return decays if any(decays) else None
 
 
-def _budget(t: Table) -> list[str] | None:
-    if "budget" in t.agg and t.agg["budget"].nunique() > 1:
-        return t.agg["budget"].fillna("").tolist()
-    return None
-
-
-def _under_budget(t: Table) -> list[str] | None:
-    if "n_under_budget" in t.agg and t.agg["n_under_budget"].any():
-        return t.agg["n_under_budget"].astype(int).astype(str).tolist()
-    return None
-
-
 def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.Series | None) -> list[str]:
     """The p column: 'baseline', the Holm-adjusted p (p_text), 'n=1' (one seed: no seed-aware
     test) or '–' (nothing to test)."""
@@ -462,8 +448,7 @@ def _mde(t: Table) -> list[str] | None:
     """The smallest difference the row's test detects with 80 % power ('' where untested)."""
     if t.sig is None or "mde" not in t.sig or not t.sig["mde"].notna().any():
         return None
-    return ["" if row is None or pd.isna(row.get("mde", math.nan)) else number(row["mde"], t.digits)
-            for row in _by_config(t.agg, t.keys, t.sig)]
+    return ["" if row is None else number(row["mde"], t.digits) for row in _by_config(t.agg, t.keys, t.sig)]
 
 
 def _equivalence(t: Table) -> list[str] | None:
@@ -502,9 +487,10 @@ COLUMNS = (
     Column("grad_norm", "grad norm", "median gradient norm", _each("grad_norm_median", lambda x: number(x, 2))),
     Column("clip", "clip %", "steps with a clipped gradient", _each("clip_fraction", lambda x: number(100 * x, 0))),
     Column("gradflow", "‖∂L/∂h_t‖ decay/step [95% CI]", "gradient decay through time", _gradflow),
-    Column("budget", "budget", "training budgets (when they differ)", _budget, priority=3),
-    Column("under_budget", "under budget", "runs that stopped before their budget", _under_budget,
-           priority=4),
+    Column("budget", "budget", "training budgets (when they differ)",
+           _each("budget", lambda x: "" if pd.isna(x) else x, lambda v: v.nunique() > 1), priority=3),
+    Column("under_budget", "under budget", "runs that stopped before their budget",
+           _each("n_under_budget", lambda x: str(int(x)), lambda values: values.any()), priority=4),
     Column("p", "p (Holm)", "the test against the baseline",
            _tested(lambda t: p_cells(t.agg, t.keys, t.sig, t.baseline)), priority=5),
     Column("delta", "Δ [95% CI]", "difference from the baseline",
@@ -515,6 +501,7 @@ COLUMNS = (
 )
 BY_NAME = {column.name: column for column in COLUMNS}
 HEADER = {column.name: column.header for column in COLUMNS}   # P_COLUMN etc. for the captions
+RANKED = [c.name for c in sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)]
 
 
 def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
@@ -574,28 +561,21 @@ def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
                                 f"{', '.join(names)} (or all)")
         chosen = list(dict.fromkeys(lookup[w] for w in wanted))
         return cells[chosen], best[chosen], [c for c in cells.columns if c not in chosen]
-    for name in list(names):
-        blank = BY_NAME[name].blank
-        if blank is not None and not cells[names[name]].ne(blank).any():
-            names.pop(name)                          # nothing to show
-    ranked = sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)
-    order = ["mean"] + [c.name for c in ranked if c.name in names] + [n for n in names]
+    shown = {name: header for name, header in names.items()    # a column of blanks shows nothing
+             if BY_NAME[name].blank is None or cells[header].ne(BY_NAME[name].blank).any()}
     chosen = []
-    for name in dict.fromkeys(order):
-        if name not in names:
-            continue
-        trial = chosen + [names[name]]
+    for name in dict.fromkeys(n for n in ["mean", *RANKED, *shown] if n in shown):
+        trial = chosen + [shown[name]]
         if name == "mean" or tabular_width(cells[trial], best[trial]) <= limit:
             chosen = trial
-    return cells[chosen], best[chosen], [c for c in names.values() if c not in chosen]
+    return cells[chosen], best[chosen], [c for c in shown.values() if c not in chosen]
 
 
 def columns_help() -> str:
     """--columns' help, from COLUMNS."""
-    ranked = [c.name for c in sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)]
     listed = ", ".join(c.name + (" (the metric)" if c.name == "mean" else "") for c in COLUMNS)
     return (f"the columns of table.tex/table.md beside the configuration keys, in the order given, of: {listed}, "
-            f"or all; default: the metric, then {', '.join(ranked)} and the rest, as long as table.tex "
+            f"or all; default: the metric, then {', '.join(RANKED)} and the rest, as long as table.tex "
             "fits one column of a two-column paper (table.md: all)")
 
 
