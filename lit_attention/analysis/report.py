@@ -287,8 +287,6 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         runs = runs[significance.matches(runs, selector(runs, request.where))]
         if runs.empty:
             raise AnalysisError(f"no run matches --where {' '.join(request.where)}")
-        if not metrics.empty:
-            metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if request.metric not in runs:
         statuses = runs["status"].value_counts() if "status" in runs else pd.Series(dtype=int)
         counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
@@ -309,10 +307,9 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     """(significance table, which agg row is the baseline, baseline text), or Nones."""
     pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
     if not pairs or pairs == ["off"]:
-        given = [f for f, v in (("--samples", request.samples), ("--test", request.test),
-                                ("--resample-seed", request.resample_seed), ("--split", request.split),
-                                ("--pool-seeds", request.pool_seeds),
-                                ("--equivalence", request.equivalence)) if v is not None]
+        given = [f"--{name.replace('_', '-')}" for name in ("samples", "test", "resample_seed", "split",
+                                                            "pool_seeds", "equivalence")
+                 if getattr(request, name) is not None]
         if given:
             raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
                                 "choose a baseline with --baseline KEY=VALUE")
@@ -437,7 +434,6 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
         agg = agg.iloc[chosen]
         drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
         runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
-        metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics
         print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
               f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
@@ -636,8 +632,6 @@ def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str],
     that this one did not write, and return (removed, kept: the other files this one did not
     write). Not ``finished`` (SIGTERM): remove nothing, and keep the earlier report's files listed
     beside this one's."""
-    if not out.is_dir():
-        return [], []
     now = outputs(out)
     written = {p: identity for p, identity in now.items() if earlier.get(p) != identity}
     try:
@@ -645,11 +639,9 @@ def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str],
     except (OSError, ValueError, TypeError, AttributeError):   # none yet, or not ours to trust
         listed = {}
     theirs = {p: identity for p, identity in listed.items() if now.get(p) == identity and p not in written}
-    removed = []
-    if finished:
-        for path in theirs:
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    removed = list(theirs) if finished else []
+    for path in removed:
+        path.unlink(missing_ok=True)
     record = {**({} if finished else theirs), **written}
     atomic_write(out / MANIFEST, json.dumps({p.name: list(i) for p, i in sorted(record.items())}, indent=1) + "\n")
     kept = [p for p in now if p not in written and p not in removed]

@@ -396,17 +396,10 @@ def _excluded(t: Table) -> list[str]:
 def gradflow_cells(agg: pd.DataFrame) -> list[str]:
     """"forward 0.436 [0.432, 0.439]; backward ..." per configuration, from the gradflow_decay_*
     columns of `aggregate` (one entry per direction the configuration's encoder has)."""
-    directions = [c[len("gradflow_decay_"):] for c in agg
-                  if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
-    cells = []
-    for _, row in agg.iterrows():
-        parts = []
-        for d in directions:
-            decay, lo, hi = (row[f"gradflow_decay_{d}{end}"] for end in ("", "_lo", "_hi"))
-            if not pd.isna(decay):
-                parts.append(f"{d} {number(decay, 3)} [{number(lo, 3)}, {number(hi, 3)}]")
-        cells.append("; ".join(parts))
-    return cells
+    decays = [c for c in agg if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
+    return ["; ".join(f"{c[len('gradflow_decay_'):]} {number(row[c], 3)} [{number(row[c + '_lo'], 3)}, "
+                      f"{number(row[c + '_hi'], 3)}]" for c in decays if not pd.isna(row[c]))
+            for _, row in agg.iterrows()]
 
 
 def _gradflow(t: Table) -> list[str] | None:
@@ -418,30 +411,23 @@ def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.
     """The p column: 'baseline', the Holm-adjusted p (p_text), 'n=1' (one seed: no seed-aware
     test) or '–' (nothing to test)."""
     is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
-    cells = []
-    for base, row in zip(is_base, _by_config(agg, keys, sig)):
+
+    def cell(base: bool, row: dict | None) -> str:
         if base:
-            cells.append("baseline")
-        elif row is None:
-            cells.append("–")
-        elif row["note"]:
-            cells.append("n=1" if row["note"] == "n=1" else "–")
-        else:
-            resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
-            cells.append(p_text(row["p_holm"], row["p"], resamples))   # seed test: p from t, no floor
-    return cells
+            return "baseline"
+        if row is None or row["note"]:
+            return "n=1" if row is not None and row["note"] == "n=1" else "–"
+        resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
+        return p_text(row["p_holm"], row["p"], resamples)   # seed test: p from t, no floor
+    return [cell(base, row) for base, row in zip(is_base, _by_config(agg, keys, sig))]
 
 
 def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: int) -> list[str]:
     """The effect beside p: the difference of seed means against the baseline, '+27.2 [19.8,
     35.0]' with its 95% bootstrap interval (without one where nothing was resampled)."""
-    cells = []
-    for row in _by_config(agg, keys, sig):
-        if row is None or pd.isna(row["delta"]):
-            cells.append("")
-            continue
-        cells.append(f"{row['delta']:+.{digits}f} {ci_text(row['delta_lo'], row['delta_hi'], digits)}".rstrip())
-    return cells
+    return ["" if row is None or pd.isna(row["delta"]) else
+            f"{row['delta']:+.{digits}f} {ci_text(row['delta_lo'], row['delta_hi'], digits)}".rstrip()
+            for row in _by_config(agg, keys, sig)]
 
 
 def _mde(t: Table) -> list[str] | None:
@@ -457,11 +443,9 @@ def _equivalence(t: Table) -> list[str] | None:
         return None
     cells = []
     for row in _by_config(t.agg, t.keys, t.sig):
-        if row is None or pd.isna(row["p_equivalent_holm"]):
-            cells.append("")
-        else:
-            p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf)
-            cells.append(f"{EQUIVALENT} {p}" if row["equivalent"] else p)
+        tested = row is not None and not pd.isna(row["p_equivalent_holm"])
+        p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf) if tested else ""
+        cells.append(f"{EQUIVALENT} {p}" if tested and row["equivalent"] else p)
     return cells
 
 
