@@ -131,11 +131,9 @@ def parse_args(argv: list[str]) -> Request:
             p.error(f"{flag} must be {need}, got {value}")
     if args.equivalence is not None and not args.equivalence > 0:
         p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
-    if args.out is None:
-        if args.wandb:
-            p.error("give --out DIR with --wandb")
-        args.out = str(Path(args.runs_dir) / "report")
-    args.out = Path(args.out)
+    if args.out is None and args.wandb:
+        p.error("give --out DIR with --wandb")
+    args.out = Path(args.runs_dir) / "report" if args.out is None else Path(args.out)
     return args
 
 
@@ -158,11 +156,9 @@ def _as_written(values: pd.Series, value: str) -> str:
         number = float(value)
     except ValueError:
         return value
-    numbers = [v for v in values.dropna() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    same = next((v for v in numbers if v == number), None)
-    if same is None:
-        return value
-    return str(int(same)) if float(same).is_integer() else str(same)
+    same = next((v for v in values.dropna()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
+    return value if same is None else tables.label(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -170,10 +166,9 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     the rows are every key that varies: the summary's task and model fields, then any config
     field that still tells runs apart (a swept learning rate), with a notice. A key that varies
     but is hidden by the --rows/--cols asked for stops the report, naming it."""
-    columns = load.config_columns(runs)
     # Family first: it explains most. Attention next, before the fields that restate it (a scoring
     # of "none"): it is the ablation the suite exists for, and the default baseline is attention=none.
-    columns = sorted(columns, key=lambda c: (c != "model.family", c != "model.attention"))
+    columns = sorted(load.config_columns(runs), key=lambda c: (c != "model.family", c != "model.attention"))
     hidden = agg_mod.hidden_differences(runs.assign(_all=0), ["_all"])   # config.* fields that vary
     candidates = columns + [c for c in hidden if c not in columns]
     cols = [load.resolve_key(runs, k) for k in cols or []]

@@ -188,16 +188,12 @@ def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str
     if agg.duplicated(keys).any():
         raise AnalysisError(f"rows {rows} x cols {cols} do not identify a configuration: "
                          "add the varying keys to --rows or --cols")
-    frame = agg.assign(_cell=[mean_std(m, s, digits, k) + (" (n=1)" if n == 1 else "") for m, s, k, n in
-                              zip(agg["mean"], agg["std"], marks(agg, keys, sig), agg["n"])],
-                       _mean=agg["mean"].round(digits))
-    for key in keys:
-        frame[key] = frame[key].map(label)
+    frame = agg.assign(**{key: agg[key].map(label) for key in keys},
+                       _cell=[mean_std(m, s, digits, k) + (" (n=1)" if n == 1 else "") for m, s, k, n in
+                              zip(agg["mean"], agg["std"], marks(agg, keys, sig), agg["n"])])
     cells = frame.pivot(index=rows, columns=cols, values="_cell").fillna("")
-    means = frame.pivot(index=rows, columns=cols, values="_mean").reindex_like(cells)
-    target = means.max() if higher_is_better(metric) else means.min()
-    best = means.eq(target, axis=1)
-    return cells, best
+    means = frame.pivot(index=rows, columns=cols, values="mean").reindex_like(cells)
+    return cells, means.apply(_best, metric=metric, digits=digits)
 
 
 def latex_text(text) -> str:
@@ -500,11 +496,7 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     """One row per configuration, one column per row of COLUMNS that has cells here: the metric's
     mean ± std, 95% CI, n, excluded runs, costs, gradients, p and Δ, ... (best metric in bold)."""
     table = Table(agg, keys, metric, sig, baseline, digits)
-    found = {}
-    for column in COLUMNS:
-        cells = column.format(table)
-        if cells is not None:
-            found[column.header_of(table)] = cells
+    found = {column.header_of(table): cells for column in COLUMNS if (cells := column.format(table)) is not None}
     cells = pd.DataFrame(found, index=_index(agg, keys))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[metric] = _best(agg["mean"], metric, digits).to_numpy()
