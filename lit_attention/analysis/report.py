@@ -48,29 +48,28 @@ Request = argparse.Namespace
 def parse_args(argv: list[str]) -> Request:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
-    p.add_argument("--out", default=None,
-                   help="output directory (default: RUNS_DIR/report; needed with --wandb)")
-    p.add_argument("--rows", nargs="+", default=None,
+    p.add_argument("--out", help="output directory (default: RUNS_DIR/report; needed with --wandb)")
+    p.add_argument("--rows", nargs="+",
                    help="configuration keys for the rows (e.g. model.scoring); default: the keys "
                         "that tell the configurations apart. Every other key that varies is shown "
                         "beside them: as columns where table.tex still fits, else in the caption")
-    p.add_argument("--cols", nargs="+", default=None,
+    p.add_argument("--cols", nargs="+",
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
-    p.add_argument("--baseline", nargs="+", default=None, metavar="KEY=VALUE",
+    p.add_argument("--baseline", nargs="+", metavar="KEY=VALUE",
                    help="the configuration every other one is tested against; default: "
                         "attention=none when exactly one configuration has it; 'off': no test")
-    p.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
+    p.add_argument("--where", nargs="+", metavar="KEY=VALUE",
                    help="keep only runs matching every KEY=VALUE")
-    p.add_argument("--split", default=None,
+    p.add_argument("--split",
                    help="hypotheses a BLEU/chrF test resamples (default: the metric's split if its "
                         "hypotheses are stored, else test, else val)")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--samples", type=int,
                    help=f"bootstrap draws of the sentences (default {significance.N_SAMPLES} for the "
                         f"test over seeds, which estimates the sentence variance from them; for "
                         f"--test bootstrap/permutation enough for Holm-corrected p-values below 0.01, "
                         f"at most {significance.MAX_DEFAULT_SAMPLES})")
-    p.add_argument("--test", choices=list(significance.TESTS), default=None,
+    p.add_argument("--test", choices=list(significance.TESTS),
                    help="test against the baseline: seeds (default; bootstrap over seeds x "
                         "sentences, one-sided, with the difference's CI and MDE), or sacreBLEU's "
                         "sentence-level bootstrap / permutation of one run against one run")
@@ -78,35 +77,33 @@ def parse_args(argv: list[str]) -> Request:
                    help="the test over seeds uses one seed standard deviation pooled over the arms "
                         "tested (when their spreads agree; stated in the caption) instead of each "
                         "arm's own (Welch)")
-    p.add_argument("--equivalence", type=float, default=None, metavar="MARGIN",
+    p.add_argument("--equivalence", type=float, metavar="MARGIN",
                    help="also test whether each row is within ±MARGIN of the baseline (two one-sided "
                         "tests, Holm-corrected) and mark equivalent rows ≈")
-    p.add_argument("--resample-seed", type=int, default=None,
+    p.add_argument("--resample-seed", type=int,
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
-    p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
-                   help=tables.columns_help())
+    p.add_argument("--columns", nargs="+", metavar="NAME", help=tables.columns_help())
     p.add_argument("--wide", action="store_true",
                    help="table.tex as a table* that fits the text width of a two-column paper")
-    p.add_argument("--label", default=None,
-                   help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
+    p.add_argument("--label", help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
     p.add_argument("--no-figures", action="store_true",
                    help="write the tables only, from summary.json, config.yaml and hypotheses (fast: "
                         "metrics.csv and gradflow.csv are not read, so gradient columns show only "
                         "what summaries record)")
-    p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT|DIR",
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT|DIR",
                    help="read runs from W&B instead of RUNS_DIR: a directory of offline W&B runs "
                         "(the run store each logged, or the one beside it) or a project (needs "
                         "network and an API key; each run's run-store artifact is downloaded under "
                         "OUT/wandb-runs); read like a local store")
-    p.add_argument("--group", default=None,
+    p.add_argument("--group",
                    help="the group (study) to read: of a W&B project, or of the runs under RUNS_DIR")
     p.add_argument("--effects", action="store_true",
                    help="factor effects of a sweep: importance (type-II ANOVA; PED-ANOVA when the "
                         "study's study.db is beside the runs), marginal means, interactions")
-    p.add_argument("--interactions", nargs="+", default=None, metavar="A:B",
+    p.add_argument("--interactions", nargs="+", metavar="A:B",
                    help="with --effects: factor pairs to plot (default: the two most important)")
-    p.add_argument("--trials", nargs="*", default=None, metavar="KEY",
+    p.add_argument("--trials", nargs="*", metavar="KEY",
                    help="expected best metric against the number of trials per family (Dodge et "
                         "al. 2019): a family is a value of KEY ... (default: model.family), a trial "
                         "one finished run; expected_max.csv, .png/.pdf")
@@ -446,14 +443,6 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
     return figures
 
 
-def factor_effects(request: Request, runs: pd.DataFrame) -> tuple:
-    """--effects: (effects, interaction pairs) of every swept factor (effects.py), or (None, [])."""
-    if not request.effects:
-        return None, []
-    found = effects.analyse(runs, request.metric, metric_facts.higher_is_better(request.metric))
-    return found, effects.resolve_pairs(found, runs, request.interactions)
-
-
 def trial_curves(request: Request, runs: pd.DataFrame) -> tuple:
     """--trials: (trials.expected_max_table, its family keys), or (None, [])."""
     if request.trials is None:
@@ -528,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(request: Request, state: dict) -> int:
-    out = request.out
+    out, better = request.out, metric_facts.higher_is_better(request.metric)
     made = [p for p in (out, *out.parents) if not p.exists()]   # deepest first
     try:
         try:
@@ -540,7 +529,9 @@ def _report(request: Request, state: dict) -> int:
         also = agg_mod.other_differences(runs, rows + cols)
         agg = agg_mod.aggregate(runs, rows + cols, request.metric, also)
         sig, is_base, baseline = significance_vs_baseline(request, runs, agg, rows + cols)
-        found, pairs = factor_effects(request, runs)
+        # --effects: every swept factor's effects (effects.py) and the interaction pairs to draw
+        found = effects.analyse(runs, request.metric, better) if request.effects else None
+        pairs = effects.resolve_pairs(found, runs, request.interactions) if request.effects else []
         trials, trial_keys = trial_curves(request, runs)
         improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
         excluded = agg_mod.excluded_runs(runs, request.metric, skipped)
@@ -557,8 +548,7 @@ def _report(request: Request, state: dict) -> int:
         return 2
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
-        figures += effects.write_effects(found, out, pairs, metric_facts.higher_is_better(request.metric),
-                                         request.digits, not request.no_figures)[1]
+        figures += effects.write_effects(found, out, pairs, better, request.digits, not request.no_figures)[1]
     figures += write_analyses(request, trials, trial_keys, improved, baseline)
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
