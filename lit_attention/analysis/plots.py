@@ -228,12 +228,10 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
                          y: str = "val_ppl", x: str = "step", metric: str = "val_bleu") -> list[Path]:
     """`y` against the training step (x="step") or the target tokens seen (x="tokens"), one line
     per configuration: the mean over its seeds, band: their min-max (see `seed_band`)."""
-    if metrics.empty or y not in metrics or "step" not in metrics:
+    if y not in metrics or "step" not in metrics:   # and so when there is no metrics.csv
         return []
     data = _with_config(metrics, runs, keys, metric).dropna(subset=[y, "step"])
-    if data.empty:
-        return []
-    xs = _x_values(data, runs, x)
+    xs = None if data.empty else _x_values(data, runs, x)
     if xs is None:
         return []
     data = data.assign(_x=xs)

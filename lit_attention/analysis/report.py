@@ -205,9 +205,7 @@ def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
 def signature(runs: pd.DataFrame, metric: str) -> str | None:
     """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
     column = metric_facts.signature_field(metric)
-    if column not in runs:
-        return None
-    return "; ".join(sorted(set(runs[column].dropna()))) or None
+    return ("; ".join(sorted(set(runs[column].dropna()))) or None) if column in runs else None
 
 
 def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
@@ -602,12 +600,8 @@ def error_text(exc: Exception) -> str:
 
 def outputs(out: Path) -> dict[Path, tuple[int, int, int]]:
     """The report files in ``out``, each with its (inode, mtime in ns, size)."""
-    found = {}
-    for path in out.iterdir():
-        if path.suffix in OUTPUT_SUFFIXES and path.is_file():
-            stat = path.stat()
-            found[path] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    return found
+    stats = {path: path.stat() for path in out.iterdir() if path.suffix in OUTPUT_SUFFIXES and path.is_file()}
+    return {path: (stat.st_ino, stat.st_mtime_ns, stat.st_size) for path, stat in stats.items()}
 
 
 def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str], list[str]]:

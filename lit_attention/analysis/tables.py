@@ -263,8 +263,7 @@ def _latex_header(cells: pd.DataFrame) -> list[str]:
     lines = ["& " * n_keys + rf"\multicolumn{{{n_cols}}}{{c}}{{{title}}} \\",
              rf"\cmidrule(lr){{{n_keys + 1}-{n_keys + n_cols}}}"]
     for level in range(cells.columns.nlevels):
-        values = list(cells.columns.get_level_values(level))
-        row, rules = _span_row(values, n_keys + 1)
+        row, rules = _span_row(cells.columns.get_level_values(level), n_keys + 1)
         left = keys if level == cells.columns.nlevels - 1 else [""] * n_keys
         lines.append(" & ".join(left + [row]) + r" \\" + (f" {rules}" if rules else ""))
     return lines
@@ -590,8 +589,7 @@ def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
     stats = [mean_std(m, s, digits) + f" ({int(n)})" for m, s, n in zip(agg["mean"], agg["std"], agg["n"])]
     tested = sig is not None
-    delta = delta_cells(agg, keys, sig, digits) if tested else [""] * len(agg)
-    p = p_cells(agg, keys, sig, baseline) if tested else [""] * len(agg)
+    delta, p = delta_cells(agg, keys, sig, digits), p_cells(agg, keys, sig, baseline)   # shown when tested
     shown = marks(agg, keys, sig)
     order, more = leading(agg, keys, metric, sig, baseline)
     header = [" / ".join(key_label(k) for k in keys) or "configuration", "mean ± sd (n)"]
