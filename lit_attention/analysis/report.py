@@ -441,15 +441,6 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
     return figures
 
 
-def trial_curves(request: Request, runs: pd.DataFrame) -> tuple:
-    """--trials: (trials.expected_max_table, its family keys), or (None, [])."""
-    if request.trials is None:
-        return None, []
-    keys = [load.resolve_key(runs, k) for k in request.trials] or [k for k in ("model.family",) if k in runs]
-    better = metric_facts.higher_is_better(request.metric)
-    return expected_max_table(runs, keys, request.metric, better), keys
-
-
 def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
                             is_base) -> pd.DataFrame | None:
     """--improvement: trials.improvement_table of every row against the significance test's baseline."""
@@ -530,7 +521,10 @@ def _report(request: Request, state: dict) -> int:
         # --effects: every swept factor's effects (effects.py) and the interaction pairs to draw
         found = effects.analyse(runs, request.metric, better) if request.effects else None
         pairs = effects.resolve_pairs(found, runs, request.interactions) if request.effects else []
-        trials, trial_keys = trial_curves(request, runs)
+        # --trials: the expected best metric per family (trials.py), a family a value of these keys
+        trial_keys = ([load.resolve_key(runs, k) for k in request.trials or []]
+                      or [k for k in ("model.family",) if k in runs])
+        trials = None if request.trials is None else expected_max_table(runs, trial_keys, request.metric, better)
         improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
         excluded = agg_mod.excluded_runs(runs, request.metric, skipped)
         earlier = state["earlier"] = outputs(out)

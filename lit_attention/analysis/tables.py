@@ -59,16 +59,9 @@ NEGATIVE = re.compile(r"(?<![\w.])-(?=\d)")    # a minus sign, set as $-$ (0.778
 def _cmr10() -> dict[str, float]:
     """Advance width in em of each printable ASCII character of cmr10 (TeX's OT1 positions agree
     with ASCII for letters, digits and the punctuation not in EM)."""
-    path = Path(matplotlib.get_data_path()) / "fonts" / "afm" / "cmr10.afm"
-    widths = {" ": 1 / 3}
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if not line.startswith("C "):
-            continue
-        fields = dict(part.strip().split(" ", 1) for part in line.split(";") if part.strip())
-        code = int(fields["C"])
-        if 32 < code < 127:
-            widths[chr(code)] = float(fields["WX"]) / 1000
-    return widths
+    afm = (Path(matplotlib.get_data_path()) / "fonts" / "afm" / "cmr10.afm").read_text(encoding="latin-1")
+    metrics = re.findall(r"^C (-?\d+) ; WX ([\d.]+) ;", afm, re.MULTILINE)   # C code ; WX width ; ...
+    return {" ": 1 / 3, **{chr(int(c)): float(wx) / 1000 for c, wx in metrics if 32 < int(c) < 127}}
 
 
 def text_width(text: str, size: float = FONT_SIZE, bold: bool = False) -> float:
