@@ -186,12 +186,9 @@ def test_method(n_samples: int = significance.N_SAMPLES, seed: int = significanc
     name = metric_name(metric)
     family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
               else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({significance.hypotheses(test, comparisons)} hypotheses)")
-    if pooled:
-        seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
-                 f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
-                 f"{pooled['high']:.2f})")
-    else:
-        seeds = "each arm's own seed variance, as in Welch's test"
+    seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
+             f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
+             f"{pooled['high']:.2f})" if pooled else "each arm's own seed variance, as in Welch's test")
     if values and blocks:
         text = SPLITS.get(blocks["split"], blocks["split"])
         variance = (f"from the seeds ({seeds}, from the runs' {values}) plus the {text} text (the "

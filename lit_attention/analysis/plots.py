@@ -280,8 +280,7 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
         return []
     low_end, high_end = metric_range(metric)
     names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
-    mean = agg["mean"].clip(low_end, high_end)
-    ci_lo, ci_hi = agg["ci_lo"].clip(low_end, high_end), agg["ci_hi"].clip(low_end, high_end)
+    mean, ci_lo, ci_hi = (agg[c].clip(low_end, high_end) for c in ("mean", "ci_lo", "ci_hi"))
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
     ax.bar(x, mean.fillna(0), yerr=whiskers(mean, ci_lo, ci_hi), capsize=3, color=OKABE_ITO[5], width=0.6,

@@ -499,17 +499,10 @@ def _slug(header) -> str:
     return re.sub(r"[^a-z0-9]+", "_", str(header).lower()).strip("_")
 
 
-def name_of(header, metric_header: str) -> str:
-    """The --columns name of a summary table's column."""
-    for column in COLUMNS:
-        if column.matches(header, metric_header):
-            return column.name
-    raise ValueError(f"column {header!r} has no row in tables.COLUMNS")
-
-
 def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
     """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
-    return {name_of(c, metric_header): c for c in cells.columns}
+    return {column.name: header for header in cells.columns for column in COLUMNS
+            if column.matches(header, metric_header)}
 
 
 def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
