@@ -330,7 +330,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
-                 excluded: pd.DataFrame, also=()) -> None:
+                 excluded: pd.DataFrame, also: list[str]) -> None:
     """Every table file. `excluded`: excluded.csv
     (aggregate.excluded_runs). `also`: the configuration fields
     outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
@@ -352,7 +352,6 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
                                    shown=shown)
     summary = tables.labelled(*tables.summary_table(agg, keys, request.metric, sig, is_base, request.digits),
                               request.metric)
-    also = list(also)
     legend = captions.differences_note(agg, keys, also)
     table_legend = None
     if also:
