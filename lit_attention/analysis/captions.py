@@ -121,9 +121,9 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
              f"configuration{'; ' + ci_method + range_text(metric) if has(HEADER['ci']) else ''}. Best value per "
              "column in bold."]
-    failed, pruned, other = (int(agg[c].sum()) for c in ("n_failed", "n_pruned", "n_other"))
-    invalid = int(agg["n_invalid"].sum()) if "n_invalid" in agg else 0
-    missing = int(agg["n_missing"].sum()) if "n_missing" in agg else 0
+    failed, pruned, other, invalid, missing, under = (
+        int(agg[c].sum()) if c in agg else 0
+        for c in ("n_failed", "n_pruned", "n_other", "n_invalid", "n_missing", "n_under_budget"))
     if failed or pruned or invalid or missing or other:
         invalid_text = f", {invalid} with an invalid {metric} (inf, NaN or not a number)" if invalid else ""
         missing_text = f", {missing} finished without {metric}" if missing else ""
@@ -138,7 +138,6 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
                      "time) and train FLOPs are what training used.")
     elif len(budgets) > 1:
         parts.append("Training budgets differ between rows.")
-    under = int(agg["n_under_budget"].sum()) if "n_under_budget" in agg else 0
     if under:
         parts.append(f"Not compute-matched: {under} averaged run(s) stopped before the budget was "
                      "used up; another limit (e.g. max_epochs) came first.")
@@ -187,12 +186,9 @@ def test_method(n_samples: int = significance.N_SAMPLES, seed: int = significanc
     name = metric_name(metric)
     family = ("" if comparisons is None else " of the comparisons tested (none here)" if not comparisons
               else f" of {comparisons} comparison{'s' * (comparisons != 1)} ({significance.hypotheses(test, comparisons)} hypotheses)")
-    if pooled:
-        seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
-                 f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
-                 f"{pooled['high']:.2f})")
-    else:
-        seeds = "each arm's own seed variance, as in Welch's test"
+    seeds = (f"one seed standard deviation pooled over the {pooled['arms']} arms tested "
+             f"({pooled['sd']:.2f}, {pooled['df']} df; the arms' own {pooled['low']:.2f}–"
+             f"{pooled['high']:.2f})" if pooled else "each arm's own seed variance, as in Welch's test")
     if values and blocks:
         text = SPLITS.get(blocks["split"], blocks["split"])
         variance = (f"from the seeds ({seeds}, from the runs' {values}) plus the {text} text (the "

@@ -79,16 +79,12 @@ def save(fig, stem: Path | str) -> list[Path]:
     stem = Path(stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     paths = [stem.with_suffix(".png"), stem.with_suffix(".pdf")]
-    if _UNDRAWN.get():
-        for path in paths:
-            atomic_write(path, b"")
-        plt.close(fig)
-        return paths
-    if fig.get_layout_engine() is None:
+    if fig.get_layout_engine() is None and not _UNDRAWN.get():
         fig.tight_layout()
     for path in paths:   # whole files only: a report stopped midway never leaves a figure cut short
         data = io.BytesIO()
-        fig.savefig(data, format=path.suffix[1:], dpi=200)
+        if not _UNDRAWN.get():
+            fig.savefig(data, format=path.suffix[1:], dpi=200)
         atomic_write(path, data.getvalue())
     plt.close(fig)
     return paths
@@ -100,6 +96,8 @@ def _averaged(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metric: str) -> pd.DataFrame:
+    if frame.empty:    # no column to select by
+        return frame
     good = _averaged(runs, metric)
     frame = frame[frame["run_dir"].isin(good["run_dir"])]
     return frame.assign(config=frame["run_dir"].map(config_labels(good, keys)))
@@ -107,19 +105,17 @@ def _with_config(frame: pd.DataFrame, runs: pd.DataFrame, keys: list[str], metri
 
 @paper_style
 def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[str], stem,
-                        metric: str = "val_bleu", score: str = "bleu") -> list[Path]:
+                        metric: str = "val_bleu") -> list[Path]:
     """Score per source-length bucket, one line per configuration (mean ± std over seeds).
 
     Each tick names the bucket and its number of sentences n (a range when runs differ). Lengths
     are in the unit the runs recorded (words); runs in different units are not drawn together:
     only the runs in words are drawn, with a warning on stderr.
     """
-    if buckets.empty:
-        return []
     data = _with_config(buckets, runs, keys, metric)
     if data.empty:
         return []
-    data = data.dropna(subset=[score])
+    data = data.dropna(subset=["bleu"])
     units = sorted(data["unit"].dropna().unique()) if "unit" in data else ["tokens"]
     if len(units) > 1:
         print(f"warning: runs measured source length in different units ({', '.join(units)}); "
@@ -134,7 +130,7 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     groups = list(data.groupby("config"))
     seeds = set()
     for i, (config, group) in enumerate(groups):
-        stats = group.groupby("bucket_name")[score].agg(["mean", "std", "count"]).reindex(order)
+        stats = group.groupby("bucket_name")["bleu"].agg(["mean", "std", "count"]).reindex(order)
         seeds.update(stats["count"].dropna().astype(int))
         # buckets are categories (merged until each holds enough sentences): points, no lines,
         # side by side within a bucket
@@ -144,7 +140,7 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     ax.set_xticks(x, [f"{name}\n{_sentence_count(data, name)}" for name in order])
     ax.set_xlabel(f"source length ({units[0]}); n = sentences per bucket")
     n = "–".join(map(str, sorted({min(seeds), max(seeds)}))) if seeds else "0"
-    ax.set_ylabel(f"{score.upper() if score == 'bleu' else score} (mean over {n} seed{'s' * (n != '1')}"
+    ax.set_ylabel(f"BLEU (mean over {n} seed{'s' * (n != '1')}"
                   + ("; bars: ±1 std over seeds)" if max(seeds, default=1) > 1 else ")"))
     legend_below(ax, "")
     ax.grid(alpha=0.3, axis="y")
@@ -164,8 +160,6 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
     """‖∂L/∂h_t‖ by distance to the loss (log scale) at each run's last measured step, one line per
     configuration and direction: geometric mean over sentences (pooled over seeds), band:
     interquartile range over sentences; a dotted line where the tables' decay/step fit starts."""
-    if gradflow.empty:
-        return []
     data = last_gradflow(_with_config(gradflow, runs, keys, metric))
     if data.empty:
         return []
@@ -234,12 +228,10 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
                          y: str = "val_ppl", x: str = "step", metric: str = "val_bleu") -> list[Path]:
     """`y` against the training step (x="step") or the target tokens seen (x="tokens"), one line
     per configuration: the mean over its seeds, band: their min-max (see `seed_band`)."""
-    if metrics.empty or y not in metrics or "step" not in metrics:
+    if y not in metrics or "step" not in metrics:   # and so when there is no metrics.csv
         return []
     data = _with_config(metrics, runs, keys, metric).dropna(subset=[y, "step"])
-    if data.empty:
-        return []
-    xs = _x_values(data, runs, x)
+    xs = None if data.empty else _x_values(data, runs, x)
     if xs is None:
         return []
     data = data.assign(_x=xs)
@@ -288,8 +280,7 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
         return []
     low_end, high_end = metric_range(metric)
     names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
-    mean = agg["mean"].clip(low_end, high_end)
-    ci_lo, ci_hi = agg["ci_lo"].clip(low_end, high_end), agg["ci_hi"].clip(low_end, high_end)
+    mean, ci_lo, ci_hi = (agg[c].clip(low_end, high_end) for c in ("mean", "ci_lo", "ci_hi"))
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
     ax.bar(x, mean.fillna(0), yerr=whiskers(mean, ci_lo, ci_hi), capsize=3, color=OKABE_ITO[5], width=0.6,

@@ -48,29 +48,28 @@ Request = argparse.Namespace
 def parse_args(argv: list[str]) -> Request:
     p = argparse.ArgumentParser(prog="lit-attention report", description=__doc__.splitlines()[0])
     p.add_argument("runs_dir", nargs="?", help="a runs/ directory, one group (study) or one run")
-    p.add_argument("--out", default=None,
-                   help="output directory (default: RUNS_DIR/report; needed with --wandb)")
-    p.add_argument("--rows", nargs="+", default=None,
+    p.add_argument("--out", help="output directory (default: RUNS_DIR/report; needed with --wandb)")
+    p.add_argument("--rows", nargs="+",
                    help="configuration keys for the rows (e.g. model.scoring); default: the keys "
                         "that tell the configurations apart. Every other key that varies is shown "
                         "beside them: as columns where table.tex still fits, else in the caption")
-    p.add_argument("--cols", nargs="+", default=None,
+    p.add_argument("--cols", nargs="+",
                    help="configuration keys for the columns of a pivot table (e.g. model.family)")
     p.add_argument("--metric", default="val_bleu", help="summary.json metric to tabulate")
-    p.add_argument("--baseline", nargs="+", default=None, metavar="KEY=VALUE",
+    p.add_argument("--baseline", nargs="+", metavar="KEY=VALUE",
                    help="the configuration every other one is tested against; default: "
                         "attention=none when exactly one configuration has it; 'off': no test")
-    p.add_argument("--where", nargs="+", default=None, metavar="KEY=VALUE",
+    p.add_argument("--where", nargs="+", metavar="KEY=VALUE",
                    help="keep only runs matching every KEY=VALUE")
-    p.add_argument("--split", default=None,
+    p.add_argument("--split",
                    help="hypotheses a BLEU/chrF test resamples (default: the metric's split if its "
                         "hypotheses are stored, else test, else val)")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--samples", type=int,
                    help=f"bootstrap draws of the sentences (default {significance.N_SAMPLES} for the "
                         f"test over seeds, which estimates the sentence variance from them; for "
                         f"--test bootstrap/permutation enough for Holm-corrected p-values below 0.01, "
                         f"at most {significance.MAX_DEFAULT_SAMPLES})")
-    p.add_argument("--test", choices=list(significance.TESTS), default=None,
+    p.add_argument("--test", choices=list(significance.TESTS),
                    help="test against the baseline: seeds (default; bootstrap over seeds x "
                         "sentences, one-sided, with the difference's CI and MDE), or sacreBLEU's "
                         "sentence-level bootstrap / permutation of one run against one run")
@@ -78,35 +77,33 @@ def parse_args(argv: list[str]) -> Request:
                    help="the test over seeds uses one seed standard deviation pooled over the arms "
                         "tested (when their spreads agree; stated in the caption) instead of each "
                         "arm's own (Welch)")
-    p.add_argument("--equivalence", type=float, default=None, metavar="MARGIN",
+    p.add_argument("--equivalence", type=float, metavar="MARGIN",
                    help="also test whether each row is within ±MARGIN of the baseline (two one-sided "
                         "tests, Holm-corrected) and mark equivalent rows ≈")
-    p.add_argument("--resample-seed", type=int, default=None,
+    p.add_argument("--resample-seed", type=int,
                    help=f"seed of the resampled test sets (default: {significance.SEED}; in the caption)")
     p.add_argument("--digits", type=int, default=1, help="decimals shown in the tables")
-    p.add_argument("--columns", nargs="+", default=None, metavar="NAME",
-                   help=tables.columns_help())
+    p.add_argument("--columns", nargs="+", metavar="NAME", help=tables.columns_help())
     p.add_argument("--wide", action="store_true",
                    help="table.tex as a table* that fits the text width of a two-column paper")
-    p.add_argument("--label", default=None,
-                   help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
+    p.add_argument("--label", help=r"\label of table.tex (pivot.tex: LABEL-grid); default: none")
     p.add_argument("--no-figures", action="store_true",
                    help="write the tables only, from summary.json, config.yaml and hypotheses (fast: "
                         "metrics.csv and gradflow.csv are not read, so gradient columns show only "
                         "what summaries record)")
-    p.add_argument("--wandb", default=None, metavar="ENTITY/PROJECT|DIR",
+    p.add_argument("--wandb", metavar="ENTITY/PROJECT|DIR",
                    help="read runs from W&B instead of RUNS_DIR: a directory of offline W&B runs "
                         "(the run store each logged, or the one beside it) or a project (needs "
                         "network and an API key; each run's run-store artifact is downloaded under "
                         "OUT/wandb-runs); read like a local store")
-    p.add_argument("--group", default=None,
+    p.add_argument("--group",
                    help="the group (study) to read: of a W&B project, or of the runs under RUNS_DIR")
     p.add_argument("--effects", action="store_true",
                    help="factor effects of a sweep: importance (type-II ANOVA; PED-ANOVA when the "
                         "study's study.db is beside the runs), marginal means, interactions")
-    p.add_argument("--interactions", nargs="+", default=None, metavar="A:B",
+    p.add_argument("--interactions", nargs="+", metavar="A:B",
                    help="with --effects: factor pairs to plot (default: the two most important)")
-    p.add_argument("--trials", nargs="*", default=None, metavar="KEY",
+    p.add_argument("--trials", nargs="*", metavar="KEY",
                    help="expected best metric against the number of trials per family (Dodge et "
                         "al. 2019): a family is a value of KEY ... (default: model.family), a trial "
                         "one finished run; expected_max.csv, .png/.pdf")
@@ -124,19 +121,16 @@ def parse_args(argv: list[str]) -> Request:
         p.error("give RUNS_DIR or --wandb ENTITY/PROJECT")
     if args.runs_dir and args.wandb:
         p.error("give RUNS_DIR or --wandb, not both")
-    if args.samples is not None and args.samples < 1:
-        p.error(f"--samples must be at least 1, got {args.samples}")
-    if args.digits < 0:
-        p.error(f"--digits must be 0 or more, got {args.digits}")
-    if args.resample_seed is not None and args.resample_seed < 0:
-        p.error(f"--resample-seed must be 0 or more, got {args.resample_seed}")
+    for flag, value, low, need in (("--samples", args.samples, 1, "at least 1"),
+                                   ("--digits", args.digits, 0, "0 or more"),
+                                   ("--resample-seed", args.resample_seed, 0, "0 or more")):
+        if value is not None and value < low:
+            p.error(f"{flag} must be {need}, got {value}")
     if args.equivalence is not None and not args.equivalence > 0:
         p.error(f"--equivalence must be a positive margin, got {args.equivalence}")
-    if args.out is None:
-        if args.wandb:
-            p.error("give --out DIR with --wandb")
-        args.out = str(Path(args.runs_dir) / "report")
-    args.out = Path(args.out)
+    if args.out is None and args.wandb:
+        p.error("give --out DIR with --wandb")
+    args.out = Path(args.runs_dir) / "report" if args.out is None else Path(args.out)
     return args
 
 
@@ -159,11 +153,9 @@ def _as_written(values: pd.Series, value: str) -> str:
         number = float(value)
     except ValueError:
         return value
-    numbers = [v for v in values.dropna() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    same = next((v for v in numbers if v == number), None)
-    if same is None:
-        return value
-    return str(int(same)) if float(same).is_integer() else str(same)
+    same = next((v for v in values.dropna()
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
+    return value if same is None else tables.label(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -171,10 +163,9 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     the rows are every key that varies: the summary's task and model fields, then any config
     field that still tells runs apart (a swept learning rate), with a notice. A key that varies
     but is hidden by the --rows/--cols asked for stops the report, naming it."""
-    columns = load.config_columns(runs)
     # Family first: it explains most. Attention next, before the fields that restate it (a scoring
     # of "none"): it is the ablation the suite exists for, and the default baseline is attention=none.
-    columns = sorted(columns, key=lambda c: (c != "model.family", c != "model.attention"))
+    columns = sorted(load.config_columns(runs), key=lambda c: (c != "model.family", c != "model.attention"))
     hidden = agg_mod.hidden_differences(runs.assign(_all=0), ["_all"])   # config.* fields that vary
     candidates = columns + [c for c in hidden if c not in columns]
     cols = [load.resolve_key(runs, k) for k in cols or []]
@@ -214,9 +205,7 @@ def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
 def signature(runs: pd.DataFrame, metric: str) -> str | None:
     """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
     column = metric_facts.signature_field(metric)
-    if column not in runs:
-        return None
-    return "; ".join(sorted(set(runs[column].dropna()))) or None
+    return ("; ".join(sorted(set(runs[column].dropna()))) or None) if column in runs else None
 
 
 def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
@@ -248,19 +237,19 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     return "; ".join(texts)
 
 
-def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str | None = None) -> str:
+def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str) -> str:
     """The split whose hypotheses a test resamples: asked for, else the metric's own when stored,
     else test, else val. A split asked for whose hypotheses no run stores is refused: the test
     would test nothing."""
+    def stored(split: str) -> bool:
+        return any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])
     if wanted:
-        if not any((Path(d) / hyps_file(wanted)).is_file() for d in runs["run_dir"]):
-            stored = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
-            have = f"the splits whose hypotheses are stored: {', '.join(stored)}" if stored else "nor any hypotheses"
+        if not stored(wanted):
+            splits = sorted(set().union(*(schema.hyps_splits(d) for d in runs["run_dir"])))
+            have = f"the splits whose hypotheses are stored: {', '.join(splits)}" if splits else "nor any hypotheses"
             raise AnalysisError(f"--split {wanted}: no run stores {hyps_file(wanted)}; {have}")
         return wanted
-    stored = [split for split in dict.fromkeys([metric_facts.split_of(metric or ""), "test"]) if split
-              and any((Path(d) / hyps_file(split)).is_file() for d in runs["run_dir"])]
-    return stored[0] if stored else "val"
+    return next((s for s in (metric_facts.split_of(metric), "test") if s and stored(s)), "val")
 
 
 def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
@@ -288,8 +277,6 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
         runs = runs[significance.matches(runs, selector(runs, request.where))]
         if runs.empty:
             raise AnalysisError(f"no run matches --where {' '.join(request.where)}")
-        if not metrics.empty:
-            metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])]
     if request.metric not in runs:
         statuses = runs["status"].value_counts() if "status" in runs else pd.Series(dtype=int)
         counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
@@ -310,10 +297,9 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     """(significance table, which agg row is the baseline, baseline text), or Nones."""
     pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
     if not pairs or pairs == ["off"]:
-        given = [f for f, v in (("--samples", request.samples), ("--test", request.test),
-                                ("--resample-seed", request.resample_seed), ("--split", request.split),
-                                ("--pool-seeds", request.pool_seeds),
-                                ("--equivalence", request.equivalence)) if v is not None]
+        given = [f"--{name.replace('_', '-')}" for name in ("samples", "test", "resample_seed", "split",
+                                                            "pool_seeds", "equivalence")
+                 if getattr(request, name) is not None]
         if given:
             raise AnalysisError(f"{', '.join(given)} given but no significance test runs: "
                                 "choose a baseline with --baseline KEY=VALUE")
@@ -344,7 +330,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
-                 excluded: pd.DataFrame, also=()) -> None:
+                 excluded: pd.DataFrame, also: list[str]) -> None:
     """Every table file. `excluded`: excluded.csv
     (aggregate.excluded_runs). `also`: the configuration fields
     outside the keys that differ between rows: columns of table.csv, and of table.tex/.md where
@@ -352,7 +338,8 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
     out = request.out
     keys = rows + cols
 
-    def caption(shown=None, legend=None) -> str:
+    def caption(cells: pd.DataFrame, legend: str | None) -> str:
+        shown = list(cells.columns) if cells.columns.names[0] is None else []   # a pivot: the metric only
         return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
                                    captions.test_method_of(sig) if sig is not None else None,
                                    baseline, eval_protocols=eval_protocols(runs, request.metric),
@@ -365,7 +352,6 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
                                    shown=shown)
     summary = tables.labelled(*tables.summary_table(agg, keys, request.metric, sig, is_base, request.digits),
                               request.metric)
-    also = list(also)
     legend = captions.differences_note(agg, keys, also)
     table_legend = None
     if also:
@@ -385,25 +371,17 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
         numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
     atomic_write(out / "table.csv", numeric.to_csv(index=False))
 
-    layouts = [("table", request.label, summary)]
+    # table.md: every column, unless --columns
+    layouts = [("table", request.label, fitted, fitted if request.columns else summary, table_legend)]
     if cols:
         grid = tables.labelled(*tables.pivot_table(agg, rows, cols, request.metric, sig, request.digits),
                                request.metric)
-        layouts.append(("pivot", request.label and f"{request.label}-grid", grid))
-    for name, tex_label, (cells, best) in layouts:
-        shown = list(cells.columns) if name == "table" else []   # a pivot shows the metric only
-        note = table_legend if name == "table" else legend
-        markdown = tables.to_markdown(cells, best, caption(shown, note))     # every column, unless --columns
-        if name == "table":
-            cells, best = fitted
-            shown = list(cells.columns)
-            if request.columns:
-                markdown = tables.to_markdown(cells, best, caption(shown, note))
-        else:
-            check_width(request, name, cells, best)
-        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(shown, note), label=tex_label,
+        check_width(request, "pivot", *grid)
+        layouts.append(("pivot", request.label and f"{request.label}-grid", grid, grid, legend))
+    for name, tex_label, (cells, best), markdown, note in layouts:
+        atomic_write(out / f"{name}.tex", tables.to_latex(cells, best, caption(cells, note), label=tex_label,
                                                           wide=request.wide))
-        atomic_write(out / f"{name}.md", markdown)
+        atomic_write(out / f"{name}.md", tables.to_markdown(*markdown, caption(markdown[0], note)))
 
 
 def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
@@ -445,7 +423,6 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
         agg = agg.iloc[chosen]
         drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
         runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
-        metrics = metrics[metrics["run_dir"].isin(runs["run_dir"])] if not metrics.empty else metrics
         print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
               f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
@@ -461,23 +438,6 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
         figures += plots.plot_gradflow(load.load_gradflow(stored), stored, keys, out / "gradflow", metric=m)
         figures += plots.plot_attention_grid(stored, keys, out / "attention_grid", metric=m)
     return figures
-
-
-def factor_effects(request: Request, runs: pd.DataFrame) -> tuple:
-    """--effects: (effects, interaction pairs) of every swept factor (effects.py), or (None, [])."""
-    if not request.effects:
-        return None, []
-    found = effects.analyse(runs, request.metric, metric_facts.higher_is_better(request.metric))
-    return found, effects.resolve_pairs(found, runs, request.interactions)
-
-
-def trial_curves(request: Request, runs: pd.DataFrame) -> tuple:
-    """--trials: (trials.expected_max_table, its family keys), or (None, [])."""
-    if request.trials is None:
-        return None, []
-    keys = [load.resolve_key(runs, k) for k in request.trials] or [k for k in ("model.family",) if k in runs]
-    better = metric_facts.higher_is_better(request.metric)
-    return expected_max_table(runs, keys, request.metric, better), keys
 
 
 def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
@@ -545,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(request: Request, state: dict) -> int:
-    out = request.out
+    out, better = request.out, metric_facts.higher_is_better(request.metric)
     made = [p for p in (out, *out.parents) if not p.exists()]   # deepest first
     try:
         try:
@@ -557,8 +517,13 @@ def _report(request: Request, state: dict) -> int:
         also = agg_mod.other_differences(runs, rows + cols)
         agg = agg_mod.aggregate(runs, rows + cols, request.metric, also)
         sig, is_base, baseline = significance_vs_baseline(request, runs, agg, rows + cols)
-        found, pairs = factor_effects(request, runs)
-        trials, trial_keys = trial_curves(request, runs)
+        # --effects: every swept factor's effects (effects.py) and the interaction pairs to draw
+        found = effects.analyse(runs, request.metric, better) if request.effects else None
+        pairs = effects.resolve_pairs(found, runs, request.interactions) if request.effects else []
+        # --trials: the expected best metric per family (trials.py), a family a value of these keys
+        trial_keys = ([load.resolve_key(runs, k) for k in request.trials or []]
+                      or [k for k in ("model.family",) if k in runs])
+        trials = None if request.trials is None else expected_max_table(runs, trial_keys, request.metric, better)
         improved = improvement_vs_baseline(request, runs, agg, rows + cols, is_base)
         excluded = agg_mod.excluded_runs(runs, request.metric, skipped)
         earlier = state["earlier"] = outputs(out)
@@ -574,8 +539,7 @@ def _report(request: Request, state: dict) -> int:
         return 2
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
-        figures += effects.write_effects(found, out, pairs, metric_facts.higher_is_better(request.metric),
-                                         request.digits, not request.no_figures)[1]
+        figures += effects.write_effects(found, out, pairs, better, request.digits, not request.no_figures)[1]
     figures += write_analyses(request, trials, trial_keys, improved, baseline)
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
@@ -629,12 +593,8 @@ def error_text(exc: Exception) -> str:
 
 def outputs(out: Path) -> dict[Path, tuple[int, int, int]]:
     """The report files in ``out``, each with its (inode, mtime in ns, size)."""
-    found = {}
-    for path in out.iterdir():
-        if path.suffix in OUTPUT_SUFFIXES and path.is_file():
-            stat = path.stat()
-            found[path] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    return found
+    stats = {path: path.stat() for path in out.iterdir() if path.suffix in OUTPUT_SUFFIXES and path.is_file()}
+    return {path: (stat.st_ino, stat.st_mtime_ns, stat.st_size) for path, stat in stats.items()}
 
 
 def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str], list[str]]:
@@ -644,8 +604,6 @@ def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str],
     that this one did not write, and return (removed, kept: the other files this one did not
     write). Not ``finished`` (SIGTERM): remove nothing, and keep the earlier report's files listed
     beside this one's."""
-    if not out.is_dir():
-        return [], []
     now = outputs(out)
     written = {p: identity for p, identity in now.items() if earlier.get(p) != identity}
     try:
@@ -653,11 +611,9 @@ def record_outputs(out: Path, earlier: dict, finished: bool) -> tuple[list[str],
     except (OSError, ValueError, TypeError, AttributeError):   # none yet, or not ours to trust
         listed = {}
     theirs = {p: identity for p, identity in listed.items() if now.get(p) == identity and p not in written}
-    removed = []
-    if finished:
-        for path in theirs:
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    removed = list(theirs) if finished else []
+    for path in removed:
+        path.unlink(missing_ok=True)
     record = {**({} if finished else theirs), **written}
     atomic_write(out / MANIFEST, json.dumps({p.name: list(i) for p, i in sorted(record.items())}, indent=1) + "\n")
     kept = [p for p in now if p not in written and p not in removed]

@@ -23,6 +23,7 @@ than cmr10); tests/analysis/test_tables.py holds it against pdflatex.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -58,16 +59,9 @@ NEGATIVE = re.compile(r"(?<![\w.])-(?=\d)")    # a minus sign, set as $-$ (0.778
 def _cmr10() -> dict[str, float]:
     """Advance width in em of each printable ASCII character of cmr10 (TeX's OT1 positions agree
     with ASCII for letters, digits and the punctuation not in EM)."""
-    path = Path(matplotlib.get_data_path()) / "fonts" / "afm" / "cmr10.afm"
-    widths = {" ": 1 / 3}
-    for line in path.read_text(encoding="latin-1").splitlines():
-        if not line.startswith("C "):
-            continue
-        fields = dict(part.strip().split(" ", 1) for part in line.split(";") if part.strip())
-        code = int(fields["C"])
-        if 32 < code < 127:
-            widths[chr(code)] = float(fields["WX"]) / 1000
-    return widths
+    afm = (Path(matplotlib.get_data_path()) / "fonts" / "afm" / "cmr10.afm").read_text(encoding="latin-1")
+    metrics = re.findall(r"^C (-?\d+) ; WX ([\d.]+) ;", afm, re.MULTILINE)   # C code ; WX width ; ...
+    return {" ": 1 / 3, **{chr(int(c)): float(wx) / 1000 for c, wx in metrics if 32 < int(c) < 127}}
 
 
 def text_width(text: str, size: float = FONT_SIZE, bold: bool = False) -> float:
@@ -131,10 +125,8 @@ def count(x) -> str:
 
 
 def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
-    labels = [tuple(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
-    if len(keys) == 1:
-        return pd.Index([t[0] for t in labels], name=keys[0])
-    return pd.MultiIndex.from_tuples(labels, names=keys)
+    labels = agg[keys].map(label)
+    return pd.MultiIndex.from_frame(labels) if len(keys) > 1 else pd.Index(labels[keys[0]])
 
 
 def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
@@ -189,16 +181,12 @@ def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str
     if agg.duplicated(keys).any():
         raise AnalysisError(f"rows {rows} x cols {cols} do not identify a configuration: "
                          "add the varying keys to --rows or --cols")
-    frame = agg.assign(_cell=[mean_std(m, s, digits, k) + (" (n=1)" if n == 1 else "") for m, s, k, n in
-                              zip(agg["mean"], agg["std"], marks(agg, keys, sig), agg["n"])],
-                       _mean=agg["mean"].round(digits))
-    for key in keys:
-        frame[key] = frame[key].map(label)
+    frame = agg.assign(**{key: agg[key].map(label) for key in keys},
+                       _cell=[mean_std(m, s, digits, k) + (" (n=1)" if n == 1 else "") for m, s, k, n in
+                              zip(agg["mean"], agg["std"], marks(agg, keys, sig), agg["n"])])
     cells = frame.pivot(index=rows, columns=cols, values="_cell").fillna("")
-    means = frame.pivot(index=rows, columns=cols, values="_mean").reindex_like(cells)
-    target = means.max() if higher_is_better(metric) else means.min()
-    best = means.eq(target, axis=1)
-    return cells, best
+    means = frame.pivot(index=rows, columns=cols, values="mean").reindex_like(cells)
+    return cells, means.apply(_best, metric=metric, digits=digits)
 
 
 def latex_text(text) -> str:
@@ -249,16 +237,13 @@ def width_limit(wide: bool = False) -> float:
 
 def _span_row(values: list, first: int) -> tuple[str, str]:
     """One header row of a pivot's column level: equal neighbours merged, with their cmidrules."""
-    cells, rules, j = [], [], 0
-    while j < len(values):
-        k = j
-        while k + 1 < len(values) and values[k + 1] == values[j]:
-            k += 1
-        text = latex_text(label(values[j]))
-        cells.append(text if k == j else rf"\multicolumn{{{k - j + 1}}}{{c}}{{{text}}}")
-        if k > j:
-            rules.append(rf"\cmidrule(lr){{{first + j}-{first + k}}}")
-        j = k + 1
+    cells, rules = [], []
+    for value, run in itertools.groupby(values):
+        n, text = len(list(run)), latex_text(label(value))
+        cells.append(text if n == 1 else rf"\multicolumn{{{n}}}{{c}}{{{text}}}")
+        if n > 1:
+            rules.append(rf"\cmidrule(lr){{{first}-{first + n - 1}}}")
+        first += n
     return " & ".join(cells), " ".join(rules)
 
 
@@ -271,8 +256,7 @@ def _latex_header(cells: pd.DataFrame) -> list[str]:
     lines = ["& " * n_keys + rf"\multicolumn{{{n_cols}}}{{c}}{{{title}}} \\",
              rf"\cmidrule(lr){{{n_keys + 1}-{n_keys + n_cols}}}"]
     for level in range(cells.columns.nlevels):
-        values = list(cells.columns.get_level_values(level))
-        row, rules = _span_row(values, n_keys + 1)
+        row, rules = _span_row(cells.columns.get_level_values(level), n_keys + 1)
         left = keys if level == cells.columns.nlevels - 1 else [""] * n_keys
         lines.append(" & ".join(left + [row]) + r" \\" + (f" {rules}" if rules else ""))
     return lines
@@ -365,10 +349,12 @@ class Column:
                             str(header)) is not None
 
 
-def _each(source: str, fmt: Callable) -> Callable[[Table], list[str] | None]:
-    """The cells of one aggregate column, formatted; no column where the aggregate has no value."""
+def _each(source: str, fmt: Callable, shown: Callable = lambda values: values.notna().any()
+          ) -> Callable[[Table], list[str] | None]:
+    """The cells of one aggregate column, formatted; no column where the aggregate lacks it or
+    `shown` of its values is false (by default: where it has no value)."""
     def cells(t: Table) -> list[str] | None:
-        if source in t.agg and t.agg[source].notna().any():
+        if source in t.agg and shown(t.agg[source]):
             return [fmt(x) for x in t.agg[source]]
         return None
     return cells
@@ -398,17 +384,10 @@ def _excluded(t: Table) -> list[str]:
 def gradflow_cells(agg: pd.DataFrame) -> list[str]:
     """"forward 0.436 [0.432, 0.439]; backward ..." per configuration, from the gradflow_decay_*
     columns of `aggregate` (one entry per direction the configuration's encoder has)."""
-    directions = [c[len("gradflow_decay_"):] for c in agg
-                  if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
-    cells = []
-    for _, row in agg.iterrows():
-        parts = []
-        for d in directions:
-            decay, lo, hi = (row[f"gradflow_decay_{d}{end}"] for end in ("", "_lo", "_hi"))
-            if not pd.isna(decay):
-                parts.append(f"{d} {number(decay, 3)} [{number(lo, 3)}, {number(hi, 3)}]")
-        cells.append("; ".join(parts))
-    return cells
+    decays = [c for c in agg if c.startswith("gradflow_decay_") and not c.endswith(("_lo", "_hi"))]
+    return ["; ".join(f"{c[len('gradflow_decay_'):]} {number(row[c], 3)} [{number(row[c + '_lo'], 3)}, "
+                      f"{number(row[c + '_hi'], 3)}]" for c in decays if not pd.isna(row[c]))
+            for _, row in agg.iterrows()]
 
 
 def _gradflow(t: Table) -> list[str] | None:
@@ -416,54 +395,34 @@ def _gradflow(t: Table) -> list[str] | None:
     return decays if any(decays) else None
 
 
-def _budget(t: Table) -> list[str] | None:
-    if "budget" in t.agg and t.agg["budget"].nunique() > 1:
-        return t.agg["budget"].fillna("").tolist()
-    return None
-
-
-def _under_budget(t: Table) -> list[str] | None:
-    if "n_under_budget" in t.agg and t.agg["n_under_budget"].any():
-        return t.agg["n_under_budget"].astype(int).astype(str).tolist()
-    return None
-
-
 def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.Series | None) -> list[str]:
     """The p column: 'baseline', the Holm-adjusted p (p_text), 'n=1' (one seed: no seed-aware
     test) or '–' (nothing to test)."""
     is_base = baseline if baseline is not None else pd.Series(False, index=agg.index)
-    cells = []
-    for base, row in zip(is_base, _by_config(agg, keys, sig)):
+
+    def cell(base: bool, row: dict | None) -> str:
         if base:
-            cells.append("baseline")
-        elif row is None:
-            cells.append("–")
-        elif row["note"]:
-            cells.append("n=1" if row["note"] == "n=1" else "–")
-        else:
-            resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
-            cells.append(p_text(row["p_holm"], row["p"], resamples))   # seed test: p from t, no floor
-    return cells
+            return "baseline"
+        if row is None or row["note"]:
+            return "n=1" if row is not None and row["note"] == "n=1" else "–"
+        resamples = sig.attrs.get("n_samples", 0) if sig.attrs.get("test") != "seeds" else math.inf
+        return p_text(row["p_holm"], row["p"], resamples)   # seed test: p from t, no floor
+    return [cell(base, row) for base, row in zip(is_base, _by_config(agg, keys, sig))]
 
 
 def delta_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, digits: int) -> list[str]:
     """The effect beside p: the difference of seed means against the baseline, '+27.2 [19.8,
     35.0]' with its 95% bootstrap interval (without one where nothing was resampled)."""
-    cells = []
-    for row in _by_config(agg, keys, sig):
-        if row is None or pd.isna(row["delta"]):
-            cells.append("")
-            continue
-        cells.append(f"{row['delta']:+.{digits}f} {ci_text(row['delta_lo'], row['delta_hi'], digits)}".rstrip())
-    return cells
+    return ["" if row is None or pd.isna(row["delta"]) else
+            f"{row['delta']:+.{digits}f} {ci_text(row['delta_lo'], row['delta_hi'], digits)}".rstrip()
+            for row in _by_config(agg, keys, sig)]
 
 
 def _mde(t: Table) -> list[str] | None:
     """The smallest difference the row's test detects with 80 % power ('' where untested)."""
     if t.sig is None or "mde" not in t.sig or not t.sig["mde"].notna().any():
         return None
-    return ["" if row is None or pd.isna(row.get("mde", math.nan)) else number(row["mde"], t.digits)
-            for row in _by_config(t.agg, t.keys, t.sig)]
+    return ["" if row is None else number(row["mde"], t.digits) for row in _by_config(t.agg, t.keys, t.sig)]
 
 
 def _equivalence(t: Table) -> list[str] | None:
@@ -472,11 +431,9 @@ def _equivalence(t: Table) -> list[str] | None:
         return None
     cells = []
     for row in _by_config(t.agg, t.keys, t.sig):
-        if row is None or pd.isna(row["p_equivalent_holm"]):
-            cells.append("")
-        else:
-            p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf)
-            cells.append(f"{EQUIVALENT} {p}" if row["equivalent"] else p)
+        tested = row is not None and not pd.isna(row["p_equivalent_holm"])
+        p = p_text(row["p_equivalent_holm"], row["p_equivalent"], math.inf) if tested else ""
+        cells.append(f"{EQUIVALENT} {p}" if tested and row["equivalent"] else p)
     return cells
 
 
@@ -502,9 +459,10 @@ COLUMNS = (
     Column("grad_norm", "grad norm", "median gradient norm", _each("grad_norm_median", lambda x: number(x, 2))),
     Column("clip", "clip %", "steps with a clipped gradient", _each("clip_fraction", lambda x: number(100 * x, 0))),
     Column("gradflow", "‖∂L/∂h_t‖ decay/step [95% CI]", "gradient decay through time", _gradflow),
-    Column("budget", "budget", "training budgets (when they differ)", _budget, priority=3),
-    Column("under_budget", "under budget", "runs that stopped before their budget", _under_budget,
-           priority=4),
+    Column("budget", "budget", "training budgets (when they differ)",
+           _each("budget", lambda x: "" if pd.isna(x) else x, lambda v: v.nunique() > 1), priority=3),
+    Column("under_budget", "under budget", "runs that stopped before their budget",
+           _each("n_under_budget", lambda x: str(int(x)), lambda values: values.any()), priority=4),
     Column("p", "p (Holm)", "the test against the baseline",
            _tested(lambda t: p_cells(t.agg, t.keys, t.sig, t.baseline)), priority=5),
     Column("delta", "Δ [95% CI]", "difference from the baseline",
@@ -515,6 +473,7 @@ COLUMNS = (
 )
 BY_NAME = {column.name: column for column in COLUMNS}
 HEADER = {column.name: column.header for column in COLUMNS}   # P_COLUMN etc. for the captions
+RANKED = [c.name for c in sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)]
 
 
 def _best(values: pd.Series, metric: str, digits: int) -> pd.Series:
@@ -529,11 +488,7 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     """One row per configuration, one column per row of COLUMNS that has cells here: the metric's
     mean ± std, 95% CI, n, excluded runs, costs, gradients, p and Δ, ... (best metric in bold)."""
     table = Table(agg, keys, metric, sig, baseline, digits)
-    found = {}
-    for column in COLUMNS:
-        cells = column.format(table)
-        if cells is not None:
-            found[column.header_of(table)] = cells
+    found = {column.header_of(table): cells for column in COLUMNS if (cells := column.format(table)) is not None}
     cells = pd.DataFrame(found, index=_index(agg, keys))
     best = pd.DataFrame(False, index=cells.index, columns=cells.columns)
     best[metric] = _best(agg["mean"], metric, digits).to_numpy()
@@ -544,17 +499,10 @@ def _slug(header) -> str:
     return re.sub(r"[^a-z0-9]+", "_", str(header).lower()).strip("_")
 
 
-def name_of(header, metric_header: str) -> str:
-    """The --columns name of a summary table's column."""
-    for column in COLUMNS:
-        if column.matches(header, metric_header):
-            return column.name
-    raise ValueError(f"column {header!r} has no row in tables.COLUMNS")
-
-
 def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
     """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
-    return {name_of(c, metric_header): c for c in cells.columns}
+    return {column.name: header for header in cells.columns for column in COLUMNS
+            if column.matches(header, metric_header)}
 
 
 def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
@@ -574,28 +522,21 @@ def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
                                 f"{', '.join(names)} (or all)")
         chosen = list(dict.fromkeys(lookup[w] for w in wanted))
         return cells[chosen], best[chosen], [c for c in cells.columns if c not in chosen]
-    for name in list(names):
-        blank = BY_NAME[name].blank
-        if blank is not None and not cells[names[name]].ne(blank).any():
-            names.pop(name)                          # nothing to show
-    ranked = sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)
-    order = ["mean"] + [c.name for c in ranked if c.name in names] + [n for n in names]
+    shown = {name: header for name, header in names.items()    # a column of blanks shows nothing
+             if BY_NAME[name].blank is None or cells[header].ne(BY_NAME[name].blank).any()}
     chosen = []
-    for name in dict.fromkeys(order):
-        if name not in names:
-            continue
-        trial = chosen + [names[name]]
+    for name in dict.fromkeys(n for n in ["mean", *RANKED, *shown] if n in shown):
+        trial = chosen + [shown[name]]
         if name == "mean" or tabular_width(cells[trial], best[trial]) <= limit:
             chosen = trial
-    return cells[chosen], best[chosen], [c for c in names.values() if c not in chosen]
+    return cells[chosen], best[chosen], [c for c in shown.values() if c not in chosen]
 
 
 def columns_help() -> str:
     """--columns' help, from COLUMNS."""
-    ranked = [c.name for c in sorted((c for c in COLUMNS if c.priority is not None), key=lambda c: c.priority)]
     listed = ", ".join(c.name + (" (the metric)" if c.name == "mean" else "") for c in COLUMNS)
     return (f"the columns of table.tex/table.md beside the configuration keys, in the order given, of: {listed}, "
-            f"or all; default: the metric, then {', '.join(ranked)} and the rest, as long as table.tex "
+            f"or all; default: the metric, then {', '.join(RANKED)} and the rest, as long as table.tex "
             "fits one column of a two-column paper (table.md: all)")
 
 
@@ -634,8 +575,7 @@ def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
     stats = [mean_std(m, s, digits) + f" ({int(n)})" for m, s, n in zip(agg["mean"], agg["std"], agg["n"])]
     tested = sig is not None
-    delta = delta_cells(agg, keys, sig, digits) if tested else [""] * len(agg)
-    p = p_cells(agg, keys, sig, baseline) if tested else [""] * len(agg)
+    delta, p = delta_cells(agg, keys, sig, digits), p_cells(agg, keys, sig, baseline)   # shown when tested
     shown = marks(agg, keys, sig)
     order, more = leading(agg, keys, metric, sig, baseline)
     header = [" / ".join(key_label(k) for k in keys) or "configuration", "mean ± sd (n)"]
