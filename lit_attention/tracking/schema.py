@@ -159,8 +159,10 @@ class Status(enum.StrEnum):
 
     @property
     def reason_field(self) -> str | None:
-        """The summary field that says why a run has this status (None for a running run)."""
-        return _REASON.get(self)
+        """The summary field that says why a run has this status (None for a running run): what
+        ended training for the statuses a STOP file may ask for, else the error."""
+        ended = self is not Status.RUNNING
+        return ("stopped_by" if self in STOP_STATUSES else "error") if ended else None
 
     @classmethod
     def parse(cls, text: Any, where: str = "status") -> Status:
@@ -171,8 +173,6 @@ class Status(enum.StrEnum):
             raise SummaryError(f"{where}: unknown status {text!r} (known: {known})") from None
 
 
-_REASON = {Status.FINISHED: "stopped_by", Status.PRUNED: "stopped_by", Status.FAILED: "error",
-           Status.INTERRUPTED: "error", Status.KILLED: "error"}
 STOP_STATUSES = (Status.PRUNED, Status.FINISHED)   # what a STOP file may ask a run to end as
 
 

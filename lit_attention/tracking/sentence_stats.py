@@ -43,19 +43,13 @@ WIDTH = {"bleu": 2 + 2 * MAX_NGRAM, "chrf": 3 * CHAR_ORDER}     # statistics per
 
 
 @lru_cache(maxsize=1)
-def _metrics() -> tuple[BLEU, CHRF]:
+def signatures() -> dict[str, str]:
+    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
     bleu, chrf = BLEU(), CHRF()
     assert chrf.char_order == CHAR_ORDER and chrf.word_order == 0 and chrf.beta == BETA
     assert bleu.max_ngram_order == MAX_NGRAM and bleu.smooth_method == "exp"
     for metric in (bleu, chrf):
         metric.corpus_score(["a"], [["a"]])   # a signature needs the number of references set
-    return bleu, chrf
-
-
-@lru_cache(maxsize=1)
-def signatures() -> dict[str, str]:
-    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
-    bleu, chrf = _metrics()
     return {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
 
 
@@ -90,7 +84,7 @@ class Extractor:
     of one sweep repeat often."""
 
     def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
-        self.tokenize = _metrics()[0].tokenizer
+        self.tokenize = BLEU().tokenizer   # sacreBLEU's default, 13a (as `signatures` says)
         self.ref_ngrams = lru_cache(maxsize=None)(self.ngrams)
         self.row = lru_cache(maxsize=max_pairs)(self._row)
 
