@@ -297,19 +297,26 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
     return Condition(ref, values, negate)
 
 
-def _one_value(choices: list) -> tuple | None:
-    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML
-    reads it as text) and 0.001, "a" and "a"; a boolean is never a number."""
-    seen: dict[tuple, tuple] = {}
-    for i, choice in enumerate(choices):
-        key = (isinstance(choice, bool), choice)
-        if isinstance(choice, str):
+def _check_scalars(ck: _Checker, key: str, choices: list) -> None:
+    """Refuse a parameter's choices that are no finite scalars, or two that a config reads as one
+    value: 1 and 1.0, "1e-3" (YAML reads it as text) and 0.001, "a" and "a" (a boolean is never
+    a number): a configuration would run twice."""
+    seen: dict[tuple, int] = {}
+    for i, c in enumerate(choices):
+        finite = not isinstance(c, float) or math.isfinite(c)
+        if not finite or not isinstance(c, (int, float, str, type(None))):
+            ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
+                                      f"got {c!r}")
+        same = (isinstance(c, bool), c)
+        if isinstance(c, str):
             with contextlib.suppress(ValueError):
-                key = (False, float(choice))
-        if key in seen:
-            return seen[key], (i, choice)
-        seen[key] = (i, choice)
-    return None
+                same = (False, float(c))
+        if same in seen:
+            first = seen[same]
+            ck.fail(f"{key}.choices", f"choices {first + 1} and {i + 1} ({reprlib.repr(choices[first])} and "
+                                      f"{reprlib.repr(c)}) are one value: a configuration would run twice, "
+                                      "its runs counted as seeds")
+        seen[same] = i
 
 
 def _parse_choices(ck: _Checker, key: str, choices: Any) -> list:
@@ -331,16 +338,7 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         if len(spec) > 1:
             ck.fail(f"{key}.{sorted(set(spec) - {'choices'})[0]}", "unknown key next to choices")
         choices = _parse_choices(ck, key, spec["choices"])
-        for c in choices:
-            finite = not isinstance(c, float) or math.isfinite(c)
-            if not finite or not isinstance(c, (int, float, str, type(None))):
-                ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
-                                          f"got {c!r}")
-        same = _one_value(choices)
-        if same:
-            (i, a), (j, b) = same
-            ck.fail(f"{key}.choices", f"choices {i + 1} and {j + 1} ({reprlib.repr(a)} and {reprlib.repr(b)}) "
-                                      "are one value: a configuration would run twice, its runs counted as seeds")
+        _check_scalars(ck, key, choices)
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)
