@@ -258,18 +258,6 @@ def _check(fields: Mapping, where: str, keys=tuple(FIELDS)) -> None:
         Status.parse(fields["status"], where)
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 # -- migrations: version N -> N + 1, on the parsed object, in memory ------------------------------
 
 def _from_version_0(fields: dict) -> dict:
@@ -359,7 +347,8 @@ def write_summary(run_dir: Path | str, fields: Mapping) -> Summary:
     non-finite numbers become null). SummaryError for a field of the wrong type or an unknown
     status: the writer's bug, caught before the file changes."""
     path = summary_path(run_dir)
-    fields = _json_safe({"version": VERSION, **fields})
+    # as JSON reads it back: a status as its text, tuples as arrays, NaN and infinities null
+    fields = json.loads(json.dumps({"version": VERSION, **fields}), parse_constant=lambda _: None)
     fields["version"] = VERSION
     _check(fields, str(path))
     atomic_write(path, json.dumps(fields, indent=2) + "\n")
