@@ -246,9 +246,8 @@ def _check(fields: Mapping, where: str, keys=tuple(FIELDS)) -> None:
     for key in keys:
         kind, value = FIELDS[key], fields.get(key)
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        # bool is an int in Python, not a number in a summary; 3.0 is not an int either.
-        if value is not None and (type(value) not in kinds and not (
-                isinstance(value, kinds) and not isinstance(value, bool))):
+        # (JSON's types, as read or as written: a bool is no number in a summary, 3.0 no int)
+        if value is not None and type(value) not in kinds:
             raise SummaryError(f"{where}: field {key!r} is {JSON_TYPE.get(type(value), 'a value')}, "
                                f"not {JSON_TYPE[kinds[0]]}")
     for key in BUCKETS:
