@@ -217,10 +217,8 @@ class SentenceStats:
         return len(self.bleu if self.bleu is not None else self.chrf)
 
     def of(self, metric: str) -> np.ndarray:
-        found = {"bleu": self.bleu, "chrf": self.chrf}[metric]
-        if found is None:
-            raise ValueError(f"{metric} statistics were not loaded")
-        return found
+        """The statistics of ``metric`` (one its reader asked for)."""
+        return getattr(self, metric)
 
 
 def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
