@@ -245,22 +245,16 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
     for metric in metrics:
         key = f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
         path = cache_path(run_dir, split, metric)
-        found[metric] = _read_cache(path, key)
-        if found[metric] is None:   # the texts' lines as load.read_hyps reads them
+        # the cached statistics if the file holds them under `key` (not: missing, stale, foreign)
+        with contextlib.suppress(OSError, KeyError, ValueError, EOFError), np.load(
+                path, allow_pickle=False) as npz:
+            found[metric] = npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
+        if found.get(metric) is None:   # the texts' lines as load.read_hyps reads them
             texts = (split_lines(data.decode("utf-8")) for data in (hyps_data, refs))
             extractor = extractor or Extractor()
             found[metric] = extractor.corpus(*texts, [metric])[metric]
             _write_cache(path, key, found[metric])
     return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
-
-
-def _read_cache(path: Path, key: str) -> np.ndarray | None:
-    """The cached statistics if the file holds them under `key` (None: missing, stale, foreign)."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
-    except (OSError, KeyError, ValueError, EOFError):
-        return None
 
 
 def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
