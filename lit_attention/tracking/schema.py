@@ -169,7 +169,8 @@ class Status(enum.StrEnum):
         try:
             return cls(text)
         except ValueError:
-            raise SummaryError(f"{where}: unknown status {text!r} (known: {', '.join(cls)})") from None
+            known = ", ".join(s.value for s in cls)
+            raise SummaryError(f"{where}: unknown status {text!r} (known: {known})") from None
 
 
 STOP_STATUSES = (Status.PRUNED, Status.FINISHED)   # what a STOP file may ask a run to end as
