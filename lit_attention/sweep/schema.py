@@ -312,10 +312,10 @@ def _check_scalars(ck: _Checker, key: str, choices: list) -> None:
             with contextlib.suppress(ValueError):
                 same = (False, float(c))
         if same in seen:
-            first = seen[same]
-            ck.fail(f"{key}.choices", f"choices {first + 1} and {i + 1} ({reprlib.repr(choices[first])} and "
-                                      f"{reprlib.repr(c)}) are one value: a configuration would run twice, "
-                                      "its runs counted as seeds")
+            j = seen[same]
+            ck.fail(f"{key}.choices", f"choices {j + 1} and {i + 1} ({reprlib.repr(choices[j])} "
+                                      f"and {reprlib.repr(c)}) are one value: a configuration "
+                                      "would run twice, its runs counted as seeds")
         seen[same] = i
 
 
