@@ -280,8 +280,7 @@ def migrate(fields: dict, where: str) -> dict:
     if version > VERSION:
         raise SummaryError(f"{where}: written in run-store format version {version}, newer than this "
                            f"lit-attention reads ({VERSION}): upgrade lit-attention to read it")
-    fields = dict(fields)
-    for v in range(version, VERSION):
+    for v in range(version, VERSION):   # (in place: its one caller's freshly parsed object)
         fields = MIGRATIONS[v](fields)
     fields["version"] = VERSION
     return fields
