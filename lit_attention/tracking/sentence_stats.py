@@ -252,17 +252,14 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
         if found.get(metric) is None:   # the texts' lines as load.read_hyps reads them
             texts = (split_lines(data.decode("utf-8")) for data in (hyps_data, refs))
             extractor = extractor or Extractor()
-            found[metric] = extractor.corpus(*texts, [metric])[metric]
-            _write_cache(path, key, found[metric])
+            stats = found[metric] = extractor.corpus(*texts, [metric])[metric]
+            buf = io.BytesIO()
+            np.savez(buf, key=np.array(key),
+                     stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
+            # a read-only store (results/ under version control): not cached
+            with contextlib.suppress(OSError):
+                atomic_write(path, buf.getvalue())
     return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
-
-
-def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, key=np.array(key),
-             stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
-    with contextlib.suppress(OSError):   # a read-only store (results/ under version control): not cached
-        atomic_write(path, buf.getvalue())
 
 
 # ---- filling many caches at once ---------------------------------------------------------------
