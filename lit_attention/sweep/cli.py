@@ -71,11 +71,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load(args) -> Sweep:
-    """The sweep file, with the options that override its keys (--workers, --root, ...) applied."""
-    return load_sweep(args.file, args.max_cells).with_overrides(**{k: getattr(args, k) for k in OVERRIDES})
-
-
 def _placements(args, sweep) -> tuple[list, str]:
     """Each worker's GPUs and threads, and the line that says how the trials are placed and why;
     raises PlacementError on a request that cannot be met."""
@@ -163,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         return _error("--workers, --devices-per-trial, --nodes-per-trial and --trials-per-gpu "
                       "must be >= 1")
     try:
-        sweep = _load(args)
+        # the options that override the file's keys (--workers, --root, ...) applied
+        sweep = load_sweep(args.file, args.max_cells).with_overrides(
+            **{k: getattr(args, k) for k in OVERRIDES})
         root = sweep.root.resolve()
         # before anything is written: no study, no run directory
         if not (args.worker or args.test_only):

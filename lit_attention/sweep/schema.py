@@ -41,6 +41,7 @@ from lit_attention import metric_facts, registry
 from lit_attention.config_check import SEED_RANGE, suggest
 from lit_attention.files import FileError, read_yaml
 from lit_attention.sweep.space import Condition, Param, count, probe_grid
+from lit_attention.tracking.identity import sha256
 from lit_attention.tracking.schema import SAFE_NAME, config_name
 
 DIRECTIONS = ("minimize", "maximize")
@@ -68,9 +69,8 @@ MAX_CELLS = 10_000     # configurations x seeds a grid may have (`lit-attention 
 
 def options_help(options: dict) -> str:
     """'median: n_startup_trials >= 0, ...; hyperband: ...' (the named kinds that take options)."""
-    def rule(opt, least, greatest):
-        return f"{opt} {least}..{greatest}" if greatest is not None else f"{opt} >= {least}"
-    return "; ".join(f"{name}: {', '.join(rule(o, *r) for o, r in opts.items())}"
+    return "; ".join(f"{name}: " + ", ".join(f"{o} {lo}..{hi}" if hi is not None else f"{o} >= {lo}"
+                                             for o, (lo, hi) in opts.items())
                      for name, opts in options.items() if opts)
 
 
@@ -180,11 +180,9 @@ class Sweep:
         """What every trial starts from, beside ``spec()``: the inline base mapping, or the SHA-256
         of each base config file's text (stored in the study apart from the spec, so that studies
         created before it was recorded keep their spec hash)."""
-        def digest(path: Path) -> str:
-            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
         base = (json.loads(json.dumps(self.base, sort_keys=True, default=str))
-                if isinstance(self.base, dict) else self.base and {"file_sha256": digest(self.base)})
-        return {"base": base, "bases": {stem: digest(p) for stem, p in sorted(self.bases.items())}}
+                if isinstance(self.base, dict) else self.base and {"file_sha256": sha256(self.base)})
+        return {"base": base, "bases": {stem: sha256(p) for stem, p in sorted(self.bases.items())}}
 
 
 FIELDS = {f.metadata["key"]: f for f in dataclasses.fields(Sweep) if "key" in f.metadata}  # key -> field
@@ -251,13 +249,12 @@ class _Checker:
             self.fail(key, f"unknown value {value!r}; valid: {', '.join(map(str, valid))}")
         return value
 
-    def int(self, key: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    def int(self, key: str, value: Any, minimum: int, maximum: int | None = None) -> int:
         if not _is_int(value):
             self.fail(key, f"must be an integer, got {type(value).__name__} {value!r}")
-        if minimum is not None and value < minimum:
-            self.fail(key, f"must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            self.fail(key, f"must be <= {maximum}, got {value}")
+        if not minimum <= value <= (math.inf if maximum is None else maximum):
+            self.fail(key, f"must be >= {minimum}, got {value}" if value < minimum
+                      else f"must be <= {maximum}, got {value}")
         return value
 
     def mapping(self, key: str, value: Any, valid: Any = None, what: str = "key") -> dict:
@@ -300,19 +297,26 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
     return Condition(ref, values, negate)
 
 
-def _one_value(choices: list) -> tuple | None:
-    """The first two (index, choice) that a config reads as one value: 1 and 1.0, "1e-3" (YAML
-    reads it as text) and 0.001, "a" and "a"; a boolean is never a number."""
-    seen: dict[tuple, tuple] = {}
-    for i, choice in enumerate(choices):
-        key = (isinstance(choice, bool), choice)
-        if isinstance(choice, str):
+def _check_scalars(ck: _Checker, key: str, choices: list) -> None:
+    """Refuse a parameter's choices that are no finite scalars, or two that a config reads as one
+    value: 1 and 1.0, "1e-3" (YAML reads it as text) and 0.001, "a" and "a" (a boolean is never
+    a number): a configuration would run twice."""
+    seen: dict[tuple, int] = {}
+    for i, c in enumerate(choices):
+        finite = not isinstance(c, float) or math.isfinite(c)
+        if not finite or not isinstance(c, (int, float, str, type(None))):
+            ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
+                                      f"got {c!r}")
+        same = (isinstance(c, bool), c)
+        if isinstance(c, str):
             with contextlib.suppress(ValueError):
-                key = (False, float(choice))
-        if key in seen:
-            return seen[key], (i, choice)
-        seen[key] = (i, choice)
-    return None
+                same = (False, float(c))
+        if same in seen:
+            j = seen[same]
+            ck.fail(f"{key}.choices", f"choices {j + 1} and {i + 1} ({reprlib.repr(choices[j])} "
+                                      f"and {reprlib.repr(c)}) are one value: a configuration "
+                                      "would run twice, its runs counted as seeds")
+        seen[same] = i
 
 
 def _parse_choices(ck: _Checker, key: str, choices: Any) -> list:
@@ -334,16 +338,7 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         if len(spec) > 1:
             ck.fail(f"{key}.{sorted(set(spec) - {'choices'})[0]}", "unknown key next to choices")
         choices = _parse_choices(ck, key, spec["choices"])
-        for c in choices:
-            finite = not isinstance(c, float) or math.isfinite(c)
-            if not finite or not isinstance(c, (int, float, str, type(None))):
-                ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
-                                          f"got {c!r}")
-        same = _one_value(choices)
-        if same:
-            (i, a), (j, b) = same
-            ck.fail(f"{key}.choices", f"choices {i + 1} and {j + 1} ({reprlib.repr(a)} and {reprlib.repr(b)}) "
-                                      "are one value: a configuration would run twice, its runs counted as seeds")
+        _check_scalars(ck, key, choices)
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)

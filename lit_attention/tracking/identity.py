@@ -73,21 +73,19 @@ def _continuable(last: Path, subcommand: str) -> None:
 
 def check_options(subcommand: str, ckpt_path, overwrite: bool, untrained: bool) -> None:
     """RunRefused for run options that contradict each other or the subcommand."""
-    if subcommand == "fit":
-        if untrained:
-            raise RunRefused("--run.untrained is for validate and test (evaluating untrained weights); fit trains them")
-        if overwrite and ckpt_path:
-            raise RunRefused("--run.overwrite starts the run afresh and --ckpt_path continues it: give one of them")
-    else:
-        if overwrite:
-            raise RunRefused(f"--run.overwrite is for fit (training a run afresh over a trained one); {subcommand} "
-                             f"records its scores beside the run's training")
-        if untrained and ckpt_path:
-            raise RunRefused("--run.untrained evaluates untrained weights and --ckpt_path a checkpoint's: give one of them")
-        if not ckpt_path and not untrained:
-            raise RunRefused(f"{subcommand} without --ckpt_path evaluates untrained (random) weights: give the "
-                             f"checkpoint to evaluate (--ckpt_path RUN/checkpoints/best.ckpt), or --run.untrained "
-                             f"true to evaluate untrained weights (recorded in the summary)")
+    if subcommand == "fit" and untrained:
+        raise RunRefused("--run.untrained is for validate and test (evaluating untrained weights); fit trains them")
+    if subcommand == "fit" and overwrite and ckpt_path:
+        raise RunRefused("--run.overwrite starts the run afresh and --ckpt_path continues it: give one of them")
+    if overwrite and subcommand != "fit":
+        raise RunRefused(f"--run.overwrite is for fit (training a run afresh over a trained one); {subcommand} "
+                         f"records its scores beside the run's training")
+    if untrained and ckpt_path:   # (fit refuses --run.untrained above)
+        raise RunRefused("--run.untrained evaluates untrained weights and --ckpt_path a checkpoint's: give one of them")
+    if subcommand != "fit" and not ckpt_path and not untrained:
+        raise RunRefused(f"{subcommand} without --ckpt_path evaluates untrained (random) weights: give the "
+                         f"checkpoint to evaluate (--ckpt_path RUN/checkpoints/best.ckpt), or --run.untrained "
+                         f"true to evaluate untrained weights (recorded in the summary)")
 
 
 def latest_run(root: Path | str, group: str) -> Path | None:

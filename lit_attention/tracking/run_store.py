@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import io
 import subprocess
 import time
@@ -79,28 +80,25 @@ class RunStoreLogger(Logger):
     def __init__(self, run_dir: RunDir):
         super().__init__()
         self.run_dir = run_dir
-        self._rows: list[dict] | None = None
         self._columns = dict.fromkeys(schema.METRICS_COLUMNS)   # an ordered set
         self._last_flush = 0.0
         self._start = time.monotonic()
 
-    @property
+    @functools.cached_property
     def rows(self) -> list[dict]:
         """The rows so far: a resumed run keeps those it logged before the interruption (read at
         first use, once the run is claimed: what its last holder wrote up to its end)."""
-        if self._rows is None:
-            self._rows = []
-            metrics = self.run_dir.path / schema.METRICS
-            with contextlib.suppress(FileNotFoundError), open(metrics, newline="") as f:
-                for row in csv.DictReader(f):
-                    self._rows.append({k: v for k, v in row.items() if v != ""})
-                    self._columns.update(dict.fromkeys(row))
-        return self._rows
+        rows, metrics = [], self.run_dir.path / schema.METRICS
+        with contextlib.suppress(FileNotFoundError), open(metrics, newline="") as f:
+            for row in csv.DictReader(f):
+                rows.append({k: v for k, v in row.items() if v != ""})
+                self._columns.update(dict.fromkeys(row))
+        return rows
 
     @rank_zero_only
     def rewind(self, step: int) -> None:
         """Forget rows logged after `step`: a run resumed from a checkpoint at `step` logs them again."""
-        self._rows = [r for r in self.rows if float(r.get("step") or 0) <= step]
+        self.rows = [r for r in self.rows if float(r.get("step") or 0) <= step]
         kept = float(self.rows[-1].get("time") or 0) if self.rows else 0.0
         self._start = time.monotonic() - kept   # the time column continues where the kept rows end
         self.save()

@@ -159,8 +159,10 @@ class Status(enum.StrEnum):
 
     @property
     def reason_field(self) -> str | None:
-        """The summary field that says why a run has this status (None for a running run)."""
-        return _REASON.get(self)
+        """The summary field that says why a run has this status (None for a running run): what
+        ended training for the statuses a STOP file may ask for, else the error."""
+        ended = self is not Status.RUNNING
+        return ("stopped_by" if self in STOP_STATUSES else "error") if ended else None
 
     @classmethod
     def parse(cls, text: Any, where: str = "status") -> Status:
@@ -171,8 +173,6 @@ class Status(enum.StrEnum):
             raise SummaryError(f"{where}: unknown status {text!r} (known: {known})") from None
 
 
-_REASON = {Status.FINISHED: "stopped_by", Status.PRUNED: "stopped_by", Status.FAILED: "error",
-           Status.INTERRUPTED: "error", Status.KILLED: "error"}
 STOP_STATUSES = (Status.PRUNED, Status.FINISHED)   # what a STOP file may ask a run to end as
 
 
@@ -246,9 +246,8 @@ def _check(fields: Mapping, where: str, keys=tuple(FIELDS)) -> None:
     for key in keys:
         kind, value = FIELDS[key], fields.get(key)
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        # bool is an int in Python, not a number in a summary; 3.0 is not an int either.
-        if value is not None and (type(value) not in kinds and not (
-                isinstance(value, kinds) and not isinstance(value, bool))):
+        # (JSON's types, as read or as written: a bool is no number in a summary, 3.0 no int)
+        if value is not None and type(value) not in kinds:
             raise SummaryError(f"{where}: field {key!r} is {JSON_TYPE.get(type(value), 'a value')}, "
                                f"not {JSON_TYPE[kinds[0]]}")
     for key in BUCKETS:
@@ -256,18 +255,6 @@ def _check(fields: Mapping, where: str, keys=tuple(FIELDS)) -> None:
             raise SummaryError(f"{where}: field {key!r} is not an array of objects")
     if fields.get("status") is not None:
         Status.parse(fields["status"], where)
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # -- migrations: version N -> N + 1, on the parsed object, in memory ------------------------------
@@ -293,8 +280,7 @@ def migrate(fields: dict, where: str) -> dict:
     if version > VERSION:
         raise SummaryError(f"{where}: written in run-store format version {version}, newer than this "
                            f"lit-attention reads ({VERSION}): upgrade lit-attention to read it")
-    fields = dict(fields)
-    for v in range(version, VERSION):
+    for v in range(version, VERSION):   # (in place: its one caller's freshly parsed object)
         fields = MIGRATIONS[v](fields)
     fields["version"] = VERSION
     return fields
@@ -359,7 +345,8 @@ def write_summary(run_dir: Path | str, fields: Mapping) -> Summary:
     non-finite numbers become null). SummaryError for a field of the wrong type or an unknown
     status: the writer's bug, caught before the file changes."""
     path = summary_path(run_dir)
-    fields = _json_safe({"version": VERSION, **fields})
+    # as JSON reads it back: a status as its text, tuples as arrays, NaN and infinities null
+    fields = json.loads(json.dumps({"version": VERSION, **fields}), parse_constant=lambda _: None)
     fields["version"] = VERSION
     _check(fields, str(path))
     atomic_write(path, json.dumps(fields, indent=2) + "\n")

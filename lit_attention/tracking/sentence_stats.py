@@ -43,19 +43,13 @@ WIDTH = {"bleu": 2 + 2 * MAX_NGRAM, "chrf": 3 * CHAR_ORDER}     # statistics per
 
 
 @lru_cache(maxsize=1)
-def _metrics() -> tuple[BLEU, CHRF]:
+def signatures() -> dict[str, str]:
+    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
     bleu, chrf = BLEU(), CHRF()
     assert chrf.char_order == CHAR_ORDER and chrf.word_order == 0 and chrf.beta == BETA
     assert bleu.max_ngram_order == MAX_NGRAM and bleu.smooth_method == "exp"
     for metric in (bleu, chrf):
         metric.corpus_score(["a"], [["a"]])   # a signature needs the number of references set
-    return bleu, chrf
-
-
-@lru_cache(maxsize=1)
-def signatures() -> dict[str, str]:
-    """sacreBLEU signatures of the two metrics, e.g. nrefs:1|case:mixed|eff:no|tok:13a|..."""
-    bleu, chrf = _metrics()
     return {"bleu": str(bleu.get_signature()), "chrf": str(chrf.get_signature())}
 
 
@@ -90,7 +84,7 @@ class Extractor:
     of one sweep repeat often."""
 
     def __init__(self, max_pairs: int = 200_000):   # ~100 MB of remembered pairs at most
-        self.tokenize = _metrics()[0].tokenizer
+        self.tokenize = BLEU().tokenizer   # sacreBLEU's default, 13a (as `signatures` says)
         self.ref_ngrams = lru_cache(maxsize=None)(self.ngrams)
         self.row = lru_cache(maxsize=max_pairs)(self._row)
 
@@ -223,10 +217,8 @@ class SentenceStats:
         return len(self.bleu if self.bleu is not None else self.chrf)
 
     def of(self, metric: str) -> np.ndarray:
-        found = {"bleu": self.bleu, "chrf": self.chrf}[metric]
-        if found is None:
-            raise ValueError(f"{metric} statistics were not loaded")
-        return found
+        """The statistics of ``metric`` (one its reader asked for)."""
+        return getattr(self, metric)
 
 
 def cache_path(run_dir: Path | str, split: str, metric: str) -> Path:
@@ -253,30 +245,21 @@ def load_or_compute(run_dir: Path | str, split: str = "test", refs: bytes | None
     for metric in metrics:
         key = f"format:{FORMAT}|{metric}:{signatures()[metric]}|hyps:{hyps_hash}|refs:{refs_hash}"
         path = cache_path(run_dir, split, metric)
-        found[metric] = _read_cache(path, key)
-        if found[metric] is None:   # the texts' lines as load.read_hyps reads them
+        # the cached statistics if the file holds them under `key` (not: missing, stale, foreign)
+        with contextlib.suppress(OSError, KeyError, ValueError, EOFError), np.load(
+                path, allow_pickle=False) as npz:
+            found[metric] = npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
+        if found.get(metric) is None:   # the texts' lines as load.read_hyps reads them
             texts = (split_lines(data.decode("utf-8")) for data in (hyps_data, refs))
             extractor = extractor or Extractor()
-            found[metric] = extractor.corpus(*texts, [metric])[metric]
-            _write_cache(path, key, found[metric])
+            stats = found[metric] = extractor.corpus(*texts, [metric])[metric]
+            buf = io.BytesIO()
+            np.savez(buf, key=np.array(key),
+                     stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
+            # a read-only store (results/ under version control): not cached
+            with contextlib.suppress(OSError):
+                atomic_write(path, buf.getvalue())
     return SentenceStats(found.get("bleu"), found.get("chrf"), hyps_hash, refs_hash)
-
-
-def _read_cache(path: Path, key: str) -> np.ndarray | None:
-    """The cached statistics if the file holds them under `key` (None: missing, stale, foreign)."""
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return npz["stats"].astype(np.int64) if str(npz["key"]) == key else None
-    except (OSError, KeyError, ValueError, EOFError):
-        return None
-
-
-def _write_cache(path: Path, key: str, stats: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.savez(buf, key=np.array(key),
-             stats=stats.astype(np.int32 if stats.max(initial=0) < 2 ** 31 else np.int64))
-    with contextlib.suppress(OSError):   # a read-only store (results/ under version control): not cached
-        atomic_write(path, buf.getvalue())
 
 
 # ---- filling many caches at once ---------------------------------------------------------------
