@@ -68,17 +68,15 @@ class TranslationDataModule(L.LightningDataModule):
             check_pad_to_lengths(pad_to_lengths, max_len)
         if task == FILES_TASK and not data_dir:
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0 (or null: chosen by device), got {num_workers}")
         check_vocab_size(vocab_size)
-        if max_tokens < 1:
-            raise ValueError(f"data.max_tokens must be >= 1 (the padded tokens a batch holds), got {max_tokens}")
-        if max_len < 1:
-            raise ValueError(f"data.max_len must be >= 1 (the tokens a kept sentence may have), got {max_len}")
-        if data_seed < 0:
-            raise ValueError(f"data.data_seed must be >= 0 (it seeds the batch order), got {data_seed}")
-        if limit_train is not None and limit_train < 1:
-            raise ValueError(f"data.limit_train must be >= 1 (or null: every training pair), got {limit_train}")
+        for key, value, least, meaning in (
+                ("num_workers", num_workers, 0, "or null: chosen by device"),
+                ("max_tokens", max_tokens, 1, "the padded tokens a batch holds"),
+                ("max_len", max_len, 1, "the tokens a kept sentence may have"),
+                ("data_seed", data_seed, 0, "it seeds the batch order"),
+                ("limit_train", limit_train, 1, "or null: every training pair")):
+            if value is not None and value < least:
+                raise ValueError(f"data.{key} must be >= {least} ({meaning}), got {value}")
         if task != FILES_TASK:   # the generator's own checks, on one pair (before a run is started)
             try:
                 generate(task, 1, data_seed, min_len, max_len_words, n_symbols)
@@ -267,16 +265,14 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ---- loaders --------------------------------------------------------------------------
 
-    def _replicas(self) -> tuple[int, int]:
-        """(world size, rank): from the trainer, else torch.distributed, else one process."""
-        if self.trainer is not None:
-            return self.trainer.world_size, self.trainer.global_rank
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_world_size(), dist.get_rank()
-        return 1, 0
-
     def batch_sampler(self, role: str, train: bool) -> TokenBatchSampler:
-        world_size, rank = self._replicas()
+        # the replicas: the trainer's, else torch.distributed's, else one process
+        if self.trainer is not None:
+            world_size, rank = self.trainer.world_size, self.trainer.global_rank
+        elif dist.is_available() and dist.is_initialized():
+            world_size, rank = dist.get_world_size(), dist.get_rank()
+        else:
+            world_size, rank = 1, 0
         lengths = [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset(role)]
         one_length = train and self.pad_to_lengths is not None
         if one_length:   # each example counted at the length its batch will have (collate's pad_to)
