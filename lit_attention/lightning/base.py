@@ -41,6 +41,7 @@ from lit_attention.lightning.process_group import destroy_at_exit
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
+from lit_attention.models.base import match_width
 from lit_attention.models.sdpa_backends import attention_backends
 
 
@@ -130,6 +131,15 @@ class SequenceModule(LightningModule):
         refuses one set to a value other than its default or a harmless one
         (cli.refuse_inert_settings)."""
         return {}
+
+    def build_net(self, build) -> None:
+        """``self.net = build(**self._arch_options())`` (the task module's constructor arguments);
+        with model.match_params, at the width whose parameter count is closest to it."""
+        h = self.hparams
+        if h.match_params:
+            h.update(match_width(build, self._arch_options(), h.match_params))
+            h.match_params = None  # the checkpoint records the chosen width, not the search
+        self.net = build(**self._arch_options())
 
     # -- training ----------------------------------------------------------------------------
 
