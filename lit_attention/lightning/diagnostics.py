@@ -108,16 +108,13 @@ class DiagnosticsCallback(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch,
                            batch_idx: int) -> None:
-        net = getattr(pl_module, "net", None)
-        step = trainer.global_step
-        if net is None or not self.gradflow_every or step % self.gradflow_every != 0:
-            return
-        if not trainer.is_global_zero or not hasattr(net, "encode"):
+        step = trainer.global_step   # a sample is chosen for an encoder-decoder with gradflow_every
+        if self._gradflow_sample is None or step % self.gradflow_every != 0 or not trainer.is_global_zero:
             return
         batch, max_distance = self._gradflow_sample
         batch = {k: v.to(pl_module.device) for k, v in batch.items()}
         with self._attention_backends(pl_module):
-            rows = gradient_flow(net, batch, max_distance)
+            rows = gradient_flow(pl_module.net, batch, max_distance)
         self.add_gradflow_rows([{**row, "step": step, "norm": float(f"{row['norm']:.6g}")} for row in rows])
 
     @staticmethod
