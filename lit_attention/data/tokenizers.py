@@ -8,7 +8,6 @@ because several DDP ranks build their tokenizers at the same moment.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import io
@@ -197,16 +196,6 @@ class SentencePieceTokenizer:
         return cls(data)
 
 
-@contextlib.contextmanager
-def _file_lock(path: str):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
     """sha256 over the tokenizer kind, its settings and every training line."""
     h = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "kind": kind, **settings},
@@ -227,7 +216,8 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     tok = _cached(cls, path, key, say=False)
     if tok is None:
         os.makedirs(cache_dir, exist_ok=True)
-        with _file_lock(os.path.join(cache_dir, ".lock")):
+        with open(os.path.join(cache_dir, ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)   # held until the file is closed
             tok = _cached(cls, path, key)    # another rank may have trained it while we waited
             if tok is None:
                 tok = cls.trained([line for text in texts for line in text], settings)
