@@ -247,23 +247,18 @@ class LMDataModule(LightningDataModule):
         if self.streams:
             return
         lines = self.split_lines()
-        self.tokenizer = self._build_tokenizer(lines["train"])
+        h = self.hparams
+        # One (joint) model trained on the training lines only; the second side is empty.
+        self.tokenizer, _ = build_tokenizers(
+            h.tokenizer, lines["train"], [], vocab_size=h.vocab_size, model_type=h.spm_model,
+            joint=True, cache_dir=os.path.join(h.cache_dir, "tokenizers"))
         self.streams = {split: encode_stream(self.tokenizer, split_lines)
                         for split, split_lines in lines.items()}
-        h = self.hparams
         for split, split_lines in lines.items():
             where = f"task {h.task}" if h.task != FILES_TASK else (h.get(f"{split}_path") or h.path)
             rank_zero_info(f"{split} split ({where}): {len(split_lines)} lines, "
                            f"{self.streams[split].numel()} tokens; dropped "
                            f"{self.dropped[split]['invalid_utf8']} lines that are not valid UTF-8")
-
-    def _build_tokenizer(self, train_lines: list[str]):
-        h = self.hparams
-        # One (joint) model trained on the training lines only; the second side is empty.
-        tokenizer, _ = build_tokenizers(h.tokenizer, train_lines, [], vocab_size=h.vocab_size,
-                                        model_type=h.spm_model, joint=True,
-                                        cache_dir=os.path.join(h.cache_dir, "tokenizers"))
-        return tokenizer
 
     @property
     def vocab_size_actual(self) -> int:
@@ -295,14 +290,10 @@ class LMDataModule(LightningDataModule):
         if split == "train":
             data = batchify(self.streams[split], h.batch_size * world)
             return StreamBatches(data[rank * h.batch_size:(rank + 1) * h.batch_size], h.bptt)
-        return self.eval_batches(split, rank, world)
-
-    def eval_batches(self, split: str, rank: int = 0, world: int = 1) -> WindowBatches:
-        """One rank's contiguous run of the split's evaluation windows, ``eval_batch_size`` a batch."""
-        self.prepare()
+        # evaluation: one rank's contiguous run of the split's windows, eval_batch_size a batch
         if self.streams[split].numel() < 2:
             raise DataError(f"the {split} split has {self.streams[split].numel()} token(s): nothing to score")
-        B = self.hparams.batch_size if self.hparams.eval_batch_size is None else self.hparams.eval_batch_size
+        B = h.batch_size if h.eval_batch_size is None else h.eval_batch_size
         tokens, targets = sliding_windows(self.streams[split], self.eval_window, self.eval_stride)
         per_rank = math.ceil(tokens.shape[0] / (B * world)) * B
         extra = per_rank * world - tokens.shape[0]             # all-PAD windows: nothing scored

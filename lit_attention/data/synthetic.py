@@ -9,6 +9,7 @@ relative clauses nest up to a depth limit.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -66,9 +67,8 @@ def source(node: NounPhrase | Clause) -> list[str]:
 
 def _noun_phrase(rng: random.Random, depth: int) -> NounPhrase:
     n_adjectives = rng.choices((0, 1, 2), weights=(0.5, 0.3, 0.2))[0]
-    relative = None
-    if depth < MAX_DEPTH and rng.random() < P_RELATIVE:
-        relative = _clause(rng, depth + 1, subject=None)
+    nests = depth < MAX_DEPTH and rng.random() < P_RELATIVE
+    relative = _clause(rng, depth + 1, subject=None) if nests else None
     return NounPhrase(rng.choice(list(DETERMINERS)), rng.choice(list(NOUNS)),
                       tuple(rng.sample(list(ADJECTIVES), n_adjectives)), relative)
 
@@ -101,16 +101,9 @@ def _symbol_pairs(rule, n, rng, min_len, max_len, n_symbols):
     return src, tgt
 
 
-def copy_pairs(n, rng, min_len, max_len, n_symbols):
-    return _symbol_pairs(lambda words: words, n, rng, min_len, max_len, n_symbols)
-
-
-def reverse_pairs(n, rng, min_len, max_len, n_symbols):
-    return _symbol_pairs(lambda words: words[::-1], n, rng, min_len, max_len, n_symbols)
-
-
-def sort_pairs(n, rng, min_len, max_len, n_symbols):
-    return _symbol_pairs(sorted, n, rng, min_len, max_len, n_symbols)
+copy_pairs = functools.partial(_symbol_pairs, lambda words: words)
+reverse_pairs = functools.partial(_symbol_pairs, lambda words: words[::-1])
+sort_pairs = functools.partial(_symbol_pairs, sorted)
 
 
 def toy_mt_pairs(n, rng, min_len, max_len, n_symbols=None):

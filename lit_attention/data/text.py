@@ -123,8 +123,7 @@ def read_parallel(src_path: str, tgt_path: str, train: bool = True,
                         f"{tgt_path} has {len(tgt)} lines" + (f" (a lone CR ends a line: {ends})" if ends else ""))
     dropped = no_drops()
     if not train:
-        kept = list(zip(src, tgt))
-        if not any(s.strip() and t.strip() for s, t in kept):
+        if not any(s.strip() and t.strip() for s, t in zip(src, tgt)):
             raise DataError(f"empty split: no non-empty sentence pairs in {src_path} and {tgt_path}")
         return src, tgt, dropped
     kept = []

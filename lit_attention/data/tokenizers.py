@@ -8,10 +8,10 @@ because several DDP ranks build their tokenizers at the same moment.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import io
+import itertools
 import json
 import logging
 import os
@@ -49,14 +49,8 @@ class Tokenizer(Protocol):
 
 def _content_ids(ids: Sequence[int]) -> list[int]:
     """Ids up to the first EOS, without PAD and BOS."""
-    out = []
-    for i in ids:
-        i = int(i)
-        if i == EOS:
-            break
-        if i not in (PAD, BOS):
-            out.append(i)
-    return out
+    content = itertools.takewhile(lambda i: i != EOS, map(int, ids))
+    return [i for i in content if i not in (PAD, BOS)]
 
 
 class _VocabTokenizer:
@@ -155,7 +149,14 @@ class SentencePieceTokenizer:
     def train(cls, lines: Iterable[str], vocab_size: int = 8000, model_type: str = "unigram"):
         model = io.BytesIO()
         try:
-            cls._train_into(model, lines, vocab_size, model_type)
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+                model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
+                pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
+                pad_piece=SPECIALS[PAD], unk_piece=SPECIALS[UNK], bos_piece=SPECIALS[BOS],
+                eos_piece=SPECIALS[EOS],
+                num_threads=1,     # reproducible models; the corpora here train in seconds
+                minloglevel=2)
         except RuntimeError as exc:   # too small a vocabulary for the text's characters
             m = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(exc))
             if m is None:
@@ -164,17 +165,6 @@ class SentencePieceTokenizer:
                             f"text needs {m.group(2)} pieces for its characters and special tokens; "
                             f"give at least {m.group(2)}") from None
         return cls(model.getvalue())
-
-    @staticmethod
-    def _train_into(model, lines: Iterable[str], vocab_size: int, model_type: str) -> None:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
-            model_type=model_type, character_coverage=1.0, hard_vocab_limit=False,
-            pad_id=PAD, unk_id=UNK, bos_id=BOS, eos_id=EOS,
-            pad_piece=SPECIALS[PAD], unk_piece=SPECIALS[UNK], bos_piece=SPECIALS[BOS],
-            eos_piece=SPECIALS[EOS],
-            num_threads=1,     # reproducible models; the corpora here train in seconds
-            minloglevel=2)
 
     @classmethod
     def settings(cls, vocab_size: int, model_type: str) -> dict:
@@ -206,16 +196,6 @@ class SentencePieceTokenizer:
         return cls(data)
 
 
-@contextlib.contextmanager
-def _file_lock(path: str):
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
     """sha256 over the tokenizer kind, its settings and every training line."""
     h = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "kind": kind, **settings},
@@ -236,7 +216,8 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     tok = _cached(cls, path, key, say=False)
     if tok is None:
         os.makedirs(cache_dir, exist_ok=True)
-        with _file_lock(os.path.join(cache_dir, ".lock")):
+        with open(os.path.join(cache_dir, ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)   # held until the file is closed
             tok = _cached(cls, path, key)    # another rank may have trained it while we waited
             if tok is None:
                 tok = cls.trained([line for text in texts for line in text], settings)

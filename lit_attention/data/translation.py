@@ -68,17 +68,15 @@ class TranslationDataModule(L.LightningDataModule):
             check_pad_to_lengths(pad_to_lengths, max_len)
         if task == FILES_TASK and not data_dir:
             raise ValueError(f"task {task!r} needs data.data_dir (the directory holding {{split}}.{{lang}})")
-        if num_workers is not None and num_workers < 0:
-            raise ValueError(f"data.num_workers must be >= 0 (or null: chosen by device), got {num_workers}")
         check_vocab_size(vocab_size)
-        if max_tokens < 1:
-            raise ValueError(f"data.max_tokens must be >= 1 (the padded tokens a batch holds), got {max_tokens}")
-        if max_len < 1:
-            raise ValueError(f"data.max_len must be >= 1 (the tokens a kept sentence may have), got {max_len}")
-        if data_seed < 0:
-            raise ValueError(f"data.data_seed must be >= 0 (it seeds the batch order), got {data_seed}")
-        if limit_train is not None and limit_train < 1:
-            raise ValueError(f"data.limit_train must be >= 1 (or null: every training pair), got {limit_train}")
+        for key, value, least, meaning in (
+                ("num_workers", num_workers, 0, "or null: chosen by device"),
+                ("max_tokens", max_tokens, 1, "the padded tokens a batch holds"),
+                ("max_len", max_len, 1, "the tokens a kept sentence may have"),
+                ("data_seed", data_seed, 0, "it seeds the batch order"),
+                ("limit_train", limit_train, 1, "or null: every training pair")):
+            if value is not None and value < least:
+                raise ValueError(f"data.{key} must be >= {least} ({meaning}), got {value}")
         if task != FILES_TASK:   # the generator's own checks, on one pair (before a run is started)
             try:
                 generate(task, 1, data_seed, min_len, max_len_words, n_symbols)
@@ -89,13 +87,8 @@ class TranslationDataModule(L.LightningDataModule):
         self.task, self.data_dir = task, data_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.split_names = {"train": train_split, "val": val_split, "test": test_split}
-        self.sizes = {"train": n_train, "val": n_val, "test": n_test}
-        self.min_len, self.max_len_words, self.n_symbols = min_len, max_len_words, n_symbols
         self.data_seed = data_seed
-        self.tokenizer_kind, self.spm_model = tokenizer, spm_model
-        self.vocab_size, self.joint_vocab, self.cache_dir = vocab_size, joint_vocab, cache_dir
-        self.max_tokens, self.max_len, self.num_workers = max_tokens, max_len, num_workers
-        self.limit_train = limit_train
+        self.max_tokens, self.max_len = max_tokens, max_len
         self.pad_to_lengths = tuple(pad_to_lengths) if pad_to_lengths is not None else None
         self.stats: dict[str, dict[str, int]] = {}          # role -> {"lines": read, "pairs": kept}
         self.dropped: dict[str, dict[str, int]] = {}        # encoded role -> {reason: pairs dropped}
@@ -104,7 +97,6 @@ class TranslationDataModule(L.LightningDataModule):
         self.datasets: dict[str, list[dict]] = {}
         self._loaders: dict[str, tuple] = {}    # role -> (trainer, loader) with worker processes
         self._raw: dict[str, tuple[list[str], list[str]]] = {}
-        self._tokenizers = None
 
     # The options that locate files, and those that shape generated pairs: each acts with its kind of task.
     FILE_OPTIONS = ("data_dir", "src_lang", "tgt_lang")
@@ -128,30 +120,29 @@ class TranslationDataModule(L.LightningDataModule):
     # ---- raw text -------------------------------------------------------------------------
 
     def _role(self, split: str) -> str:
-        if split in ROLES:
-            return split
-        for role, name in self.split_names.items():
-            if name == split:
-                return role
+        roles = {**{name: role for role, name in self.split_names.items()},
+                 **dict(zip(ROLES, ROLES))}
+        if split in roles:
+            return roles[split]
         raise ValueError(f"unknown split {split!r}; valid: {', '.join(ROLES)} or "
                          f"{', '.join(self.split_names.values())}")
 
     def _load_raw(self, role: str) -> tuple[list[str], list[str]]:
         if role in self._raw:
             return self._raw[role]
-        split = self.split_names[role]
+        split, h = self.split_names[role], self.hparams
         if self.task == FILES_TASK:
             src, tgt, dropped = read_parallel(resolve(self.data_dir, split, self.src_lang),
                                               resolve(self.data_dir, split, self.tgt_lang),
                                               train=role == "train", counts=self.data_text)
         else:
-            src, tgt = generate(self.task, self.sizes[role], split_seed(self.data_seed, split),
-                                self.min_len, self.max_len_words, self.n_symbols)
+            src, tgt = generate(self.task, h[f"n_{role}"], split_seed(self.data_seed, split),
+                                h.min_len, h.max_len_words, h.n_symbols)
             dropped = no_drops()
         self.stats[role] = {"lines": len(src) + sum(dropped.values())}
         self._dropped_reading[role] = dropped
-        if role == "train" and self.limit_train is not None:
-            src, tgt = src[:self.limit_train], tgt[:self.limit_train]
+        if role == "train" and h.limit_train is not None:
+            src, tgt = src[:h.limit_train], tgt[:h.limit_train]
         self._raw[role] = (src, tgt)
         return src, tgt
 
@@ -165,22 +156,21 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ---- tokenizers -----------------------------------------------------------------------
 
+    @functools.cached_property
     def _tokenizer_pair(self):
-        if self._tokenizers is None:
-            src, tgt = self._load_raw("train")
-            self._tokenizers = build_tokenizers(
-                self.tokenizer_kind, src, tgt, vocab_size=self.vocab_size,
-                model_type=self.spm_model, joint=self.joint_vocab,
-                cache_dir=os.path.join(self.cache_dir, "tokenizers"))
-        return self._tokenizers
+        src, tgt = self._load_raw("train")
+        h = self.hparams
+        return build_tokenizers(h.tokenizer, src, tgt, vocab_size=h.vocab_size,
+                                model_type=h.spm_model, joint=h.joint_vocab,
+                                cache_dir=os.path.join(h.cache_dir, "tokenizers"))
 
     @property
     def src_tokenizer(self):
-        return self._tokenizer_pair()[0]
+        return self._tokenizer_pair[0]
 
     @property
     def tgt_tokenizer(self):
-        return self._tokenizer_pair()[1]
+        return self._tokenizer_pair[1]
 
     @property
     def src_vocab_size(self) -> int:
@@ -205,7 +195,7 @@ class TranslationDataModule(L.LightningDataModule):
 
     def _encode(self, role: str) -> list[dict]:
         src_lines, tgt_lines = self._load_raw(role)
-        src_tok, tgt_tok = self._tokenizer_pair()
+        src_tok, tgt_tok = self._tokenizer_pair
         examples, too_long = [], 0
         for i, (s, t) in enumerate(zip(src_lines, tgt_lines)):
             x, y = src_tok.encode(s), tgt_tok.encode(t)
@@ -234,7 +224,8 @@ class TranslationDataModule(L.LightningDataModule):
             empty = sum(not (s.strip() and t.strip()) for s, t in zip(*self._load_raw(role)))
             return (f"{role} split {split!r} ({where}): {stats['pairs']} pairs, all kept "
                     f"(evaluation drops nothing; {empty} with an empty side)")
-        limit = f", limit_train={self.limit_train}" if self.limit_train is not None else ""
+        limit_train = self.hparams.limit_train
+        limit = f", limit_train={limit_train}" if limit_train is not None else ""
         return (f"{role} split {split!r} ({where}): {stats['pairs']} of {stats['lines']} pairs "
                 f"used{limit}; dropped {dropped['empty']} with an empty side, {dropped['too_long']} "
                 f"longer than max_len={self.max_len} tokens, {dropped['invalid_utf8']} not valid UTF-8")
@@ -267,16 +258,14 @@ class TranslationDataModule(L.LightningDataModule):
 
     # ---- loaders --------------------------------------------------------------------------
 
-    def _replicas(self) -> tuple[int, int]:
-        """(world size, rank): from the trainer, else torch.distributed, else one process."""
-        if self.trainer is not None:
-            return self.trainer.world_size, self.trainer.global_rank
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_world_size(), dist.get_rank()
-        return 1, 0
-
     def batch_sampler(self, role: str, train: bool) -> TokenBatchSampler:
-        world_size, rank = self._replicas()
+        # the replicas: the trainer's, else torch.distributed's, else one process
+        if self.trainer is not None:
+            world_size, rank = self.trainer.world_size, self.trainer.global_rank
+        elif dist.is_available() and dist.is_initialized():
+            world_size, rank = dist.get_world_size(), dist.get_rank()
+        else:
+            world_size, rank = 1, 0
         lengths = [padded_length(ex["src"], ex["tgt"]) for ex in self.dataset(role)]
         one_length = train and self.pad_to_lengths is not None
         if one_length:   # each example counted at the length its batch will have (collate's pad_to)
@@ -295,7 +284,7 @@ class TranslationDataModule(L.LightningDataModule):
         as long as the trainer is the same, its workers kept (``persistent_workers``): Lightning
         asks for the training loader every epoch, and starting workers anew costs a process start
         each, at every epoch and validation."""
-        workers = loader_workers(self.num_workers, self.trainer)
+        workers = loader_workers(self.hparams.num_workers, self.trainer)
         if workers == 0:
             return make(0)
         kept = self._loaders.get(role)

@@ -28,6 +28,7 @@ our token batches change shape nearly every step, and a graph per shape would re
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -41,6 +42,7 @@ from lit_attention.lightning.process_group import destroy_at_exit
 from lit_attention.lightning.steps import attached_trainer, logs_this_step
 from lit_attention.lightning.totals import TokenNLL
 from lit_attention.metrics import perplexity
+from lit_attention.models.base import match_width
 from lit_attention.models.sdpa_backends import attention_backends
 
 
@@ -49,32 +51,27 @@ from lit_attention.models.sdpa_backends import attention_backends
 warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
 
 
+# model option -> (whether a value passes, what it must be), for each option a module has and sets
+MODEL_VALUES = {
+    "lr": (lambda v: isinstance(v, (int, float)) and math.isfinite(v) and v > 0,
+           "a finite number > 0 (at 0 nothing trains)"),
+    "warmup": (lambda v: v >= 0, ">= 0"),
+    "weight_decay": (lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0"),
+    "betas": (lambda v: all(0 <= b < 1 for b in v), "two numbers in [0, 1)"),
+    **dict.fromkeys(("dropout", "label_smoothing"), (lambda v: 0 <= v < 1, "in [0, 1)")),
+    **dict.fromkeys(("d_model", "heads", "emb_size", "ffn", "layers", "enc_layers", "dec_layers", "window",
+                     "order", "max_len", "match_params", "rel_max_distance"), (lambda v: v >= 1, ">= 1")),
+    "shaw_clip": (lambda v: v >= 0, ">= 0 (the relative distances kept apart: -shaw_clip .. shaw_clip)"),
+}
+
+
 def check_values(h) -> None:
     """ValueError naming the first model option (of the resolved hyperparameters ``h``) whose value
     no model can train with: raised from ``__init__``, so that `fit` stops with one line (exit 2)
     before a run directory is written, instead of failing inside the optimizer or the network."""
-    import math
-
-    def refuse(key, rule):
-        raise ValueError(f"model.{key} must be {rule}, got {h[key]!r}")
-
-    if not (isinstance(h["lr"], (int, float)) and math.isfinite(h["lr"]) and h["lr"] > 0):
-        refuse("lr", "a finite number > 0 (at 0 nothing trains)")
-    if h["warmup"] < 0:
-        refuse("warmup", ">= 0")
-    if not (math.isfinite(h["weight_decay"]) and h["weight_decay"] >= 0):
-        refuse("weight_decay", "a finite number >= 0")
-    if not all(0 <= b < 1 for b in h["betas"]):
-        refuse("betas", "two numbers in [0, 1)")
-    for key in ("dropout", "label_smoothing"):
-        if h.get(key) is not None and not 0 <= h[key] < 1:
-            refuse(key, "in [0, 1)")
-    for key in ("d_model", "heads", "emb_size", "ffn", "layers", "enc_layers", "dec_layers", "window", "order",
-                "max_len", "match_params", "rel_max_distance"):
-        if h.get(key) is not None and h[key] < 1:
-            refuse(key, ">= 1")
-    if h.get("shaw_clip") is not None and h["shaw_clip"] < 0:
-        refuse("shaw_clip", ">= 0 (the relative distances kept apart: -shaw_clip .. shaw_clip)")
+    for key, (passes, rule) in MODEL_VALUES.items():
+        if h.get(key) is not None and not passes(h[key]):
+            raise ValueError(f"model.{key} must be {rule}, got {h[key]!r}")
     if h.get("rel_buckets") is not None:
         from lit_attention.models.positional import check_t5_buckets
         check_t5_buckets(h["rel_buckets"], h["rel_max_distance"])
@@ -130,6 +127,15 @@ class SequenceModule(LightningModule):
         refuses one set to a value other than its default or a harmless one
         (cli.refuse_inert_settings)."""
         return {}
+
+    def build_net(self, build) -> None:
+        """``self.net = build(**self._arch_options())`` (the task module's constructor arguments);
+        with model.match_params, at the width whose parameter count is closest to it."""
+        h = self.hparams
+        if h.match_params:
+            h.update(match_width(build, self._arch_options(), h.match_params))
+            h.match_params = None  # the checkpoint records the chosen width, not the search
+        self.net = build(**self._arch_options())
 
     # -- training ----------------------------------------------------------------------------
 

@@ -30,8 +30,6 @@ from lightning.pytorch.callbacks import Timer
 
 from lit_attention.models.flops import TrainingFlopCounter, batch_key
 
-LIMITS = ("steps", "tokens", "flops")
-
 
 def step_limit(budget_steps: int, max_steps: int | None) -> int:
     """trainer.max_steps under a step budget; a different max_steps beside it is a config error."""
@@ -47,8 +45,9 @@ class TrainingBudget(Callback):
     def __init__(self, steps: int | None = None, tokens: int | None = None,
                  flops: float | None = None):
         self.budget = {"steps": steps, "tokens": tokens, "flops": flops}
-        for name, value in self.budget.items():
-            if value is not None and value <= 0:
+        self.asked = {name: value for name, value in self.budget.items() if value is not None}
+        for name, value in self.asked.items():
+            if value <= 0:
                 raise ValueError(f"--budget.{name} must be positive, got {value}")
         self.used = {"tokens": 0, "flops": 0}        # summed over ranks, carried in the checkpoint
         self.stopped_by: str | None = None
@@ -71,18 +70,20 @@ class TrainingBudget(Callback):
         return trainer.global_step if name == "steps" else self.used[name]
 
     def _reached(self, trainer: Trainer) -> list[str]:
-        return [name for name in LIMITS
-                if self.budget[name] is not None and self._used(name, trainer) >= self.budget[name]]
+        return [name for name, value in self.asked.items() if self._used(name, trainer) >= value]
+
+    def _stop_if_reached(self, trainer: Trainer) -> None:
+        reached = self._reached(trainer)
+        if reached:
+            self.stopped_by = f"budget.{reached[0]}"
+            trainer.should_stop = True
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.budget["tokens"] is not None and not hasattr(pl_module, "train_tokens"):
             raise ValueError(f"--budget.tokens: {type(pl_module).__name__} does not count training tokens")
         self._counter = TrainingFlopCounter(pl_module)
         self._step = trainer.global_step
-        reached = self._reached(trainer)
-        if reached:   # a resumed run that had used its budget up already
-            self.stopped_by = f"budget.{reached[0]}"
-            trainer.should_stop = True
+        self._stop_if_reached(trainer)   # a resumed run that had used its budget up already
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
         self._tokens_before = getattr(pl_module, "train_tokens", 0)
@@ -110,10 +111,7 @@ class TrainingBudget(Callback):
         self.used["tokens"] += tokens
         self.used["flops"] += flops
         self._pending = [0, 0]
-        reached = self._reached(trainer)
-        if reached:
-            self.stopped_by = f"budget.{reached[0]}"
-            trainer.should_stop = True
+        self._stop_if_reached(trainer)
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._counter is not None:
@@ -139,17 +137,14 @@ class TrainingBudget(Callback):
 
     def summary(self, trainer: Trainer) -> dict:
         """summary.json fields: tokens and FLOPs used, the budget asked for, what ended training."""
-        asked = {name: value for name, value in self.budget.items() if value is not None}
-        fields = {"train_tokens": self.used["tokens"], "train_flops": self.used["flops"],
-                  "stopped_by": self.stopped_by or self.other_limit(trainer),
-                  "budget_reached": bool(self._reached(trainer)) if asked else None,
-                  **{f"budget_{name}": value for name, value in self.budget.items()}}
-        return fields
+        return {"train_tokens": self.used["tokens"], "train_flops": self.used["flops"],
+                "stopped_by": self.stopped_by or self.other_limit(trainer),
+                "budget_reached": bool(self._reached(trainer)) if self.asked else None,
+                **{f"budget_{name}": value for name, value in self.budget.items()}}
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        asked = {name: value for name, value in self.budget.items() if value is not None}
-        if trainer.is_global_zero and asked and not self._reached(trainer):
+        if trainer.is_global_zero and self.asked and not self._reached(trainer):
             used = ", ".join(f"{name} {self._used(name, trainer):.4g} of {value:.4g}"
-                             for name, value in asked.items())
+                             for name, value in self.asked.items())
             print(f"warning: training ended by {self.other_limit(trainer)} before its budget was used "
                   f"up ({used}): this run is not budget-matched", file=sys.stderr)

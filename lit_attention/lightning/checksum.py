@@ -107,8 +107,6 @@ def snapshot_on_cpu(checkpoint: dict, moved=lambda t: t.device.type != "cpu", sp
     memory without waiting for the device, and the list receives the event it completes at; the
     snapshot's bytes may be read once those events are done (the writer thread's way: a snapshot
     made with that wait and a pageable copy holds the training thread)."""
-    if landed is not None and split:
-        raise ValueError("a snapshot in flight (landed) is made of views: split=False")
     groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
     seen: set[int] = set()
 
@@ -149,19 +147,18 @@ class _Writer:
     def __init__(self, file):
         self.file, self.error = file, None
 
-    def write(self, data) -> int:
+    def _kept(self, method, *args):
         try:
-            return self.file.write(data)
+            return method(*args)
         except OSError as exc:
             self.error = exc
             raise
 
+    def write(self, data) -> int:
+        return self._kept(self.file.write, data)
+
     def flush(self) -> None:
-        try:
-            self.file.flush()
-        except OSError as exc:
-            self.error = exc
-            raise
+        self._kept(self.file.flush)
 
 
 def save_atomically(checkpoint: dict, path: Path) -> None:
@@ -229,7 +226,8 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
             else:
                 _write(checkpoint, Path(path))
             return
-        self._raise_failed()
+        if any(f.done() and f.exception() is not None for f in self._pending):
+            self.flush()   # a write that failed: raised now
         while len(self._pending) >= 2:   # bounded memory: at most two snapshots wait to be written
             self._pending.pop(0).result()
         landed: list = []
@@ -237,10 +235,6 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
         if self._writer is None:
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-writer")
         self._pending.append(self._writer.submit(_write, snapshot, Path(path), tuple(landed)))
-
-    def _raise_failed(self) -> None:
-        if any(f.done() and f.exception() is not None for f in self._pending):
-            self.flush()
 
     def flush(self) -> None:
         """Wait for the checkpoints being written; raise the first write's error, if one failed."""

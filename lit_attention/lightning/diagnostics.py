@@ -52,7 +52,6 @@ class DiagnosticsCallback(Callback):
         self._unread: list[torch.Tensor] = []     # norms of the steps since the last read, on the device
         self._clip: float | None = None
         self.gradflow_rows: list[dict] = []
-        self._fixed_batch = None
         self._gradflow_sample: tuple[dict, int] | None = None
 
     # A run resumed from a checkpoint keeps the norms and gradient-flow rows measured before it.
@@ -67,7 +66,7 @@ class DiagnosticsCallback(Callback):
 
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # Chosen on every rank, so that a gradflow_distance no sample reaches stops all of them.
-        net = self._net(pl_module)
+        net = getattr(pl_module, "net", None)
         if self.gradflow_every and net is not None and hasattr(net, "encode"):
             self._gradflow_sample = long_sentence_sample(
                 trainer.datamodule.dataset("val"), self.gradflow_sentences, self.gradflow_distance)
@@ -75,19 +74,9 @@ class DiagnosticsCallback(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.is_global_zero:   # drops rows a killed run wrote after its checkpoint
             if self.gradflow_rows:
-                self._write_gradflow()
+                atomic_write(self.run_dir.path / GRADFLOW, _csv(self.gradflow_rows, header=True))
             else:
                 (self.run_dir.path / GRADFLOW).unlink(missing_ok=True)
-
-    @staticmethod
-    def _net(pl_module: LightningModule):
-        return getattr(pl_module, "net", None)
-
-    def _batch(self, trainer: Trainer, pl_module: LightningModule):
-        if self._fixed_batch is None:
-            loader = trainer.datamodule.val_dataloader()
-            self._fixed_batch = {k: v.to(pl_module.device) for k, v in next(iter(loader)).items()}
-        return self._fixed_batch
 
     def _read_norms(self) -> None:
         """Move the norms measured since the last read to ``norms`` (one read for all of them)."""
@@ -99,7 +88,7 @@ class DiagnosticsCallback(Callback):
         self.clipped += sum(bool(self._clip) and norm > self._clip for norm in read)
 
     def on_before_optimizer_step(self, trainer: Trainer, pl_module: LightningModule, optimizer) -> None:
-        net = self._net(pl_module)
+        net = getattr(pl_module, "net", None)
         if net is None:
             return
         self._clip = trainer.gradient_clip_val
@@ -119,16 +108,13 @@ class DiagnosticsCallback(Callback):
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch,
                            batch_idx: int) -> None:
-        net = self._net(pl_module)
-        step = trainer.global_step
-        if net is None or not self.gradflow_every or step % self.gradflow_every != 0:
-            return
-        if not trainer.is_global_zero or not hasattr(net, "encode"):
+        step = trainer.global_step   # a sample is chosen for an encoder-decoder with gradflow_every
+        if self._gradflow_sample is None or step % self.gradflow_every != 0 or not trainer.is_global_zero:
             return
         batch, max_distance = self._gradflow_sample
         batch = {k: v.to(pl_module.device) for k, v in batch.items()}
         with self._attention_backends(pl_module):
-            rows = gradient_flow(net, batch, max_distance)
+            rows = gradient_flow(pl_module.net, batch, max_distance)
         self.add_gradflow_rows([{**row, "step": step, "norm": float(f"{row['norm']:.6g}")} for row in rows])
 
     @staticmethod
@@ -155,11 +141,8 @@ class DiagnosticsCallback(Callback):
         with open(path, "a", encoding="utf-8", newline="") as f:
             f.write(text)
 
-    def _write_gradflow(self) -> None:
-        atomic_write(self.run_dir.path / GRADFLOW, _csv(self.gradflow_rows, header=True))
-
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        net = self._net(pl_module)
+        net = getattr(pl_module, "net", None)
         self._read_norms()
         if trainer.is_global_zero:
             self.run_dir.update_summary(measured_every=self.measured_every(trainer, pl_module))
@@ -175,7 +158,8 @@ class DiagnosticsCallback(Callback):
 
     @torch.no_grad()
     def _attention(self, trainer: Trainer, pl_module: LightningModule, net) -> dict:
-        batch = self._batch(trainer, pl_module)
+        loader = trainer.datamodule.val_dataloader()
+        batch = {k: v.to(pl_module.device) for k, v in next(iter(loader)).items()}
         was_training = net.training
         net.eval()
         with self._attention_backends(pl_module):

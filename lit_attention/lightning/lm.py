@@ -34,7 +34,7 @@ from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import TokenLosses
-from lit_attention.models.base import count_parameters, match_width
+from lit_attention.models.base import count_parameters
 from lit_attention.models.lm import build_lm, detach_state
 
 LM = registry.LM_MODELS
@@ -139,11 +139,7 @@ class LanguageModelModule(SequenceModule):
                 h.max_len = max(h.max_len, dm.hparams.bptt, dm.eval_window)
         if not h.n_vocab:
             raise ValueError("vocabulary size is unknown: attach an LMDataModule or set model.n_vocab")
-        if h.match_params:
-            h.update(match_width(lambda **o: build_lm(h.family, h.n_vocab, **o), self._arch_options(),
-                                 h.match_params))
-            h.match_params = None  # the checkpoint records the chosen width, not the search
-        self.net = build_lm(h.family, h.n_vocab, **self._arch_options())
+        self.build_net(lambda **o: build_lm(h.family, h.n_vocab, **o))
 
     def describe(self) -> dict:
         h = self.hparams
@@ -167,14 +163,7 @@ class LanguageModelModule(SequenceModule):
         dm.prepare()
         self.net.fit(dm.streams["train"])
 
-    def on_fit_start(self):
-        self._fit_ngram()
-
-    def on_validation_start(self):
-        self._fit_ngram()
-
-    def on_test_start(self):
-        self._fit_ngram()
+    on_fit_start = on_validation_start = on_test_start = _fit_ngram
 
     # -- training ----------------------------------------------------------------------------
 

@@ -34,17 +34,10 @@ def inside_validation(trainer: Trainer) -> bool:
     return trainer.state.fn == "fit" and (trainer.validating or trainer.sanity_checking)
 
 
-def stop_requested(trainer: Trainer) -> int | None:
-    """The signal (SIGINT or SIGTERM) that stopped this trainer at a clean point, if one did."""
-    for callback in trainer.callbacks:
-        if isinstance(callback, StopAtCleanPoint):
-            return callback.requested
-    return None
-
-
 def signal_name(trainer: Trainer, exception: BaseException) -> str:
     """What interrupted the run, as the CLI says it: `Ctrl-C` or `SIGTERM`."""
-    signum = stop_requested(trainer)
+    # the signal that stopped this trainer at a clean point, if one did
+    signum = next((c.requested for c in trainer.callbacks if isinstance(c, StopAtCleanPoint)), None)
     if signum is None:
         signum = signal.SIGINT if isinstance(exception, KeyboardInterrupt) else signal.SIGTERM
     return "Ctrl-C" if signum == signal.SIGINT else "SIGTERM"

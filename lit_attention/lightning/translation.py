@@ -22,7 +22,7 @@ from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
 from lit_attention.metrics import bleu_chrf, token_nll
-from lit_attention.models import build_seq2seq, count_parameters, match_width
+from lit_attention.models import build_seq2seq, count_parameters
 from lit_attention.models.loss import decoder_loss
 
 SEQ2SEQ = registry.SEQ2SEQ_MODELS
@@ -150,13 +150,7 @@ class TranslationModule(SequenceModule):
             h.src_vocab_size, h.tgt_vocab_size = dm.src_vocab_size, dm.tgt_vocab_size
         if not (h.src_vocab_size and h.tgt_vocab_size):
             raise ValueError("vocabulary sizes are unknown: attach a data module or set model.src_vocab_size")
-        options = self._arch_options()
-        if h.match_params:
-            options = match_width(lambda **o: build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **o),
-                                  options, h.match_params)
-            h.update(options)
-            h.match_params = None  # the checkpoint records the chosen width, not the search
-        self.net = build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **options)
+        self.build_net(lambda **o: build_seq2seq(h.family, h.src_vocab_size, h.tgt_vocab_size, **o))
         if dm is not None and self.net.max_positions is not None and hasattr(dm, "check_lengths"):
             dm.check_lengths(self.net.max_positions, f"the {h.family}'s {h.positional} position table")
 
@@ -181,18 +175,14 @@ class TranslationModule(SequenceModule):
 
     # -- evaluation --------------------------------------------------------------------------
 
-    def decoding_settings(self, beam_size: int = 1) -> dict:
-        """What produced a split's hypotheses (recorded next to its BLEU in the summary)."""
-        h = self.hparams
-        beam = beam_size > 1
-        return {"method": "beam" if beam else "greedy", "beam_size": beam_size,
-                "length_penalty": h.length_penalty if beam else None,
-                "max_len_a": h.max_len_a, "max_len_b": h.max_len_b}
-
     def decode(self, src: torch.Tensor, beam_size: int = 1) -> torch.Tensor:
         h = self.hparams
-        self.last_decoding = self.decoding_settings(beam_size)
-        if beam_size > 1:
+        beam = beam_size > 1
+        # what produced a split's hypotheses (recorded next to its BLEU in the summary)
+        self.last_decoding = {"method": "beam" if beam else "greedy", "beam_size": beam_size,
+                              "length_penalty": h.length_penalty if beam else None,
+                              "max_len_a": h.max_len_a, "max_len_b": h.max_len_b}
+        if beam:
             return beam_search(self.net, src, beam_size, h.length_penalty, h.max_len_a, h.max_len_b)
         return greedy_decode(self.net, src, h.max_len_a, h.max_len_b)
 
