@@ -87,21 +87,19 @@ def read_yaml(source: Path | str, where: str | Path | None = None,
         where = where or source
         try:
             with open(source, "rb") as f:
-                data = f.read(MAX_YAML_BYTES + 1)
+                source = f.read(MAX_YAML_BYTES + 1)
         except FileNotFoundError:
             raise FileError(where, "(file)", "not found") from None
         except OSError as e:
             raise FileError(where, "(file)", f"cannot read: {e.strerror or e}") from None
-        if len(data) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    else:
-        text, where = source, where or "(text)"
-        if len(text) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} characters: not a config file")
+    where = where or "(text)"
+    if len(source) > MAX_YAML_BYTES:
+        unit = "bytes" if isinstance(source, bytes) else "characters"
+        raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} {unit}: not a config file")
+    try:
+        text = source.decode("utf-8") if isinstance(source, bytes) else source
+    except UnicodeDecodeError as e:
+        raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     loader = _Loader(text)
     lines: dict[str, int] = {}
     try:

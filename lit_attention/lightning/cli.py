@@ -22,7 +22,7 @@ from typing import Literal, Optional
 
 import torch
 import yaml
-from jsonargparse import get_loader, set_loader
+from jsonargparse import Namespace, get_loader, set_loader
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -216,9 +216,8 @@ class LitAttentionCLI(LightningCLI):
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand]
-        if self.subcommand in ("validate", "test") and self.decoding_given:
-            for key, value in self.decoding_given.items():
-                cfg.model.init_args[key] = value
+        if self.subcommand != "fit":   # over the checkpoint's (LightningCLI loads its hparams)
+            cfg.model.init_args.update(Namespace(**self.decoding_given))
         try:   # the run directory: named, not made (the claim makes it, in instantiate_trainer)
             self.run_dir = RunDir(identity.resolve(cfg.run, self.subcommand, cfg.get("ckpt_path")))
         except ValueError as exc:   # an unsafe id/group, options at odds, nothing to resume

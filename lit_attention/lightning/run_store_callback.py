@@ -87,7 +87,6 @@ class RunStoreCallback(Callback):
                       machine=machine(), versions=package_versions(),
                       world_size=trainer.world_size, **self.labels)
         afresh = stage == "fit" and not self.from_checkpoint
-        replaces = afresh and schema.summary_path(self.run_dir.path).exists()
         summary = schema.Summary() if afresh else self.run_dir.read_summary()
         if stage != "fit" and summary.status is not None:
             # Evaluating a trained run: what trained it stays; the evaluation's code is its own field.
@@ -100,7 +99,7 @@ class RunStoreCallback(Callback):
         if afresh:   # every step is logged anew
             for logger in _loggers(trainer, RunStoreLogger):
                 logger.rewind(-1)
-        if replaces:
+        if afresh and schema.summary_path(self.run_dir.path).exists():
             # A fit from scratch over an earlier record (one its claim let it replace: an attempt
             # stopped before its first checkpoint, or --run.overwrite) starts a new one: no output,
             # checkpoint or STOP of the old run is left to pass for the new one's.
@@ -260,8 +259,7 @@ class RunStoreCallback(Callback):
                 io.flush()
         # A fit that failed before its setup (bad data, a resumed checkpoint that did not load)
         # writes no record: a new run leaves nothing, an existing one stays as it was.
-        if trainer.is_global_zero and (self._set_up or trainer.state.fn != "fit"):
-            status = Status.INTERRUPTED if interrupted else Status.FAILED
+        if trainer.is_global_zero:
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
             # full disk, unreadable summary: the original error matters
@@ -270,5 +268,6 @@ class RunStoreCallback(Callback):
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
                 elif self._set_up:
+                    status = Status.INTERRUPTED if interrupted else Status.FAILED
                     self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
                                                 steps=trainer.global_step)
