@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from lit_attention.config_check import ConfigError
+
 
 def atomic_write(path: Path | str, data: str | bytes) -> None:
     """Write ``data`` to ``path`` so that a reader never sees a partial file (temp file + rename).
@@ -54,8 +56,9 @@ MAX_YAML_DEPTH = 64
 MAX_SHOWN = 120   # characters of a value quoted in a message
 
 
-class FileError(ValueError):
-    """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line."""
+class FileError(ConfigError):
+    """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line (a usage
+    error, as any ConfigError)."""
 
     def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
         self.file, self.key, self.line, self.reason = str(file), key, line, message

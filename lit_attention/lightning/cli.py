@@ -62,7 +62,7 @@ def _load_strict(value: str, path: str = "", _yaml=get_loader("yaml")):
     except FileError as exc:
         if exc.key == "(yaml)" and not path:
             raise yaml.YAMLError(str(exc)) from None
-        raise ConfigError(str(exc)) from None
+        raise
     return _yaml(value)
 
 
@@ -377,10 +377,7 @@ def check_config_files(args) -> None:
         value = args[i + 1] if arg in ("-c", "--config") and i + 1 < len(args) else \
             arg.partition("=")[2] if str(arg).startswith("--config=") else None
         if value is not None and os.path.isfile(value):
-            try:
-                read_yaml(Path(value))
-            except FileError as exc:
-                raise ConfigError(str(exc)) from None
+            read_yaml(Path(value))   # its FileError is the command's ConfigError
 
 
 # --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
