@@ -77,10 +77,9 @@ def short_parse_error(message: str, parsers: list) -> str:
         valid = sorted({k for p in parsers for k in p.get_defaults().keys()})
         head, dot, rest = name.partition(".")
         groups = sorted({k.partition(".")[0] for k in valid})
-        if dot and head not in groups:   # a misspelt group: `modle.d_model`
-            near = suggest(head, groups)
-            hint = f" — did you mean {near}.{rest}?" if near else ""
-            return f"unknown option {name}{hint}"
+        # a misspelt group (`modle.d_model`): the group's options are not all in ``valid``
+        if dot and head not in groups and (near := suggest(head, groups)):
+            return f"unknown option {name} — did you mean {near}.{rest}?"
         return str(unknown_option(name, valid))
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
     if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)
