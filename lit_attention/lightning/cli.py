@@ -169,9 +169,8 @@ class LitAttentionCLI(LightningCLI):
             raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
         sub = self.config.subcommand   # (a parse without one is refused)
         config, given = self.config[sub], given[sub]
-        ckpt_path = self.session["ckpt_path"] = config.get("ckpt_path")   # (train's messages)
-        if ckpt_path:
-            check_checkpoint_file(ckpt_path)
+        self.session["ckpt_path"] = config.get("ckpt_path")   # (train's messages)
+        check_checkpoint_file(config.get("ckpt_path"))
         if isinstance(given.get("trainer.logger"), bool):
             # Lightning's default logger or none: the run store is always written, W&B is --tracking
             raise ConfigError(
@@ -385,12 +384,12 @@ CHECKPOINT_NAMES = ("last", "best", "hpc", "registry")
 
 
 def check_checkpoint_file(path) -> None:
-    """Stop (ConfigError) at a --ckpt_path that cannot be a checkpoint, before a run store is made:
-    a missing file, or one that is no zip archive (what torch.save writes): cut short, or another
-    kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
-    if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
-        return
-    if why := identity.checkpoint_problem(path):
+    """Stop (ConfigError) at a --ckpt_path (None: none given) that cannot be a checkpoint, before
+    a run store is made: a missing file, or one that is no zip archive (what torch.save writes):
+    cut short, or another kind of file. A zip archive is loaded later, by
+    torch.load(weights_only=True)."""
+    named = str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:")
+    if path and not named and (why := identity.checkpoint_problem(path)):
         raise ConfigError(f"--ckpt_path {path}: {why}")
 
 
