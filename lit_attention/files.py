@@ -28,8 +28,7 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -98,11 +98,10 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
     if recurrent:
         rnn = recurrent[0]
         directions = ("forward", "backward") if rnn.bidirectional else ("forward",)
-        B, S = src.shape
 
         def replace(module, args, kwargs, output):
             handle.remove()   # the next encode only
-            made.append(rnn.weight_hh_l0.new_zeros(B, S, len(directions), rnn.hidden_size,
+            made.append(rnn.weight_hh_l0.new_zeros(*src.shape, len(directions), rnn.hidden_size,
                                                    requires_grad=True))
             hx = args[1] if len(args) > 1 else kwargs.get("hx")
             return replay(rnn, args[0] if args else kwargs["input"], hx, made[0])
