@@ -105,8 +105,7 @@ def read_yaml(source: Path | str, where: str | Path | None = None,
     loader = _Loader(text)
     lines: dict[str, int] = {}
     try:
-        node = loader.get_single_node()
-        if node is not None:
+        if (node := loader.get_single_node()) is not None:
             _walk(node, "", lines, where, {}, 0)
         document = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:
