@@ -67,7 +67,6 @@ def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> Con
     ``... — did you mean model.d_model? (renamed: docs/CONFIG.md)``)."""
     near = suggest(name, valid)
     hint = f" — did you mean {near}?" if near else ""
-    last = name.rpartition(".")[2]
-    if near and near.rpartition(".")[2] == RENAMED.get(last):
+    if near and near.rpartition(".")[2] == RENAMED.get(name.rpartition(".")[2]):
         hint += " (renamed: docs/CONFIG.md)"
     return ConfigError(f"unknown {what} {name}{hint}")

@@ -171,16 +171,14 @@ class RunStoreCallback(Callback):
     def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
         fields = {k: float(v) for k, v in trainer.callback_metrics.items()
                   if k.startswith(f"{split}_") and isinstance(v, (torch.Tensor, float, int))}
-        hyps = getattr(pl_module, "hyps", {}).get(split)
-        if hyps is not None:
+        if (hyps := getattr(pl_module, "hyps", {}).get(split)) is not None:
             self.run_dir.write_lines(hyps_file(split), hyps)
             self.run_dir.write_lines(refs_file(split), pl_module.refs[split])
             # Next to each split's metrics too: what decoded them and how sacreBLEU scored them.
             fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
             for field in ("sacrebleu_signature", "chrf_signature"):
                 fields[field] = fields[f"{split}_{field}"] = getattr(pl_module, field)
-        losses = getattr(pl_module, "token_losses", {}).get(split)
-        if losses is not None:
+        if (losses := getattr(pl_module, "token_losses", {}).get(split)) is not None:
             self.run_dir.write_array(token_nll_file(split), losses)
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
@@ -213,8 +211,7 @@ class RunStoreCallback(Callback):
             return
         # The sweep driver asks a trial to stop by creating STOP; rank zero reads it, all ranks obey.
         stop = schema.stop_request(self.run_dir.path) if trainer.is_global_zero else None
-        stop = trainer.strategy.broadcast(stop, src=0)
-        if stop:
+        if stop := trainer.strategy.broadcast(stop, src=0):
             self.stop = stop
             trainer.should_stop = True
 
