@@ -35,8 +35,7 @@ def _choices(argv: list[str]) -> int:
             print(f"lit-attention choices: error: {unknown_option(arg, ['--json'])}", file=sys.stderr)
             return 2
     # the registry's tables, then every config key whose value is a choice, by kind of model
-    config = {kind: {key: list(values) for key, values in keys.items()}
-              for kind, keys in registry.CONFIG_CHOICES.items()}
+    config = registry.CONFIG_CHOICES
     data = {**registry.as_dict(), "tracking": list(registry.TRACKING), "config": config}
     if "--json" in argv:
         print(json.dumps(data, indent=2))

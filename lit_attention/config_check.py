@@ -56,12 +56,10 @@ def suggest(name: str, valid: Iterable[str]) -> str | None:
     siblings = [v.rpartition(".")[2] for v in valid if v.rpartition(".")[0] == head]
     if siblings:
         words = siblings + [s for s in SYNONYMS if synonym_target(s)]
-        close = difflib.get_close_matches(last, words, n=1, cutoff=0.6)
-        if not close:
-            return None
-        return synonym_target(close[0]) if close[0] not in siblings else prefix + close[0]
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    return close[0] if close else None
+        for close in difflib.get_close_matches(last, words, n=1, cutoff=0.6):
+            return prefix + close if close in siblings else synonym_target(close)
+        return None
+    return next(iter(difflib.get_close_matches(name, valid, n=1, cutoff=0.6)), None)
 
 
 def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> ConfigError:
@@ -69,7 +67,6 @@ def unknown_option(name: str, valid: Iterable[str], what: str = "option") -> Con
     ``... — did you mean model.d_model? (renamed: docs/CONFIG.md)``)."""
     near = suggest(name, valid)
     hint = f" — did you mean {near}?" if near else ""
-    last = name.rpartition(".")[2]
-    if near and near.rpartition(".")[2] == RENAMED.get(last):
+    if near and near.rpartition(".")[2] == RENAMED.get(name.rpartition(".")[2]):
         hint += " (renamed: docs/CONFIG.md)"
     return ConfigError(f"unknown {what} {name}{hint}")

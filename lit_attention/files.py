@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from lit_attention.config_check import ConfigError
+
 
 def atomic_write(path: Path | str, data: str | bytes) -> None:
     """Write ``data`` to ``path`` so that a reader never sees a partial file (temp file + rename).
@@ -26,8 +28,7 @@ def atomic_write(path: Path | str, data: str | bytes) -> None:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -54,8 +55,9 @@ MAX_YAML_DEPTH = 64
 MAX_SHOWN = 120   # characters of a value quoted in a message
 
 
-class FileError(ValueError):
-    """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line."""
+class FileError(ConfigError):
+    """A user-written file the program refuses: ``FILE:LINE: KEY: what``, one line (a usage
+    error, as any ConfigError)."""
 
     def __init__(self, file: str | Path, key: str, message: str, line: int | None = None):
         self.file, self.key, self.line, self.reason = str(file), key, line, message
@@ -87,26 +89,23 @@ def read_yaml(source: Path | str, where: str | Path | None = None,
         where = where or source
         try:
             with open(source, "rb") as f:
-                data = f.read(MAX_YAML_BYTES + 1)
+                source = f.read(MAX_YAML_BYTES + 1)
         except FileNotFoundError:
             raise FileError(where, "(file)", "not found") from None
         except OSError as e:
             raise FileError(where, "(file)", f"cannot read: {e.strerror or e}") from None
-        if len(data) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} bytes: not a config file")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
-    else:
-        text, where = source, where or "(text)"
-        if len(text) > MAX_YAML_BYTES:
-            raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} characters: not a config file")
+    where = where or "(text)"
+    if len(source) > MAX_YAML_BYTES:
+        unit = "bytes" if isinstance(source, bytes) else "characters"
+        raise FileError(where, "(file)", f"more than {MAX_YAML_BYTES:,} {unit}: not a config file")
+    try:
+        text = source.decode("utf-8") if isinstance(source, bytes) else source
+    except UnicodeDecodeError as e:
+        raise FileError(where, "(file)", f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     loader = _Loader(text)
     lines: dict[str, int] = {}
     try:
-        node = loader.get_single_node()
-        if node is not None:
+        if (node := loader.get_single_node()) is not None:
             _walk(node, "", lines, where, {}, 0)
         document = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as e:

@@ -3,11 +3,10 @@ length."""
 
 from lit_attention.diagnostics.attention_maps import (attention_entropy, entropy_by_name,
                                                     heatmap_size, last_layer, save_heatmap)
-from lit_attention.diagnostics.bleu_by_length import bleu_by_length, bucket_bounds
 from lit_attention.diagnostics.gradflow import (global_grad_norm, gradient_flow,
                                                 long_sentence_sample, module_path,
                                                 per_module_grad_norms, summed_cross_entropy)
 
-__all__ = ["attention_entropy", "bleu_by_length", "bucket_bounds", "entropy_by_name",
-           "global_grad_norm", "gradient_flow", "heatmap_size", "last_layer", "long_sentence_sample",
-           "module_path", "per_module_grad_norms", "save_heatmap", "summed_cross_entropy"]
+__all__ = ["attention_entropy", "entropy_by_name", "global_grad_norm", "gradient_flow",
+           "heatmap_size", "last_layer", "long_sentence_sample", "module_path",
+           "per_module_grad_norms", "save_heatmap", "summed_cross_entropy"]

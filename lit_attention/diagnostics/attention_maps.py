@@ -70,9 +70,9 @@ def save_heatmap(weights: torch.Tensor, src_tokens: Sequence[str], tgt_tokens: S
                          f"{len(src_tokens)} source tokens")
     width, height = heatmap_size(len(src_tokens), len(tgt_tokens))
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
-    grid_w, grid_h = CELL_PX * len(src_tokens), CELL_PX * len(tgt_tokens)
-    ax = fig.add_axes((LABEL_PX / width, (MARGIN_PX - LABEL_PX) / height, grid_w / width,
-                       grid_h / height))
+    # the grid fills the figure less its margins: CELL_PX a token
+    ax = fig.add_axes((LABEL_PX / width, (MARGIN_PX - LABEL_PX) / height,
+                       1 - MARGIN_PX / width, 1 - MARGIN_PX / height))
     ax.imshow(w, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
     ax.set_xticks(range(len(src_tokens)), labels=list(src_tokens), rotation=90, fontsize=8)
     ax.set_yticks(range(len(tgt_tokens)), labels=list(tgt_tokens), fontsize=8)

@@ -30,8 +30,6 @@ def merge_small(bounds: list[tuple[int, int | None]], counts: Sequence[int],
     counts (27, 400, 300, 27) with minimum 50 become (427, 327): 1-10 joins 11-20, 31+ joins
     21-30. When the whole set is smaller than the minimum there is one bucket. 0 merges nothing.
     """
-    if min_sentences <= 0:
-        return list(bounds)
     merged, start, total = [], None, 0      # start, total: the group still open
     for (lo, hi), n in zip(bounds, counts):
         start, total = lo if start is None else start, total + n

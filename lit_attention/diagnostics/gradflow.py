@@ -76,15 +76,13 @@ def gradient_flow(model: Seq2SeqModel, batch: dict, max_distance: int | None = N
     norms = grad.norm(dim=-1).tolist()                                  # [B][S][D]
     lengths = (batch["src"] != PAD).sum(dim=1).tolist()
     ids = batch["idx"].tolist() if "idx" in batch else range(len(lengths))
-    rows = []
-    for b, (sentence, m) in enumerate(zip(ids, lengths)):
-        for d, direction in enumerate(directions):
-            for t in range(m):
-                distance = t if direction == "backward" else m - 1 - t
-                if max_distance is None or distance <= max_distance:
-                    rows.append({"sentence": sentence, "direction": direction, "position": t,
-                                 "distance": distance, "norm": norms[b][t][d]})
-    return rows
+    # distance: t steps back to position 0 for the backward direction, m - 1 - t for the others
+    return [{"sentence": sentence, "direction": direction, "position": t, "distance": distance,
+             "norm": norms[b][t][d]}
+            for b, (sentence, m) in enumerate(zip(ids, lengths))
+            for d, direction in enumerate(directions)
+            for t, distance in enumerate(range(m) if direction == "backward" else range(m)[::-1])
+            if max_distance is None or distance <= max_distance]
 
 
 @contextmanager
@@ -100,11 +98,10 @@ def probed_encoder(model: Seq2SeqModel, src: torch.Tensor):
     if recurrent:
         rnn = recurrent[0]
         directions = ("forward", "backward") if rnn.bidirectional else ("forward",)
-        B, S = src.shape
 
         def replace(module, args, kwargs, output):
             handle.remove()   # the next encode only
-            made.append(rnn.weight_hh_l0.new_zeros(B, S, len(directions), rnn.hidden_size,
+            made.append(rnn.weight_hh_l0.new_zeros(*src.shape, len(directions), rnn.hidden_size,
                                                    requires_grad=True))
             hx = args[1] if len(args) > 1 else kwargs.get("hx")
             return replay(rnn, args[0] if args else kwargs["input"], hx, made[0])

@@ -22,7 +22,7 @@ from typing import Literal, Optional
 
 import torch
 import yaml
-from jsonargparse import get_loader, set_loader
+from jsonargparse import Namespace, get_loader, set_loader
 from jsonargparse.typing import NonNegativeInt, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -62,7 +62,7 @@ def _load_strict(value: str, path: str = "", _yaml=get_loader("yaml")):
     except FileError as exc:
         if exc.key == "(yaml)" and not path:
             raise yaml.YAMLError(str(exc)) from None
-        raise ConfigError(str(exc)) from None
+        raise
     return _yaml(value)
 
 
@@ -169,9 +169,8 @@ class LitAttentionCLI(LightningCLI):
             raise ConfigError(short_parse_error(str(exc), self.subcommand_parsers)) from None
         sub = self.config.subcommand   # (a parse without one is refused)
         config, given = self.config[sub], given[sub]
-        ckpt_path = self.session["ckpt_path"] = config.get("ckpt_path")   # (train's messages)
-        if ckpt_path:
-            check_checkpoint_file(ckpt_path)
+        self.session["ckpt_path"] = config.get("ckpt_path")   # (train's messages)
+        check_checkpoint_file(config.get("ckpt_path"))
         if isinstance(given.get("trainer.logger"), bool):
             # Lightning's default logger or none: the run store is always written, W&B is --tracking
             raise ConfigError(
@@ -216,9 +215,8 @@ class LitAttentionCLI(LightningCLI):
 
     def before_instantiate_classes(self):
         cfg = self.config[self.subcommand]
-        if self.subcommand in ("validate", "test") and self.decoding_given:
-            for key, value in self.decoding_given.items():
-                cfg.model.init_args[key] = value
+        if self.subcommand != "fit":   # over the checkpoint's (LightningCLI loads its hparams)
+            cfg.model.init_args.update(Namespace(**self.decoding_given))
         try:   # the run directory: named, not made (the claim makes it, in instantiate_trainer)
             self.run_dir = RunDir(identity.resolve(cfg.run, self.subcommand, cfg.get("ckpt_path")))
         except ValueError as exc:   # an unsafe id/group, options at odds, nothing to resume
@@ -378,10 +376,7 @@ def check_config_files(args) -> None:
         value = args[i + 1] if arg in ("-c", "--config") and i + 1 < len(args) else \
             arg.partition("=")[2] if str(arg).startswith("--config=") else None
         if value is not None and os.path.isfile(value):
-            try:
-                read_yaml(Path(value))
-            except FileError as exc:
-                raise ConfigError(str(exc)) from None
+            read_yaml(Path(value))   # its FileError is the command's ConfigError
 
 
 # --ckpt_path values that name no file: ours ("last": the latest run's last.ckpt) and Lightning's
@@ -389,12 +384,12 @@ CHECKPOINT_NAMES = ("last", "best", "hpc", "registry")
 
 
 def check_checkpoint_file(path) -> None:
-    """Stop (ConfigError) at a --ckpt_path that cannot be a checkpoint, before a run store is made:
-    a missing file, or one that is no zip archive (what torch.save writes): cut short, or another
-    kind of file. A zip archive is loaded later, by torch.load(weights_only=True)."""
-    if str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:"):
-        return
-    if why := identity.checkpoint_problem(path):
+    """Stop (ConfigError) at a --ckpt_path (None: none given) that cannot be a checkpoint, before
+    a run store is made: a missing file, or one that is no zip archive (what torch.save writes):
+    cut short, or another kind of file. A zip archive is loaded later, by
+    torch.load(weights_only=True)."""
+    named = str(path) in CHECKPOINT_NAMES or str(path).startswith("registry:")
+    if path and not named and (why := identity.checkpoint_problem(path)):
         raise ConfigError(f"--ckpt_path {path}: {why}")
 
 

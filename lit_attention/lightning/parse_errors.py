@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+from itertools import islice, takewhile
 
 from lit_attention.config_check import suggest, unknown_option
 from lit_attention.files import shown
@@ -15,17 +16,13 @@ def class_path_problem(text: str, n: int = 3, width: int = 300) -> str | None:
     """Of a union error, the complaint of the class its ``class_path`` names (a missing package, a
     required argument), as "package.Class: complaint": that class is what was meant, not the
     union's other members (a list, a bool). None when no class_path was refused."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines):
-        found = re.match(r"(\s*)- Problem with given class_path '([\w.]+)':", line)
-        if found:
-            indent, cause = len(found.group(1)), []
-            for more in lines[i + 1:]:
-                if len(more) - len(more.lstrip()) <= indent + 2 or len(cause) == n:
-                    break
-                cause.append(more.strip()[:width])
-            return f"{found.group(2)}: " + "\n  ".join(cause) if cause else None
-    return None
+    if not (found := re.search(r"(?m)^( *)- Problem with given class_path '([\w.]+)':.*", text)):
+        return None
+    indent = len(found.group(1)) + 2   # the complaint's lines are indented deeper than its head
+    nested = takewhile(lambda line: len(line) - len(line.lstrip()) > indent,
+                       text[found.end():].splitlines()[1:])
+    cause = [line.strip()[:width] for line in islice(nested, n)]
+    return f"{found.group(2)}: " + "\n  ".join(cause) if cause else None
 
 
 def first_lines(text: str, n: int = 3, width: int = 300) -> str:
@@ -80,10 +77,9 @@ def short_parse_error(message: str, parsers: list) -> str:
         valid = sorted({k for p in parsers for k in p.get_defaults().keys()})
         head, dot, rest = name.partition(".")
         groups = sorted({k.partition(".")[0] for k in valid})
-        if dot and head not in groups:   # a misspelt group: `modle.d_model`
-            near = suggest(head, groups)
-            hint = f" — did you mean {near}.{rest}?" if near else ""
-            return f"unknown option {name}{hint}"
+        # a misspelt group (`modle.d_model`): the group's options are not all in ``valid``
+        if dot and head not in groups and (near := suggest(head, groups)):
+            return f"unknown option {name} — did you mean {near}.{rest}?"
         return str(unknown_option(name, valid))
     single = re.match(r'Parser key "([\w.]+)":\s*(.*)', message)
     if single and not re.search(r"^\s*- ", message, re.M):   # one type: its one complaint (maybe on the next line)

@@ -87,7 +87,6 @@ class RunStoreCallback(Callback):
                       machine=machine(), versions=package_versions(),
                       world_size=trainer.world_size, **self.labels)
         afresh = stage == "fit" and not self.from_checkpoint
-        replaces = afresh and schema.summary_path(self.run_dir.path).exists()
         summary = schema.Summary() if afresh else self.run_dir.read_summary()
         if stage != "fit" and summary.status is not None:
             # Evaluating a trained run: what trained it stays; the evaluation's code is its own field.
@@ -100,7 +99,7 @@ class RunStoreCallback(Callback):
         if afresh:   # every step is logged anew
             for logger in _loggers(trainer, RunStoreLogger):
                 logger.rewind(-1)
-        if replaces:
+        if afresh and schema.summary_path(self.run_dir.path).exists():
             # A fit from scratch over an earlier record (one its claim let it replace: an attempt
             # stopped before its first checkpoint, or --run.overwrite) starts a new one: no output,
             # checkpoint or STOP of the old run is left to pass for the new one's.
@@ -172,16 +171,14 @@ class RunStoreCallback(Callback):
     def _record_eval(self, trainer: Trainer, pl_module: LightningModule, split: str) -> None:
         fields = {k: float(v) for k, v in trainer.callback_metrics.items()
                   if k.startswith(f"{split}_") and isinstance(v, (torch.Tensor, float, int))}
-        hyps = getattr(pl_module, "hyps", {}).get(split)
-        if hyps is not None:
+        if (hyps := getattr(pl_module, "hyps", {}).get(split)) is not None:
             self.run_dir.write_lines(hyps_file(split), hyps)
             self.run_dir.write_lines(refs_file(split), pl_module.refs[split])
             # Next to each split's metrics too: what decoded them and how sacreBLEU scored them.
             fields[f"{split}_decoding"] = getattr(pl_module, "last_decoding", None)
             for field in ("sacrebleu_signature", "chrf_signature"):
                 fields[field] = fields[f"{split}_{field}"] = getattr(pl_module, field)
-        losses = getattr(pl_module, "token_losses", {}).get(split)
-        if losses is not None:
+        if (losses := getattr(pl_module, "token_losses", {}).get(split)) is not None:
             self.run_dir.write_array(token_nll_file(split), losses)
         fields.update(getattr(pl_module, "eval_extras", {}).get(split, {}))
         if trainer.state.fn == "fit":   # a later `test` on the checkpoint keeps the training counts
@@ -214,8 +211,7 @@ class RunStoreCallback(Callback):
             return
         # The sweep driver asks a trial to stop by creating STOP; rank zero reads it, all ranks obey.
         stop = schema.stop_request(self.run_dir.path) if trainer.is_global_zero else None
-        stop = trainer.strategy.broadcast(stop, src=0)
-        if stop:
+        if stop := trainer.strategy.broadcast(stop, src=0):
             self.stop = stop
             trainer.should_stop = True
 
@@ -260,8 +256,7 @@ class RunStoreCallback(Callback):
                 io.flush()
         # A fit that failed before its setup (bad data, a resumed checkpoint that did not load)
         # writes no record: a new run leaves nothing, an existing one stays as it was.
-        if trainer.is_global_zero and (self._set_up or trainer.state.fn != "fit"):
-            status = Status.INTERRUPTED if interrupted else Status.FAILED
+        if trainer.is_global_zero:
             error = (f"interrupted ({signal_name(trainer, exception)})" if interrupted
                      else f"{type(exception).__name__}: {exception}")
             # full disk, unreadable summary: the original error matters
@@ -270,5 +265,6 @@ class RunStoreCallback(Callback):
                     # a failed evaluation of a trained run: the training's status and counts stay
                     self.run_dir.update_summary(**{f"{_split(trainer.state.fn)}_error": error})
                 elif self._set_up:
+                    status = Status.INTERRUPTED if interrupted else Status.FAILED
                     self.run_dir.update_summary(status=status, finished_at=now_iso(), error=error,
                                                 steps=trainer.global_step)
