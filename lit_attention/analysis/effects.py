@@ -253,19 +253,16 @@ def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
     """The domain as KEY=VALUE conditions on the factors set around it, when they pin it down."""
     if mask.all():
         return "all runs"
-    conditions = []
+    conditions = {}
     for f in factors:
         if not (f.mask >= mask).all() or (f.mask == mask).all():
             continue
         inside = set(data.loc[mask, f.name])
         outside = set(data.loc[f.mask & ~mask, f.name])
         if not inside & outside:
-            conditions.append((f.name, _order(inside)))
-    selected = np.ones(len(data), dtype=bool)
-    for name, values in conditions:
-        selected &= data[name].isin(values).to_numpy()
-    if conditions and (selected == mask).all():
-        return ", ".join(f"{name}={'|'.join(values)}" for name, values in conditions)
+            conditions[f.name] = _order(inside)
+    if conditions and (data[list(conditions)].isin(conditions).all(axis=1) == mask).all():
+        return ", ".join(f"{name}={'|'.join(values)}" for name, values in conditions.items())
     return f"{int(mask.sum())} of {len(mask)} runs where set"
 
 
@@ -276,16 +273,14 @@ def _codes(data: pd.DataFrame, f: Factor) -> np.ndarray:
     return np.column_stack([(data[f.name] == level).to_numpy(float) for level in levels])
 
 
-def _rank(*blocks) -> int:
-    return int(np.linalg.matrix_rank(np.column_stack([np.ones(len(blocks[0]))] + list(blocks))))
-
-
 def _interaction(data, a: Factor, b: Factor) -> np.ndarray | None:
     """Product columns of a x b, or None when they add nothing to a + b (nested or disjoint)."""
     ca, cb = _codes(data, a), _codes(data, b)
     products = np.column_stack([ca[:, i] * cb[:, j] for i in range(ca.shape[1]) for j in range(cb.shape[1])])
     products = products[:, products.any(axis=0)]
-    if products.shape[1] == 0 or _rank(ca, cb, products) == _rank(ca, cb):
+    base = np.column_stack([np.ones(len(ca)), ca, cb])
+    rank = np.linalg.matrix_rank
+    if products.shape[1] == 0 or rank(np.column_stack([base, products])) == rank(base):
         return None
     return products
 
@@ -336,8 +331,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     named = table["term"].isin(tests.index)
     table.loc[named, ["f", "p"]] = tests.loc[table.loc[named, "term"], ["f", "p"]].to_numpy()
     table.insert(table.columns.get_loc("f") + 1, "df_den", table["term"].map(tests["df_den"]))
-    kinds = {t.name: kind for t, kind, _ in terms}
-    table.insert(1, "kind", table["term"].map(kinds).fillna(table["term"]))
+    table.insert(1, "kind", table["term"].map({t.name: k for t, k, _ in terms}).fillna(table["term"]))
     wheres = {t.name: _where(data, mask, factors) for t, _, mask in terms}
     table.insert(2, "where", table["term"].map(wheres).fillna("all runs"))
     tested = table["kind"].isin(["factor", "interaction"])
@@ -383,8 +377,8 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
             stats, over = agg_mod.seed_stats(seeds), f"{len(seeds)} seed{'s' * (len(seeds) != 1)}"
         if limits:
             stats["ci_lo"], stats["ci_hi"] = np.clip([stats["ci_lo"], stats["ci_hi"]], *limits)
-        rows.append({**dict(zip(keys, values)), "mean": stats["mean"], "ci_lo": stats["ci_lo"],
-                     "ci_hi": stats["ci_hi"], "configs": len(chosen),
+        rows.append({**dict(zip(keys, values)), **{k: stats[k] for k in ("mean", "ci_lo", "ci_hi")},
+                     "configs": len(chosen),
                      "runs": int(sum(len(x) for x in chosen["list"])), "ci_over": over,
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
     frame = pd.DataFrame(rows)
@@ -659,14 +653,6 @@ def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
 
 
-def numeric(levels) -> bool:
-    try:
-        [float(level) for level in levels]
-    except ValueError:
-        return False
-    return True
-
-
 @paper_style
 def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     """One panel per factor: the marginal mean at each level with its 95% CI."""
@@ -678,7 +664,9 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
         m = effects.marginal[effects.marginal["factor"] == f.name]
         x = np.arange(len(m))
         ax.errorbar(x, m["mean"], yerr=whiskers(m["mean"], m["ci_lo"], m["ci_hi"]), marker="o", capsize=4, color="C0",
-                    linestyle="-" if numeric(f.levels) else "none")   # no line between categories
+                    # no line between categories
+                    linestyle="-" if pd.to_numeric(pd.Series(f.levels), errors="coerce").notna().all()
+                    else "none")
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
         ax.set_xlim(-0.5, len(m) - 0.5)
         row = term_row(effects, f.name)
@@ -731,9 +719,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
         caption = text[name.removeprefix("effects_")]
         atomic_write(out / f"{name}.tex", to_latex(cells, best, caption, label=tex_label)
                      .replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$"))
-        markdown = to_markdown(cells, best, caption)
-        atomic_write(out / f"{name}.md", markdown)
-        printed.append(markdown)
+        printed.append(to_markdown(cells, best, caption))
+        atomic_write(out / f"{name}.md", printed[-1])
     if not means:
         printed.append("No interaction table or plot: no two factors are crossed (every pair is nested, "
                        "aliased or never set in the same run).\n")
