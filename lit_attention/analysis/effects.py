@@ -175,7 +175,6 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
 
 
 NOT_SET = "–"
-# Metrics on a 0-100 scale: confidence limits are clipped to it.
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
 
 
@@ -214,10 +213,10 @@ def term_row(effects: Effects, name: str) -> pd.Series | None:
     return rows.iloc[0] if len(rows) else None
 
 
-def bounds(metric: str) -> tuple[float, float] | None:
-    """The metric's range (metric_facts) when it is bounded on both sides, else None."""
+def bounds(metric: str) -> tuple[float | None, float | None]:
+    """The metric's range (metric_facts) when it is bounded on both sides, else no bound."""
     low, high = metric_range(metric)
-    return None if low is None or high is None else (low, high)
+    return (None, None) if low is None or high is None else (low, high)
 
 
 def _order(values) -> list[str]:
@@ -347,7 +346,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
 
 
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
-               limits: tuple[float, float] | None = None) -> pd.DataFrame:
+               limits: tuple[float | None, float | None] = (None, None)) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
     the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
     by_name = {f.name: f for f in factors}
@@ -371,15 +370,14 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     for values, group in groups:
         chosen = group[group["_context"].isin(common)] if common else group
         if len(chosen) >= 2:
-            stats, over = agg_mod.seed_stats(chosen["mean"]), f"{len(chosen)} configurations"
+            scores, over = chosen["mean"], f"{len(chosen)} configurations"
         else:
-            seeds = chosen["list"].iloc[0]
-            stats, over = agg_mod.seed_stats(seeds), f"{len(seeds)} seed{'s' * (len(seeds) != 1)}"
-        if limits:
-            stats["ci_lo"], stats["ci_hi"] = np.clip([stats["ci_lo"], stats["ci_hi"]], *limits)
+            scores = chosen["list"].iloc[0]
+            over = f"{len(scores)} seed{'s' * (len(scores) != 1)}"
+        stats = agg_mod.seed_stats(scores, limits)
         rows.append({**dict(zip(keys, values)), **{k: stats[k] for k in ("mean", "ci_lo", "ci_hi")},
-                     "configs": len(chosen),
-                     "runs": int(sum(len(x) for x in chosen["list"])), "ci_over": over,
+                     "configs": len(chosen), "runs": int(sum(len(x) for x in chosen["list"])),
+                     "ci_over": over,
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
     frame = pd.DataFrame(rows)
     for key in keys:
@@ -387,7 +385,7 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     return frame.sort_values(list(keys)).reset_index(drop=True)
 
 
-def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=None) -> pd.DataFrame:
+def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=(None, None)) -> pd.DataFrame:
     frames = {f.name: cell_means(data, factors, (f.name,), limits).rename(columns={f.name: "level"})
               for f in factors}
     means = pd.concat(frames, names=["factor", None]).reset_index(0).reset_index(drop=True)
@@ -582,8 +580,8 @@ def term_text(effects: Effects, name: str) -> str:
 def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
     metric = effects.metric
     design = " ".join(effects.notes)
-    limits = bounds(metric)
-    clipped = f" CIs clipped to the metric's range [{limits[0]:g}, {limits[1]:g}]." if limits else ""
+    low, high = bounds(metric)
+    clipped = f" CIs clipped to the metric's range [{low:g}, {high:g}]." if low is not None else ""
     importance = f"Importance of each factor for {metric}: {ANOVA_METHOD}. {design}"
     if effects.ped_note:
         importance += " " + effects.ped_note
