@@ -280,11 +280,9 @@ def acting_values(runs: pd.DataFrame, fields) -> pd.DataFrame:
     """runs[fields] with a gradient setting (registry.GRADIENT_SETTINGS) blank in the runs of a
     family without a gradient (an n-gram model's config.yaml spells a learning rate it never used)."""
     values = runs[list(fields)].copy()
-    if "model.family" in runs:
-        inert = runs["model.family"].isin(GRADIENT_FREE)
-        for setting in registry.GRADIENT_SETTINGS:
-            if "config." + setting in values:
-                values.loc[inert, "config." + setting] = None
+    inert = [f"config.{s}" for s in registry.GRADIENT_SETTINGS if f"config.{s}" in values]
+    if "model.family" in runs and inert:
+        values.loc[runs["model.family"].isin(GRADIENT_FREE), inert] = None
     return values
 
 
