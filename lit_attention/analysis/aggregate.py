@@ -96,15 +96,14 @@ def gradflow_decay(rows: pd.DataFrame, resamples: int = GRADFLOW_RESAMPLES,
                    sentences=int(kept.sum()), min_distance=int(distance.min()) if len(distance) else 0,
                    max_distance=int(distance.max()) if len(distance) else 0)
         if kept.any() and len(distance) >= 2:
-            runs, sentences, cube, present = _by_run(table.index[kept], logs[kept], units)
-            ones = np.ones((1, len(runs))), np.ones((1, len(sentences)))
+            cube, present = _by_run(table.index[kept], logs[kept], units)
+            ones = (np.ones((1, n)) for n in present.shape)
             row["decay"] = float(_decay(_profile(*ones, cube, present)[0], distance))
             if kept.sum() >= 2:
                 rng = np.random.default_rng(seed)
-                run_draws = rng.multinomial(len(runs), np.full(len(runs), 1 / len(runs)), resamples)
-                sentence_draws = rng.multinomial(len(sentences), np.full(len(sentences), 1 / len(sentences)),
-                                                 resamples)
-                profiles = _profile(run_draws, sentence_draws, cube, present)
+                # runs, then sentences: each drawn with replacement
+                draws = [rng.multinomial(n, np.full(n, 1 / n), resamples) for n in present.shape]
+                profiles = _profile(*draws, cube, present)
                 resampled = _decay(profiles[np.isfinite(profiles).all(axis=1)], distance)
                 row["ci_lo"], row["ci_hi"] = np.percentile(resampled, [2.5, 97.5]).tolist()
         found.append(row)
@@ -113,16 +112,15 @@ def gradflow_decay(rows: pd.DataFrame, resamples: int = GRADFLOW_RESAMPLES,
 
 
 def _by_run(index: pd.Index, logs: np.ndarray, units: list[str]):
-    """(run ids, sentence ids, log-norms [R, S, D] with 0 where absent, present [R, S])."""
+    """(log-norms [R, S, D] with 0 where absent, present [R, S]), runs and sentences sorted."""
     frame = index.to_frame(index=False)
-    run = frame["run_dir"] if "run_dir" in units else pd.Series(0, index=frame.index)
-    sentence = frame["sentence"] if "sentence" in units else pd.Series(range(len(frame)))
-    runs, r = np.unique(run.to_numpy(), return_inverse=True)
-    sentences, s = np.unique(sentence.to_numpy(), return_inverse=True)
-    cube = np.zeros((len(runs), len(sentences), logs.shape[1]))
-    present = np.zeros((len(runs), len(sentences)))
+    run = frame["run_dir"] if "run_dir" in units else np.zeros(len(frame))
+    sentence = frame["sentence"] if "sentence" in units else np.arange(len(frame))
+    r, s = (pd.factorize(column, sort=True)[0] for column in (run, sentence))
+    present = np.zeros((r.max() + 1, s.max() + 1))
+    cube = np.zeros((*present.shape, logs.shape[1]))
     cube[r, s], present[r, s] = logs, 1.0
-    return runs, sentences, cube, present
+    return cube, present
 
 
 def _profile(run_weights: np.ndarray, sentence_weights: np.ndarray, cube: np.ndarray,
@@ -282,11 +280,9 @@ def acting_values(runs: pd.DataFrame, fields) -> pd.DataFrame:
     """runs[fields] with a gradient setting (registry.GRADIENT_SETTINGS) blank in the runs of a
     family without a gradient (an n-gram model's config.yaml spells a learning rate it never used)."""
     values = runs[list(fields)].copy()
-    if "model.family" in runs:
-        inert = runs["model.family"].isin(GRADIENT_FREE)
-        for setting in registry.GRADIENT_SETTINGS:
-            if "config." + setting in values:
-                values.loc[inert, "config." + setting] = None
+    inert = [f"config.{s}" for s in registry.GRADIENT_SETTINGS if f"config.{s}" in values]
+    if "model.family" in runs and inert:
+        values.loc[runs["model.family"].isin(GRADIENT_FREE), inert] = None
     return values
 
 

@@ -175,7 +175,6 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
 
 
 NOT_SET = "–"
-# Metrics on a 0-100 scale: confidence limits are clipped to it.
 PED_QUANTILE = 0.1        # PED-ANOVA: importance of reaching the top 10 % of trials (Optuna's default)
 
 
@@ -214,10 +213,10 @@ def term_row(effects: Effects, name: str) -> pd.Series | None:
     return rows.iloc[0] if len(rows) else None
 
 
-def bounds(metric: str) -> tuple[float, float] | None:
-    """The metric's range (metric_facts) when it is bounded on both sides, else None."""
+def bounds(metric: str) -> tuple[float | None, float | None]:
+    """The metric's range (metric_facts) when it is bounded on both sides, else no bound."""
     low, high = metric_range(metric)
-    return None if low is None or high is None else (low, high)
+    return (None, None) if low is None or high is None else (low, high)
 
 
 def _order(values) -> list[str]:
@@ -253,19 +252,16 @@ def _where(data: pd.DataFrame, mask: np.ndarray, factors: list[Factor]) -> str:
     """The domain as KEY=VALUE conditions on the factors set around it, when they pin it down."""
     if mask.all():
         return "all runs"
-    conditions = []
+    conditions = {}
     for f in factors:
         if not (f.mask >= mask).all() or (f.mask == mask).all():
             continue
         inside = set(data.loc[mask, f.name])
         outside = set(data.loc[f.mask & ~mask, f.name])
         if not inside & outside:
-            conditions.append((f.name, _order(inside)))
-    selected = np.ones(len(data), dtype=bool)
-    for name, values in conditions:
-        selected &= data[name].isin(values).to_numpy()
-    if conditions and (selected == mask).all():
-        return ", ".join(f"{name}={'|'.join(values)}" for name, values in conditions)
+            conditions[f.name] = _order(inside)
+    if conditions and (data[list(conditions)].isin(conditions).all(axis=1) == mask).all():
+        return ", ".join(f"{name}={'|'.join(values)}" for name, values in conditions.items())
     return f"{int(mask.sum())} of {len(mask)} runs where set"
 
 
@@ -276,16 +272,14 @@ def _codes(data: pd.DataFrame, f: Factor) -> np.ndarray:
     return np.column_stack([(data[f.name] == level).to_numpy(float) for level in levels])
 
 
-def _rank(*blocks) -> int:
-    return int(np.linalg.matrix_rank(np.column_stack([np.ones(len(blocks[0]))] + list(blocks))))
-
-
 def _interaction(data, a: Factor, b: Factor) -> np.ndarray | None:
     """Product columns of a x b, or None when they add nothing to a + b (nested or disjoint)."""
     ca, cb = _codes(data, a), _codes(data, b)
     products = np.column_stack([ca[:, i] * cb[:, j] for i in range(ca.shape[1]) for j in range(cb.shape[1])])
     products = products[:, products.any(axis=0)]
-    if products.shape[1] == 0 or _rank(ca, cb, products) == _rank(ca, cb):
+    base = np.column_stack([np.ones(len(ca)), ca, cb])
+    rank = np.linalg.matrix_rank
+    if products.shape[1] == 0 or rank(np.column_stack([base, products])) == rank(base):
         return None
     return products
 
@@ -336,8 +330,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
     named = table["term"].isin(tests.index)
     table.loc[named, ["f", "p"]] = tests.loc[table.loc[named, "term"], ["f", "p"]].to_numpy()
     table.insert(table.columns.get_loc("f") + 1, "df_den", table["term"].map(tests["df_den"]))
-    kinds = {t.name: kind for t, kind, _ in terms}
-    table.insert(1, "kind", table["term"].map(kinds).fillna(table["term"]))
+    table.insert(1, "kind", table["term"].map({t.name: k for t, k, _ in terms}).fillna(table["term"]))
     wheres = {t.name: _where(data, mask, factors) for t, _, mask in terms}
     table.insert(2, "where", table["term"].map(wheres).fillna("all runs"))
     tested = table["kind"].isin(["factor", "interaction"])
@@ -353,7 +346,7 @@ def importance(data: pd.DataFrame, factors: list[Factor], notes: list[str]) -> p
 
 
 def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
-               limits: tuple[float, float] | None = None) -> pd.DataFrame:
+               limits: tuple[float | None, float | None] = (None, None)) -> pd.DataFrame:
     """Mean and 95% CI of `y` per combination of the `keys` factors, over configurations matched on
     the other factors of their common domain (see MARGINAL_METHOD); CIs clipped to `limits`."""
     by_name = {f.name: f for f in factors}
@@ -377,15 +370,14 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     for values, group in groups:
         chosen = group[group["_context"].isin(common)] if common else group
         if len(chosen) >= 2:
-            stats, over = agg_mod.seed_stats(chosen["mean"]), f"{len(chosen)} configurations"
+            scores, over = chosen["mean"], f"{len(chosen)} configurations"
         else:
-            seeds = chosen["list"].iloc[0]
-            stats, over = agg_mod.seed_stats(seeds), f"{len(seeds)} seed{'s' * (len(seeds) != 1)}"
-        if limits:
-            stats["ci_lo"], stats["ci_hi"] = np.clip([stats["ci_lo"], stats["ci_hi"]], *limits)
-        rows.append({**dict(zip(keys, values)), "mean": stats["mean"], "ci_lo": stats["ci_lo"],
-                     "ci_hi": stats["ci_hi"], "configs": len(chosen),
-                     "runs": int(sum(len(x) for x in chosen["list"])), "ci_over": over,
+            scores = chosen["list"].iloc[0]
+            over = f"{len(scores)} seed{'s' * (len(scores) != 1)}"
+        stats = agg_mod.seed_stats(scores, limits)
+        rows.append({**dict(zip(keys, values)), **{k: stats[k] for k in ("mean", "ci_lo", "ci_hi")},
+                     "configs": len(chosen), "runs": int(sum(len(x) for x in chosen["list"])),
+                     "ci_over": over,
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
     frame = pd.DataFrame(rows)
     for key in keys:
@@ -393,7 +385,7 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
     return frame.sort_values(list(keys)).reset_index(drop=True)
 
 
-def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=None) -> pd.DataFrame:
+def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=(None, None)) -> pd.DataFrame:
     frames = {f.name: cell_means(data, factors, (f.name,), limits).rename(columns={f.name: "level"})
               for f in factors}
     means = pd.concat(frames, names=["factor", None]).reset_index(0).reset_index(drop=True)
@@ -588,8 +580,8 @@ def term_text(effects: Effects, name: str) -> str:
 def effects_captions(effects: Effects, pairs: list[tuple[str, str]]) -> dict[str, str]:
     metric = effects.metric
     design = " ".join(effects.notes)
-    limits = bounds(metric)
-    clipped = f" CIs clipped to the metric's range [{limits[0]:g}, {limits[1]:g}]." if limits else ""
+    low, high = bounds(metric)
+    clipped = f" CIs clipped to the metric's range [{low:g}, {high:g}]." if low is not None else ""
     importance = f"Importance of each factor for {metric}: {ANOVA_METHOD}. {design}"
     if effects.ped_note:
         importance += " " + effects.ped_note
@@ -659,14 +651,6 @@ def interaction_table(means: dict, metric: str, digits: int = 1) -> tuple:
     return cells, pd.DataFrame(False, index=cells.index, columns=cells.columns)
 
 
-def numeric(levels) -> bool:
-    try:
-        [float(level) for level in levels]
-    except ValueError:
-        return False
-    return True
-
-
 @paper_style
 def plot_marginal_means(effects: Effects, stem) -> list[Path]:
     """One panel per factor: the marginal mean at each level with its 95% CI."""
@@ -678,7 +662,9 @@ def plot_marginal_means(effects: Effects, stem) -> list[Path]:
         m = effects.marginal[effects.marginal["factor"] == f.name]
         x = np.arange(len(m))
         ax.errorbar(x, m["mean"], yerr=whiskers(m["mean"], m["ci_lo"], m["ci_hi"]), marker="o", capsize=4, color="C0",
-                    linestyle="-" if numeric(f.levels) else "none")   # no line between categories
+                    # no line between categories
+                    linestyle="-" if pd.to_numeric(pd.Series(f.levels), errors="coerce").notna().all()
+                    else "none")
         ax.set_xticks(x, m["level"], rotation=30 if max(map(len, m["level"])) > 6 else 0)
         ax.set_xlim(-0.5, len(m) - 0.5)
         row = term_row(effects, f.name)
@@ -731,9 +717,8 @@ def write_effects(effects: Effects, out: Path, pairs: list[tuple[str, str]], hig
         caption = text[name.removeprefix("effects_")]
         atomic_write(out / f"{name}.tex", to_latex(cells, best, caption, label=tex_label)
                      .replace(ETA, r"$\eta^2$").replace(NU, r"$\nu$"))
-        markdown = to_markdown(cells, best, caption)
-        atomic_write(out / f"{name}.md", markdown)
-        printed.append(markdown)
+        printed.append(to_markdown(cells, best, caption))
+        atomic_write(out / f"{name}.md", printed[-1])
     if not means:
         printed.append("No interaction table or plot: no two factors are crossed (every pair is nested, "
                        "aliased or never set in the same run).\n")

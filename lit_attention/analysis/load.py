@@ -290,8 +290,7 @@ def load_runs(root: Path | str) -> pd.DataFrame:
 
 def config_columns(runs: pd.DataFrame) -> list[str]:
     """The columns that make a configuration: task plus the model dict (never the seed)."""
-    cols = [c for c in runs.columns if c.startswith("model.")]
-    return (["task"] if "task" in runs else []) + cols
+    return (["task"] if "task" in runs else []) + [c for c in runs if c.startswith("model.")]
 
 
 def varying(runs: pd.DataFrame, columns: list[str]) -> list[str]:

@@ -109,9 +109,7 @@ def matches(runs: pd.DataFrame, selector: dict[str, str]) -> pd.Series:
 
 
 def _text(value) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+    return str(int(value) if isinstance(value, float) and value.is_integer() else value)
 
 
 COLUMNS = ["n_tested", "n_untested", "n_baseline", "n_unmatched", "delta", "delta_lo", "delta_hi", "direction",
@@ -179,15 +177,16 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
     if test == DEFAULT_TEST:
         low, high = metric_range(column or metric)     # a difference is at most their distance
         bounds = (low - high, high - low) if low is not None and high is not None else (None, None)
-        rows, pooled = _seed_test(source, base, configs, higher_is_better, bounds, pool_seeds, equivalence)
+        rows, pooled = _seed_test(source, base, configs, bounds, pool_seeds, equivalence)
     else:
-        rows = _run_test(source, base, configs, test, n_samples, seed, higher_is_better)
+        rows = _run_test(source, base, configs, test, n_samples, seed)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
     base_seeds = {seed_of[d] for d in base}
     for (_, dirs, _), row in zip(configs, rows):
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
+    result["direction"] = [_direction(delta, higher_is_better) for delta in result["delta"]]
     result["significant"] = result["p_holm"] < st.ALPHA
     result["equivalent"] = result["p_equivalent_holm"] < st.ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
@@ -219,8 +218,8 @@ def _direction(delta: float, higher_is_better: bool) -> str:
     return "better" if (delta > 0) == higher_is_better else "worse"
 
 
-def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_better: bool,
-               bounds: tuple, pool_seeds: bool, margin: float | None) -> tuple[list[dict], dict | None]:
+def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple, pool_seeds: bool,
+               margin: float | None) -> tuple[list[dict], dict | None]:
     """The seeds x sentences test (statistics.seed_test) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to `bounds` (the largest differences the metric allows). Returns the rows
@@ -244,7 +243,7 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
             batch = []
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
     for i, (_, dirs, untested) in enumerate(configs):
-        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), direction="",
+        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base),
                    note=NO_DATA if not dirs or not base else "")
         rows.append(row)
         if row["note"]:
@@ -255,7 +254,6 @@ def _seed_test(source: "_Source", base: list[str], configs: list, higher_is_bett
         else:
             observed, row["note"] = source.observed(dirs), ONE_SEED
         row["delta"] = float(observed.mean() - base_observed.mean())
-        row["direction"] = _direction(row["delta"], higher_is_better)
     pooled = _pooled([base_observed] + [observed for _, observed, _ in tested]) if pool_seeds and tested else None
     family = []                # (row index, p up, p down)
     # the sentences (or token blocks) the sentence part was estimated from (none: values)
@@ -293,7 +291,7 @@ def _pooled(groups: list[np.ndarray]) -> dict:
 
 
 def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_samples: int,
-              seed: int, higher_is_better: bool) -> list[dict]:
+              seed: int) -> list[dict]:
     """sacreBLEU's sentence-level test of each configuration's one run against the baseline's
     run, on the same sentences (_Source.loaded) and one draw for the family; Holm over the
     comparisons."""
@@ -321,8 +319,7 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
     for i, (_, dirs, untested) in enumerate(configs):
         p, delta = found.get(i, (math.nan, math.nan))
         rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
-                         direction=_direction(delta, higher_is_better), p=p,
-                         p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
+                         p=p, p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
     return rows
 
 

@@ -313,14 +313,8 @@ class Draw:
     seed: int
     weights: np.ndarray
     max_weight: float
-
-    @property
-    def n_resamples(self) -> int:
-        return self.weights.shape[0]
-
-    @property
-    def n_sentences(self) -> int:
-        return self.weights.shape[1]
+    n_resamples: int      # B: the weights' rows
+    n_sentences: int      # N: the weights' columns
 
 
 def draw(kind: str, n_sentences: int, n_resamples: int, seed: int, rows: int = 1000) -> Draw:
@@ -333,7 +327,7 @@ def draw(kind: str, n_sentences: int, n_resamples: int, seed: int, rows: int = 1
     rng = np.random.default_rng(seed)
     if kind == "permutation":   # one call: bools are drawn from buffered bits, chunks would differ
         swaps = rng.integers(2, size=(n_resamples, n_sentences), dtype=bool)
-        return Draw(kind, seed, swaps.astype(np.float32), 1.0)
+        return Draw(kind, seed, swaps.astype(np.float32), 1.0, *swaps.shape)
     weights = np.empty((n_resamples, n_sentences), dtype=np.float32)   # counts: exact integers
     for start in range(0, n_resamples, rows):
         b = min(rows, n_resamples - start)
@@ -341,7 +335,7 @@ def draw(kind: str, n_sentences: int, n_resamples: int, seed: int, rows: int = 1
         idx += np.arange(b)[:, None] * n_sentences
         weights[start:start + b] = np.bincount(idx.ravel(), minlength=b * n_sentences).reshape(
             b, n_sentences)
-    return Draw(kind, seed, weights, float(weights.max()))
+    return Draw(kind, seed, weights, float(weights.max()), *weights.shape)
 
 
 def _float_weights(weights: np.ndarray, stats: np.ndarray, max_weight: float | None = None):
@@ -369,8 +363,6 @@ def resampled_scores(metric: str, draw_: Draw, stats: np.ndarray) -> np.ndarray:
     """Scores of every run on every bootstrap resample: stats [R, N, K] -> [B, R] (float64).
 
     The products stay float32 when exact; the score functions read them a column at a time."""
-    if draw_.kind != "bootstrap":
-        raise ValueError("resampled_scores needs a bootstrap draw; use swapped_scores for permutations")
     _check(draw_, stats)
     score, weights = SCORES[metric], _float_weights(draw_.weights, stats, draw_.max_weight)
     out = np.empty((draw_.n_resamples, len(stats)))

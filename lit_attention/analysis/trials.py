@@ -205,6 +205,12 @@ def improvement_markdown(table: pd.DataFrame, metric: str, baseline_text: str, h
            f"IQM {metric} [95 % CI]": [cell(m, lo, hi, f".{digits}f") for m, lo, hi
                                        in table[["iqm", "iqm_ci_lo", "iqm_ci_hi"]].itertuples(index=False)]})
     tasks = int(table["n_tasks"].max()) if len(table) else 0
+    # a bootstrap of a few runs sees only those runs: its CI is too narrow, and a point when every
+    # pair agrees (rliable's advice is more runs, not a wider interval)
+    fewest = int(table["n_runs_min"].min()) if len(table) else 0
+    few = "" if fewest >= 5 else (
+        f" With {fewest} run{'s' * (fewest != 1)} in the smallest stratum the bootstrap sees only "
+        "those runs: its CIs are too narrow, a single point when every pair of runs agrees.")
     text = shown.to_markdown(index=False, disable_numparse=True)
     direction = "" if higher_is_better else " (lower is better)"
     return (f"{text}\n\nP(X > baseline): probability that a run of the row beats a run of the "
@@ -212,14 +218,5 @@ def improvement_markdown(table: pd.DataFrame, metric: str, baseline_text: str, h
             f"of their runs, averaged over {tasks} task{'s' * (tasks != 1)}; IQM: mean of the middle 50 % of "
             f"the row's scores pooled over its runs and tasks (Agarwal et al. 2021). 95 % CIs: "
             f"percentile bootstrap, {n_draws} draws resampling runs within each "
-            f"(configuration, task).{few_runs_note(table)}\n")
+            f"(configuration, task).{few}\n")
 
-
-def few_runs_note(table: pd.DataFrame) -> str:
-    """A bootstrap of a few runs sees only those runs: its CI is too narrow, and a point when
-    every pair agrees (rliable's advice is more runs, not a wider interval)."""
-    fewest = int(table["n_runs_min"].min()) if len(table) else 0
-    if fewest >= 5:
-        return ""
-    return (f" With {fewest} run{'s' * (fewest != 1)} in the smallest stratum the bootstrap sees only "
-            "those runs: its CIs are too narrow, a single point when every pair of runs agrees.")
