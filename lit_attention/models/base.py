@@ -26,7 +26,13 @@ class DecoderOutput:
 
 
 class Seq2SeqModel(nn.Module):
-    """Base class: subclasses implement encode, decode, init_state and step."""
+    """Base class of the encoder-decoders. A subclass implements
+
+    - ``encode(src [B, S]) -> memory``, a dict;
+    - ``decode(memory, tgt_in [B, T], need_weights=False, teacher_forcing=1.0) -> DecoderOutput``;
+    - ``init_state(memory) -> state``, a dict, before the first decoder ``step``;
+    - ``step(memory, state, last_tokens [B]) -> (logits [B, V], state)``: one decoder step.
+    """
 
     # Module whose output is the encoder's per-position input (the first encoder layer's input):
     # gradient-flow diagnostics measure an encoder without recurrence there.
@@ -34,20 +40,6 @@ class Seq2SeqModel(nn.Module):
     # The most positions a source or target sequence may take (absolute position tables); None:
     # no limit. Decoding caps its output budget here.
     max_positions: int | None = None
-
-    def encode(self, src: torch.Tensor) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def decode(self, memory: dict[str, Any], tgt_in: torch.Tensor, need_weights: bool = False,
-               teacher_forcing: float = 1.0) -> DecoderOutput:
-        raise NotImplementedError
-
-    def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def step(self, memory: dict[str, Any], state: dict[str, Any],
-             last_tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        raise NotImplementedError
 
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False,
                 teacher_forcing: float = 1.0) -> DecoderOutput:
