@@ -118,15 +118,22 @@ class MultiHeadAttention(nn.Module):
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
 
-    def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is).
-        One [D, 2D] product (see ``queries_keys_values``)."""
-        weight = torch.cat([self.key.weight, self.value.weight])
-        bias = torch.cat([self.key.bias, self.value.bias])
-        k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(2, dim=-1))
+    def project(self, x: torch.Tensor, positions: torch.Tensor | None, *layers: nn.Linear):
+        """x [B, T, D] through ``layers`` (some of query, key, value) in one [D, nD] matrix product
+        (it fills the CPU's matrix units better than n [D, D] ones, and under autocast x is cast to
+        bf16 once instead of n times), split into heads [B, H, T, d] each; the keys rotated when
+        rotary."""
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = torch.cat([layer.bias for layer in layers])
+        out = [self.split(y) for y in F.linear(x, weight, bias).chunk(len(layers), dim=-1)]
         if self.rotate is not None:
-            k = self.rotate(k, positions)
-        return k, v
+            k = layers.index(self.key)
+            out[k] = self.rotate(out[k], positions)
+        return out
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is)."""
+        return tuple(self.project(x, positions, self.key, self.value))
 
     def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Queries [B, H, T, d] of x [B, T, D]: for ``general`` already mapped by W, so that the
@@ -140,14 +147,9 @@ class MultiHeadAttention(nn.Module):
         return q
 
     def queries_keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """``queries(x)`` and ``keys_values(x)`` of self-attention in one matrix product (one
-        [D, 3D] GEMM fills the CPU's matrix units better than three [D, D] ones, and under autocast
-        x is cast to bf16 once instead of three times). Returns q, k, v [B, H, T, d]."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        q, k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(3, dim=-1))
-        if self.rotate is not None:
-            k = self.rotate(k, positions)
+        """``queries(x)`` and ``keys_values(x)`` of self-attention in one matrix product.
+        Returns q, k, v [B, H, T, d]."""
+        q, k, v = self.project(x, positions, self.query, self.key, self.value)
         return self.prepare_queries(q, positions), k, v
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
