@@ -413,10 +413,8 @@ def resolve(families: Mapping[str, Family], family: str, given: Mapping[str, Any
         owners = [name for name, f in families.items() if key in f.options]
         raise ValueError(f"option model.{key} is not one of {what} {family!r}, only of {', '.join(owners)}: "
                          f"leave it unset (remove it from the config, or --model.{key} null)")
-    values = {k: default if given.get(k) is None else given[k] for k, default in spec.options.items()}
-    for key, source in DERIVED.items():
-        if key in values and values[key] is None:
-            values[key] = {**(shared or {}), **values}[source]
+    values = _derive({k: default if given.get(k) is None else given[k]
+                      for k, default in spec.options.items()}, shared or {})
     spec.check(values)
     for key in spec.options:
         if given.get(key) is not None and not _acts(spec, key, values):
@@ -455,9 +453,15 @@ def defaults(families: Mapping[str, Family], family: str, given: Mapping[str, An
     spec = families[family]
     values = {k: v for k, v in {**shared, **spec.options, **spec.fixed}.items() if k not in TRAINING_OPTIONS}
     values.update({k: v for k, v in given.items() if v is not None})
+    return _derive(values, {})
+
+
+def _derive(values: dict[str, Any], shared: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the DERIVED options left unset (None) set from their source, in ``values``
+    or else in ``shared``."""
     for key, source in DERIVED.items():
         if key in values and values[key] is None:
-            values[key] = values[source]
+            values[key] = {**shared, **values}[source]
     return values
 
 

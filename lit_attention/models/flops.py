@@ -236,7 +236,7 @@ class TrainingFlopCounter:
     def __init__(self, module: nn.Module):
         self.cached: dict[Hashable, int] = {}
         self._key: Hashable = None
-        self._counting = False
+        self.counting = False    # between start and stop
         self._mode: FlopCounterMode | None = None
         self._fast: MatmulFlops | None = None
         self.checked = False     # the function mode's count was compared with FlopCounterMode's
@@ -250,14 +250,10 @@ class TrainingFlopCounter:
                 self._handles.append(rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True))
                 self._handles.append(rnn.register_forward_hook(self._after_rnn, with_kwargs=True))
 
-    @property
-    def counting(self) -> bool:
-        return self._counting
-
     def start(self, key: Hashable) -> None:
         if self.counting:
             raise RuntimeError("TrainingFlopCounter.start: the previous step was not stopped")
-        self._key, self._counting, self._recurrent, self._seen = key, True, 0, 0
+        self._key, self.counting, self._recurrent, self._seen = key, True, 0, 0
         if key not in self.cached:
             if not self.checked or not self.fast:
                 self._mode = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
@@ -268,15 +264,12 @@ class TrainingFlopCounter:
 
     def stop(self) -> int:
         """The FLOPs of the step since ``start``."""
-        key, self._counting = self._key, False
-        fast = None
-        if self._fast is not None:
-            mode, self._fast = self._fast, None
-            mode.__exit__(None, None, None)
-            fast = self.cached[key] = mode.flops
-        if self._mode is not None:
-            mode, self._mode = self._mode, None
-            mode.__exit__(None, None, None)
+        key, mode, matmuls = self._key, self._mode, self._fast
+        self.cancel()   # leaves both modes
+        fast = None if matmuls is None else matmuls.flops
+        if fast is not None:
+            self.cached[key] = fast
+        if mode is not None:
             self.cached[key] = mode.get_total_flops() - self._seen
             if fast is not None and not self.checked:
                 self.checked = True
@@ -293,7 +286,7 @@ class TrainingFlopCounter:
             self._fast.__exit__(None, None, None)
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-        self._counting, self._mode, self._fast = False, None, None
+        self.counting, self._mode, self._fast = False, None, None
 
     def remove(self) -> None:
         self.cancel()
