@@ -93,7 +93,6 @@ class MultiHeadAttention(nn.Module):
         if rotate is not None and self.d_head % 2:
             raise ValueError(f"rotary needs an even head size, got {self.d_head}")
         self.rotate, self.dropout = rotate, dropout
-        self.fusable = TRANSFORMER_SCORING[scoring].fused
         self.head_scoring = implementation(TRANSFORMER_SCORING, scoring)
         self.query = nn.Linear(d_model, d_model)
         self.key = nn.Linear(d_model, d_model)
@@ -103,17 +102,12 @@ class MultiHeadAttention(nn.Module):
         for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
             setattr(self, name, nn.Parameter(torch.empty(heads, *(d,) * axes)))
         self.shaw = relative_keys(d) if relative_keys is not None else None
-        self.reset_scoring_parameters()
-
-    def reset_scoring_parameters(self) -> None:
-        """Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1."""
+        # the fused kernel computes the scores, unless Shaw's keys need the explicit path
+        self.fused = TRANSFORMER_SCORING[scoring].fused and self.shaw is None
+        # Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1
         for name, axes in self.head_scoring.parameters:
-            bound = math.sqrt(6.0 / (self.d_head + (self.d_head if axes == 2 else 1)))
+            bound = math.sqrt(6.0 / (d + (d if axes == 2 else 1)))
             nn.init.uniform_(getattr(self, name), -bound, bound)
-
-    @property
-    def fused(self) -> bool:
-        return self.fusable and self.shaw is None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
