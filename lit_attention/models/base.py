@@ -46,15 +46,20 @@ class Seq2SeqModel(nn.Module):
         return self.decode(self.encode(src), tgt_in, need_weights, teacher_forcing)
 
 
+def tree_map(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (nested dicts, lists and tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: tree_map(fn, v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(tree_map(fn, v) for v in obj)
+    return obj
+
+
 def select(obj: Any, index: torch.Tensor) -> Any:
     """Index-select dim 0 of every tensor in a nested dict/list/tuple (beam reordering)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.index_select(0, index)
-    if isinstance(obj, dict):
-        return {k: select(v, index) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(select(v, index) for v in obj)
-    return obj
+    return tree_map(lambda t: t.index_select(0, index), obj)
 
 
 def count_parameters(module: nn.Module) -> int:
