@@ -9,7 +9,9 @@ of the layers: importing it pulls in no model code; a row names its implementati
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Mapping
 
 # The model families (FAMILIES: encoder-decoders, LM_FAMILIES: language models), their classes
@@ -491,18 +493,16 @@ NO_TRACKING = "none"   # the default
 NO_ATTENTION = "none"
 
 
-def implementation(rows: Mapping[str, Choice], name: str):
-    """What ``rows[name]`` implements it with ("module:attribute", the attribute possibly dotted),
-    imported now; None for a row without one."""
-    import importlib
-    path = rows[name].impl
-    if path is None:
-        return None
+def imported(path: str):
+    """What "package.module:attribute" (the attribute possibly dotted) names, imported now."""
     module, _, attribute = path.partition(":")
-    found = importlib.import_module(module)
-    for part in attribute.split("."):
-        found = getattr(found, part)
-    return found
+    return attrgetter(attribute)(importlib.import_module(module))
+
+
+def implementation(rows: Mapping[str, Choice], name: str):
+    """What ``rows[name]`` implements it with (``imported``); None for a row without one."""
+    path = rows[name].impl
+    return None if path is None else imported(path)
 
 
 # -- Config keys whose value is a choice --------------------------------------------------------
