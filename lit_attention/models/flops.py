@@ -69,11 +69,10 @@ def _attention_forward(query_shape, key_shape, value_shape, *args, **kwargs) -> 
     return 2 * b * h * tq * tk * d + 2 * b * h * tq * tk * dv
 
 
-def _attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    """Gradients of v and of the weights (one product each, as the forward), then of q and k."""
-    b, h, tq, d = query_shape
-    tk, dv = key_shape[2], value_shape[3]
-    return 2 * (2 * b * h * tq * tk * dv) + 2 * (2 * b * h * tq * tk * d)
+def _attention_backward(grad_out_shape, *shapes, **kwargs) -> int:
+    """Gradients of v and of the weights, then of q and k: two products of the size of each of
+    the forward's two."""
+    return 2 * _attention_forward(*shapes)
 
 
 # The fused attention kernels (aten op names), each forward with its backward.
@@ -110,10 +109,6 @@ def _matmul(a, b, **_):
     return _product(a.shape, b.shape) * (1 + _grads(a, b))
 
 
-def _rmatmul(b, a, **_):
-    return _matmul(a, b)
-
-
 def _addmm(input, a, b, **_):
     return _matmul(a, b)
 
@@ -144,7 +139,7 @@ def _attention(q, k, v, *args, **kwargs):
 PRODUCTS = {
     F.linear: _linear,
     torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
-    torch.Tensor.__rmatmul__: _rmatmul,
+    torch.Tensor.__rmatmul__: lambda b, a, **_: _matmul(a, b),
     torch.mm: _matmul, torch.Tensor.mm: _matmul, torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
     torch.addmm: _addmm, torch.Tensor.addmm: _addmm, torch.baddbmm: _addmm, torch.Tensor.baddbmm: _addmm,
     torch.einsum: _einsum,

@@ -118,20 +118,16 @@ class Encoder(nn.Module):
         out, final = self.rnn(packed)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         finals = final if isinstance(final, tuple) else (final,)
-        finals = [self._per_layer(f) for f in finals]
+        # [L*dirs, B, H] -> [B, L, dirs*H] (forward and backward concatenated per layer)
+        L, D, B, H = self.layers, self.directions, src.size(0), self.rnn.hidden_size
+        finals = [f.view(L, D, B, H).permute(2, 0, 1, 3).reshape(B, L, D * H) for f in finals]
         # The top layer's final h equals the states at the sequence ends; reading it from
         # `states` makes every decoder path go through memory["states"] (gradient diagnostics).
-        B, H = src.size(0), self.rnn.hidden_size
         top = states[torch.arange(B, device=src.device), lengths - 1, :H]
         if self.directions == 2:
             top = torch.cat([top, states[:, 0, H:]], dim=-1)
         finals[0] = torch.cat([finals[0][:, :-1], top.unsqueeze(1)], dim=1)
         return states, tuple(finals)
-
-    def _per_layer(self, final: torch.Tensor) -> torch.Tensor:
-        """[L*dirs, B, H] -> [B, L, dirs*H] (forward and backward concatenated per layer)."""
-        L, D, B, H = self.layers, self.directions, final.size(1), final.size(2)
-        return final.view(L, D, B, H).permute(2, 0, 1, 3).reshape(B, L, D * H)
 
 
 class Bridge(nn.Module):
