@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_attention.models.dropout import dropout as drop
-from lit_attention.registry import TRANSFORMER_SCORING, check, implementation
+from lit_attention.registry import TRANSFORMER_SCORING, implementation
 
 
 class AttentionMask(NamedTuple):
@@ -86,7 +86,6 @@ class MultiHeadAttention(nn.Module):
                  rotate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
                  relative_keys: Callable[[int], nn.Module] | None):
         super().__init__()
-        check("transformer scoring", scoring, TRANSFORMER_SCORING)
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_head = heads, d_model // heads
@@ -217,16 +216,13 @@ class HeadScoring(NamedTuple):
     scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
 
 
-def _as_is(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
-    return q
-
-
 def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
     return q @ attn.w                                                     # (q^T W) . k
 
 
 # The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
-SCALED_DOT_HEADS = HeadScoring((), _as_is, None, _scaled_dot_scores)
-DOT_HEADS = HeadScoring((), _as_is, 1.0, _dot_scores)
+_AS_IS = lambda attn, q: q                                               # noqa: E731
+SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, _scaled_dot_scores)
+DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
 GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
-ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores)
+ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)

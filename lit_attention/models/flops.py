@@ -151,10 +151,8 @@ class MatmulFlops(TorchFunctionMode):
     """While active: ``flops``, the training FLOPs of the matrix products called (formula: module
     doc), except inside recurrent modules (``paused``), which are counted by formula."""
 
-    def __init__(self):
-        super().__init__()
-        self.flops = 0
-        self.paused = 0
+    flops = 0
+    paused = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
