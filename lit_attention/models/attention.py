@@ -159,7 +159,6 @@ class MultiHeadAttention(nn.Module):
             q = self.queries(x, q_pos)
         if mask is None:
             mask = combine_mask(blocked, bias, q.dtype)
-        dead = mask.dead
         dropout = self.dropout if self.training else 0.0
         weights = None
         if self.fused and not need_weights and not (dropout and q.device.type == "cpu"):
@@ -171,11 +170,11 @@ class MultiHeadAttention(nn.Module):
             if additive is not None:
                 scores = scores + additive
             weights = scores.softmax(dim=-1)
-            if dead is not None:
-                weights = weights.masked_fill(dead, 0.0)
+            if mask.dead is not None:
+                weights = weights.masked_fill(mask.dead, 0.0)
             out = drop(weights, dropout, self.training) @ v
-        if dead is not None:
-            out = out.masked_fill(dead, 0.0)
+        if mask.dead is not None:
+            out = out.masked_fill(mask.dead, 0.0)
         out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
         return self.out(out), weights
 

@@ -109,9 +109,7 @@ class NGramLM(nn.Module):
     def interpolated(self, contexts: list[tuple]) -> torch.Tensor:
         """``interp``: absolute discounting interpolated down to the add-delta unigram."""
         V, d = self.vocab_size, self.delta
-        n = self.order - 1
-        probs = None
-        for k in range(n + 1):
+        for k in range(self.order):
             counts, seen = self._rows(k, [c[len(c) - k:] for c in contexts])
             total = counts.sum(1, keepdim=True)
             if k == 0:
