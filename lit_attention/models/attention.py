@@ -125,7 +125,8 @@ class MultiHeadAttention(nn.Module):
         return out
 
     def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is)."""
+        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them
+        as is)."""
         return tuple(self.project(x, positions, self.key, self.value))
 
     def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
