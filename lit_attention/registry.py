@@ -9,7 +9,9 @@ of the layers: importing it pulls in no model code; a row names its implementati
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Callable, Mapping
 
 # The model families (FAMILIES: encoder-decoders, LM_FAMILIES: language models), their classes
@@ -413,10 +415,8 @@ def resolve(families: Mapping[str, Family], family: str, given: Mapping[str, Any
         owners = [name for name, f in families.items() if key in f.options]
         raise ValueError(f"option model.{key} is not one of {what} {family!r}, only of {', '.join(owners)}: "
                          f"leave it unset (remove it from the config, or --model.{key} null)")
-    values = {k: default if given.get(k) is None else given[k] for k, default in spec.options.items()}
-    for key, source in DERIVED.items():
-        if key in values and values[key] is None:
-            values[key] = {**(shared or {}), **values}[source]
+    values = _derive({k: default if given.get(k) is None else given[k]
+                      for k, default in spec.options.items()}, shared or {})
     spec.check(values)
     for key in spec.options:
         if given.get(key) is not None and not _acts(spec, key, values):
@@ -455,9 +455,15 @@ def defaults(families: Mapping[str, Family], family: str, given: Mapping[str, An
     spec = families[family]
     values = {k: v for k, v in {**shared, **spec.options, **spec.fixed}.items() if k not in TRAINING_OPTIONS}
     values.update({k: v for k, v in given.items() if v is not None})
+    return _derive(values, {})
+
+
+def _derive(values: dict[str, Any], shared: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with the DERIVED options left unset (None) set from their source, in ``values``
+    or else in ``shared``."""
     for key, source in DERIVED.items():
         if key in values and values[key] is None:
-            values[key] = values[source]
+            values[key] = {**shared, **values}[source]
     return values
 
 
@@ -487,18 +493,16 @@ NO_TRACKING = "none"   # the default
 NO_ATTENTION = "none"
 
 
-def implementation(rows: Mapping[str, Choice], name: str):
-    """What ``rows[name]`` implements it with ("module:attribute", the attribute possibly dotted),
-    imported now; None for a row without one."""
-    import importlib
-    path = rows[name].impl
-    if path is None:
-        return None
+def imported(path: str):
+    """What "package.module:attribute" (the attribute possibly dotted) names, imported now."""
     module, _, attribute = path.partition(":")
-    found = importlib.import_module(module)
-    for part in attribute.split("."):
-        found = getattr(found, part)
-    return found
+    return attrgetter(attribute)(importlib.import_module(module))
+
+
+def implementation(rows: Mapping[str, Choice], name: str):
+    """What ``rows[name]`` implements it with (``imported``); None for a row without one."""
+    path = rows[name].impl
+    return None if path is None else imported(path)
 
 
 # -- Config keys whose value is a choice --------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from lit_attention.data.vocab import BOS, EOS, PAD
 from lit_attention.decoding.greedy import max_output_lengths
@@ -111,10 +112,8 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
         raise FloatingPointError("beam search: no hypothesis of finite score for a sentence (every "
                                  "token scored -inf)")
     best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
-    width = max(len(tokens) for _, tokens in best)
-    out = torch.full((len(best), width), PAD, dtype=torch.long, device=device)
-    for b, (_, tokens) in enumerate(best):
-        out[b, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    out = pad_sequence([torch.tensor(tokens, dtype=torch.long) for _, tokens in best],
+                       batch_first=True, padding_value=PAD).to(device)
     if return_scores:
         return out, torch.tensor([s for s, _ in best], dtype=torch.float64)
     return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any, Mapping
 
@@ -15,8 +14,7 @@ from lit_attention.models.base import Seq2SeqModel, closest_width, count_paramet
 
 def model_class(families: Mapping[str, registry.Family], family: str, what: str = "family") -> type:
     """The class registered for ``family`` in ``families``, imported now."""
-    module, _, name = families[registry.check(what, family, families)].model.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return registry.imported(families[registry.check(what, family, families)].model)
 
 
 def constructor_options(cls: type) -> list[str]:

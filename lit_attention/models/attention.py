@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lit_attention.models.dropout import dropout as drop
-from lit_attention.registry import TRANSFORMER_SCORING, check, implementation
+from lit_attention.registry import TRANSFORMER_SCORING, implementation
 
 
 class AttentionMask(NamedTuple):
@@ -86,14 +86,12 @@ class MultiHeadAttention(nn.Module):
                  rotate: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
                  relative_keys: Callable[[int], nn.Module] | None):
         super().__init__()
-        check("transformer scoring", scoring, TRANSFORMER_SCORING)
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         self.heads, self.d_head = heads, d_model // heads
         if rotate is not None and self.d_head % 2:
             raise ValueError(f"rotary needs an even head size, got {self.d_head}")
         self.rotate, self.dropout = rotate, dropout
-        self.fusable = TRANSFORMER_SCORING[scoring].fused
         self.head_scoring = implementation(TRANSFORMER_SCORING, scoring)
         self.query = nn.Linear(d_model, d_model)
         self.key = nn.Linear(d_model, d_model)
@@ -103,30 +101,33 @@ class MultiHeadAttention(nn.Module):
         for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
             setattr(self, name, nn.Parameter(torch.empty(heads, *(d,) * axes)))
         self.shaw = relative_keys(d) if relative_keys is not None else None
-        self.reset_scoring_parameters()
-
-    def reset_scoring_parameters(self) -> None:
-        """Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1."""
+        # the fused kernel computes the scores, unless Shaw's keys need the explicit path
+        self.fused = TRANSFORMER_SCORING[scoring].fused and self.shaw is None
+        # Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1
         for name, axes in self.head_scoring.parameters:
-            bound = math.sqrt(6.0 / (self.d_head + (self.d_head if axes == 2 else 1)))
+            bound = math.sqrt(6.0 / (d + (d if axes == 2 else 1)))
             nn.init.uniform_(getattr(self, name), -bound, bound)
-
-    @property
-    def fused(self) -> bool:
-        return self.fusable and self.shaw is None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)
 
-    def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them as is).
-        One [D, 2D] product (see ``queries_keys_values``)."""
-        weight = torch.cat([self.key.weight, self.value.weight])
-        bias = torch.cat([self.key.bias, self.value.bias])
-        k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(2, dim=-1))
+    def project(self, x: torch.Tensor, positions: torch.Tensor | None, *layers: nn.Linear):
+        """x [B, T, D] through ``layers`` (some of query, key, value) in one [D, nD] matrix product
+        (it fills the CPU's matrix units better than n [D, D] ones, and under autocast x is cast to
+        bf16 once instead of n times), split into heads [B, H, T, d] each; the keys rotated when
+        rotary."""
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = torch.cat([layer.bias for layer in layers])
+        out = [self.split(y) for y in F.linear(x, weight, bias).chunk(len(layers), dim=-1)]
         if self.rotate is not None:
-            k = self.rotate(k, positions)
-        return k, v
+            k = layers.index(self.key)
+            out[k] = self.rotate(out[k], positions)
+        return out
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
+        """Keys and values [B, H, S, d] of x [B, S, D]; keys are rotated when rotary (cache them
+        as is)."""
+        return tuple(self.project(x, positions, self.key, self.value))
 
     def queries(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         """Queries [B, H, T, d] of x [B, T, D]: for ``general`` already mapped by W, so that the
@@ -140,14 +141,9 @@ class MultiHeadAttention(nn.Module):
         return q
 
     def queries_keys_values(self, x: torch.Tensor, positions: torch.Tensor | None = None):
-        """``queries(x)`` and ``keys_values(x)`` of self-attention in one matrix product (one
-        [D, 3D] GEMM fills the CPU's matrix units better than three [D, D] ones, and under autocast
-        x is cast to bf16 once instead of three times). Returns q, k, v [B, H, T, d]."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])
-        q, k, v = (self.split(y) for y in F.linear(x, weight, bias).chunk(3, dim=-1))
-        if self.rotate is not None:
-            k = self.rotate(k, positions)
+        """``queries(x)`` and ``keys_values(x)`` of self-attention in one matrix product.
+        Returns q, k, v [B, H, T, d]."""
+        q, k, v = self.project(x, positions, self.query, self.key, self.value)
         return self.prepare_queries(q, positions), k, v
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -164,7 +160,6 @@ class MultiHeadAttention(nn.Module):
             q = self.queries(x, q_pos)
         if mask is None:
             mask = combine_mask(blocked, bias, q.dtype)
-        dead = mask.dead
         dropout = self.dropout if self.training else 0.0
         weights = None
         if self.fused and not need_weights and not (dropout and q.device.type == "cpu"):
@@ -176,11 +171,11 @@ class MultiHeadAttention(nn.Module):
             if additive is not None:
                 scores = scores + additive
             weights = scores.softmax(dim=-1)
-            if dead is not None:
-                weights = weights.masked_fill(dead, 0.0)
+            if mask.dead is not None:
+                weights = weights.masked_fill(mask.dead, 0.0)
             out = drop(weights, dropout, self.training) @ v
-        if dead is not None:
-            out = out.masked_fill(dead, 0.0)
+        if mask.dead is not None:
+            out = out.masked_fill(mask.dead, 0.0)
         out = out.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
         return self.out(out), weights
 
@@ -221,16 +216,13 @@ class HeadScoring(NamedTuple):
     scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
 
 
-def _as_is(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
-    return q
-
-
 def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
     return q @ attn.w                                                     # (q^T W) . k
 
 
 # The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
-SCALED_DOT_HEADS = HeadScoring((), _as_is, None, _scaled_dot_scores)
-DOT_HEADS = HeadScoring((), _as_is, 1.0, _dot_scores)
+_AS_IS = lambda attn, q: q                                               # noqa: E731
+SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, _scaled_dot_scores)
+DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
 GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
-ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores)
+ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)

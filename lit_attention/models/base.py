@@ -26,7 +26,13 @@ class DecoderOutput:
 
 
 class Seq2SeqModel(nn.Module):
-    """Base class: subclasses implement encode, decode, init_state and step."""
+    """Base class of the encoder-decoders. A subclass implements
+
+    - ``encode(src [B, S]) -> memory``, a dict;
+    - ``decode(memory, tgt_in [B, T], need_weights=False, teacher_forcing=1.0) -> DecoderOutput``;
+    - ``init_state(memory) -> state``, a dict, before the first decoder ``step``;
+    - ``step(memory, state, last_tokens [B]) -> (logits [B, V], state)``: one decoder step.
+    """
 
     # Module whose output is the encoder's per-position input (the first encoder layer's input):
     # gradient-flow diagnostics measure an encoder without recurrence there.
@@ -35,34 +41,25 @@ class Seq2SeqModel(nn.Module):
     # no limit. Decoding caps its output budget here.
     max_positions: int | None = None
 
-    def encode(self, src: torch.Tensor) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def decode(self, memory: dict[str, Any], tgt_in: torch.Tensor, need_weights: bool = False,
-               teacher_forcing: float = 1.0) -> DecoderOutput:
-        raise NotImplementedError
-
-    def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def step(self, memory: dict[str, Any], state: dict[str, Any],
-             last_tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:
-        raise NotImplementedError
-
     def forward(self, src: torch.Tensor, tgt_in: torch.Tensor, need_weights: bool = False,
                 teacher_forcing: float = 1.0) -> DecoderOutput:
         return self.decode(self.encode(src), tgt_in, need_weights, teacher_forcing)
 
 
+def tree_map(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+    """``obj`` with ``fn`` applied to every tensor in it (nested dicts, lists and tuples)."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, dict):
+        return {k: tree_map(fn, v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(tree_map(fn, v) for v in obj)
+    return obj
+
+
 def select(obj: Any, index: torch.Tensor) -> Any:
     """Index-select dim 0 of every tensor in a nested dict/list/tuple (beam reordering)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.index_select(0, index)
-    if isinstance(obj, dict):
-        return {k: select(v, index) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(select(v, index) for v in obj)
-    return obj
+    return tree_map(lambda t: t.index_select(0, index), obj)
 
 
 def count_parameters(module: nn.Module) -> int:

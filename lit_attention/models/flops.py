@@ -69,11 +69,10 @@ def _attention_forward(query_shape, key_shape, value_shape, *args, **kwargs) -> 
     return 2 * b * h * tq * tk * d + 2 * b * h * tq * tk * dv
 
 
-def _attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args, **kwargs) -> int:
-    """Gradients of v and of the weights (one product each, as the forward), then of q and k."""
-    b, h, tq, d = query_shape
-    tk, dv = key_shape[2], value_shape[3]
-    return 2 * (2 * b * h * tq * tk * dv) + 2 * (2 * b * h * tq * tk * d)
+def _attention_backward(grad_out_shape, *shapes, **kwargs) -> int:
+    """Gradients of v and of the weights, then of q and k: two products of the size of each of
+    the forward's two."""
+    return 2 * _attention_forward(*shapes)
 
 
 # The fused attention kernels (aten op names), each forward with its backward.
@@ -110,10 +109,6 @@ def _matmul(a, b, **_):
     return _product(a.shape, b.shape) * (1 + _grads(a, b))
 
 
-def _rmatmul(b, a, **_):
-    return _matmul(a, b)
-
-
 def _addmm(input, a, b, **_):
     return _matmul(a, b)
 
@@ -144,7 +139,7 @@ def _attention(q, k, v, *args, **kwargs):
 PRODUCTS = {
     F.linear: _linear,
     torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
-    torch.Tensor.__rmatmul__: _rmatmul,
+    torch.Tensor.__rmatmul__: lambda b, a, **_: _matmul(a, b),
     torch.mm: _matmul, torch.Tensor.mm: _matmul, torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
     torch.addmm: _addmm, torch.Tensor.addmm: _addmm, torch.baddbmm: _addmm, torch.Tensor.baddbmm: _addmm,
     torch.einsum: _einsum,
@@ -156,10 +151,8 @@ class MatmulFlops(TorchFunctionMode):
     """While active: ``flops``, the training FLOPs of the matrix products called (formula: module
     doc), except inside recurrent modules (``paused``), which are counted by formula."""
 
-    def __init__(self):
-        super().__init__()
-        self.flops = 0
-        self.paused = 0
+    flops = 0
+    paused = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -236,7 +229,7 @@ class TrainingFlopCounter:
     def __init__(self, module: nn.Module):
         self.cached: dict[Hashable, int] = {}
         self._key: Hashable = None
-        self._counting = False
+        self.counting = False    # between start and stop
         self._mode: FlopCounterMode | None = None
         self._fast: MatmulFlops | None = None
         self.checked = False     # the function mode's count was compared with FlopCounterMode's
@@ -250,14 +243,10 @@ class TrainingFlopCounter:
                 self._handles.append(rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True))
                 self._handles.append(rnn.register_forward_hook(self._after_rnn, with_kwargs=True))
 
-    @property
-    def counting(self) -> bool:
-        return self._counting
-
     def start(self, key: Hashable) -> None:
         if self.counting:
             raise RuntimeError("TrainingFlopCounter.start: the previous step was not stopped")
-        self._key, self._counting, self._recurrent, self._seen = key, True, 0, 0
+        self._key, self.counting, self._recurrent, self._seen = key, True, 0, 0
         if key not in self.cached:
             if not self.checked or not self.fast:
                 self._mode = FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
@@ -268,15 +257,12 @@ class TrainingFlopCounter:
 
     def stop(self) -> int:
         """The FLOPs of the step since ``start``."""
-        key, self._counting = self._key, False
-        fast = None
-        if self._fast is not None:
-            mode, self._fast = self._fast, None
-            mode.__exit__(None, None, None)
-            fast = self.cached[key] = mode.flops
-        if self._mode is not None:
-            mode, self._mode = self._mode, None
-            mode.__exit__(None, None, None)
+        key, mode, matmuls = self._key, self._mode, self._fast
+        self.cancel()   # leaves both modes
+        fast = None if matmuls is None else matmuls.flops
+        if fast is not None:
+            self.cached[key] = fast
+        if mode is not None:
             self.cached[key] = mode.get_total_flops() - self._seen
             if fast is not None and not self.checked:
                 self.checked = True
@@ -293,7 +279,7 @@ class TrainingFlopCounter:
             self._fast.__exit__(None, None, None)
         if self._mode is not None:
             self._mode.__exit__(None, None, None)
-        self._counting, self._mode, self._fast = False, None, None
+        self.counting, self._mode, self._fast = False, None, None
 
     def remove(self) -> None:
         self.cancel()

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from lit_attention.registry import POSITIONAL, Choice, check, implementation
+from lit_attention.registry import POSITIONAL, check, implementation
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> torch.Tensor:
@@ -163,33 +163,31 @@ class ShawRelative(nn.Module):
 # ``options`` holds the config options of the positional encodings (registry.POSITIONAL_OPTIONS);
 # each implementation gets those its row names.
 
-def _acting(kind: str, where: str) -> Choice | None:
+def _acting(kind: str, where: str, options: Mapping[str, Any] | None = None) -> Callable | None:
+    """The implementation of ``kind`` with the options its row names, if it acts on ``where``."""
     row = POSITIONAL[check("positional encoding", kind, POSITIONAL)]
-    return row if row.acts_on == where else None
-
-
-def _options(row: Choice, options: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: options[k] for k in row.options}
+    if row.acts_on != where:
+        return None
+    return partial(implementation(POSITIONAL, kind), **{k: options[k] for k in row.options})
 
 
 def absolute_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:
     """The absolute position vectors of ``kind`` (a module: positions [T] -> [T, d_model])."""
-    row = _acting(kind, "embeddings")
-    return implementation(POSITIONAL, kind)(max_len, d_model) if row else None
+    build = _acting(kind, "embeddings")
+    return build(max_len, d_model) if build else None
 
 
 def rotation(kind: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
     """The rotation of self-attention queries and keys of ``kind``: (x [..., T, d], positions [T])."""
-    return implementation(POSITIONAL, kind) if _acting(kind, "rotation") else None
+    return _acting(kind, "rotation")
 
 
 def score_bias(kind: str, heads: int, causal: bool, options: Mapping[str, Any]) -> nn.Module | None:
     """The self-attention score bias of ``kind`` (a module: positions -> [H, T, S])."""
-    row = _acting(kind, "bias")
-    return implementation(POSITIONAL, kind)(heads, causal, **_options(row, options)) if row else None
+    build = _acting(kind, "bias", options)
+    return build(heads, causal) if build else None
 
 
 def relative_keys(kind: str, options: Mapping[str, Any]) -> Callable[[int], nn.Module] | None:
     """d_head -> the relative key vectors of ``kind`` (a module: positions -> [T, S, d_head])."""
-    row = _acting(kind, "keys")
-    return partial(implementation(POSITIONAL, kind), **_options(row, options)) if row else None
+    return _acting(kind, "keys", options)

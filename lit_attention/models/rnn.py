@@ -35,11 +35,6 @@ from lit_attention.models.scoring import attend, build_scorer
 from lit_attention.registry import ATTENTION, CELLS, CONTEXT, ENC_OUTPUT, check, check_rnn, implementation
 
 
-def carries_cell_state(cell: str) -> bool:
-    """Whether the cell's state is a pair (h, c) (the LSTM), not h alone."""
-    return implementation(CELLS, check("cell", cell, CELLS)) is nn.LSTM
-
-
 class Wiring(NamedTuple):
     """Where attention enters the decoder (the implementation of a registry.ATTENTION row, whose
     ``attends`` says whether a scorer attends over the encoder output)."""
@@ -86,6 +81,22 @@ def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout:
                   **CELLS[cell].arguments)
 
 
+def to_rnn(state):
+    """Batch-first state [B, L, H] (or a pair of those) -> the [L, B, H] layout nn.RNN takes."""
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return tuple(s.transpose(0, 1).contiguous() for s in state)
+    return state.transpose(0, 1).contiguous()
+
+
+def from_rnn(state):
+    """nn.RNN's final state [L, B, H] (or a pair of those) -> batch first."""
+    if isinstance(state, tuple):
+        return tuple(s.transpose(0, 1) for s in state)
+    return state.transpose(0, 1)
+
+
 class Encoder(nn.Module):
     """Embedding -> (bi)RNN over packed sequences."""
 
@@ -107,20 +118,16 @@ class Encoder(nn.Module):
         out, final = self.rnn(packed)
         states, _ = pad_packed_sequence(out, batch_first=True, total_length=src.size(1))
         finals = final if isinstance(final, tuple) else (final,)
-        finals = [self._per_layer(f) for f in finals]
+        # [L*dirs, B, H] -> [B, L, dirs*H] (forward and backward concatenated per layer)
+        L, D, B, H = self.layers, self.directions, src.size(0), self.rnn.hidden_size
+        finals = [f.view(L, D, B, H).permute(2, 0, 1, 3).reshape(B, L, D * H) for f in finals]
         # The top layer's final h equals the states at the sequence ends; reading it from
         # `states` makes every decoder path go through memory["states"] (gradient diagnostics).
-        B, H = src.size(0), self.rnn.hidden_size
         top = states[torch.arange(B, device=src.device), lengths - 1, :H]
         if self.directions == 2:
             top = torch.cat([top, states[:, 0, H:]], dim=-1)
         finals[0] = torch.cat([finals[0][:, :-1], top.unsqueeze(1)], dim=1)
         return states, tuple(finals)
-
-    def _per_layer(self, final: torch.Tensor) -> torch.Tensor:
-        """[L*dirs, B, H] -> [B, L, dirs*H] (forward and backward concatenated per layer)."""
-        L, D, B, H = self.layers, self.directions, final.size(1), final.size(2)
-        return final.view(L, D, B, H).permute(2, 0, 1, 3).reshape(B, L, D * H)
 
 
 class Bridge(nn.Module):
@@ -167,7 +174,9 @@ class RNNSeq2Seq(Seq2SeqModel):
         # without attention: whether the decoder also reads the source context (the top layer's
         # bridged final state) at every step, besides starting from it
         self.context_at_every_step = CONTEXT[context].every_step
-        self.cell_state, self.input_feeding = carries_cell_state(cell), input_feeding
+        # the LSTM's state is a pair (h, c), the others' h alone
+        self.cell_state = implementation(CELLS, cell) is nn.LSTM
+        self.input_feeding = input_feeding
         H = d_model
 
         self.encoder = Encoder(src_vocab_size, cell, emb_size, H, enc_layers, dropout,
@@ -205,15 +214,11 @@ class RNNSeq2Seq(Seq2SeqModel):
         for name, bridge, final in zip(("init_h", "init_c"), self.bridges, finals):
             memory[name] = bridge(final)                    # [B, L_dec, H]
         if self.attends:
-            memory["values"] = self.attended(states)
+            memory["values"] = self.enc_output.attended(self, states)   # [B, S, K]
             memory["keys"] = self.scorer.precompute(memory["values"])
         elif self.context_at_every_step:
             memory["context"] = memory["init_h"][:, -1]     # [B, H]
         return memory
-
-    def attended(self, states: torch.Tensor) -> torch.Tensor:
-        """Encoder states [B, S, dirs*H] -> what attention attends over [B, S, K] (enc_output)."""
-        return self.enc_output.attended(self, states)
 
     # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
 
@@ -227,13 +232,11 @@ class RNNSeq2Seq(Seq2SeqModel):
 
     def _hidden(self, state):
         """State dict ([B, L, H]) -> what nn.RNN/GRU/LSTM takes ([L, B, H])."""
-        h = state["h"].transpose(0, 1).contiguous()
-        return (h, state["c"].transpose(0, 1).contiguous()) if self.cell_state else h
+        return to_rnn((state["h"], state["c"]) if self.cell_state else state["h"])
 
     def _state(self, hidden, **extra):
-        if self.cell_state:
-            return {"h": hidden[0].transpose(0, 1), "c": hidden[1].transpose(0, 1), **extra}
-        return {"h": hidden.transpose(0, 1), **extra}
+        hidden = from_rnn(hidden)
+        return {**dict(zip(("h", "c"), hidden if self.cell_state else (hidden,))), **extra}
 
     def _attend(self, memory, query):
         """query [B, Tq, H] -> context [B, Tq, K], weights [B, Tq, S]."""

@@ -24,14 +24,12 @@ from lit_attention.registry import SCORING, check, implementation
 
 
 class Scorer(nn.Module):
-    """Base class: identity precompute; subclasses implement ``score``. A subclass is built as
-    ``Scorer(query_size, key_size, attn_size, **options)``, options as its registry row names."""
+    """Base class: identity precompute; subclasses implement ``score(query, prepared) -> scores``.
+    A subclass is built as ``Scorer(query_size, key_size, attn_size, **options)``, options as its
+    registry row names."""
 
     def precompute(self, keys: torch.Tensor) -> torch.Tensor:
         return keys
-
-    def score(self, query: torch.Tensor, prepared: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         return self.score(query, self.precompute(keys))

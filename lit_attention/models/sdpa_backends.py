@@ -26,15 +26,12 @@ WHY = ("cuDNN attention is never enabled: it builds a new plan for every new bat
        "(milliseconds of CPU a call), and token-bucketed batches change shape every step")
 
 
-def half_precision(precision: str) -> bool:
-    """Whether attention inputs are bf16/fp16 under Lightning's ``precision``."""
-    return str(precision).startswith(("bf16", "16"))
-
-
 def allowed(device_type: str, precision: str) -> tuple[SDPBackend, ...]:
     """The backends attention may use on ``device_type`` ("cuda", "cpu", ...) under ``precision``."""
     if device_type == "cuda":
-        return (FLASH, EFFICIENT, MATH) if half_precision(precision) else (EFFICIENT, MATH)
+        # flash takes bf16/fp16 inputs only
+        half = str(precision).startswith(("bf16", "16"))
+        return (FLASH, EFFICIENT, MATH) if half else (EFFICIENT, MATH)
     if device_type == "cpu":
         return (FLASH, MATH)
     return (FLASH, EFFICIENT, MATH)

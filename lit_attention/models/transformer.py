@@ -159,7 +159,8 @@ class Stack(nn.Module):
         cross_mask = (combine_mask(memory_pad[:, None, None, :], None, x.dtype)
                       if memory_pad is not None else AttentionMask())
 
-        weights, new_cache = {}, ({"pad": key_pad} if cache is not None else None)
+        # the cross-attention keys and values of a cache stay as they are
+        weights, new_cache = {}, ({**cache, "pad": key_pad} if cache is not None else None)
         for i, block in enumerate(self.layers):
             past = (cache[f"self_k.{i}"], cache[f"self_v.{i}"]) if cache is not None else None
             cross_kv = None
@@ -170,8 +171,6 @@ class Stack(nn.Module):
                                                need_weights)
             if cache is not None:
                 new_cache[f"self_k.{i}"], new_cache[f"self_v.{i}"] = k, v
-                if self.cross:
-                    new_cache[f"cross_k.{i}"], new_cache[f"cross_v.{i}"] = cross_kv
             if need_weights:
                 weights[f"self.{i}"] = self_w
                 if self.cross:

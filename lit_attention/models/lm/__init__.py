@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from lit_attention import registry
 from lit_attention.models import build
+from lit_attention.models.base import tree_map
 
 
 def build_lm(family: str, vocab_size: int, **options: Any) -> nn.Module:
@@ -28,8 +30,4 @@ def build_lm(family: str, vocab_size: int, **options: Any) -> nn.Module:
 
 def detach_state(state: Any) -> Any:
     """Cut the graph behind a carried state (truncated BPTT), keeping its structure."""
-    if state is None:
-        return None
-    if isinstance(state, (tuple, list)):
-        return type(state)(detach_state(s) for s in state)
-    return state.detach()
+    return tree_map(torch.Tensor.detach, state)

@@ -38,15 +38,19 @@ class NGramLM(nn.Module):
         check_smoothing(delta, discount)
         self.vocab_size, self.order, self.delta = vocab_size, order, delta
         self.discount, self.smoothing = discount, smoothing
-        # tables[k] for context length k = 0 .. order-1: context tuple -> row id, and per row the
-        # sparse counts of the next token, their total and the number of distinct next tokens.
-        self.tables: list[dict[tuple, int]] = []
-        self.counts: list[torch.Tensor] = []
         self._reset()
 
     def _reset(self) -> None:
-        self.tables = [{} for _ in range(self.order)]
+        # tables[k] for context length k = 0 .. order-1: context tuple -> row id; counts[k] per row
+        # the sparse counts of the next token.
+        self.tables: list[dict[tuple, int]] = [{} for _ in range(self.order)]
         self.counts = [torch.zeros(0, self.vocab_size).to_sparse() for _ in range(self.order)]
+
+    def _set(self, k: int, contexts: list, index: torch.Tensor, values: torch.Tensor) -> None:
+        """The counts of context length k: ``values`` at [row, next token] ``index`` [2, N]."""
+        self.tables[k] = {tuple(c): i for i, c in enumerate(contexts)}
+        self.counts[k] = torch.sparse_coo_tensor(index, values, (len(contexts), self.vocab_size),
+                                                 check_invariants=True).coalesce()
 
     # ---------------------------------------------------------------- fitting
     @torch.no_grad()
@@ -69,12 +73,8 @@ class NGramLM(nn.Module):
                 _, rows = torch.unique(key, return_inverse=True)
             n_contexts = int(rows.max()) + 1
             first = torch.full((n_contexts,), len(grams)).scatter_reduce(0, rows, positions, "amin")
-            contexts = grams[first, n - k:n].tolist()
-            self.tables[k] = {tuple(c): i for i, c in enumerate(contexts)}
-            index = torch.stack([rows, grams[:, n]])
-            self.counts[k] = torch.sparse_coo_tensor(
-                index, torch.ones(index.shape[1]), (n_contexts, self.vocab_size),
-                check_invariants=True).coalesce()
+            self._set(k, grams[first, n - k:n].tolist(), torch.stack([rows, grams[:, n]]),
+                      torch.ones(len(grams)))
         return self
 
     @property
@@ -109,9 +109,7 @@ class NGramLM(nn.Module):
     def interpolated(self, contexts: list[tuple]) -> torch.Tensor:
         """``interp``: absolute discounting interpolated down to the add-delta unigram."""
         V, d = self.vocab_size, self.delta
-        n = self.order - 1
-        probs = None
-        for k in range(n + 1):
+        for k in range(self.order):
             counts, seen = self._rows(k, [c[len(c) - k:] for c in contexts])
             total = counts.sum(1, keepdim=True)
             if k == 0:
@@ -149,9 +147,5 @@ class NGramLM(nn.Module):
     def set_extra_state(self, state: dict) -> None:
         self._reset()
         for k in range(self.order):
-            contexts = state[f"contexts_{k}"].tolist()
-            self.tables[k] = {tuple(c): i for i, c in enumerate(contexts)}
-            self.counts[k] = torch.sparse_coo_tensor(
-                state[f"index_{k}"], state[f"values_{k}"],
-                (len(contexts), self.vocab_size), check_invariants=True).coalesce()
+            self._set(k, state[f"contexts_{k}"].tolist(), state[f"index_{k}"], state[f"values_{k}"])
 

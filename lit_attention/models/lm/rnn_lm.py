@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lit_attention.models.rnn import make_rnn
+from lit_attention.models.rnn import from_rnn, make_rnn, to_rnn
 
 
 class RNNLM(nn.Module):
@@ -34,17 +34,3 @@ class RNNLM(nn.Module):
         h, state = self.rnn(x, to_rnn(state))
         return self.out(self.project(self.drop(h))), from_rnn(state)
 
-
-def to_rnn(state):
-    """Batch-first state -> the [layers, B, H] layout nn.RNN expects."""
-    if state is None:
-        return None
-    if isinstance(state, (tuple, list)):
-        return tuple(s.transpose(0, 1).contiguous() for s in state)
-    return state.transpose(0, 1).contiguous()
-
-
-def from_rnn(state):
-    if isinstance(state, tuple):
-        return tuple(s.transpose(0, 1) for s in state)
-    return state.transpose(0, 1)

@@ -19,7 +19,7 @@ class TransformerLM(nn.Module):
                  dropout: float, norm: str, positional: str, scoring: str, tie_embeddings: bool,
                  max_len: int, rel_buckets: int, rel_max_distance: int, shaw_clip: int):
         super().__init__()
-        self.vocab_size, self.max_len = vocab_size, max_len
+        self.vocab_size = vocab_size
         self.embed = Embeddings(vocab_size, d_model, positional, max_len, dropout)
         self.stack = Stack(layers, d_model, heads, ffn, dropout, norm, scoring, positional,
                            causal=True, cross=False,
@@ -32,8 +32,6 @@ class TransformerLM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, state=None, need_weights: bool = False):
         """Logits [B, T, V]; the state is always None (accepted for the common protocol)."""
-        if tokens.shape[1] > self.max_len and self.embed.position is not None:
-            raise ValueError(f"sequence of {tokens.shape[1]} tokens exceeds max_len={self.max_len}")
         states, weights, _ = self.stack(self.embed(tokens), need_weights=need_weights)
         logits = self.out(states)
         return (logits, None, weights) if need_weights else (logits, None)
