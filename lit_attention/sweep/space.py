@@ -7,7 +7,6 @@ parameter is simply absent from the trial (the base config's value applies).
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections import defaultdict
@@ -153,8 +152,3 @@ def config_key(params: dict) -> str:
 def cell_key(params: dict, seed: int) -> str:
     """A canonical string for one configuration x seed cell."""
     return f"{config_key(params)}|seed={seed}"
-
-
-def cells(space: list[Param], seeds: list[int]) -> list[dict]:
-    """Every configuration x seed, seeds varying fastest: [{param: value, ..., "seed": s}, ...]."""
-    return [{**cell, "seed": s} for cell, s in itertools.product(grid(space), seeds)]

@@ -73,7 +73,7 @@ def test_conditions_enumerate_only_active_parameters(tmp_path):
     assert {"model.family": "rnn", "model.attention": "none"} in configs
     assert all("model.heads" not in c for c in configs if c["model.family"] == "rnn")
     assert all("model.scoring" not in c for c in configs if c.get("model.attention") == "none")
-    assert len(space.cells(sweep.space, sweep.seeds)) == 10
+    assert len(driver.planned_cells(sweep)) == 10   # x 2 seeds
 
 
 def test_suggest_follows_conditions_and_enqueued_values():
@@ -313,7 +313,7 @@ def test_a_huge_grid_is_refused_without_enumerating_it(tmp_path, capsys):
 
 def test_the_cell_limit_is_a_flag(tmp_path, capsys):
     path = write(tmp_path, GOOD)                     # 5 configurations x 2 seeds
-    assert len(space.cells(load_sweep(path).space, [0, 1])) == 10
+    assert len(driver.planned_cells(load_sweep(path))) == 10
     assert cli.main([str(path), "--max-cells", "9"]) == 2
     err = capsys.readouterr().err
     assert "more than 9 cells" in err and "--max-cells" in err
