@@ -68,11 +68,9 @@ def _bleu_row(hyp: tuple[list[Counter], int], ref: tuple[list[Counter], int]) ->
 
 
 def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
-    row = []
-    for hyp, ref in zip(hyp_ngrams, ref_ngrams):
-        # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
-        row += [hyp.total() if ref else 0, ref.total(), _matches(hyp, ref)]
-    return row
+    # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
+    return [count for hyp, ref in zip(hyp_ngrams, ref_ngrams)
+            for count in (hyp.total() if ref else 0, ref.total(), _matches(hyp, ref))]
 
 
 ROWS = {"bleu": _bleu_row, "chrf": _chrf_row}
