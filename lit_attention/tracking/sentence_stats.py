@@ -289,13 +289,12 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
     how many it computed."""
     todo = [job for job in jobs if not probably_cached(*job)]
     workers = workers or allowed_cores()
-    if len(todo) < min_jobs or workers < 2:
-        return len(todo)     # computed on demand by load_or_compute
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-    # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
-    with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
-          ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
-        list(pool.map(_fill, todo, chunksize=4))
+    if len(todo) >= min_jobs and workers >= 2:   # else computed on demand by load_or_compute
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+        # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
+        with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
+              ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
+            list(pool.map(_fill, todo, chunksize=4))
     return len(todo)
