@@ -180,8 +180,7 @@ def _read(run_dir: Path) -> tuple[tuple, dict]:
     row["nonfinite"] = ";".join(k for k, v in summary.items()
                                 if (isinstance(v, float) and not math.isfinite(v)) or schema.invalid_number(k, v))
     row.update(config)
-    long = next((k for k in row if len(k) > MAX_NAME), None)
-    if long is not None:
+    if (long := next((k for k in row if len(k) > MAX_NAME), None)) is not None:
         raise AnalysisError(f"{run_dir}: holds a field name of {len(long):,} characters ({quoted(long)})")
     return identity(summary, run_dir), {k: cut(v) if isinstance(v, str) else v for k, v in row.items()}
 

@@ -167,6 +167,5 @@ def online_stores(runs: list, into: Path, metric: str = "val_bleu") -> tuple[lis
         print(f"note: {len(rows)} of {len(runs)} W&B runs carry no run-store artifact (logged before it "
               "existed): their summaries and curves only, without tests or hypothesis-based figures",
               file=sys.stderr)
-    if not curves:
-        return stores, rows, pd.DataFrame()
-    return stores, rows, pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
+    return stores, rows, (pd.concat(curves).groupby(["run_id", "run_dir", "step"], as_index=False).first()
+                          if curves else pd.DataFrame())

@@ -30,9 +30,8 @@ def _stat(pid: int) -> tuple[str, int] | None:
 
 def process_identity() -> dict:
     """pid, host and pid start time of this process (recorded in summary.json by a running fit)."""
-    pid = os.getpid()
-    stat = _stat(pid)
-    return {"pid": pid, "host": socket.gethostname(), "pid_started": stat and stat[1]}
+    stat = _stat(os.getpid())
+    return {"pid": os.getpid(), "host": socket.gethostname(), "pid_started": stat and stat[1]}
 
 
 def _alive(pid: int, started: int | None) -> bool:

@@ -161,8 +161,7 @@ class Status(enum.StrEnum):
     def reason_field(self) -> str | None:
         """The summary field that says why a run has this status (None for a running run): what
         ended training for the statuses a STOP file may ask for, else the error."""
-        ended = self is not Status.RUNNING
-        return ("stopped_by" if self in STOP_STATUSES else "error") if ended else None
+        return None if self is Status.RUNNING else "stopped_by" if self in STOP_STATUSES else "error"
 
     @classmethod
     def parse(cls, text: Any, where: str = "status") -> Status:

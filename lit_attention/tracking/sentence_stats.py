@@ -68,11 +68,9 @@ def _bleu_row(hyp: tuple[list[Counter], int], ref: tuple[list[Counter], int]) ->
 
 
 def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
-    row = []
-    for hyp, ref in zip(hyp_ngrams, ref_ngrams):
-        # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
-        row += [hyp.total() if ref else 0, ref.total(), _matches(hyp, ref)]
-    return row
+    # sacreBLEU counts no hypothesis n-grams of an order the reference does not have
+    return [count for hyp, ref in zip(hyp_ngrams, ref_ngrams)
+            for count in (hyp.total() if ref else 0, ref.total(), _matches(hyp, ref))]
 
 
 ROWS = {"bleu": _bleu_row, "chrf": _chrf_row}
@@ -291,13 +289,12 @@ def fill_caches(jobs: list[tuple[str, str, str, tuple]], workers: int | None = N
     how many it computed."""
     todo = [job for job in jobs if not probably_cached(*job)]
     workers = workers or allowed_cores()
-    if len(todo) < min_jobs or workers < 2:
-        return len(todo)     # computed on demand by load_or_compute
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
-    # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
-    with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
-          ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
-        list(pool.map(_fill, todo, chunksize=4))
+    if len(todo) >= min_jobs and workers >= 2:   # else computed on demand by load_or_compute
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+        # no worker processes here (e.g. a caller without a __main__ guard): computed on demand
+        with (contextlib.suppress(BrokenProcessPool, OSError, RuntimeError),
+              ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool):
+            list(pool.map(_fill, todo, chunksize=4))
     return len(todo)
