@@ -90,9 +90,8 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     for cell in sp.probe_cells(sweep.space) or [{}]:
         base = sweep.base_for(cell)
         base = yaml.safe_dump(base) if isinstance(base, dict) else base
-        cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
-                               params=cell, fixed=sweep.fixed, tracking=sweep.tracking,
-                               name="check", devices=devices, accelerator=accelerator, nodes=nodes)
+        cmd = trial_command(sweep, root, cell, sweep.seeds[0], "check", "check", base=base,
+                            devices=devices, accelerator=accelerator, nodes=nodes)
         try:
             check_training_args(["fit", *cmd[cmd.index("--config"):]])
         except ConfigError as e:
@@ -315,6 +314,14 @@ def base_file(sweep: Sweep, root: Path, params: dict) -> Path:
     return root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
 
 
+def trial_command(sweep: Sweep, root: Path, params: dict, seed: int, run_id: str, name: str,
+                  base: Path | str | None = None, **launch) -> list[str]:
+    """The `lit-attention fit` command of one trial (`base`: the config, else `base_file`'s)."""
+    return tr.build_command(base=base or base_file(sweep, root, params), root=root,
+                            study=sweep.study_name, run_id=run_id, seed=seed, params=params,
+                            fixed=sweep.fixed, tracking=sweep.tracking, name=name, **launch)
+
+
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
@@ -398,10 +405,8 @@ class Objective:
             trial.set_user_attr(key, value)
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        cmd = tr.build_command(base=base_file(sweep, self.root, params), root=self.root,
-                               study=sweep.study_name, run_id=run_id, seed=seed, params=params,
-                               fixed=sweep.fixed, tracking=sweep.tracking, name=name,
-                               resume=earlier is not None, **self.launch)
+        cmd = trial_command(sweep, self.root, params, seed, run_id, name,
+                            resume=earlier is not None, **self.launch)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
                    if earlier is not None else "")
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
@@ -525,15 +530,10 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerat
     """
     probe = {**(sp.probe_cells(sweep.space) or [{}])[0], "seed": sweep.seeds[0]}
     cells = (planned_cells(sweep) if sweep.enumerated else []) + [probe] * n
-    commands = []
-    for i, cell in enumerate(cells[:n]):
-        params, seed = {k: v for k, v in cell.items() if k != "seed"}, cell["seed"]
-        commands.append(tr.build_command(
-            base=base_file(sweep, root, params), root=root, study=sweep.study_name,
-            run_id=trial_run_id(i, seed), seed=seed, params=params, fixed=sweep.fixed,
-            tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}", devices=devices,
-            accelerator=accelerator, nodes=nodes))
-    return commands
+    return [trial_command(sweep, root, {k: v for k, v in cell.items() if k != "seed"},
+                          cell["seed"], trial_run_id(i, cell["seed"]),
+                          f"{sweep.study_name}-t{i}-s{cell['seed']}", devices=devices,
+                          accelerator=accelerator, nodes=nodes) for i, cell in enumerate(cells[:n])]
 
 
 def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devices: int, tracking: str | None,
