@@ -76,8 +76,7 @@ class StudyMismatch(SweepError):
     pass
 
 
-def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | None = None,
-                 nodes: int = 1) -> None:
+def check_trials(sweep: Sweep, root: Path, **launch) -> None:
     """Parse the training arguments of a few trials with the training CLI's own parser, before
     any trial starts: together they use every value of every space parameter (ranges: their
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
@@ -90,8 +89,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     for cell in sp.probe_cells(sweep.space) or [{}]:
         base = sweep.base_for(cell)
         base = yaml.safe_dump(base) if isinstance(base, dict) else base
-        cmd = trial_command(sweep, root, cell, sweep.seeds[0], "check", "check", base=base,
-                            devices=devices, accelerator=accelerator, nodes=nodes)
+        cmd = trial_command(sweep, root, cell, sweep.seeds[0], "check", "check", base, **launch)
         try:
             check_training_args(["fit", *cmd[cmd.index("--config"):]])
         except ConfigError as e:
@@ -325,10 +323,9 @@ def trial_command(sweep: Sweep, root: Path, params: dict, seed: int, run_id: str
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
-    def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
-                 nodes: int = 1, sharing: int | None = None):
+    def __init__(self, sweep: Sweep, url: str, root: Path, sharing: int | None = None, **launch):
         self.sweep, self.url, self.root = sweep, url, root
-        self.launch = {"devices": devices, "accelerator": accelerator, "nodes": nodes}
+        self.launch = launch   # devices, accelerator, nodes of each trial (build_command's)
         self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
         self.fence: Fence | None = None  # the current trial's
         self.skips = 0   # trials skipped in a row (the sampler proposes taken configurations)
@@ -416,7 +413,7 @@ class Objective:
             out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence, self.sharing)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
-            out = tr.Outcome(Status.FAILED, None, Summary(), why, reported=0)
+            out = tr.Outcome(Status.FAILED, Summary(), why)
         except KeyboardInterrupt as stop:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("error", f"interrupted ({interrupts.cause(stop)}); continue with --resume")
@@ -437,7 +434,7 @@ class Objective:
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
         if out.status is Status.PRUNED:
-            raise optuna.TrialPruned(f"pruned after {out.reported} validations")
+            raise optuna.TrialPruned()
         if out.objective_absent:   # every trial of the study would train in vain: start no other
             trial.study.set_user_attr(HALT, f"trial {trial.number}: {out.error}")
         if out.status is not Status.FINISHED:
@@ -475,8 +472,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
     return lines
 
 
-def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
-               nodes: int = 1, sharing: int | None = None) -> int:
+def run_worker(sweep: Sweep, url: str, root: Path, sharing: int | None = None, **launch) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code.
 
     Ctrl-C and SIGTERM stop it where it waits (between storage calls, see interrupts.py): the
@@ -488,7 +484,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
                               **study_options(sweep))
-    objective = Objective(sweep, url, root, devices, accelerator, nodes, sharing)
+    objective = Objective(sweep, url, root, sharing, **launch)
     try:
         with interrupts.deferred():
             return _pull_trials(study, sweep, url, objective)
@@ -521,8 +517,7 @@ def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objecti
                 raise
 
 
-def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerator: str | None = None,
-                   nodes: int = 1) -> list[list[str]]:
+def first_commands(sweep: Sweep, root: Path, n: int, **launch) -> list[list[str]]:
     """The command of each of the first n trials, as a worker would start them (for --dry-run).
 
     Grid and brute force: the first n cells in queue order (which worker pops which is a race);
@@ -532,8 +527,8 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerat
     cells = (planned_cells(sweep) if sweep.enumerated else []) + [probe] * n
     return [trial_command(sweep, root, {k: v for k, v in cell.items() if k != "seed"},
                           cell["seed"], trial_run_id(i, cell["seed"]),
-                          f"{sweep.study_name}-t{i}-s{cell['seed']}", devices=devices,
-                          accelerator=accelerator, nodes=nodes) for i, cell in enumerate(cells[:n])]
+                          f"{sweep.study_name}-t{i}-s{cell['seed']}", **launch)
+            for i, cell in enumerate(cells[:n])]
 
 
 def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devices: int, tracking: str | None,

@@ -52,10 +52,9 @@ class TrialFailed(Exception):
 @dataclass
 class Outcome:
     status: Status  # FINISHED | PRUNED | FAILED | INTERRUPTED
-    value: float | None
     summary: Summary
-    error: str | None
-    reported: int  # validation rows reported to the trial
+    error: str | None = None
+    value: float | None = None
     objective_absent: bool = False  # finished without ever logging the objective (no trial will)
 
 
@@ -273,11 +272,11 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
 
     if not done:   # lost: the child was killed above
         summary = record_end(run_dir, Status.FAILED, why_lost)
-        return Outcome(Status.FAILED, None, summary, why_lost, reported)
+        return Outcome(Status.FAILED, summary, why_lost)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
-        return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
+        return Outcome(Status.FAILED, Summary(), str(exc))
     status = summary.status
     if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
         why = summary.error or f"{exit_reason(proc.returncode)}: {' | '.join(last_lines)}"
@@ -285,17 +284,17 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
             status = Status.KILLED if proc.returncode < 0 else Status.FAILED
             summary = record_end(run_dir, status, error, summary)
-        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
-                       summary, error, reported)
+        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED,
+                       summary, error)
     if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
-        return Outcome(Status.PRUNED, None, summary, None, reported)
+        return Outcome(Status.PRUNED, summary)
     value = summary.get(metric)
     if value is None and values:   # read after the child ended: its last validation
         value = values[-1][1]
     if value is None:
         logged = logged_metrics(summary, run_dir / schema.METRICS)
-        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "
-                       f"logged ({', '.join(logged) or 'nothing'})", reported, objective_absent=True)
+        return Outcome(Status.FAILED, summary, f"objective {metric} is not among the metrics "
+                       f"this run logged ({', '.join(logged) or 'nothing'})", objective_absent=True)
     if not math.isfinite(float(value)):
-        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not finite ({value})", reported)
-    return Outcome(Status.FINISHED, float(value), summary, None, reported)
+        return Outcome(Status.FAILED, summary, f"objective {metric} is not finite ({value})")
+    return Outcome(Status.FINISHED, summary, value=float(value))
