@@ -135,10 +135,8 @@ class WorkerPlacement:
 
     def env(self) -> dict[str, str]:
         """The variables this worker (and so each of its trials) runs with."""
-        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
-        return env
+        gpus = {} if self.gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus)}
+        return {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads), **gpus}
 
     def describe(self) -> str:
         gpus = ("CUDA_VISIBLE_DEVICES=" + ",".join(self.gpus) if self.gpus is not None

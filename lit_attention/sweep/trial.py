@@ -122,12 +122,11 @@ def resumable(run_dir: Path) -> Summary | None:
     without a complete last.ckpt): that cell starts afresh."""
     if checkpoint_problem(run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT):   # it would fail again
         return None
-    try:
+    with contextlib.suppress(SummaryError):
         summary = schema.read_summary(run_dir)
-    except SummaryError:
-        return None
-    status, _ = run_state(summary)
-    return summary if status in (Status.KILLED, Status.INTERRUPTED) else None
+        if run_state(summary)[0] in (Status.KILLED, Status.INTERRUPTED):
+            return summary
+    return None
 
 
 def validation_values(metrics_csv: Path, metric: str) -> list[tuple[int, float]]:
