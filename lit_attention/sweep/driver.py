@@ -18,6 +18,7 @@ need running again.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -106,11 +107,6 @@ def check_trials(sweep: Sweep, root: Path, **launch) -> None:
                                               f"{short_params(cell) or 'base + fixed'})", line) from None
 
 
-def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
-    return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
-                        stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
-
-
 def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
                     trial: optuna.trial.FrozenTrial) -> None:
     """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
@@ -139,27 +135,27 @@ def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
 def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
     """Record the end of the run a trial that lost its worker left (see `retry_uncovered`)."""
     run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
-    try:
-        summary = schema.read_summary(run_dir)
-    except schema.SummaryError:   # never written, or not on this machine
-        return
     why = (f"abandoned: trial {trial.number} lost its worker before it recorded this run's outcome; "
            f"its cell was queued again")
-    status, _ = run_state(summary)
-    if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
-        tr.record_end(run_dir, Status.KILLED, why, summary)
-    elif status in (Status.FINISHED, Status.RUNNING):
-        tr.record_end(run_dir, Status.FAILED, why, summary)
+    with contextlib.suppress(schema.SummaryError):   # never written, or not on this machine
+        summary = schema.read_summary(run_dir)
+        status, _ = run_state(summary)
+        killed = status is Status.KILLED and summary.status is Status.RUNNING   # its process is gone
+        if killed or status in (Status.FINISHED, Status.RUNNING):
+            tr.record_end(run_dir, Status.KILLED if killed else Status.FAILED, why, summary)
 
 
-def study_options(sweep: Sweep) -> dict:
-    """The sampler and pruner a driver or worker opens the study with."""
+def study_options(sweep: Sweep, url: str) -> dict:
+    """The study, storage, sampler and pruner a driver or worker opens the study with."""
     # grid/bruteforce trials are all enqueued; random fills the rest (tpe's options: seed,
     # n_startup_trials). Pruner `none`: NopPruner (`None` would mean MedianPruner in Optuna).
     sampler = {"tpe": optuna.samplers.TPESampler}.get(sweep.sampler, optuna.samplers.RandomSampler)
     pruner = {"median": optuna.pruners.MedianPruner,
               "hyperband": optuna.pruners.HyperbandPruner}.get(sweep.pruner, optuna.pruners.NopPruner)
-    return dict(sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
+    storage = make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
+                           stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
+    return dict(study_name=sweep.study_name, storage=storage,
+                sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
 
 
 def planned_cells(sweep: Sweep) -> list[dict]:
@@ -206,9 +202,8 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     cells without a finished or pending trial (failed, interrupted, missing) are enqueued again.
     """
     with study_lock(url):
-        study = optuna.create_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                                    direction=sweep.direction, load_if_exists=True,
-                                    **study_options(sweep))
+        study = optuna.create_study(direction=sweep.direction, load_if_exists=True,
+                                    **study_options(sweep, url))
         attrs = study.user_attrs
         if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
             raise StudyMismatch(sweep.path, "study_name",
@@ -482,8 +477,7 @@ def run_worker(sweep: Sweep, url: str, root: Path, sharing: int | None = None, *
     # trial adds a traceback even to a routine skip.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                              **study_options(sweep))
+    study = optuna.load_study(**study_options(sweep, url))
     objective = Objective(sweep, url, root, sharing, **launch)
     try:
         with interrupts.deferred():
