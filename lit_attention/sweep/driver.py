@@ -113,7 +113,7 @@ def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
 
     Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
     is recorded `killed` with the reason, so that the cell's next attempt continues it from its
-    last checkpoint (`Objective._resumable_attempt`). A run that still reads finished (it finished
+    last checkpoint (`Objective._run`). A run that still reads finished (it finished
     just before its driver was killed) or running (its process alive: a stalled worker, or on
     another host) is recorded as failed, so that it never counts beside the re-run. The cell is
     re-queued (Optuna's retry, at most `max_retry` times) under the study lock and only if no other
@@ -140,7 +140,8 @@ def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
     with contextlib.suppress(schema.SummaryError):   # never written, or not on this machine
         summary = schema.read_summary(run_dir)
         status, _ = run_state(summary)
-        killed = status is Status.KILLED and summary.status is Status.RUNNING   # its process is gone
+        # its process is gone
+        killed = status is Status.KILLED and summary.status is Status.RUNNING
         if killed or status in (Status.FINISHED, Status.RUNNING):
             tr.record_end(run_dir, Status.KILLED if killed else Status.FAILED, why, summary)
 
@@ -185,11 +186,9 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> None:
     wanted = planned_cells(sweep) if sweep.enumerated else [
         {**params_of(t), "seed": seed_of(t)} for t in counted_trials(study)
         if seed_of(t) is not None]
-    for cell in wanted:
-        key = sp.cell_key(cell, cell["seed"])
+    for key, cell in {sp.cell_key(c, c["seed"]): c for c in wanted}.items():   # each cell once
         if key not in covered:
             enqueue_cell(study, cell)
-            covered.add(key)
 
 
 def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
@@ -329,14 +328,6 @@ class Objective:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(sweep.base, sort_keys=False))
 
-    def _resumable_attempt(self, attempts: list) -> optuna.trial.FrozenTrial | None:
-        """The latest earlier attempt of the cell (`attempts`, in their order), if the run it left
-        can be continued (trial.resumable)."""
-        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
-        last = failed[-1] if failed else None
-        run_dir = last and self.root / self.sweep.study_name / last.user_attrs["run_id"]
-        return last if run_dir and tr.resumable(run_dir) else None
-
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         self.skips += 1
         trial.set_user_attr(SKIPPED, why)
@@ -387,11 +378,15 @@ class Objective:
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
-        earlier = self._resumable_attempt(attempts)
+        # The cell's latest failed attempt, if the run it left can be continued (trial.resumable)
+        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
+        runs = self.root / sweep.study_name
+        last = failed[-1] if failed else None
+        earlier = last if last and tr.resumable(runs / last.user_attrs["run_id"]) else None
         if earlier is not None:   # continue the run it left, from its last checkpoint
             run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
             trial.set_user_attr("resumed_from", earlier.number)
-        run_dir = self.root / sweep.study_name / run_id
+        run_dir = runs / run_id
         for key, value in (("run_name", name), ("cell", cell), ("run_id", run_id),
                            ("run_dir", str(run_dir))):
             trial.set_user_attr(key, value)
