@@ -129,26 +129,28 @@ def resumable(run_dir: Path) -> Summary | None:
     return None
 
 
+def _read_metrics(metrics_csv: Path) -> tuple[list[str], list[dict]]:
+    """The columns and rows of a run's metrics.csv so far (none before its first row)."""
+    try:
+        with open(metrics_csv, newline="") as f:
+            reader = csv.DictReader(f)
+            return list(reader.fieldnames or []), list(reader)
+    except FileNotFoundError:
+        return [], []
+
+
 def validation_values(metrics_csv: Path, metric: str) -> list[tuple[int, float]]:
     """(global step, value) of the objective metric in every validation row so far, in order: the
     step is what pruning compares across trials (a validation count differs with the interval)."""
-    try:
-        with open(metrics_csv, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except FileNotFoundError:
-        return []
-    return [(int(r["step"]), float(r[metric])) for r in rows if r.get(metric) not in (None, "")]
+    return [(int(r["step"]), float(r[metric])) for r in _read_metrics(metrics_csv)[1]
+            if r.get(metric) not in (None, "")]
 
 
 def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     """The metrics of a split (val_bleu, train_loss, ...) a finished run recorded, in its summary
     or as columns of its metrics.csv, sorted."""
-    try:
-        with open(metrics_csv, newline="") as f:
-            columns = next(csv.reader(f), [])
-    except FileNotFoundError:
-        columns = []
     numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    columns = _read_metrics(metrics_csv)[0]
     return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
 
 
