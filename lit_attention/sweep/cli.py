@@ -162,10 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_sweep(args.file, args.max_cells).with_overrides(
             **{k: getattr(args, k) for k in OVERRIDES})
         root = sweep.root.resolve()
+        launch = dict(devices=args.devices_per_trial, accelerator=args.accelerator,
+                      nodes=args.nodes_per_trial)
         # before anything is written: no study, no run directory
         if not (args.worker or args.test_only):
             placements, placed = _placements(args, sweep)
-            driver.check_trials(sweep, root, args.devices_per_trial, args.accelerator, args.nodes_per_trial)
+            driver.check_trials(sweep, root, **launch)
     except (SweepError, PlacementError) as e:
         return _error(str(e))
     if args.test_only:   # the finished runs in the study's run store; no study database
@@ -174,14 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                           "run the sweep first")
         return _test_and_report(args, sweep, root / sweep.study_name, test=True)
     if args.worker:
-        return driver.run_worker(sweep, os.environ[STORAGE_ENV], root, args.devices_per_trial,
-                                 args.accelerator, args.nodes_per_trial, args.trials_per_gpu)
+        return driver.run_worker(sweep, os.environ[STORAGE_ENV], root, args.trials_per_gpu, **launch)
     if args.dry_run:
         print(placed)
         cells = driver.planned_cells(sweep) if sweep.enumerated else []
-        commands = driver.first_commands(sweep, root, max(sweep.workers, len(cells)),
-                                         args.devices_per_trial, args.accelerator,
-                                         args.nodes_per_trial)
+        commands = driver.first_commands(sweep, root, max(sweep.workers, len(cells)), **launch)
         for i, (placement, cmd) in enumerate(zip(placements, commands)):
             print(f"worker {i}: {placement.describe()} first trial: {shlex.join(cmd)}")
         print(progress.trial_list(sweep, cells, commands))

@@ -18,6 +18,7 @@ need running again.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -76,8 +77,7 @@ class StudyMismatch(SweepError):
     pass
 
 
-def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | None = None,
-                 nodes: int = 1) -> None:
+def check_trials(sweep: Sweep, root: Path, **launch) -> None:
     """Parse the training arguments of a few trials with the training CLI's own parser, before
     any trial starts: together they use every value of every space parameter (ranges: their
     bounds and second step), so an unknown key, a value of the wrong type or an invalid choice
@@ -90,9 +90,7 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
     for cell in sp.probe_cells(sweep.space) or [{}]:
         base = sweep.base_for(cell)
         base = yaml.safe_dump(base) if isinstance(base, dict) else base
-        cmd = tr.build_command(base=base, root=root, study=sweep.study_name, run_id="check", seed=sweep.seeds[0],
-                               params=cell, fixed=sweep.fixed, tracking=sweep.tracking,
-                               name="check", devices=devices, accelerator=accelerator, nodes=nodes)
+        cmd = trial_command(sweep, root, cell, sweep.seeds[0], "check", "check", base, **launch)
         try:
             check_training_args(["fit", *cmd[cmd.index("--config"):]])
         except ConfigError as e:
@@ -109,18 +107,13 @@ def check_trials(sweep: Sweep, root: Path, devices: int = 1, accelerator: str | 
                                               f"{short_params(cell) or 'base + fixed'})", line) from None
 
 
-def storage_for(sweep: Sweep, url: str) -> optuna.storages.RDBStorage:
-    return make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
-                        stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
-
-
 def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
                     trial: optuna.trial.FrozenTrial) -> None:
     """For a trial a heartbeat or liveness check failed: close its run and re-queue its cell.
 
     Its worker died (or stalled) before recording the run's outcome. A run whose process is gone
     is recorded `killed` with the reason, so that the cell's next attempt continues it from its
-    last checkpoint (`Objective._resumable_attempt`). A run that still reads finished (it finished
+    last checkpoint (`Objective._run`). A run that still reads finished (it finished
     just before its driver was killed) or running (its process alive: a stalled worker, or on
     another host) is recorded as failed, so that it never counts beside the re-run. The cell is
     re-queued (Optuna's retry, at most `max_retry` times) under the study lock and only if no other
@@ -142,27 +135,28 @@ def retry_uncovered(url: str, max_retry: int, study: optuna.Study,
 def close_abandoned_run(trial: optuna.trial.FrozenTrial) -> None:
     """Record the end of the run a trial that lost its worker left (see `retry_uncovered`)."""
     run_dir = Path(trial.user_attrs.get("run_dir") or "/nonexistent")
-    try:
-        summary = schema.read_summary(run_dir)
-    except schema.SummaryError:   # never written, or not on this machine
-        return
     why = (f"abandoned: trial {trial.number} lost its worker before it recorded this run's outcome; "
            f"its cell was queued again")
-    status, _ = run_state(summary)
-    if status is Status.KILLED and summary.status is Status.RUNNING:   # its process is gone
-        tr.record_end(run_dir, Status.KILLED, why, summary)
-    elif status in (Status.FINISHED, Status.RUNNING):
-        tr.record_end(run_dir, Status.FAILED, why, summary)
+    with contextlib.suppress(schema.SummaryError):   # never written, or not on this machine
+        summary = schema.read_summary(run_dir)
+        status, _ = run_state(summary)
+        # its process is gone
+        killed = status is Status.KILLED and summary.status is Status.RUNNING
+        if killed or status in (Status.FINISHED, Status.RUNNING):
+            tr.record_end(run_dir, Status.KILLED if killed else Status.FAILED, why, summary)
 
 
-def study_options(sweep: Sweep) -> dict:
-    """The sampler and pruner a driver or worker opens the study with."""
+def study_options(sweep: Sweep, url: str) -> dict:
+    """The study, storage, sampler and pruner a driver or worker opens the study with."""
     # grid/bruteforce trials are all enqueued; random fills the rest (tpe's options: seed,
     # n_startup_trials). Pruner `none`: NopPruner (`None` would mean MedianPruner in Optuna).
     sampler = {"tpe": optuna.samplers.TPESampler}.get(sweep.sampler, optuna.samplers.RandomSampler)
     pruner = {"median": optuna.pruners.MedianPruner,
               "hyperband": optuna.pruners.HyperbandPruner}.get(sweep.pruner, optuna.pruners.NopPruner)
-    return dict(sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
+    storage = make_storage(url, sweep.heartbeat_interval, sweep.grace_period, sweep.max_retry,
+                           stale_callback=functools.partial(retry_uncovered, url, sweep.max_retry))
+    return dict(study_name=sweep.study_name, storage=storage,
+                sampler=sampler(**sweep.sampler_options), pruner=pruner(**sweep.pruner_options))
 
 
 def planned_cells(sweep: Sweep) -> list[dict]:
@@ -192,11 +186,9 @@ def _enqueue_missing(study: optuna.Study, sweep: Sweep) -> None:
     wanted = planned_cells(sweep) if sweep.enumerated else [
         {**params_of(t), "seed": seed_of(t)} for t in counted_trials(study)
         if seed_of(t) is not None]
-    for cell in wanted:
-        key = sp.cell_key(cell, cell["seed"])
+    for key, cell in {sp.cell_key(c, c["seed"]): c for c in wanted}.items():   # each cell once
         if key not in covered:
             enqueue_cell(study, cell)
-            covered.add(key)
 
 
 def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
@@ -209,9 +201,8 @@ def open_study(sweep: Sweep, url: str, resume: bool = False) -> optuna.Study:
     cells without a finished or pending trial (failed, interrupted, missing) are enqueued again.
     """
     with study_lock(url):
-        study = optuna.create_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                                    direction=sweep.direction, load_if_exists=True,
-                                    **study_options(sweep))
+        study = optuna.create_study(direction=sweep.direction, load_if_exists=True,
+                                    **study_options(sweep, url))
         attrs = study.user_attrs
         if attrs.get("spec_hash", sweep.spec_hash()) != sweep.spec_hash():
             raise StudyMismatch(sweep.path, "study_name",
@@ -315,13 +306,20 @@ def base_file(sweep: Sweep, root: Path, params: dict) -> Path:
     return root / sweep.study_name / "base.yaml" if isinstance(base, dict) else base
 
 
+def trial_command(sweep: Sweep, root: Path, params: dict, seed: int, run_id: str, name: str,
+                  base: Path | str | None = None, **launch) -> list[str]:
+    """The `lit-attention fit` command of one trial (`base`: the config, else `base_file`'s)."""
+    return tr.build_command(base=base or base_file(sweep, root, params), root=root,
+                            study=sweep.study_name, run_id=run_id, seed=seed, params=params,
+                            fixed=sweep.fixed, tracking=sweep.tracking, name=name, **launch)
+
+
 class Objective:
     """Runs one trial: picks its cell, launches `lit-attention fit`, reports, returns the objective."""
 
-    def __init__(self, sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
-                 nodes: int = 1, sharing: int | None = None):
+    def __init__(self, sweep: Sweep, url: str, root: Path, sharing: int | None = None, **launch):
         self.sweep, self.url, self.root = sweep, url, root
-        self.launch = {"devices": devices, "accelerator": accelerator, "nodes": nodes}
+        self.launch = launch   # devices, accelerator, nodes of each trial (build_command's)
         self.sharing = sharing   # trials at once on this worker's GPUs (None: not placed on a GPU)
         self.fence: Fence | None = None  # the current trial's
         self.skips = 0   # trials skipped in a row (the sampler proposes taken configurations)
@@ -329,14 +327,6 @@ class Objective:
             path = base_file(sweep, root, {})
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(yaml.safe_dump(sweep.base, sort_keys=False))
-
-    def _resumable_attempt(self, attempts: list) -> optuna.trial.FrozenTrial | None:
-        """The latest earlier attempt of the cell (`attempts`, in their order), if the run it left
-        can be continued (trial.resumable)."""
-        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
-        last = failed[-1] if failed else None
-        run_dir = last and self.root / self.sweep.study_name / last.user_attrs["run_id"]
-        return last if run_dir and tr.resumable(run_dir) else None
 
     def _skip(self, trial: optuna.Trial, why: str) -> None:
         self.skips += 1
@@ -388,20 +378,22 @@ class Objective:
 
         run_id = trial_run_id(trial.number, seed)
         name = f"{sweep.study_name}-t{trial.number}-s{seed}"
-        earlier = self._resumable_attempt(attempts)
+        # The cell's latest failed attempt, if the run it left can be continued (trial.resumable)
+        failed = [t for t in attempts if t.state == TrialState.FAIL and t.user_attrs.get("run_id")]
+        runs = self.root / sweep.study_name
+        last = failed[-1] if failed else None
+        earlier = last if last and tr.resumable(runs / last.user_attrs["run_id"]) else None
         if earlier is not None:   # continue the run it left, from its last checkpoint
             run_id, name = earlier.user_attrs["run_id"], earlier.user_attrs.get("run_name", name)
             trial.set_user_attr("resumed_from", earlier.number)
-        run_dir = self.root / sweep.study_name / run_id
+        run_dir = runs / run_id
         for key, value in (("run_name", name), ("cell", cell), ("run_id", run_id),
                            ("run_dir", str(run_dir))):
             trial.set_user_attr(key, value)
         if "failed_trial" in me.system_attrs:
             trial.set_user_attr("retry_of", me.system_attrs["failed_trial"])
-        cmd = tr.build_command(base=base_file(sweep, self.root, params), root=self.root,
-                               study=sweep.study_name, run_id=run_id, seed=seed, params=params,
-                               fixed=sweep.fixed, tracking=sweep.tracking, name=name,
-                               resume=earlier is not None, **self.launch)
+        cmd = trial_command(sweep, self.root, params, seed, run_id, name,
+                            resume=earlier is not None, **self.launch)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
                    if earlier is not None else "")
         print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
@@ -411,7 +403,7 @@ class Objective:
             out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence, self.sharing)
         except OSError as exc:   # the run directory cannot be written (read-only, full): a reason, not a crash
             why = f"cannot write {exc.filename or run_dir}: {exc.strerror or exc}"
-            out = tr.Outcome(Status.FAILED, None, Summary(), why, reported=0)
+            out = tr.Outcome(Status.FAILED, Summary(), why)
         except KeyboardInterrupt as stop:
             trial.set_user_attr("status", Status.INTERRUPTED.value)
             trial.set_user_attr("error", f"interrupted ({interrupts.cause(stop)}); continue with --resume")
@@ -432,7 +424,7 @@ class Objective:
               + (f": {sweep.objective}={out.value:.4g}" if out.value is not None else "")
               + (f" ({out.error})" if out.error else ""), flush=True)
         if out.status is Status.PRUNED:
-            raise optuna.TrialPruned(f"pruned after {out.reported} validations")
+            raise optuna.TrialPruned()
         if out.objective_absent:   # every trial of the study would train in vain: start no other
             trial.study.set_user_attr(HALT, f"trial {trial.number}: {out.error}")
         if out.status is not Status.FINISHED:
@@ -470,8 +462,7 @@ def unfinished_cells(sweep: Sweep, study: optuna.Study) -> list[str]:
     return lines
 
 
-def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator: str | None = None,
-               nodes: int = 1, sharing: int | None = None) -> int:
+def run_worker(sweep: Sweep, url: str, root: Path, sharing: int | None = None, **launch) -> int:
     """Pull trials from the (existing) study until every cell is finished. Returns an exit code.
 
     Ctrl-C and SIGTERM stop it where it waits (between storage calls, see interrupts.py): the
@@ -481,9 +472,8 @@ def run_worker(sweep: Sweep, url: str, root: Path, devices: int = 1, accelerator
     # trial adds a traceback even to a routine skip.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    study = optuna.load_study(study_name=sweep.study_name, storage=storage_for(sweep, url),
-                              **study_options(sweep))
-    objective = Objective(sweep, url, root, devices, accelerator, nodes, sharing)
+    study = optuna.load_study(**study_options(sweep, url))
+    objective = Objective(sweep, url, root, sharing, **launch)
     try:
         with interrupts.deferred():
             return _pull_trials(study, sweep, url, objective)
@@ -516,8 +506,7 @@ def _pull_trials(study: optuna.Study, sweep: Sweep, url: str, objective: Objecti
                 raise
 
 
-def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerator: str | None = None,
-                   nodes: int = 1) -> list[list[str]]:
+def first_commands(sweep: Sweep, root: Path, n: int, **launch) -> list[list[str]]:
     """The command of each of the first n trials, as a worker would start them (for --dry-run).
 
     Grid and brute force: the first n cells in queue order (which worker pops which is a race);
@@ -525,15 +514,10 @@ def first_commands(sweep: Sweep, root: Path, n: int, devices: int = 1, accelerat
     """
     probe = {**(sp.probe_cells(sweep.space) or [{}])[0], "seed": sweep.seeds[0]}
     cells = (planned_cells(sweep) if sweep.enumerated else []) + [probe] * n
-    commands = []
-    for i, cell in enumerate(cells[:n]):
-        params, seed = {k: v for k, v in cell.items() if k != "seed"}, cell["seed"]
-        commands.append(tr.build_command(
-            base=base_file(sweep, root, params), root=root, study=sweep.study_name,
-            run_id=trial_run_id(i, seed), seed=seed, params=params, fixed=sweep.fixed,
-            tracking=sweep.tracking, name=f"{sweep.study_name}-t{i}-s{seed}", devices=devices,
-            accelerator=accelerator, nodes=nodes))
-    return commands
+    return [trial_command(sweep, root, {k: v for k, v in cell.items() if k != "seed"},
+                          cell["seed"], trial_run_id(i, cell["seed"]),
+                          f"{sweep.study_name}-t{i}-s{cell['seed']}", **launch)
+            for i, cell in enumerate(cells[:n])]
 
 
 def spawn_workers(sweep_file: Path, url: str, placements: list, root: Path, devices: int, tracking: str | None,

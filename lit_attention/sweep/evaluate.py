@@ -10,6 +10,7 @@ are not tested (they are not completed cells) and are counted.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -85,16 +86,13 @@ def test_study(study_dir: Path, accelerator: str | None = None, tracking: str | 
             continue
         out = subprocess.run(command(run_dir, accelerator, tracking), capture_output=True, text=True,
                              check=False)
-        try:
-            tested = out.returncode == 0 and read_summary(run_dir).get("test_loss") is not None
-        except SummaryError:
-            tested = False
-        if tested:
-            done.tested.append(run_dir.name)
-            log(f"  tested {run_dir.name}")
-        else:
-            lines = (out.stderr or out.stdout).strip().splitlines()
-            why = lines[-1] if lines else f"exit {out.returncode}"
-            done.failed.append((run_dir.name, why))
-            log(f"  test of {run_dir.name} failed: {why}")
+        with contextlib.suppress(SummaryError):   # unreadable after its test: failed, and why
+            if out.returncode == 0 and read_summary(run_dir).get("test_loss") is not None:
+                done.tested.append(run_dir.name)
+                log(f"  tested {run_dir.name}")
+                continue
+        lines = (out.stderr or out.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"exit {out.returncode}"
+        done.failed.append((run_dir.name, why))
+        log(f"  test of {run_dir.name} failed: {why}")
     return done

@@ -11,6 +11,7 @@ MKL_NUM_THREADS, which `lit-attention fit` hands to torch.set_num_threads.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -92,13 +93,10 @@ def gpu_memory_gib() -> tuple[float | None, str]:
         return None, "GPU memory unknown: no nvidia-smi on PATH"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"GPU memory unknown: nvidia-smi failed ({exc})"
-    try:
-        mib = [float(line) for line in out.stdout.split()]
-    except ValueError:
-        mib = []
-    if out.returncode != 0 or not mib:
-        return None, f"GPU memory unknown: nvidia-smi said {(out.stdout + out.stderr).strip()[:100]!r}"
-    return min(mib) / 1024, "nvidia-smi"
+    with contextlib.suppress(ValueError):   # a line that is no number: what it said, below
+        if out.returncode == 0 and (mib := [float(line) for line in out.stdout.split()]):
+            return min(mib) / 1024, "nvidia-smi"
+    return None, f"GPU memory unknown: nvidia-smi said {(out.stdout + out.stderr).strip()[:100]!r}"
 
 
 def default_trials_per_gpu(gpus: int, memory_gib: float | None, cores: int, workers: int,
@@ -113,17 +111,15 @@ def default_trials_per_gpu(gpus: int, memory_gib: float | None, cores: int, work
     """
     sets = gpus // devices
     k = math.ceil(workers / sets)
-    limits = []
-    if memory_gib is not None:
-        limits.append((int(memory_gib // TRIAL_GPU_GIB),
-                       f"{memory_gib:.0f} GiB / ~{TRIAL_GPU_GIB:.0f} GiB a trial"))
     per_set = sets * devices
-    limits.append((cores // per_set, f"{cores} core(s) / {per_set} GPU(s)"))
+    limits = [(cores // per_set, f"{cores} core(s) / {per_set} GPU(s)")]
+    if memory_gib is not None:
+        limits.insert(0, (int(memory_gib // TRIAL_GPU_GIB),
+                          f"{memory_gib:.0f} GiB / ~{TRIAL_GPU_GIB:.0f} GiB a trial"))
     fit = min(n for n, _ in limits)
     why = ", ".join(f"{text} = {n}" for n, text in limits)
+    why += "; GPU memory unknown" if memory_gib is None else ""
     asked = f"{workers} worker(s) over {sets} GPU{' set' if devices > 1 else ''}(s)"
-    if memory_gib is None:
-        why += "; GPU memory unknown"
     if k > fit:
         return k, (f"default: {asked}; more than the {fit} that fit ({why}): lower --workers if "
                    f"trials run out of GPU memory or crowd the cores")
@@ -139,10 +135,8 @@ class WorkerPlacement:
 
     def env(self) -> dict[str, str]:
         """The variables this worker (and so each of its trials) runs with."""
-        env = {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads)}
-        if self.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(self.gpus)
-        return env
+        gpus = {} if self.gpus is None else {"CUDA_VISIBLE_DEVICES": ",".join(self.gpus)}
+        return {"OMP_NUM_THREADS": str(self.threads), "MKL_NUM_THREADS": str(self.threads), **gpus}
 
     def describe(self) -> str:
         gpus = ("CUDA_VISIBLE_DEVICES=" + ",".join(self.gpus) if self.gpus is not None

@@ -37,19 +37,13 @@ def trial_cell(trial) -> str | None:
     return cell_key(params_of(trial), seed)
 
 
-def requeued(trials) -> set[int]:
-    """Numbers of the failed trials whose cell a later trial took over (`--resume` re-queues an
-    interrupted or killed run, which continues from its checkpoint)."""
-    last = {trial_cell(t): t.number for t in trials}   # trials come in the order of their numbers
-    return {t.number for t in trials
-            if t.state == TrialState.FAIL and last[trial_cell(t)] > t.number}
-
-
 def counts(study: optuna.Study) -> dict:
-    """Trials by state; a failed trial whose cell was queued again is `requeued`, not `failed`."""
+    """Trials by state; a failed trial whose cell a later trial took over (`--resume` re-queues an
+    interrupted or killed run, which continues from its checkpoint) is `requeued`, not `failed`."""
     trials = counted_trials(study)
     by = {s: sum(t.state == s for t in trials) for s in TrialState}
-    taken_over = len(requeued(trials))
+    last = {trial_cell(t): t.number for t in trials}   # trials come in the order of their numbers
+    taken_over = sum(t.state == TrialState.FAIL and last[trial_cell(t)] > t.number for t in trials)
     return {"complete": by[TrialState.COMPLETE], "pruned": by[TrialState.PRUNED],
             "failed": by[TrialState.FAIL] - taken_over, "requeued": taken_over,
             "running": by[TrialState.RUNNING], "waiting": by[TrialState.WAITING]}

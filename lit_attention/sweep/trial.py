@@ -52,10 +52,9 @@ class TrialFailed(Exception):
 @dataclass
 class Outcome:
     status: Status  # FINISHED | PRUNED | FAILED | INTERRUPTED
-    value: float | None
     summary: Summary
-    error: str | None
-    reported: int  # validation rows reported to the trial
+    error: str | None = None
+    value: float | None = None
     objective_absent: bool = False  # finished without ever logging the objective (no trial will)
 
 
@@ -123,34 +122,35 @@ def resumable(run_dir: Path) -> Summary | None:
     without a complete last.ckpt): that cell starts afresh."""
     if checkpoint_problem(run_dir / schema.CHECKPOINTS / schema.LAST_CHECKPOINT):   # it would fail again
         return None
-    try:
+    with contextlib.suppress(SummaryError):
         summary = schema.read_summary(run_dir)
-    except SummaryError:
-        return None
-    status, _ = run_state(summary)
-    return summary if status in (Status.KILLED, Status.INTERRUPTED) else None
+        if run_state(summary)[0] in (Status.KILLED, Status.INTERRUPTED):
+            return summary
+    return None
+
+
+def _read_metrics(metrics_csv: Path) -> tuple[list[str], list[dict]]:
+    """The columns and rows of a run's metrics.csv so far (none before its first row)."""
+    try:
+        with open(metrics_csv, newline="") as f:
+            reader = csv.DictReader(f)
+            return list(reader.fieldnames or []), list(reader)
+    except FileNotFoundError:
+        return [], []
 
 
 def validation_values(metrics_csv: Path, metric: str) -> list[tuple[int, float]]:
     """(global step, value) of the objective metric in every validation row so far, in order: the
     step is what pruning compares across trials (a validation count differs with the interval)."""
-    try:
-        with open(metrics_csv, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except FileNotFoundError:
-        return []
-    return [(int(r["step"]), float(r[metric])) for r in rows if r.get(metric) not in (None, "")]
+    return [(int(r["step"]), float(r[metric])) for r in _read_metrics(metrics_csv)[1]
+            if r.get(metric) not in (None, "")]
 
 
 def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     """The metrics of a split (val_bleu, train_loss, ...) a finished run recorded, in its summary
     or as columns of its metrics.csv, sorted."""
-    try:
-        with open(metrics_csv, newline="") as f:
-            columns = next(csv.reader(f), [])
-    except FileNotFoundError:
-        columns = []
     numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    columns = _read_metrics(metrics_csv)[0]
     return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
 
 
@@ -273,11 +273,11 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
 
     if not done:   # lost: the child was killed above
         summary = record_end(run_dir, Status.FAILED, why_lost)
-        return Outcome(Status.FAILED, None, summary, why_lost, reported)
+        return Outcome(Status.FAILED, summary, why_lost)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
-        return Outcome(Status.FAILED, None, Summary(), str(exc), reported)
+        return Outcome(Status.FAILED, Summary(), str(exc))
     status = summary.status
     if proc.returncode != 0 or status in (Status.FAILED, Status.INTERRUPTED, Status.RUNNING, None):
         why = summary.error or f"{exit_reason(proc.returncode)}: {' | '.join(last_lines)}"
@@ -285,17 +285,17 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
         if status in (None, Status.RUNNING):   # it never recorded an end: say so in its run store too
             status = Status.KILLED if proc.returncode < 0 else Status.FAILED
             summary = record_end(run_dir, status, error, summary)
-        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED, None,
-                       summary, error, reported)
+        return Outcome(Status.INTERRUPTED if status is Status.INTERRUPTED else Status.FAILED,
+                       summary, error)
     if status is Status.PRUNED or (stop_sent and status is not Status.FINISHED):
-        return Outcome(Status.PRUNED, None, summary, None, reported)
+        return Outcome(Status.PRUNED, summary)
     value = summary.get(metric)
     if value is None and values:   # read after the child ended: its last validation
         value = values[-1][1]
     if value is None:
         logged = logged_metrics(summary, run_dir / schema.METRICS)
-        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not among the metrics this run "
-                       f"logged ({', '.join(logged) or 'nothing'})", reported, objective_absent=True)
+        return Outcome(Status.FAILED, summary, f"objective {metric} is not among the metrics "
+                       f"this run logged ({', '.join(logged) or 'nothing'})", objective_absent=True)
     if not math.isfinite(float(value)):
-        return Outcome(Status.FAILED, None, summary, f"objective {metric} is not finite ({value})", reported)
-    return Outcome(Status.FINISHED, float(value), summary, None, reported)
+        return Outcome(Status.FAILED, summary, f"objective {metric} is not finite ({value})")
+    return Outcome(Status.FINISHED, summary, value=float(value))
