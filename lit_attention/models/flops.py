@@ -238,10 +238,9 @@ class TrainingFlopCounter:
         self._seen = 0        # the part of them FlopCounterMode counted too (unrolled kernels)
         self._mark = 0
         self._handles = []
-        for rnn in module.modules():
-            if isinstance(rnn, nn.RNNBase):
-                self._handles.append(rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True))
-                self._handles.append(rnn.register_forward_hook(self._after_rnn, with_kwargs=True))
+        for rnn in (m for m in module.modules() if isinstance(m, nn.RNNBase)):
+            self._handles += [rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True),
+                              rnn.register_forward_hook(self._after_rnn, with_kwargs=True)]
 
     def start(self, key: Hashable) -> None:
         if self.counting:

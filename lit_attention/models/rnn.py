@@ -43,13 +43,10 @@ class Wiring(NamedTuple):
     readout: Callable[[int, int, int, int], nn.Module]  # (H, K, E, O) -> the readout layer
 
 
-def _readout_of_state(H: int, K: int, E: int, O: int) -> nn.Module:
-    # With tied embeddings O = E: a bias-free projection into embedding space when E != H.
-    return nn.Linear(H, O, bias=False) if O != H else nn.Identity()
-
-
-# The wirings of registry.ATTENTION (see the module docstring).
-NO_ATTENTION = Wiring(False, lambda K: 0, _readout_of_state)
+# The wirings of registry.ATTENTION (see the module docstring). Without attention, with tied
+# embeddings O = E: the readout is a bias-free projection into embedding space when E != H.
+NO_ATTENTION = Wiring(False, lambda K: 0,
+                      lambda H, K, E, O: nn.Linear(H, O, bias=False) if O != H else nn.Identity())
 BAHDANAU = Wiring(True, lambda K: K, lambda H, K, E, O: nn.Linear(H + K + E, O))
 LUONG = Wiring(False, lambda K: 0, lambda H, K, E, O: nn.Linear(K + H, O, bias=False))
 

@@ -129,8 +129,7 @@ class NGramLM(nn.Module):
         if state is None:
             state = torch.full((B, n), BOS, dtype=torch.long, device=tokens.device)
         joined = torch.cat([state, tokens], dim=1)
-        rows = joined.tolist()
-        contexts = [tuple(row[t + 1:t + 1 + n]) for row in rows for t in range(T)]
+        contexts = [tuple(row[t + 1:t + 1 + n]) for row in joined.tolist() for t in range(T)]
         logp = self.distributions(contexts).log().view(B, T, self.vocab_size)
         return logp.to(tokens.device), joined[:, T:]
 
