@@ -500,8 +500,7 @@ def imported(path: str):
 
 def implementation(rows: Mapping[str, Choice], name: str):
     """What ``rows[name]`` implements it with (``imported``); None for a row without one."""
-    path = rows[name].impl
-    return None if path is None else imported(path)
+    return None if rows[name].impl is None else imported(rows[name].impl)
 
 
 # -- Config keys whose value is a choice --------------------------------------------------------

@@ -84,8 +84,7 @@ class NGramLM(nn.Module):
     # ---------------------------------------------------------------- scoring
     def _rows(self, k: int, contexts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
         """Dense counts [P, V] for each context of length k, and a mask of the ones ever seen."""
-        table = self.tables[k]
-        ids = [table.get(c, -1) for c in contexts]
+        ids = [self.tables[k].get(c, -1) for c in contexts]
         seen = torch.tensor([i >= 0 for i in ids], dtype=torch.bool)
         # torch 2.13's sparse index_select on more than one thread fails under inference mode (as
         # Lightning evaluates: "Inplace update to inference tensor outside InferenceMode"); the
