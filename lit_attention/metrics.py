@@ -31,7 +31,6 @@ def perplexity(nll_sum: float, n_tokens: float) -> float:
 def bleu_chrf(hyps: list[str], refs: list[str]) -> dict:
     """Corpus BLEU and chrF with their sacreBLEU signatures."""
     bleu, chrf = BLEU(), CHRF()
-    b = bleu.corpus_score(hyps, [refs])
-    c = chrf.corpus_score(hyps, [refs])
-    return {"bleu": b.score, "chrf": c.score,
+    return {"bleu": bleu.corpus_score(hyps, [refs]).score,
+            "chrf": chrf.corpus_score(hyps, [refs]).score,
             "bleu_signature": str(bleu.get_signature()), "chrf_signature": str(chrf.get_signature())}

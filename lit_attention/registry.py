@@ -241,11 +241,10 @@ def transformer_variants() -> list[tuple[str, str]]:
 def check_rnn(cell: str, attention: str, scoring: str, context: str, input_feeding: bool,
               bidirectional: bool, enc_output: str) -> None:
     """Validate one recurrent encoder-decoder configuration: choices and how they combine."""
-    check("cell", cell, CELLS)
-    check("attention wiring", attention, ATTENTION)
-    check("scoring", scoring, SCORING)
-    check("context wiring", context, CONTEXT)
-    check("encoder output", enc_output, ENC_OUTPUT)
+    for what, value, rows in (("cell", cell, CELLS), ("attention wiring", attention, ATTENTION),
+                              ("scoring", scoring, SCORING), ("context wiring", context, CONTEXT),
+                              ("encoder output", enc_output, ENC_OUTPUT)):
+        check(what, value, rows)
     if not ATTENTION[attention].attends:
         if input_feeding:
             raise ValueError("model.input_feeding feeds the previous attentional readout to the decoder; "
@@ -501,8 +500,7 @@ def imported(path: str):
 
 def implementation(rows: Mapping[str, Choice], name: str):
     """What ``rows[name]`` implements it with (``imported``); None for a row without one."""
-    path = rows[name].impl
-    return None if path is None else imported(path)
+    return None if rows[name].impl is None else imported(rows[name].impl)
 
 
 # -- Config keys whose value is a choice --------------------------------------------------------

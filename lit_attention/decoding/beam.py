@@ -94,10 +94,14 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
 
         going = []
         for i, (b, live) in enumerate(zip(active, scores.tolist())):
+            # log-probs only fall: a live beam's best is its score over the largest lp it can reach
+            reach = max(gnmt_length_penalty(length + 1, length_penalty),
+                        gnmt_length_penalty(budget[b], length_penalty))
             if length >= budget[b]:            # out of budget: live beams end without EOS
                 finished[b] += [(s / lp, history[i * k + j].tolist())
                                 for j, s in enumerate(live) if s > -math.inf]
-            elif not sentence_done(finished[b], live, k, length, budget[b], length_penalty):
+            elif len(finished[b]) < k and not (finished[b]
+                                               and max(finished[b])[0] >= max(live) / reach):
                 going.append(i)
         if not going:
             break
@@ -117,15 +121,3 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
     if return_scores:
         return out, torch.tensor([s for s, _ in best], dtype=torch.float64)
     return out
-
-
-def sentence_done(finished: list, live: list[float], k: int, length: int, budget: int,
-           alpha: float) -> bool:
-    """Is the sentence done: k finished hypotheses, or none of the live beams can still win?"""
-    if len(finished) >= k:
-        return True
-    if not finished:
-        return False
-    # log-probs only fall, so a live beam's best is its score over the largest lp it can reach
-    best_lp = max(gnmt_length_penalty(length + 1, alpha), gnmt_length_penalty(budget, alpha))
-    return max(s for s, _ in finished) >= max(live) / best_lp

@@ -23,8 +23,7 @@ def next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None
     if top_k is not None and top_k < logits.size(-1):
         kth = logits.topk(top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    return torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(1)
 
 
 @torch.no_grad()

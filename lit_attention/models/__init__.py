@@ -35,9 +35,7 @@ def build(families: Mapping[str, registry.Family], family: str, what: str,
     """
     cls = model_class(families, family, what)
     own = constructor_options(cls)
-    for key in options:
-        if key in own:
-            continue
+    for key in (key for key in options if key not in own):
         owners = [f for f in families if key in constructor_options(model_class(families, f))]
         if owners:
             raise ConfigError(f"option {key} is not one of {what} {family!r}, only of {', '.join(owners)}")

@@ -98,15 +98,14 @@ class MultiHeadAttention(nn.Module):
         self.value = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, d_model)
         d = self.d_head
-        for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
-            setattr(self, name, nn.Parameter(torch.empty(heads, *(d,) * axes)))
         self.shaw = relative_keys(d) if relative_keys is not None else None
         # the fused kernel computes the scores, unless Shaw's keys need the explicit path
         self.fused = TRANSFORMER_SCORING[scoring].fused and self.shaw is None
         # Xavier-uniform: a d x d map has fan-in + fan-out 2d, a vector v (d -> 1 score) d + 1
-        for name, axes in self.head_scoring.parameters:
+        for name, axes in self.head_scoring.parameters:                   # [H, d, d] maps, [H, d] vectors
             bound = math.sqrt(6.0 / (d + (d if axes == 2 else 1)))
-            nn.init.uniform_(getattr(self, name), -bound, bound)
+            weight = torch.empty(heads, *(d,) * axes).uniform_(-bound, bound)
+            setattr(self, name, nn.Parameter(weight))
 
     def split(self, x: torch.Tensor) -> torch.Tensor:                     # [B, T, D] -> [B, H, T, d]
         return x.view(x.shape[0], x.shape[1], self.heads, self.d_head).transpose(1, 2)

@@ -109,10 +109,6 @@ def _matmul(a, b, **_):
     return _product(a.shape, b.shape) * (1 + _grads(a, b))
 
 
-def _addmm(input, a, b, **_):
-    return _matmul(a, b)
-
-
 def _einsum(equation, *operands):
     """A product of two operands: 2 x the product of the sizes of every index that is kept or
     shared (an index of one operand only that is summed away is a reduction, not a product).
@@ -131,8 +127,7 @@ def _einsum(equation, *operands):
 
 def _attention(q, k, v, *args, **kwargs):
     """q [B, H, T, d], k [B, H, S, d], v [B, H, S, dv]: the fused kernels' formula (above)."""
-    forward = _attention_forward(q.shape, k.shape, v.shape)
-    return forward * (3 if _grads(q, k, v) else 1)
+    return _attention_forward(q.shape, k.shape, v.shape) * (3 if _grads(q, k, v) else 1)
 
 
 # torch function -> FLOPs of its forward and (predicted) backward matrix products
@@ -141,7 +136,8 @@ PRODUCTS = {
     torch.matmul: _matmul, torch.Tensor.matmul: _matmul, torch.Tensor.__matmul__: _matmul,
     torch.Tensor.__rmatmul__: lambda b, a, **_: _matmul(a, b),
     torch.mm: _matmul, torch.Tensor.mm: _matmul, torch.bmm: _matmul, torch.Tensor.bmm: _matmul,
-    torch.addmm: _addmm, torch.Tensor.addmm: _addmm, torch.baddbmm: _addmm, torch.Tensor.baddbmm: _addmm,
+    **dict.fromkeys((torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm),
+                    lambda input, a, b, **_: _matmul(a, b)),
     torch.einsum: _einsum,
     F.scaled_dot_product_attention: _attention,
 }
@@ -238,10 +234,9 @@ class TrainingFlopCounter:
         self._seen = 0        # the part of them FlopCounterMode counted too (unrolled kernels)
         self._mark = 0
         self._handles = []
-        for rnn in module.modules():
-            if isinstance(rnn, nn.RNNBase):
-                self._handles.append(rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True))
-                self._handles.append(rnn.register_forward_hook(self._after_rnn, with_kwargs=True))
+        for rnn in (m for m in module.modules() if isinstance(m, nn.RNNBase)):
+            self._handles += [rnn.register_forward_pre_hook(self._before_rnn, with_kwargs=True),
+                              rnn.register_forward_hook(self._after_rnn, with_kwargs=True)]
 
     def start(self, key: Hashable) -> None:
         if self.counting:

@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lit_attention.data.vocab import PAD
-from lit_attention.models.base import DecoderOutput, Seq2SeqModel
+from lit_attention.models.base import DecoderOutput, Seq2SeqModel, tree_map
 from lit_attention.models.scoring import attend, build_scorer
 from lit_attention.registry import ATTENTION, CELLS, CONTEXT, ENC_OUTPUT, check, check_rnn, implementation
 
@@ -43,13 +43,10 @@ class Wiring(NamedTuple):
     readout: Callable[[int, int, int, int], nn.Module]  # (H, K, E, O) -> the readout layer
 
 
-def _readout_of_state(H: int, K: int, E: int, O: int) -> nn.Module:
-    # With tied embeddings O = E: a bias-free projection into embedding space when E != H.
-    return nn.Linear(H, O, bias=False) if O != H else nn.Identity()
-
-
-# The wirings of registry.ATTENTION (see the module docstring).
-NO_ATTENTION = Wiring(False, lambda K: 0, _readout_of_state)
+# The wirings of registry.ATTENTION (see the module docstring). Without attention, with tied
+# embeddings O = E: the readout is a bias-free projection into embedding space when E != H.
+NO_ATTENTION = Wiring(False, lambda K: 0,
+                      lambda H, K, E, O: nn.Linear(H, O, bias=False) if O != H else nn.Identity())
 BAHDANAU = Wiring(True, lambda K: K, lambda H, K, E, O: nn.Linear(H + K + E, O))
 LUONG = Wiring(False, lambda K: 0, lambda H, K, E, O: nn.Linear(K + H, O, bias=False))
 
@@ -82,19 +79,14 @@ def make_rnn(cell: str, input_size: int, hidden_size: int, layers: int, dropout:
 
 
 def to_rnn(state):
-    """Batch-first state [B, L, H] (or a pair of those) -> the [L, B, H] layout nn.RNN takes."""
-    if state is None:
-        return None
-    if isinstance(state, (tuple, list)):
-        return tuple(s.transpose(0, 1).contiguous() for s in state)
-    return state.transpose(0, 1).contiguous()
+    """Batch-first state [B, L, H] (or a pair of those, or None) -> the [L, B, H] layout nn.RNN
+    takes."""
+    return tree_map(lambda s: s.transpose(0, 1).contiguous(), state)
 
 
 def from_rnn(state):
     """nn.RNN's final state [L, B, H] (or a pair of those) -> batch first."""
-    if isinstance(state, tuple):
-        return tuple(s.transpose(0, 1) for s in state)
-    return state.transpose(0, 1)
+    return tree_map(lambda s: s.transpose(0, 1), state)
 
 
 class Encoder(nn.Module):
@@ -286,32 +278,28 @@ class RNNSeq2Seq(Seq2SeqModel):
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
                                                  teacher_forcing if sampling else 1.0)
-        attention = None
-        if need_weights and weights is not None:
-            attention = {"cross": weights.unsqueeze(1)}                   # [B, 1, T, S]
+        cross = need_weights and weights is not None
+        attention = {"cross": weights.unsqueeze(1)} if cross else None   # [B, 1, T, S]
         return DecoderOutput(self.dropout(readout), self.generator, attention)
 
     def _decode_parallel(self, memory, state, tgt_in):
         """Teacher forcing when no step depends on the previous one: one RNN call over T."""
-        emb = self.dropout(self.tgt_embed(tgt_in))
-        inputs = emb
+        inputs = self.dropout(self.tgt_embed(tgt_in))
         if self.context_at_every_step:
             ctx = memory["context"].unsqueeze(1).expand(-1, tgt_in.size(1), -1)
-            inputs = torch.cat([emb, ctx], -1)
+            inputs = torch.cat([inputs, ctx], -1)
         out, _ = self.decoder(inputs, self._hidden(state))
         return self._readout(memory, out)
 
     def _decode_loop(self, memory, state, tgt_in, teacher_forcing):
         readouts, weights = [], []
-        tokens = tgt_in[:, 0]
         for t in range(tgt_in.size(1)):
-            if t > 0:
-                tokens = tgt_in[:, t]
-                if teacher_forcing < 1.0:   # scheduled sampling: per example, gold or own argmax
-                    gold = torch.rand(tokens.shape, device=tokens.device) < teacher_forcing
-                    with torch.no_grad():
-                        own = self.generator(readouts[-1]).argmax(-1)
-                    tokens = torch.where(gold, tokens, own)
+            tokens = tgt_in[:, t]
+            if t > 0 and teacher_forcing < 1.0:   # scheduled sampling: gold or own argmax
+                gold = torch.rand(tokens.shape, device=tokens.device) < teacher_forcing
+                with torch.no_grad():
+                    own = self.generator(readouts[-1]).argmax(-1)
+                tokens = torch.where(gold, tokens, own)
             emb = self.dropout(self.tgt_embed(tokens))
             readout, w, state = self._advance(memory, state, emb)
             readouts.append(readout)

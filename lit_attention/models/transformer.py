@@ -242,8 +242,7 @@ class TransformerSeq2Seq(Seq2SeqModel):
         return self.decode(self.encode(src, need_weights), tgt_in, need_weights, teacher_forcing)
 
     def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
-        states = memory["states"]
-        return self.decoder.init_cache(states.shape[0], states)
+        return self.decoder.init_cache(memory["states"].shape[0], memory["states"])
 
     def step(self, memory: dict[str, Any], state: dict[str, Any],
              last_tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, Any]]:

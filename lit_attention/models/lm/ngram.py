@@ -84,8 +84,7 @@ class NGramLM(nn.Module):
     # ---------------------------------------------------------------- scoring
     def _rows(self, k: int, contexts: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
         """Dense counts [P, V] for each context of length k, and a mask of the ones ever seen."""
-        table = self.tables[k]
-        ids = [table.get(c, -1) for c in contexts]
+        ids = [self.tables[k].get(c, -1) for c in contexts]
         seen = torch.tensor([i >= 0 for i in ids], dtype=torch.bool)
         # torch 2.13's sparse index_select on more than one thread fails under inference mode (as
         # Lightning evaluates: "Inplace update to inference tensor outside InferenceMode"); the
@@ -129,8 +128,7 @@ class NGramLM(nn.Module):
         if state is None:
             state = torch.full((B, n), BOS, dtype=torch.long, device=tokens.device)
         joined = torch.cat([state, tokens], dim=1)
-        rows = joined.tolist()
-        contexts = [tuple(row[t + 1:t + 1 + n]) for row in rows for t in range(T)]
+        contexts = [tuple(row[t + 1:t + 1 + n]) for row in joined.tolist() for t in range(T)]
         logp = self.distributions(contexts).log().view(B, T, self.vocab_size)
         return logp.to(tokens.device), joined[:, T:]
 

@@ -33,5 +33,4 @@ class WindowLM(nn.Module):
         # Window t covers joined[t+1 .. t+window], i.e. the inputs up to and including position t.
         contexts = joined.unfold(1, self.window, 1)[:, 1:]            # [B, T, window]
         x = self.drop(self.embed(contexts).flatten(2))                # [B, T, window * emb_size]
-        h = self.drop(torch.tanh(self.hidden(x)))
-        return self.out(h), joined[:, T:]
+        return self.out(self.drop(torch.tanh(self.hidden(x)))), joined[:, T:]
