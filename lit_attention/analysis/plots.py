@@ -29,7 +29,7 @@ from cycler import cycler  # noqa: E402
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
 from lit_attention import metric_facts  # noqa: E402
 from lit_attention.metric_facts import SPLITS, metric_name, metric_range, split_of  # noqa: E402
-from lit_attention.analysis.tables import key_label, label  # noqa: E402
+from lit_attention.analysis.tables import config_names, key_label, label  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
@@ -57,7 +57,7 @@ def paper_style(plot):
 
 def config_labels(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
     """'value / value' name of each run's configuration, indexed by run_dir."""
-    names = [" / ".join(label(v) for v in row) for row in runs[keys].itertuples(index=False)]
+    names = [" / ".join(name) for name in config_names(runs, keys)]
     return pd.Series(names, index=runs["run_dir"].to_numpy())
 
 
@@ -279,7 +279,7 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
     if agg.empty:
         return []
     low_end, high_end = metric_range(metric)
-    names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    names = ["\n".join(name) for name in config_names(agg, keys)]
     mean, ci_lo, ci_hi = (agg[c].clip(low_end, high_end) for c in ("mean", "ci_lo", "ci_hi"))
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
@@ -314,10 +314,9 @@ def _seed_values(agg: pd.DataFrame, keys: list[str], metric: str, runs: pd.DataF
     if runs is None or metric not in runs:
         return [np.array([]) for _ in range(len(agg))]
     good = runs[usable(runs, metric)]
-    names = [tuple(label(v) for v in row) for row in good[keys].itertuples(index=False)]
     values = pd.to_numeric(good[metric], errors="coerce").to_numpy(float)
-    return [np.array([v for name, v in zip(names, values) if name == tuple(label(x) for x in row)])
-            for row in agg[keys].itertuples(index=False)]
+    return [np.array([v for name, v in zip(config_names(good, keys), values) if name == row])
+            for row in config_names(agg, keys)]
 
 
 def _attention_maps(run_dir: Path) -> list[dict]:
@@ -352,10 +351,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
     if not shared:
         return []
     name = min(shared, key=lambda n: max(len(m[n]["source"]) + len(m[n]["target"]) for m in found.values()))
-    return _draw_maps([(config, maps[name]) for config, maps in found.items()], legend_title(keys), stem)
-
-
-def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Path]:
+    panels = [(config, maps[name]) for config, maps in found.items()]
     n = len(panels)
     n_cols = min(n, 4)
     n_rows = -(-n // n_cols)
@@ -377,7 +373,7 @@ def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Pa
     for ax in axes.flat[n:]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle(f"{keys_title}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
+    fig.suptitle(f"{legend_title(keys)}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
     return save(fig, stem)
 
 

@@ -142,20 +142,15 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
             raise AnalysisError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         column = load.resolve_key(runs, key)
-        found[column] = _as_written(runs[column], value)
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        # a number as the column's own values spell it: 1e-3 as 0.001 (runs are matched on text)
+        same = next((v for v in runs[column].dropna()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
+        found[column] = value if same is None else tables.label(same)
     return found
-
-
-def _as_written(values: pd.Series, value: str) -> str:
-    """A number given on the command line as the column's own values spell it: 1e-3 as 0.001
-    (runs are matched on text); anything else as given."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    same = next((v for v in values.dropna()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
-    return value if same is None else tables.label(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -190,16 +185,6 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
                             "--rows/--cols: seeds of different configurations would be averaged; "
                             "add them or filter with --where")
     return rows, cols
-
-
-def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
-    """The model without attention (model.attention=none) when it is one configuration of the table."""
-    baseline = f"model.attention={NO_ATTENTION}"
-    if "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
-        print(f"significance against the configuration without attention ({baseline}); "
-              "choose another with --baseline KEY=VALUE", file=sys.stderr)
-        return [baseline]
-    return None
 
 
 def signature(runs: pd.DataFrame, metric: str) -> str | None:
@@ -294,8 +279,13 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
 
 
 def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
-    """(significance table, which agg row is the baseline, baseline text), or Nones."""
-    pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
+    """(significance table, which agg row is the baseline, baseline text), or Nones. The default
+    baseline: the model without attention when it is one configuration of the table."""
+    pairs = request.baseline
+    if pairs is None and "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
+        pairs = [f"model.attention={NO_ATTENTION}"]
+        print(f"significance against the configuration without attention ({pairs[0]}); "
+              "choose another with --baseline KEY=VALUE", file=sys.stderr)
     if not pairs or pairs == ["off"]:
         given = [f"--{name.replace('_', '-')}" for name in ("samples", "test", "resample_seed", "split",
                                                             "pool_seeds", "equivalence")
@@ -421,8 +411,8 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
     chosen, more = tables.leading(agg, keys, m, sig, is_base, plots.SHOWN)
     if more:    # a sweep: what a reader can tell apart in a figure; every row is in table.csv
         agg = agg.iloc[chosen]
-        drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
-        runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
+        drawn = set(tables.config_names(agg, keys))
+        runs = runs[[name in drawn for name in tables.config_names(runs, keys)]]
         print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
               f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
