@@ -214,12 +214,10 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
         return "greedy decoding"
     if "config.model.beam_size" not in used or used["config.model.beam_size"].isna().all():
         return None
-    beams = used[["config.model.beam_size"]].assign(
-        lp=used.get("config.model.length_penalty", pd.Series(index=used.index, dtype=float)))
-    texts = sorted({"greedy decoding" if int(k) <= 1 else
-                    f"beam {int(k)}" + ("" if pd.isna(lp) else f", length penalty {lp:g}")
-                    for k, lp in beams.dropna(subset=["config.model.beam_size"]).itertuples(index=False)})
-    return "; ".join(texts)
+    penalties = used.get("config.model.length_penalty", pd.Series(index=used.index, dtype=float))
+    return "; ".join(sorted({"greedy decoding" if int(k) <= 1 else
+                             f"beam {int(k)}" + ("" if pd.isna(lp) else f", length penalty {lp:g}")
+                             for k, lp in zip(used["config.model.beam_size"], penalties) if pd.notna(k)}))
 
 
 def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str) -> str:
@@ -448,23 +446,6 @@ def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFr
                                          metric_facts.higher_is_better(request.metric), seed=seed)
 
 
-def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> list[Path]:
-    """expected_max.csv/.md (+ figure) and improvement.csv/.md; returns the figure files."""
-    out = request.out
-    better = metric_facts.higher_is_better(request.metric)
-    if improved is not None:
-        atomic_write(out / "improvement.csv", improved.to_csv(index=False))
-        atomic_write(out / "improvement.md", improvement_markdown(improved, request.metric, baseline, better,
-                                                                  digits=request.digits))
-    if trials is None:
-        return []
-    atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
-    atomic_write(out / "expected_max.md", expected_max_markdown(trials, trial_keys, request.metric, better,
-                                                                request.digits))
-    return [] if request.no_figures else plots.plot_expected_max(trials, trial_keys, request.metric,
-                                                                 out / "expected_max")
-
-
 class Terminated(Exception):
     """SIGTERM while the report runs (raised by its handler, so that no file is left half written)."""
 
@@ -530,7 +511,16 @@ def _report(request: Request, state: dict) -> int:
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
         figures += effects.write_effects(found, out, pairs, better, request.digits, not request.no_figures)[1]
-    figures += write_analyses(request, trials, trial_keys, improved, baseline)
+    if improved is not None:
+        atomic_write(out / "improvement.csv", improved.to_csv(index=False))
+        atomic_write(out / "improvement.md", improvement_markdown(improved, request.metric, baseline, better,
+                                                                  digits=request.digits))
+    if trials is not None:
+        atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
+        atomic_write(out / "expected_max.md", expected_max_markdown(trials, trial_keys, request.metric, better,
+                                                                    request.digits))
+        if not request.no_figures:
+            figures += plots.plot_expected_max(trials, trial_keys, request.metric, out / "expected_max")
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
     print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "

@@ -64,19 +64,18 @@ def _cmr10() -> dict[str, float]:
     return {" ": 1 / 3, **{chr(int(c)): float(wx) / 1000 for c, wx in metrics if 32 < int(c) < 127}}
 
 
-def text_width(text: str, size: float = FONT_SIZE, bold: bool = False) -> float:
-    """Width in pt of `text` (the unescaped table string) typeset at `size` pt."""
+def text_width(text: str, bold: bool = False) -> float:
+    """Width in pt of `text` (the unescaped table string) typeset at FONT_SIZE pt."""
     text = str(text)
     em = sum(EM.get(ch) or _cmr10().get(ch, UNKNOWN) for ch in text)
     em += len(NEGATIVE.findall(text)) * (0.778 - _cmr10()["-"])
-    return em * size * SAFETY * (BOLD if bold else 1.0)
+    return em * FONT_SIZE * SAFETY * (BOLD if bold else 1.0)
 
 
-def table_width(columns: list[list[tuple[str, bool]]], size: float = FONT_SIZE,
-                tabcolsep: float = TABCOLSEP) -> float:
+def table_width(columns: list[list[tuple[str, bool]]]) -> float:
     """Width in pt of a tabular whose columns hold these (text, bold) entries, header included."""
-    widest = [max((text_width(t, size, b) for t, b in column), default=0.0) for column in columns]
-    return sum(widest) + 2 * tabcolsep * len(columns)
+    widest = [max((text_width(t, b) for t, b in column), default=0.0) for column in columns]
+    return sum(widest) + 2 * TABCOLSEP * len(columns)
 
 
 BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseline
