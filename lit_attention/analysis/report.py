@@ -187,21 +187,6 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     return rows, cols
 
 
-def signature(runs: pd.DataFrame, metric: str) -> str | None:
-    """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
-    column = metric_facts.signature_field(metric)
-    return ("; ".join(sorted(set(runs[column].dropna()))) or None) if column in runs else None
-
-
-def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
-    """The language-model evaluation protocols of the runs in the table ("not recorded" for runs
-    written before it was, which carried state across evaluation batches)."""
-    if "eval_protocol" not in runs:
-        return []
-    values = runs.loc[agg_mod.usable(runs, metric), "eval_protocol"]
-    return sorted(set(values.dropna())) + (["not recorded"] if values.isna().any() else [])
-
-
 def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     """How the hypotheses behind a BLEU/chrF metric were decoded: a recorded `decoding` field,
     else greedy for validation (always) and the config's beam for test; None for other metrics."""
@@ -296,7 +281,6 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     outside = [k for k in chosen if k not in keys]
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
-    sentence_metric = metric_facts.base_metric(request.metric)
     column = None if metric_facts.from_hypotheses(request.metric) else request.metric
     if column and request.split:
         raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {request.metric} is "
@@ -308,7 +292,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
               f"shows {request.metric}", file=sys.stderr)
     sig = significance.compare_to_baseline(
         used, keys, chosen, split=split,
-        metric=sentence_metric if column is None else "bleu", n_samples=request.samples,
+        metric=metric_facts.base_metric(request.metric) if column is None else "bleu", n_samples=request.samples,
         seed=significance.SEED if request.resample_seed is None else request.resample_seed,
         test=request.test or significance.DEFAULT_TEST, column=column,
         higher_is_better=metric_facts.higher_is_better(request.metric), pool_seeds=bool(request.pool_seeds),
@@ -325,12 +309,18 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
     table.tex still fits (else, and in a pivot, listed in the caption)."""
     out = request.out
     keys = rows + cols
+    # the sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table), and the language
+    # models' evaluation protocols ("not recorded" for runs written before it was)
+    field = metric_facts.signature_field(request.metric)
+    signed = "; ".join(sorted(set(runs[field].dropna()))) if field in runs else None
+    protocols = runs.loc[agg_mod.usable(runs, request.metric)].get("eval_protocol", pd.Series())
+    protocols = sorted(set(protocols.dropna())) + (["not recorded"] if protocols.isna().any() else [])
 
     def caption(cells: pd.DataFrame, legend: str | None) -> str:
         shown = list(cells.columns) if cells.columns.names[0] is None else []   # a pivot: the metric only
-        return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
+        return captions.caption_text(request.metric, agg, captions.CI_METHOD, signed,
                                    captions.test_method_of(sig) if sig is not None else None,
-                                   baseline, eval_protocols=eval_protocols(runs, request.metric),
+                                   baseline, eval_protocols=protocols,
                                    unreadable=int((excluded["status"] == load.UNREADABLE).sum()),
                                    notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),
                                    decoding=decoding(runs, request.metric),
