@@ -142,9 +142,7 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     n = "–".join(map(str, sorted({min(seeds), max(seeds)}))) if seeds else "0"
     ax.set_ylabel(f"BLEU (mean over {n} seed{'s' * (n != '1')}"
                   + ("; bars: ±1 std over seeds)" if max(seeds, default=1) > 1 else ")"))
-    legend_below(ax, "")
-    ax.grid(alpha=0.3, axis="y")
-    return save(fig, stem)
+    return legend_below(ax, "", stem, axis="y")
 
 
 def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
@@ -178,9 +176,7 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
     ax.set_title(rf"{GRAD_NORM} by distance to the loss")
     ax.set_xlabel(r"distance to the loss (steps: forward $m-1-t$, backward $t$)")
     ax.set_ylabel(rf"{GRAD_NORM} (geometric mean over sentences;" "\nband: interquartile range)")
-    legend_below(ax, "")
-    ax.grid(alpha=0.3, which="both")
-    return save(fig, stem)
+    return legend_below(ax, "", stem, which="both")
 
 
 def legend_title(keys: list[str]) -> str:
@@ -255,9 +251,7 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
     n = "–".join(map(str, sorted({min(seeds), max(seeds)})))
     ax.set_title(f"mean over {n} seed{'s' * (n != '1')}" + ("; band: min–max" if max(seeds) > 1 else ""),
                  loc="right", fontsize=7)
-    legend_below(ax, legend_title(keys))
-    ax.grid(alpha=0.3)
-    return save(fig, stem)
+    return legend_below(ax, legend_title(keys), stem)
 
 
 def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Series]:
@@ -265,9 +259,12 @@ def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Ser
     return [(mean - ci_lo).fillna(0).clip(lower=0), (ci_hi - mean).fillna(0).clip(lower=0)]
 
 
-def legend_below(ax, title: str) -> None:
-    """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
+def legend_below(ax, title: str, stem, **grid) -> list[Path]:
+    """The legend under the axes (of a figure with a constrained layout), where it hides no line,
+    a light grid (`grid`: ax.grid's options), and the figure saved (`save`)."""
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
+    ax.grid(alpha=0.3, **grid)
+    return save(ax.figure, stem)
 
 
 @paper_style
@@ -396,6 +393,4 @@ def plot_expected_max(table: pd.DataFrame, keys: list[str], metric: str, stem) -
     name = axis_label(metric)
     ax.set_ylabel(f"expected best {name[:1].lower()}{name[1:]}")       # 'validation BLEU'; BLEU stays
     ax.set_title("band: ± 1 sd", loc="right", fontsize=7)
-    legend_below(ax, legend_title(keys))
-    ax.grid(alpha=0.3)
-    return save(fig, stem)
+    return legend_below(ax, legend_title(keys), stem)
