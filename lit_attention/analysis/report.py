@@ -340,14 +340,12 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
             table_legend, where = legend, "in the caption (as columns table.tex would not fit)"
         print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
     fitted = fit_columns(request, *summary)     # before any file: an unknown --columns writes nothing
-    atomic_write(out / "runs.csv", runs.to_csv(index=False))
-    atomic_write(out / "excluded.csv", excluded.to_csv(index=False))
-    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, request.metric).to_csv(index=False))
-    numeric = agg
-    if sig is not None:
-        atomic_write(out / "significance.csv", sig.to_csv(index=False))
-        numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
-    atomic_write(out / "table.csv", numeric.to_csv(index=False))
+    numeric = agg if sig is None else agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
+    trace = tables.trace_table(runs, keys, request.metric)
+    for name, frame in (("runs", runs), ("excluded", excluded), ("significance", sig),
+                        ("table", numeric), ("table_trace", trace)):
+        if frame is not None:    # significance.csv: when a baseline is tested
+            atomic_write(out / f"{name}.csv", frame.to_csv(index=False))
 
     # table.md: every column, unless --columns
     layouts = [("table", request.label, fitted, fitted if request.columns else summary, table_legend)]
