@@ -29,7 +29,7 @@ from cycler import cycler  # noqa: E402
 from lit_attention.analysis.aggregate import GRADFLOW_FIT_FROM, last_gradflow, usable  # noqa: E402
 from lit_attention import metric_facts  # noqa: E402
 from lit_attention.metric_facts import SPLITS, metric_name, metric_range, split_of  # noqa: E402
-from lit_attention.analysis.tables import key_label, label  # noqa: E402
+from lit_attention.analysis.tables import config_names, key_label, label  # noqa: E402
 from lit_attention.files import atomic_write  # noqa: E402
 from lit_attention.tracking.schema import ATTENTION, Status  # noqa: E402
 
@@ -57,7 +57,7 @@ def paper_style(plot):
 
 def config_labels(runs: pd.DataFrame, keys: list[str]) -> pd.Series:
     """'value / value' name of each run's configuration, indexed by run_dir."""
-    names = [" / ".join(label(v) for v in row) for row in runs[keys].itertuples(index=False)]
+    names = [" / ".join(name) for name in config_names(runs, keys)]
     return pd.Series(names, index=runs["run_dir"].to_numpy())
 
 
@@ -142,9 +142,7 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
     n = "–".join(map(str, sorted({min(seeds), max(seeds)}))) if seeds else "0"
     ax.set_ylabel(f"BLEU (mean over {n} seed{'s' * (n != '1')}"
                   + ("; bars: ±1 std over seeds)" if max(seeds, default=1) > 1 else ")"))
-    legend_below(ax, "")
-    ax.grid(alpha=0.3, axis="y")
-    return save(fig, stem)
+    return legend_below(ax, "", stem, axis="y")
 
 
 def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
@@ -178,9 +176,7 @@ def plot_gradflow(gradflow: pd.DataFrame, runs: pd.DataFrame, keys: list[str], s
     ax.set_title(rf"{GRAD_NORM} by distance to the loss")
     ax.set_xlabel(r"distance to the loss (steps: forward $m-1-t$, backward $t$)")
     ax.set_ylabel(rf"{GRAD_NORM} (geometric mean over sentences;" "\nband: interquartile range)")
-    legend_below(ax, "")
-    ax.grid(alpha=0.3, which="both")
-    return save(fig, stem)
+    return legend_below(ax, "", stem, which="both")
 
 
 def legend_title(keys: list[str]) -> str:
@@ -255,9 +251,7 @@ def plot_learning_curves(metrics: pd.DataFrame, runs: pd.DataFrame, keys: list[s
     n = "–".join(map(str, sorted({min(seeds), max(seeds)})))
     ax.set_title(f"mean over {n} seed{'s' * (n != '1')}" + ("; band: min–max" if max(seeds) > 1 else ""),
                  loc="right", fontsize=7)
-    legend_below(ax, legend_title(keys))
-    ax.grid(alpha=0.3)
-    return save(fig, stem)
+    return legend_below(ax, legend_title(keys), stem)
 
 
 def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Series]:
@@ -265,9 +259,12 @@ def whiskers(mean: pd.Series, ci_lo: pd.Series, ci_hi: pd.Series) -> list[pd.Ser
     return [(mean - ci_lo).fillna(0).clip(lower=0), (ci_hi - mean).fillna(0).clip(lower=0)]
 
 
-def legend_below(ax, title: str) -> None:
-    """The legend under the axes (of a figure with a constrained layout), where it hides no line."""
+def legend_below(ax, title: str, stem, **grid) -> list[Path]:
+    """The legend under the axes (of a figure with a constrained layout), where it hides no line,
+    a light grid (`grid`: ax.grid's options), and the figure saved (`save`)."""
     ax.figure.legend(title=title or None, loc="outside lower center", ncol=2, frameon=False)
+    ax.grid(alpha=0.3, **grid)
+    return save(ax.figure, stem)
 
 
 @paper_style
@@ -279,7 +276,7 @@ def plot_ablation_bars(agg: pd.DataFrame, keys: list[str], metric: str, stem, ru
     if agg.empty:
         return []
     low_end, high_end = metric_range(metric)
-    names = ["\n".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    names = ["\n".join(name) for name in config_names(agg, keys)]
     mean, ci_lo, ci_hi = (agg[c].clip(low_end, high_end) for c in ("mean", "ci_lo", "ci_hi"))
     fig, ax = plt.subplots(figsize=(COLUMN_IN if len(agg) <= 6 else TEXT_IN, 2.6))
     x = np.arange(len(agg))
@@ -314,10 +311,9 @@ def _seed_values(agg: pd.DataFrame, keys: list[str], metric: str, runs: pd.DataF
     if runs is None or metric not in runs:
         return [np.array([]) for _ in range(len(agg))]
     good = runs[usable(runs, metric)]
-    names = [tuple(label(v) for v in row) for row in good[keys].itertuples(index=False)]
     values = pd.to_numeric(good[metric], errors="coerce").to_numpy(float)
-    return [np.array([v for name, v in zip(names, values) if name == tuple(label(x) for x in row)])
-            for row in agg[keys].itertuples(index=False)]
+    return [np.array([v for name, v in zip(config_names(good, keys), values) if name == row])
+            for row in config_names(agg, keys)]
 
 
 def _attention_maps(run_dir: Path) -> list[dict]:
@@ -352,10 +348,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
     if not shared:
         return []
     name = min(shared, key=lambda n: max(len(m[n]["source"]) + len(m[n]["target"]) for m in found.values()))
-    return _draw_maps([(config, maps[name]) for config, maps in found.items()], legend_title(keys), stem)
-
-
-def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Path]:
+    panels = [(config, maps[name]) for config, maps in found.items()]
     n = len(panels)
     n_cols = min(n, 4)
     n_rows = -(-n // n_cols)
@@ -377,7 +370,7 @@ def _draw_maps(panels: list[tuple[str, dict]], keys_title: str, stem) -> list[Pa
     for ax in axes.flat[n:]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")
-    fig.suptitle(f"{keys_title}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
+    fig.suptitle(f"{legend_title(keys)}; {panels[0][1].get('title') or 'attention'}", fontsize=7)
     return save(fig, stem)
 
 
@@ -400,6 +393,4 @@ def plot_expected_max(table: pd.DataFrame, keys: list[str], metric: str, stem) -
     name = axis_label(metric)
     ax.set_ylabel(f"expected best {name[:1].lower()}{name[1:]}")       # 'validation BLEU'; BLEU stays
     ax.set_title("band: ± 1 sd", loc="right", fontsize=7)
-    legend_below(ax, legend_title(keys))
-    ax.grid(alpha=0.3)
-    return save(fig, stem)
+    return legend_below(ax, legend_title(keys), stem)

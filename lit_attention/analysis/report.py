@@ -142,20 +142,15 @@ def selector(runs: pd.DataFrame, pairs: list[str]) -> dict[str, str]:
             raise AnalysisError(f"expected KEY=VALUE, got {pair!r}")
         key, value = pair.split("=", 1)
         column = load.resolve_key(runs, key)
-        found[column] = _as_written(runs[column], value)
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        # a number as the column's own values spell it: 1e-3 as 0.001 (runs are matched on text)
+        same = next((v for v in runs[column].dropna()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
+        found[column] = value if same is None else tables.label(same)
     return found
-
-
-def _as_written(values: pd.Series, value: str) -> str:
-    """A number given on the command line as the column's own values spell it: 1e-3 as 0.001
-    (runs are matched on text); anything else as given."""
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    same = next((v for v in values.dropna()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool) and v == number), None)
-    return value if same is None else tables.label(same)
 
 
 def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | None) -> tuple[list, list]:
@@ -192,31 +187,6 @@ def choose_keys(runs: pd.DataFrame, rows: list[str] | None, cols: list[str] | No
     return rows, cols
 
 
-def default_baseline(agg: pd.DataFrame, keys: list[str]) -> list[str] | None:
-    """The model without attention (model.attention=none) when it is one configuration of the table."""
-    baseline = f"model.attention={NO_ATTENTION}"
-    if "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
-        print(f"significance against the configuration without attention ({baseline}); "
-              "choose another with --baseline KEY=VALUE", file=sys.stderr)
-        return [baseline]
-    return None
-
-
-def signature(runs: pd.DataFrame, metric: str) -> str | None:
-    """The sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table)."""
-    column = metric_facts.signature_field(metric)
-    return ("; ".join(sorted(set(runs[column].dropna()))) or None) if column in runs else None
-
-
-def eval_protocols(runs: pd.DataFrame, metric: str) -> list[str]:
-    """The language-model evaluation protocols of the runs in the table ("not recorded" for runs
-    written before it was, which carried state across evaluation batches)."""
-    if "eval_protocol" not in runs:
-        return []
-    values = runs.loc[agg_mod.usable(runs, metric), "eval_protocol"]
-    return sorted(set(values.dropna())) + (["not recorded"] if values.isna().any() else [])
-
-
 def decoding(runs: pd.DataFrame, metric: str) -> str | None:
     """How the hypotheses behind a BLEU/chrF metric were decoded: a recorded `decoding` field,
     else greedy for validation (always) and the config's beam for test; None for other metrics."""
@@ -229,12 +199,10 @@ def decoding(runs: pd.DataFrame, metric: str) -> str | None:
         return "greedy decoding"
     if "config.model.beam_size" not in used or used["config.model.beam_size"].isna().all():
         return None
-    beams = used[["config.model.beam_size"]].assign(
-        lp=used.get("config.model.length_penalty", pd.Series(index=used.index, dtype=float)))
-    texts = sorted({"greedy decoding" if int(k) <= 1 else
-                    f"beam {int(k)}" + ("" if pd.isna(lp) else f", length penalty {lp:g}")
-                    for k, lp in beams.dropna(subset=["config.model.beam_size"]).itertuples(index=False)})
-    return "; ".join(texts)
+    penalties = used.get("config.model.length_penalty", pd.Series(index=used.index, dtype=float))
+    return "; ".join(sorted({"greedy decoding" if int(k) <= 1 else
+                             f"beam {int(k)}" + ("" if pd.isna(lp) else f", length penalty {lp:g}")
+                             for k, lp in zip(used["config.model.beam_size"], penalties) if pd.notna(k)}))
 
 
 def hyps_split(runs: pd.DataFrame, wanted: str | None, metric: str) -> str:
@@ -294,8 +262,13 @@ def load_input(request: Request) -> tuple[pd.DataFrame, pd.DataFrame, list]:
 
 
 def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
-    """(significance table, which agg row is the baseline, baseline text), or Nones."""
-    pairs = default_baseline(agg, keys) if request.baseline is None else request.baseline
+    """(significance table, which agg row is the baseline, baseline text), or Nones. The default
+    baseline: the model without attention when it is one configuration of the table."""
+    pairs = request.baseline
+    if pairs is None and "model.attention" in keys and (agg["model.attention"] == NO_ATTENTION).sum() == 1:
+        pairs = [f"model.attention={NO_ATTENTION}"]
+        print(f"significance against the configuration without attention ({pairs[0]}); "
+              "choose another with --baseline KEY=VALUE", file=sys.stderr)
     if not pairs or pairs == ["off"]:
         given = [f"--{name.replace('_', '-')}" for name in ("samples", "test", "resample_seed", "split",
                                                             "pool_seeds", "equivalence")
@@ -308,7 +281,6 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
     outside = [k for k in chosen if k not in keys]
     if outside:
         raise AnalysisError(f"baseline keys {outside} are not among the table keys {keys}")
-    sentence_metric = metric_facts.base_metric(request.metric)
     column = None if metric_facts.from_hypotheses(request.metric) else request.metric
     if column and request.split:
         raise AnalysisError(f"--split chooses the hypotheses of a BLEU/chrF test; {request.metric} is "
@@ -320,7 +292,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
               f"shows {request.metric}", file=sys.stderr)
     sig = significance.compare_to_baseline(
         used, keys, chosen, split=split,
-        metric=sentence_metric if column is None else "bleu", n_samples=request.samples,
+        metric=metric_facts.base_metric(request.metric) if column is None else "bleu", n_samples=request.samples,
         seed=significance.SEED if request.resample_seed is None else request.resample_seed,
         test=request.test or significance.DEFAULT_TEST, column=column,
         higher_is_better=metric_facts.higher_is_better(request.metric), pool_seeds=bool(request.pool_seeds),
@@ -337,12 +309,18 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
     table.tex still fits (else, and in a pivot, listed in the caption)."""
     out = request.out
     keys = rows + cols
+    # the sacreBLEU signature(s) of the metric's scores (chrF's for a chrF table), and the language
+    # models' evaluation protocols ("not recorded" for runs written before it was)
+    field = metric_facts.signature_field(request.metric)
+    signed = "; ".join(sorted(set(runs[field].dropna()))) if field in runs else None
+    protocols = runs.loc[agg_mod.usable(runs, request.metric)].get("eval_protocol", pd.Series())
+    protocols = sorted(set(protocols.dropna())) + (["not recorded"] if protocols.isna().any() else [])
 
     def caption(cells: pd.DataFrame, legend: str | None) -> str:
         shown = list(cells.columns) if cells.columns.names[0] is None else []   # a pivot: the metric only
-        return captions.caption_text(request.metric, agg, captions.CI_METHOD, signature(runs, request.metric),
+        return captions.caption_text(request.metric, agg, captions.CI_METHOD, signed,
                                    captions.test_method_of(sig) if sig is not None else None,
-                                   baseline, eval_protocols=eval_protocols(runs, request.metric),
+                                   baseline, eval_protocols=protocols,
                                    unreadable=int((excluded["status"] == load.UNREADABLE).sum()),
                                    notes=(captions.test_notes(sig, keys), captions.scoring_note(runs), legend),
                                    decoding=decoding(runs, request.metric),
@@ -362,14 +340,12 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
             table_legend, where = legend, "in the caption (as columns table.tex would not fit)"
         print(f"rows also differ in {', '.join(also)}: shown {where} and in table.csv", file=sys.stderr)
     fitted = fit_columns(request, *summary)     # before any file: an unknown --columns writes nothing
-    atomic_write(out / "runs.csv", runs.to_csv(index=False))
-    atomic_write(out / "excluded.csv", excluded.to_csv(index=False))
-    atomic_write(out / "table_trace.csv", tables.trace_table(runs, keys, request.metric).to_csv(index=False))
-    numeric = agg
-    if sig is not None:
-        atomic_write(out / "significance.csv", sig.to_csv(index=False))
-        numeric = agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
-    atomic_write(out / "table.csv", numeric.to_csv(index=False))
+    numeric = agg if sig is None else agg.assign(baseline=is_base).merge(sig, on=keys, how="left")
+    trace = tables.trace_table(runs, keys, request.metric)
+    for name, frame in (("runs", runs), ("excluded", excluded), ("significance", sig),
+                        ("table", numeric), ("table_trace", trace)):
+        if frame is not None:    # significance.csv: when a baseline is tested
+            atomic_write(out / f"{name}.csv", frame.to_csv(index=False))
 
     # table.md: every column, unless --columns
     layouts = [("table", request.label, fitted, fitted if request.columns else summary, table_legend)]
@@ -421,8 +397,8 @@ def write_figures(request: Request, runs, metrics, agg, keys, sig, is_base) -> l
     chosen, more = tables.leading(agg, keys, m, sig, is_base, plots.SHOWN)
     if more:    # a sweep: what a reader can tell apart in a figure; every row is in table.csv
         agg = agg.iloc[chosen]
-        drawn = {tuple(tables.label(v) for v in row) for row in agg[keys].itertuples(index=False)}
-        runs = runs[[tuple(tables.label(v) for v in row) in drawn for row in runs[keys].itertuples(index=False)]]
+        drawn = set(tables.config_names(agg, keys))
+        runs = runs[[name in drawn for name in tables.config_names(runs, keys)]]
         print(f"figures: {'the baseline and ' if sig is not None else ''}the {plots.SHOWN} configurations "
               f"of {'largest |Δ|' if sig is not None else 'best mean'}; {more} more in table.csv", file=sys.stderr)
     figures = plots.plot_ablation_bars(agg, keys, m, out / "ablation_bars", runs, tables.marks(agg, keys, sig))
@@ -456,23 +432,6 @@ def improvement_vs_baseline(request: Request, runs: pd.DataFrame, agg: pd.DataFr
     seed = significance.SEED if request.resample_seed is None else request.resample_seed
     return improvement_table(runs, config, chosen.iloc[0].to_dict(), request.metric,
                                          metric_facts.higher_is_better(request.metric), seed=seed)
-
-
-def write_analyses(request: Request, trials, trial_keys, improved, baseline) -> list[Path]:
-    """expected_max.csv/.md (+ figure) and improvement.csv/.md; returns the figure files."""
-    out = request.out
-    better = metric_facts.higher_is_better(request.metric)
-    if improved is not None:
-        atomic_write(out / "improvement.csv", improved.to_csv(index=False))
-        atomic_write(out / "improvement.md", improvement_markdown(improved, request.metric, baseline, better,
-                                                                  digits=request.digits))
-    if trials is None:
-        return []
-    atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
-    atomic_write(out / "expected_max.md", expected_max_markdown(trials, trial_keys, request.metric, better,
-                                                                request.digits))
-    return [] if request.no_figures else plots.plot_expected_max(trials, trial_keys, request.metric,
-                                                                 out / "expected_max")
 
 
 class Terminated(Exception):
@@ -540,7 +499,16 @@ def _report(request: Request, state: dict) -> int:
     figures = [] if request.no_figures else write_figures(request, runs, metrics, agg, rows + cols, sig, is_base)
     if found is not None:
         figures += effects.write_effects(found, out, pairs, better, request.digits, not request.no_figures)[1]
-    figures += write_analyses(request, trials, trial_keys, improved, baseline)
+    if improved is not None:
+        atomic_write(out / "improvement.csv", improved.to_csv(index=False))
+        atomic_write(out / "improvement.md", improvement_markdown(improved, request.metric, baseline, better,
+                                                                  digits=request.digits))
+    if trials is not None:
+        atomic_write(out / "expected_max.csv", trials.to_csv(index=False))
+        atomic_write(out / "expected_max.md", expected_max_markdown(trials, trial_keys, request.metric, better,
+                                                                    request.digits))
+        if not request.no_figures:
+            figures += plots.plot_expected_max(trials, trial_keys, request.metric, out / "expected_max")
     why = f" ({agg_mod.excluded_counts(excluded, request.metric)})" if len(excluded) else ""
     against = f"; Δ and p against {baseline}" if baseline else ""
     print(tables.abbreviate(f"{request.metric} ({metric_facts.metric_label(request.metric)}): {len(runs)} runs, "

@@ -64,19 +64,18 @@ def _cmr10() -> dict[str, float]:
     return {" ": 1 / 3, **{chr(int(c)): float(wx) / 1000 for c, wx in metrics if 32 < int(c) < 127}}
 
 
-def text_width(text: str, size: float = FONT_SIZE, bold: bool = False) -> float:
-    """Width in pt of `text` (the unescaped table string) typeset at `size` pt."""
+def text_width(text: str, bold: bool = False) -> float:
+    """Width in pt of `text` (the unescaped table string) typeset at FONT_SIZE pt."""
     text = str(text)
     em = sum(EM.get(ch) or _cmr10().get(ch, UNKNOWN) for ch in text)
     em += len(NEGATIVE.findall(text)) * (0.778 - _cmr10()["-"])
-    return em * size * SAFETY * (BOLD if bold else 1.0)
+    return em * FONT_SIZE * SAFETY * (BOLD if bold else 1.0)
 
 
-def table_width(columns: list[list[tuple[str, bool]]], size: float = FONT_SIZE,
-                tabcolsep: float = TABCOLSEP) -> float:
+def table_width(columns: list[list[tuple[str, bool]]]) -> float:
     """Width in pt of a tabular whose columns hold these (text, bold) entries, header included."""
-    widest = [max((text_width(t, size, b) for t, b in column), default=0.0) for column in columns]
-    return sum(widest) + 2 * tabcolsep * len(columns)
+    widest = [max((text_width(t, b) for t, b in column), default=0.0) for column in columns]
+    return sum(widest) + 2 * TABCOLSEP * len(columns)
 
 
 BETTER, WORSE = "▲", "▼"      # significantly better / worse than the baseline
@@ -137,12 +136,17 @@ def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: 
     return cells.set_axis(index), best.set_axis(index)
 
 
+def config_names(frame: pd.DataFrame, keys: list[str]) -> list[tuple[str, ...]]:
+    """Each row's configuration: the labels of its `keys`."""
+    return [tuple(label(v) for v in row) for row in frame[keys].itertuples(index=False)]
+
+
 def _by_config(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[dict | None]:
     """The significance row of each configuration of `agg` (None: the baseline, or no test)."""
     if sig is None or sig.empty:
         return [None] * len(agg)
-    found = {tuple(label(v) for v in row[keys]): row.to_dict() for _, row in sig.iterrows()}
-    return [found.get(tuple(label(v) for v in r)) for r in agg[keys].itertuples(index=False)]
+    found = dict(zip(config_names(sig, keys), sig.to_dict("records")))
+    return [found.get(name) for name in config_names(agg, keys)]
 
 
 def marks(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame | None) -> list[str]:
@@ -169,8 +173,7 @@ def p_text(p_holm: float, p: float, n_samples: int) -> str:
 def mean_std(mean, std, digits: int, mark: str = "") -> str:
     if pd.isna(mean):
         return "–"
-    text = number(mean, digits) + (f" ± {number(std, digits)}" if not pd.isna(std) else "")
-    return text + mark
+    return number(mean, digits) + (f" ± {number(std, digits)}" if not pd.isna(std) else "") + mark
 
 
 def pivot_table(agg: pd.DataFrame, rows: list[str], cols: list[str], metric: str,
@@ -572,7 +575,7 @@ def terminal_view(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     """What the report prints: a header and the baseline's row, then each configuration's mean ±
     sd (n), Δ vs the baseline [95% CI], Holm p and mark, as `leading` picks them, and how many
     more table.md holds, each line within WIDTH characters."""
-    names = [" / ".join(label(v) for v in row) for row in agg[keys].itertuples(index=False)]
+    names = [" / ".join(name) for name in config_names(agg, keys)]
     stats = [mean_std(m, s, digits) + f" ({int(n)})" for m, s, n in zip(agg["mean"], agg["std"], agg["n"])]
     tested = sig is not None
     delta, p = delta_cells(agg, keys, sig, digits), p_cells(agg, keys, sig, baseline)   # shown when tested
