@@ -311,9 +311,10 @@ def distinguishing(runs: pd.DataFrame, columns: list[str], given: list[str] = ()
 
 
 def resolve_key(runs: pd.DataFrame, key: str) -> str:
-    """Map a user key (`model.scoring`, `scoring`, `data.max_len`) to a column of `runs`."""
+    """Map a user key (`model.scoring`, `scoring`, `data.max_len`) to a configuration column of
+    `runs`: the task, a model field or a config field (a run's seed, id or status is none)."""
     for name in (key, f"model.{key}", f"config.{key}"):
-        if name in runs.columns:
+        if name in runs.columns and (name == "task" or name.startswith(("model.", "config."))):
             return name
     from lit_attention.config_check import suggest
     swept = [c.removeprefix("config.") for c in varying(runs, [c for c in runs.columns if c.startswith("config.")

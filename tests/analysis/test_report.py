@@ -102,8 +102,8 @@ def test_only_unreadable_runs_exit_2_with_a_short_message(study):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--digits", "-1"], "--digits must be 0 or more, got -1"),              # was a traceback, exit 1
-    (["--resample-seed", "-1"], "--resample-seed must be 0 or more, got -1"),  # the same
+    (["--digits", "-1"], "--digits must be 0 or more, got -1"),
+    (["--resample-seed", "-1"], "--resample-seed must be 0 or more, got -1"),
 ])
 def test_a_negative_count_or_seed_is_a_usage_error(study, tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exc:
@@ -118,6 +118,15 @@ def test_a_key_given_twice_in_rows_and_cols_is_a_usage_error(study, tmp_path, ca
     assert report.main([str(study), "--out", str(tmp_path / "out"), "--no-figures", *args]) == 2
     assert "model.attention is given twice in --rows/--cols" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [["--cols", "seed"], ["--rows", "model.scoring", "run_id"],
+                                  ["--where", "status=finished"]])
+def test_a_key_that_is_no_configuration_key_is_a_usage_error(study, tmp_path, capsys, args):
+    """A row is a configuration averaged over its seeds: a run's seed, id or status is no key."""
+    assert report.main([str(study), "--out", str(tmp_path / "out"), "--no-figures", *args]) == 2
+    err = capsys.readouterr().err
+    assert "unknown key" in err and "configuration keys" in err and "Traceback" not in err
 
 
 def test_group_picks_the_runs_of_one_group_of_a_local_store(study, tmp_path, capsys):
