@@ -194,7 +194,7 @@ NOT_AS_GIVEN = [
     (["--trainer.accelerator", "cpus"], "invalid value for trainer.accelerator: cpus: not an accelerator name "
                                         "(auto, cpu, cuda, gpu, mps, tpu)"),
     (["--trainer.accelerator", "tpu"], "invalid value for trainer.accelerator: tpu: no tpu device here"),
-    # a zero time limit stopped before the first step, and the untrained run was called finished
+    # a zero time limit stops before the first step: the run would be untrained yet finished
     (["--trainer.max_time", "00:00:00:00"], "invalid value for trainer.max_time: 00:00:00:00 trains nothing"),
     (["--trainer.max_time", '{"minutes": 0}'], "invalid value for trainer.max_time: {'minutes': 0} trains nothing"),
     # Lightning's debug run turns loggers and checkpoints off: a run store without metrics.csv or
@@ -215,7 +215,7 @@ NOT_AS_GIVEN = [
     (["--trainer.num_sanity_val_steps", "-2"], "invalid value for trainer.num_sanity_val_steps: -2: it must be"),
     (["--seed_everything", "-1"], "invalid value for seed_everything: -1: a seed is an integer in [0, 4294967295]"),
     (["--data.max_tokens", "0"], "invalid configuration: data.max_tokens must be >= 1"),
-    # every word was <unk>: the word vocabulary is capped at vocab_size, specials included
+    # the word vocabulary is capped at vocab_size, specials included: every word would be <unk>
     (["--data.vocab_size", "4"], "invalid configuration: data.vocab_size must be more than the 4 special tokens"),
     (["--data.data_seed", "-1"], "invalid configuration: data.data_seed must be >= 0"),
     (["--data.limit_train", "-1"], "invalid configuration: data.limit_train must be >= 1"),

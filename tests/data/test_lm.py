@@ -92,7 +92,7 @@ def test_bad_configuration_fails_with_the_valid_choices(tmp_path):
 
 @pytest.mark.parametrize("options,message", [
     ({"batch_size": 0}, r"data.batch_size and data.eval_batch_size must be >= 1 .*got 0 and None"),
-    # 0 was taken as "not given" (the training batch size), without a word
+    # 0 is a value, not "not given" (which means the training batch size)
     ({"eval_batch_size": 0}, r"data.batch_size and data.eval_batch_size must be >= 1 .*got 32 and 0"),
     ({"num_workers": -1}, r"data.num_workers must be >= 0, got -1"),
 ])

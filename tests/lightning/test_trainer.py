@@ -24,4 +24,4 @@ def test_limit_train_batches_1_trains_one_batch_per_epoch(tmp_path):
                          "--trainer.limit_train_batches", "1", *SMALL)
     assert fit.returncode == 0, fit.stderr[-2000:]
     summary = json.loads((tmp_path / "default" / "one" / "summary.json").read_text())
-    assert summary["steps"] == 1, summary["steps"]   # was the whole epoch: 1 read as 1.0
+    assert summary["steps"] == 1, summary["steps"]   # 1 is one batch, not 1.0 (the whole epoch)
