@@ -172,6 +172,20 @@ class ResumableDataLoader(Position, DataLoader):
         super().load_state_dict(state)
 
 
+class SplitLoaders:
+    """Lightning's loader hooks of a data module, each its split's loader from ``_loader(split)``
+    (put before LightningDataModule among the bases, whose hooks it replaces)."""
+
+    def train_dataloader(self):
+        return self._loader("train")
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")
+
+
 class MarkedExamples:
     """Examples indexed as usual; index i >= len marks a padding repeat of example i - len."""
 

@@ -20,8 +20,9 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
-from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
-                                         fit_length, loader_workers, padded_length, pin_memory)
+from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, SplitLoaders,
+                                         TokenBatchSampler, collate, fit_length, loader_workers,
+                                         padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.config_check import Inert
@@ -37,7 +38,7 @@ STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
                "predict": ("test",), None: ROLES}
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(SplitLoaders, L.LightningDataModule):
     """Parallel data for encoder-decoder models (synthetic ``task`` or ``task="files"``).
 
     ``n_train``/``n_val``/``n_test``, ``min_len``, ``max_len_words`` and ``n_symbols`` shape the
@@ -300,15 +301,6 @@ class TranslationDataModule(L.LightningDataModule):
         if workers:
             self._loaders[role] = (self.trainer, loader)
         return loader
-
-    def train_dataloader(self):
-        return self._loader("train")
-
-    def val_dataloader(self):
-        return self._loader("val")
-
-    def test_dataloader(self):
-        return self._loader("test")
 
 
 def check_pad_to_lengths(lengths: list[int], max_len: int) -> None:
