@@ -40,7 +40,19 @@ def fit_length(length: int, lengths: Sequence[int]) -> int:
     return lengths[i]
 
 
-class TokenBatchSampler:
+class Position:
+    """The epoch and the batches of it done: what a checkpoint keeps of a loader's place."""
+
+    epoch, batches_done = 0, 0
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "batches_done": self.batches_done}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
+
+
+class TokenBatchSampler(Position):
     """Yields lists of example indices whose padded size stays within ``max_tokens``.
 
     ``lengths`` are per-example padded lengths (see ``padded_length``). A single example longer
@@ -67,10 +79,8 @@ class TokenBatchSampler:
         # Evaluation pads too (a rank with no batch breaks DDP), but marks the repeats by offsetting
         # their indices by len(lengths): `MarkedExamples` turns them into examples with dup=True.
         self.mark_padding, self.one_length = mark_padding, one_length
-        self.epoch = 0
         self.start = 0            # batches of this epoch to skip when iteration (re)starts
         self.first = 0            # where the current iteration started
-        self.batches_done = 0     # batches yielded so far in this epoch
         self._cache: tuple[int, list[list[int]]] | None = None
 
     @property
@@ -137,23 +147,18 @@ class TokenBatchSampler:
             self.batches_done += 1
             yield batch
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "batches_done": self.batches_done}
-
     def load_state_dict(self, state: dict) -> None:
         """Resume mid-epoch: the next iteration skips the batches already consumed."""
-        self.epoch = int(state["epoch"])
-        self.start = self.batches_done = int(state["batches_done"])
+        super().load_state_dict(state)
+        self.start = self.batches_done
 
 
-class ResumableDataLoader(DataLoader):
+class ResumableDataLoader(Position, DataLoader):
     """A DataLoader whose position Lightning saves in checkpoints (it has ``state_dict``).
 
     It counts the batches it has returned rather than asking its TokenBatchSampler, which worker
     processes run ahead of.
     """
-
-    epoch, batches_done = 0, 0
 
     def __iter__(self):
         sampler = self.batch_sampler
@@ -162,12 +167,23 @@ class ResumableDataLoader(DataLoader):
             self.epoch, self.batches_done = sampler.epoch, sampler.first + count
             yield batch
 
-    def state_dict(self) -> dict:
-        return {"epoch": self.epoch, "batches_done": self.batches_done}
-
     def load_state_dict(self, state: dict) -> None:
         self.batch_sampler.load_state_dict(state)
-        self.epoch, self.batches_done = int(state["epoch"]), int(state["batches_done"])
+        super().load_state_dict(state)
+
+
+class SplitLoaders:
+    """Lightning's loader hooks of a data module, each its split's loader from ``_loader(split)``
+    (put before LightningDataModule among the bases, whose hooks it replaces)."""
+
+    def train_dataloader(self):
+        return self._loader("train")
+
+    def val_dataloader(self):
+        return self._loader("val")
+
+    def test_dataloader(self):
+        return self._loader("test")
 
 
 class MarkedExamples:

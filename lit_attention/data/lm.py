@@ -36,6 +36,7 @@ from lightning.pytorch import LightningDataModule
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from lit_attention.data.batching import SplitLoaders
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, read_lines
 from lit_attention.config_check import Inert
@@ -126,7 +127,7 @@ class WindowBatches(IterableDataset):
                    "window_index": torch.arange(self.first + start, self.first + min(end, len(self.tokens)))}
 
 
-class LMDataModule(LightningDataModule):
+class LMDataModule(SplitLoaders, LightningDataModule):
     """Monolingual text files (plain or .gz) or a synthetic task's target side, as token streams.
 
     ``task="files"``: ``path`` is the training file; ``val_path``/``test_path`` give the other
@@ -304,12 +305,3 @@ class LMDataModule(LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader:
         return DataLoader(self.batches(split), batch_size=None, num_workers=self.hparams.num_workers)
-
-    def train_dataloader(self):
-        return self._loader("train")
-
-    def val_dataloader(self):
-        return self._loader("val")
-
-    def test_dataloader(self):
-        return self._loader("test")

@@ -93,12 +93,9 @@ def symbols(n_symbols: int) -> list[str]:
 def _symbol_pairs(rule, n, rng, min_len, max_len, n_symbols):
     """Random symbol sequences as sources, ``rule(words)`` of each as its target."""
     vocab = symbols(n_symbols)
-    src, tgt = [], []
-    for _ in range(n):
-        words = [rng.choice(vocab) for _ in range(rng.randint(min_len, max_len))]
-        src.append(" ".join(words))
-        tgt.append(" ".join(rule(words)))
-    return src, tgt
+    sentences = [[rng.choice(vocab) for _ in range(rng.randint(min_len, max_len))]
+                 for _ in range(n)]
+    return [" ".join(words) for words in sentences], [" ".join(rule(words)) for words in sentences]
 
 
 copy_pairs = functools.partial(_symbol_pairs, lambda words: words)

@@ -126,14 +126,9 @@ def read_parallel(src_path: str, tgt_path: str, train: bool = True,
         if not any(s.strip() and t.strip() for s, t in zip(src, tgt)):
             raise DataError(f"empty split: no non-empty sentence pairs in {src_path} and {tgt_path}")
         return src, tgt, dropped
-    kept = []
-    for s, t in zip(src, tgt):
-        if s is None or t is None:
-            dropped["invalid_utf8"] += 1
-        elif not (s.strip() and t.strip()):
-            dropped["empty"] += 1
-        else:
-            kept.append((s, t))
+    valid = [(s, t) for s, t in zip(src, tgt) if s is not None and t is not None]
+    kept = [(s, t) for s, t in valid if s.strip() and t.strip()]
+    dropped.update(invalid_utf8=len(src) - len(valid), empty=len(valid) - len(kept))
     if not kept:
         raise DataError(f"no usable training pair in {src_path} and {tgt_path}: {len(src)} lines, "
                         f"{dropped['empty']} pairs with an empty side, {dropped['invalid_utf8']} "

@@ -60,6 +60,9 @@ class _VocabTokenizer:
     kind = ""
     file_suffix = "json"
     cache_hit = False
+    # What a trained vocabulary depends on besides its text (the cache key's settings), each
+    # with the keyword of ``train`` that takes it.
+    settings = {"vocab_size": "max_size"}
 
     def __init__(self, itos: Sequence[str]):
         if tuple(itos[:len(SPECIALS)]) != SPECIALS:
@@ -85,15 +88,6 @@ class _VocabTokenizer:
         if max_size is not None:
             tokens = tokens[:max(0, max_size - len(SPECIALS))]
         return cls(list(SPECIALS) + tokens)
-
-    @classmethod
-    def settings(cls, vocab_size: int, model_type: str) -> dict:
-        """What a trained vocabulary depends on besides its text (part of the cache key)."""
-        return {"vocab_size": vocab_size}
-
-    @classmethod
-    def trained(cls, lines: Iterable[str], settings: dict):
-        return cls.train(lines, max_size=settings["vocab_size"])
 
     def encode(self, text: str) -> list[int]:
         return [self.stoi.get(token, UNK) for token in self.split(text)]
@@ -137,6 +131,7 @@ class SentencePieceTokenizer:
     kind = "sentencepiece"
     file_suffix = "model"
     cache_hit = False
+    settings = {"vocab_size": "vocab_size", "model_type": "model_type"}   # as _VocabTokenizer's
 
     def __init__(self, model_proto: bytes):
         self.model_proto = model_proto
@@ -165,15 +160,6 @@ class SentencePieceTokenizer:
                             f"text needs {m.group(2)} pieces for its characters and special tokens; "
                             f"give at least {m.group(2)}") from None
         return cls(model.getvalue())
-
-    @classmethod
-    def settings(cls, vocab_size: int, model_type: str) -> dict:
-        """What a trained model depends on besides its text (part of the cache key)."""
-        return {"vocab_size": vocab_size, "model_type": model_type}
-
-    @classmethod
-    def trained(cls, lines: Iterable[str], settings: dict):
-        return cls.train(lines, **settings)
 
     @property
     def vocab_size(self) -> int:
@@ -210,7 +196,8 @@ def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
 
 def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
     cls = implementation(TOKENIZERS, kind)
-    settings = cls.settings(vocab_size, model_type)
+    given = {"vocab_size": vocab_size, "model_type": model_type}
+    settings = {name: given[name] for name in cls.settings}
     key = cache_key(kind, settings, *texts)
     path = os.path.join(cache_dir, f"{kind}-{key[:20]}.{cls.file_suffix}")
     tok = _cached(cls, path, key, say=False)
@@ -220,7 +207,8 @@ def _load_or_train(kind, texts, vocab_size, model_type, cache_dir) -> Tokenizer:
             fcntl.flock(lock, fcntl.LOCK_EX)   # held until the file is closed
             tok = _cached(cls, path, key)    # another rank may have trained it while we waited
             if tok is None:
-                tok = cls.trained([line for text in texts for line in text], settings)
+                tok = cls.train([line for text in texts for line in text],
+                                **{cls.settings[name]: value for name, value in settings.items()})
                 data = tok.to_bytes()
                 atomic_write(path, f"{CACHE_HEADER} {key} {hashlib.sha256(data).hexdigest()}\n".encode() + data)
                 log.info("trained %s tokenizer (vocab %d), saved to %s", kind, tok.vocab_size,

@@ -20,8 +20,9 @@ import torch.distributed as dist
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 from torch.utils.data import DataLoader
 
-from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, TokenBatchSampler, collate,
-                                         fit_length, loader_workers, padded_length, pin_memory)
+from lit_attention.data.batching import (MarkedExamples, ResumableDataLoader, SplitLoaders,
+                                         TokenBatchSampler, collate, fit_length, loader_workers,
+                                         padded_length, pin_memory)
 from lit_attention.data.synthetic import generate, split_seed
 from lit_attention.data.text import DataError, no_drops, read_parallel, resolve
 from lit_attention.config_check import Inert
@@ -37,7 +38,7 @@ STAGE_ROLES = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",),
                "predict": ("test",), None: ROLES}
 
 
-class TranslationDataModule(L.LightningDataModule):
+class TranslationDataModule(SplitLoaders, L.LightningDataModule):
     """Parallel data for encoder-decoder models (synthetic ``task`` or ``task="files"``).
 
     ``n_train``/``n_val``/``n_test``, ``min_len``, ``max_len_words`` and ``n_symbols`` shape the
@@ -279,39 +280,28 @@ class TranslationDataModule(L.LightningDataModule):
             sampler.set_epoch(self.trainer.current_epoch)
         return sampler
 
-    def _loader(self, role: str, make) -> DataLoader:
-        """``make(workers)``'s loader for ``role``. With worker processes, the same loader again for
-        as long as the trainer is the same, its workers kept (``persistent_workers``): Lightning
-        asks for the training loader every epoch, and starting workers anew costs a process start
-        each, at every epoch and validation."""
+    def _loader(self, role: str) -> DataLoader:
+        """The loader of ``role``. With worker processes, the same loader again for as long as the
+        trainer is the same, its workers kept (``persistent_workers``): Lightning asks for the
+        training loader every epoch, and starting workers anew costs a process start each, at
+        every epoch and validation."""
         workers = loader_workers(self.hparams.num_workers, self.trainer)
-        if workers == 0:
-            return make(0)
         kept = self._loaders.get(role)
-        if kept is None or kept[0] is not self.trainer:
-            kept = self._loaders[role] = (self.trainer, make(workers))
-        loader = kept[1]
-        if self.trainer is not None:
-            loader.batch_sampler.set_epoch(self.trainer.current_epoch)
+        if workers and kept is not None and kept[0] is self.trainer:
+            if self.trainer is not None:
+                kept[1].batch_sampler.set_epoch(self.trainer.current_epoch)
+            return kept[1]
+        train = role == "train"
+        loader = (ResumableDataLoader if train else DataLoader)(
+            self.dataset(role) if train else MarkedExamples(self.datasets[role]),
+            batch_sampler=self.batch_sampler(role, train=train),
+            collate_fn=functools.partial(collate, pad_to=self.pad_to_lengths if train else None),
+            num_workers=workers, persistent_workers=workers > 0,
+            pin_memory=pin_memory(self.trainer))
+        if workers:
+            self._loaders[role] = (self.trainer, loader)
         return loader
 
-    def train_dataloader(self):
-        pad = functools.partial(collate, pad_to=self.pad_to_lengths) if self.pad_to_lengths else collate
-        return self._loader("train", lambda workers: ResumableDataLoader(
-            self.dataset("train"), batch_sampler=self.batch_sampler("train", train=True), collate_fn=pad,
-            num_workers=workers, persistent_workers=workers > 0, pin_memory=pin_memory(self.trainer)))
-
-    def val_dataloader(self):
-        return self._eval_loader("val")
-
-    def test_dataloader(self):
-        return self._eval_loader("test")
-
-    def _eval_loader(self, role: str) -> DataLoader:
-        return self._loader(role, lambda workers: DataLoader(
-            MarkedExamples(self.datasets[role]), batch_sampler=self.batch_sampler(role, train=False),
-            collate_fn=collate, num_workers=workers, persistent_workers=workers > 0,
-            pin_memory=pin_memory(self.trainer)))
 
 def check_pad_to_lengths(lengths: list[int], max_len: int) -> None:
     """ValueError naming data.pad_to_lengths unless its lengths are positive, increasing and hold

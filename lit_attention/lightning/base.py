@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Literal
 
 import torch
 from lightning.pytorch import LightningModule
 from torchmetrics import Metric
 
+from lit_attention import registry
 from lit_attention.config_check import Inert
 from lit_attention.data.vocab import PAD
 from lit_attention.diagnostics import global_grad_norm
@@ -50,6 +52,11 @@ from lit_attention.models.sdpa_backends import attention_backends
 # own); ours counts tokens, the data modules define none.
 warnings.filterwarnings("ignore", message="You have overridden `on_before_batch_transfer` in `LightningModule`")
 
+
+# The choices of the model options both task modules have
+Cell = Literal[tuple(registry.CELLS)]
+Positional = Literal[tuple(registry.POSITIONAL)]
+Norm = Literal[tuple(registry.NORM)]
 
 # model option -> (whether a value passes, what it must be), for each option a module has and sets
 MODEL_VALUES = {

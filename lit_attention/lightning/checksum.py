@@ -239,10 +239,9 @@ class ChecksummedCheckpointIO(TorchCheckpointIO):
     def flush(self) -> None:
         """Wait for the checkpoints being written; raise the first write's error, if one failed."""
         pending, self._pending = self._pending, []
-        errors = [f.exception() for f in pending]   # each waits for its write
-        first = next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
+        for error in [f.exception() for f in pending]:   # each waits for its write
+            if error is not None:
+                raise error
 
     def load_checkpoint(self, path, map_location=lambda storage, loc: storage, weights_only=None) -> dict[str, Any]:
         self.flush()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from lit_attention import registry
 from lit_attention.data.vocab import PAD
 from lit_attention.config_check import Inert
-from lit_attention.lightning.base import SequenceModule, check_values
+from lit_attention.lightning.base import Cell, Norm, Positional, SequenceModule, check_values
 from lit_attention.lightning.diagnostics import ENCODER_DECODER_OPTIONS
 from lit_attention.lightning.optim import adam, stepwise, warmup_cosine
 from lit_attention.lightning.steps import attached_datamodule
@@ -40,10 +40,7 @@ from lit_attention.models.lm import build_lm, detach_state
 LM = registry.LM_MODELS
 DEFAULT = registry.CONFIG_DEFAULTS["lm"]
 Family = Literal[registry.LM_FAMILIES]
-Cell = Literal[tuple(registry.CELLS)]
-Positional = Literal[tuple(registry.POSITIONAL)]
 Scoring = Literal[tuple(registry.TRANSFORMER_SCORING)]
-Norm = Literal[tuple(registry.NORM)]
 Smoothing = Literal[tuple(registry.NGRAM_SMOOTHING)]
 
 

@@ -17,7 +17,7 @@ from lit_attention.decoding import beam_search, greedy_decode
 from lit_attention.decoding.greedy import check_length_budget
 from lit_attention.diagnostics.bleu_by_length import bleu_by_length, bucket_bounds, source_words
 from lit_attention.config_check import Inert
-from lit_attention.lightning.base import SequenceModule, check_values
+from lit_attention.lightning.base import Cell, Norm, Positional, SequenceModule, check_values
 from lit_attention.lightning.optim import adam, inverse_sqrt_warmup, stepwise
 from lit_attention.lightning.steps import attached_datamodule
 from lit_attention.lightning.totals import Hypotheses
@@ -30,13 +30,10 @@ COMMON = registry.SEQ2SEQ_COMMON
 DEFAULT = registry.CONFIG_DEFAULTS["seq2seq"]
 
 Family = Literal[registry.FAMILIES]
-Cell = Literal[tuple(registry.CELLS)]
 Attention = Literal[tuple(registry.ATTENTION)]
 Context = Literal[tuple(registry.CONTEXT)]
 EncOutput = Literal[tuple(registry.ENC_OUTPUT)]
 Scoring = Literal[tuple(registry.SCORING)]
-Positional = Literal[tuple(registry.POSITIONAL)]
-Norm = Literal[tuple(registry.NORM)]
 # Hyperparameters of decoding, not of the trained model: `validate`/`test` take them from the
 # command line and config of that invocation, never from the checkpoint (lit_attention/cli.py).
 DECODING_HPARAMS = ("beam_size", "length_penalty", "max_len_a", "max_len_b")
@@ -188,8 +185,7 @@ class TranslationModule(SequenceModule):
 
     def evaluation_start(self, split: str) -> None:
         # test decodes with beam search; validation greedily, if asked, and not in the sanity check
-        decodes = split == "test" or (self.hparams.val_bleu and not self.trainer.sanity_checking)
-        if decodes:
+        if split == "test" or (self.hparams.val_bleu and not self.trainer.sanity_checking):
             self.eval_totals["hyps"] = Hypotheses().to(self.device)
 
     def evaluate(self, split: str, batch):
