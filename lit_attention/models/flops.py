@@ -158,11 +158,6 @@ class MatmulFlops(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _flag(value: Any) -> bool:
-    tensors = value if isinstance(value, (tuple, list)) else (value,)
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-
-
 def recurrent_flops(rnn: nn.RNNBase, input, hx=None) -> tuple[int, int]:
     """(forward, forward + backward) FLOPs of the call ``rnn(input, hx)`` (formula: module doc).
 
@@ -178,7 +173,8 @@ def recurrent_flops(rnn: nn.RNNBase, input, hx=None) -> tuple[int, int]:
         batch = 1 if input.dim() == 2 else input.shape[0 if rnn.batch_first else 1]
         steps, first, last = input.shape[:-1].numel(), batch, batch
         input_grad = input.requires_grad
-    starts_without_grad = not _flag(hx)
+    hx = hx if isinstance(hx, (tuple, list)) else (hx,)
+    starts_without_grad = not any(isinstance(t, torch.Tensor) and t.requires_grad for t in hx)
     G, H = GATES[rnn.mode], rnn.hidden_size
     directions = 2 if rnn.bidirectional else 1
     forward = backward = 0
