@@ -215,13 +215,9 @@ class HeadScoring(NamedTuple):
     scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
 
 
-def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
-    return q @ attn.w                                                     # (q^T W) . k
-
-
 # The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
 _AS_IS = lambda attn, q: q                                               # noqa: E731
 SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, _scaled_dot_scores)
 DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
-GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
+GENERAL_HEADS = HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores)
 ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)
