@@ -250,18 +250,17 @@ class TrainingFlopCounter:
         """The FLOPs of the step since ``start``."""
         key, mode, matmuls = self._key, self._mode, self._fast
         self.cancel()   # leaves both modes
-        fast = None if matmuls is None else matmuls.flops
-        if fast is not None:
-            self.cached[key] = fast
+        if matmuls is not None:
+            self.cached[key] = matmuls.flops
         if mode is not None:
             self.cached[key] = mode.get_total_flops() - self._seen
-            if fast is not None and not self.checked:
+            if matmuls is not None and not self.checked:
                 self.checked = True
-                if fast != self.cached[key]:
+                if matmuls.flops != self.cached[key]:
                     self.fast = False
-                    print(f"note: the matrix-product count ({fast} FLOPs) differs from FlopCounterMode's "
-                          f"({self.cached[key]}) on the first step: every new batch shape is counted "
-                          "under FlopCounterMode (slower)", file=sys.stderr)
+                    print(f"note: the matrix-product count ({matmuls.flops} FLOPs) differs from "
+                          f"FlopCounterMode's ({self.cached[key]}) on the first step: every new batch "
+                          "shape is counted under FlopCounterMode (slower)", file=sys.stderr)
         return self.cached[key] + self._recurrent
 
     def cancel(self) -> None:

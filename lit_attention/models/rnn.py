@@ -215,9 +215,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
 
     def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
-        state = {"h": memory["init_h"]}
-        if self.cell_state:
-            state["c"] = memory["init_c"]
+        state = {k[-1]: v for k, v in memory.items() if k in ("init_h", "init_c")}   # h (and c)
         if self.input_feeding:
             state["feed"] = memory["init_h"].new_zeros(memory["init_h"].size(0), self.out_size)
         return state
