@@ -47,9 +47,8 @@ class AttentionMask(NamedTuple):
 
     def explicit(self, t: int, s: int, device) -> torch.Tensor | None:
         """The additive mask as a tensor, the causal triangle included."""
-        if not self.causal:
-            return self.additive
-        return torch.full((t, s), float("-inf"), device=device).triu(s - t + 1)
+        return (torch.full((t, s), float("-inf"), device=device).triu(s - t + 1) if self.causal
+                else self.additive)
 
 
 def reads_are_free(t: torch.Tensor) -> bool:

@@ -276,8 +276,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
                                                  teacher_forcing if sampling else 1.0)
-        cross = need_weights and weights is not None
-        attention = {"cross": weights.unsqueeze(1)} if cross else None   # [B, 1, T, S]
+        attention = {"cross": weights.unsqueeze(1)} if need_weights and weights is not None else None
         return DecoderOutput(self.dropout(readout), self.generator, attention)
 
     def _decode_parallel(self, memory, state, tgt_in):
