@@ -193,10 +193,6 @@ def _dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
     return scores
 
 
-def _scaled_dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
-    return _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head)
-
-
 def _additive_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
     q1 = torch.einsum("bhtd,hed->bhte", q, attn.w_query)
     k2 = torch.einsum("bhsd,hed->bhse", k, attn.w_key)
@@ -216,7 +212,8 @@ class HeadScoring(NamedTuple):
 
 # The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
 _AS_IS = lambda attn, q: q                                               # noqa: E731
-SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, _scaled_dot_scores)
+SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, lambda attn, q, k, relative:
+                               _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head))
 DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
 GENERAL_HEADS = HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores)
 ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)

@@ -230,8 +230,7 @@ class RNNSeq2Seq(Seq2SeqModel):
 
     def _attend(self, memory, query):
         """query [B, Tq, H] -> context [B, Tq, K], weights [B, Tq, S]."""
-        scores = self.scorer.score(query, memory["keys"])
-        return attend(scores, memory["values"], memory["src_pad"])
+        return attend(self.scorer.score(query, memory["keys"]), memory["values"], memory["src_pad"])
 
     def _advance(self, memory, state, emb):
         """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
