@@ -95,9 +95,8 @@ def _product(a: torch.Size, b: torch.Size) -> int:
 
 def _grads(*tensors) -> int:
     """How many of ``tensors`` the backward pass will form a gradient for."""
-    if not torch.is_grad_enabled():
-        return 0
-    return sum(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    return (sum(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+            if torch.is_grad_enabled() else 0)
 
 
 def _linear(input, weight, bias=None, **_):
