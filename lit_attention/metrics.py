@@ -23,9 +23,7 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor
 
 
 def perplexity(nll_sum: float, n_tokens: float) -> float:
-    if n_tokens <= 0:
-        return float("nan")
-    return math.exp(min(nll_sum / n_tokens, 700.0))
+    return math.exp(min(nll_sum / n_tokens, 700.0)) if n_tokens > 0 else float("nan")
 
 
 def bleu_chrf(hyps: list[str], refs: list[str]) -> dict:

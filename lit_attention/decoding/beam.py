@@ -118,6 +118,4 @@ def beam_search(model: Seq2SeqModel, src: torch.Tensor, beam_size: int = 5,
     best = [max(hyps, key=lambda h: h[0]) for hyps in finished]
     out = pad_sequence([torch.tensor(tokens, dtype=torch.long) for _, tokens in best],
                        batch_first=True, padding_value=PAD).to(device)
-    if return_scores:
-        return out, torch.tensor([s for s, _ in best], dtype=torch.float64)
-    return out
+    return (out, torch.tensor([s for s, _ in best], dtype=torch.float64)) if return_scores else out

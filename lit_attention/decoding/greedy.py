@@ -41,10 +41,9 @@ def greedy_decode(model: Seq2SeqModel, src: torch.Tensor, max_len_a: float = 1.5
     out = []
     for t in range(int(budget.max())):
         logits, state = model.step(memory, state, last)
-        token = logits.argmax(dim=-1).masked_fill(finished, PAD)
-        out.append(token)
-        finished |= (token == EOS) | (budget <= t + 1)
+        last = logits.argmax(dim=-1).masked_fill(finished, PAD)
+        out.append(last)
+        finished |= (last == EOS) | (budget <= t + 1)
         if bool(finished.all()):
             break
-        last = token
     return torch.stack(out, dim=1)

@@ -42,8 +42,6 @@ def sample(lm: LanguageModel, prefix: torch.Tensor, n_tokens: int, temperature: 
         tokens = torch.cat([tokens, token[:, None]], dim=1)
         if i == n_tokens - 1:
             break
-        if state is None:
-            logits, state = lm(tokens if context is None else tokens[:, -context:])
-        else:
-            logits, state = lm(token[:, None], state)
+        logits, state = (lm(tokens if context is None else tokens[:, -context:]) if state is None
+                         else lm(token[:, None], state))
     return tokens

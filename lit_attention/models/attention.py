@@ -47,9 +47,8 @@ class AttentionMask(NamedTuple):
 
     def explicit(self, t: int, s: int, device) -> torch.Tensor | None:
         """The additive mask as a tensor, the causal triangle included."""
-        if not self.causal:
-            return self.additive
-        return torch.full((t, s), float("-inf"), device=device).triu(s - t + 1)
+        return (torch.full((t, s), float("-inf"), device=device).triu(s - t + 1) if self.causal
+                else self.additive)
 
 
 def reads_are_free(t: torch.Tensor) -> bool:
@@ -194,10 +193,6 @@ def _dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
     return scores
 
 
-def _scaled_dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
-    return _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head)
-
-
 def _additive_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
     q1 = torch.einsum("bhtd,hed->bhte", q, attn.w_query)
     k2 = torch.einsum("bhsd,hed->bhse", k, attn.w_key)
@@ -215,13 +210,10 @@ class HeadScoring(NamedTuple):
     scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
 
 
-def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
-    return q @ attn.w                                                     # (q^T W) . k
-
-
 # The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
 _AS_IS = lambda attn, q: q                                               # noqa: E731
-SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, _scaled_dot_scores)
+SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, lambda attn, q, k, relative:
+                               _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head))
 DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
-GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
+GENERAL_HEADS = HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores)
 ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)

@@ -95,9 +95,8 @@ def _product(a: torch.Size, b: torch.Size) -> int:
 
 def _grads(*tensors) -> int:
     """How many of ``tensors`` the backward pass will form a gradient for."""
-    if not torch.is_grad_enabled():
-        return 0
-    return sum(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    return (sum(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+            if torch.is_grad_enabled() else 0)
 
 
 def _linear(input, weight, bias=None, **_):
@@ -158,11 +157,6 @@ class MatmulFlops(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _flag(value: Any) -> bool:
-    tensors = value if isinstance(value, (tuple, list)) else (value,)
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
-
-
 def recurrent_flops(rnn: nn.RNNBase, input, hx=None) -> tuple[int, int]:
     """(forward, forward + backward) FLOPs of the call ``rnn(input, hx)`` (formula: module doc).
 
@@ -178,7 +172,8 @@ def recurrent_flops(rnn: nn.RNNBase, input, hx=None) -> tuple[int, int]:
         batch = 1 if input.dim() == 2 else input.shape[0 if rnn.batch_first else 1]
         steps, first, last = input.shape[:-1].numel(), batch, batch
         input_grad = input.requires_grad
-    starts_without_grad = not _flag(hx)
+    hx = hx if isinstance(hx, (tuple, list)) else (hx,)
+    starts_without_grad = not any(isinstance(t, torch.Tensor) and t.requires_grad for t in hx)
     G, H = GATES[rnn.mode], rnn.hidden_size
     directions = 2 if rnn.bidirectional else 1
     forward = backward = 0
@@ -254,18 +249,17 @@ class TrainingFlopCounter:
         """The FLOPs of the step since ``start``."""
         key, mode, matmuls = self._key, self._mode, self._fast
         self.cancel()   # leaves both modes
-        fast = None if matmuls is None else matmuls.flops
-        if fast is not None:
-            self.cached[key] = fast
+        if matmuls is not None:
+            self.cached[key] = matmuls.flops
         if mode is not None:
             self.cached[key] = mode.get_total_flops() - self._seen
-            if fast is not None and not self.checked:
+            if matmuls is not None and not self.checked:
                 self.checked = True
-                if fast != self.cached[key]:
+                if matmuls.flops != self.cached[key]:
                     self.fast = False
-                    print(f"note: the matrix-product count ({fast} FLOPs) differs from FlopCounterMode's "
-                          f"({self.cached[key]}) on the first step: every new batch shape is counted "
-                          "under FlopCounterMode (slower)", file=sys.stderr)
+                    print(f"note: the matrix-product count ({matmuls.flops} FLOPs) differs from "
+                          f"FlopCounterMode's ({self.cached[key]}) on the first step: every new batch "
+                          "shape is counted under FlopCounterMode (slower)", file=sys.stderr)
         return self.cached[key] + self._recurrent
 
     def cancel(self) -> None:

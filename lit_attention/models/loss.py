@@ -45,8 +45,7 @@ class _SmoothedCrossEntropy(torch.autograd.Function):
         keep = target != ignore_index
         safe = torch.where(keep, target, 0)[:, None]                       # [N, 1]
         acc = accumulation_dtype(logits.dtype)
-        lse = torch.empty(n, dtype=acc, device=logits.device)
-        mean = torch.empty(n, dtype=acc, device=logits.device)
+        lse, mean = torch.empty(2, n, dtype=acc, device=logits.device)
         for a, b in _blocks(n, v):
             x = logits[a:b].to(acc)
             torch.logsumexp(x, 1, out=lse[a:b])

@@ -166,9 +166,8 @@ class ShawRelative(nn.Module):
 def _acting(kind: str, where: str, options: Mapping[str, Any] | None = None) -> Callable | None:
     """The implementation of ``kind`` with the options its row names, if it acts on ``where``."""
     row = POSITIONAL[check("positional encoding", kind, POSITIONAL)]
-    if row.acts_on != where:
-        return None
-    return partial(implementation(POSITIONAL, kind), **{k: options[k] for k in row.options})
+    return (partial(implementation(POSITIONAL, kind), **{k: options[k] for k in row.options})
+            if row.acts_on == where else None)
 
 
 def absolute_positions(kind: str, max_len: int, d_model: int) -> nn.Module | None:

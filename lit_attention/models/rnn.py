@@ -215,9 +215,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     # ---- decoder pieces shared by decode (whole sequence) and step (one token) --------------
 
     def init_state(self, memory: dict[str, Any]) -> dict[str, Any]:
-        state = {"h": memory["init_h"]}
-        if self.cell_state:
-            state["c"] = memory["init_c"]
+        state = {k[-1]: v for k, v in memory.items() if k in ("init_h", "init_c")}   # h (and c)
         if self.input_feeding:
             state["feed"] = memory["init_h"].new_zeros(memory["init_h"].size(0), self.out_size)
         return state
@@ -232,8 +230,7 @@ class RNNSeq2Seq(Seq2SeqModel):
 
     def _attend(self, memory, query):
         """query [B, Tq, H] -> context [B, Tq, K], weights [B, Tq, S]."""
-        scores = self.scorer.score(query, memory["keys"])
-        return attend(scores, memory["values"], memory["src_pad"])
+        return attend(self.scorer.score(query, memory["keys"]), memory["values"], memory["src_pad"])
 
     def _advance(self, memory, state, emb):
         """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
@@ -278,8 +275,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
                                                  teacher_forcing if sampling else 1.0)
-        cross = need_weights and weights is not None
-        attention = {"cross": weights.unsqueeze(1)} if cross else None   # [B, 1, T, S]
+        attention = {"cross": weights.unsqueeze(1)} if need_weights and weights is not None else None
         return DecoderOutput(self.dropout(readout), self.generator, attention)
 
     def _decode_parallel(self, memory, state, tgt_in):
