@@ -337,8 +337,7 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)
-        valid = registry.config_choices(config_name(name), kind, families)
-        if valid is not None:
+        if (valid := registry.config_choices(config_name(name), kind, families)) is not None:
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
         return Param(name, choices=tuple(choices), when=conditions)
