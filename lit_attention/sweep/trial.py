@@ -150,8 +150,7 @@ def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     """The metrics of a split (val_bleu, train_loss, ...) a finished run recorded, in its summary
     or as columns of its metrics.csv, sorted."""
     numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    columns = _read_metrics(metrics_csv)[0]
-    return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
+    return sorted(n for n in {*numbers, *_read_metrics(metrics_csv)[0]} if metric_facts.split_of(n))
 
 
 def _tee(stream, log, last: collections.deque) -> None:
