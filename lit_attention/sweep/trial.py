@@ -271,8 +271,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
-        summary = record_end(run_dir, Status.FAILED, why_lost)
-        return Outcome(Status.FAILED, summary, why_lost)
+        return Outcome(Status.FAILED, record_end(run_dir, Status.FAILED, why_lost), why_lost)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why
