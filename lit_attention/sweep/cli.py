@@ -230,8 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = driver.unfinished_cells(sweep, study)
     if any(codes):  # what was asked is judged by the cells below, not by the workers' exits
         print(f"[{sweep.study_name}] warning: a worker exited with {codes}", file=sys.stderr)
-    halted = study.user_attrs.get(driver.HALT)
-    if halted:
+    if halted := study.user_attrs.get(driver.HALT):
         print(f"[{sweep.study_name}] stopped: {halted}; no other trial was started, as none would log it. "
               f"Name a metric the trials log in objective.metric (or make them log it) and run the sweep as a "
               f"new study: an objective, like the settings, belongs to the study", file=sys.stderr)

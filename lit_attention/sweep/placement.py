@@ -37,8 +37,7 @@ def parse_gpus(text: str) -> list[str]:
     gpus = [g.strip() for g in text.split(",")]
     if any(not g for g in gpus):
         raise PlacementError(f"--gpus {text!r}: an empty entry (write e.g. 0,1,2,3)")
-    twice = sorted({g for g in gpus if gpus.count(g) > 1})
-    if twice:
+    if twice := sorted({g for g in gpus if gpus.count(g) > 1}):
         raise PlacementError(f"--gpus {text!r}: {', '.join(twice)} listed twice")
     return gpus
 
@@ -174,8 +173,7 @@ def place(workers: int, devices: int, gpus: list[str] | None, source: str,
                 f"{gpu_words(gpus, source)} are available: at most {sets * per_gpu} worker(s) fit; "
                 f"lower --workers to {sets * per_gpu} or raise --trials-per-gpu to {math.ceil(workers / sets)}")
     processes = workers * devices
-    user = env_threads()
-    if user is not None:
+    if (user := env_threads()) is not None:
         threads, why = user, "OMP_NUM_THREADS of the environment"
     else:
         cores = allowed_cores()

@@ -32,9 +32,7 @@ def seed_of(trial) -> int | None:
 def trial_cell(trial) -> str | None:
     """The configuration x seed cell a trial runs (`space.cell_key`)."""
     seed = seed_of(trial)
-    if seed is None:
-        return trial.user_attrs.get("cell")
-    return cell_key(params_of(trial), seed)
+    return trial.user_attrs.get("cell") if seed is None else cell_key(params_of(trial), seed)
 
 
 def counts(study: optuna.Study) -> dict:

@@ -297,28 +297,6 @@ def _parse_condition(ck: _Checker, key: str, ref: str, spec: Any, declared: dict
     return Condition(ref, values, negate)
 
 
-def _check_scalars(ck: _Checker, key: str, choices: list) -> None:
-    """Refuse a parameter's choices that are no finite scalars, or two that a config reads as one
-    value: 1 and 1.0, "1e-3" (YAML reads it as text) and 0.001, "a" and "a" (a boolean is never
-    a number): a configuration would run twice."""
-    seen: dict[tuple, int] = {}
-    for i, c in enumerate(choices):
-        finite = not isinstance(c, float) or math.isfinite(c)
-        if not finite or not isinstance(c, (int, float, str, type(None))):
-            ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
-                                      f"got {c!r}")
-        same = (isinstance(c, bool), c)
-        if isinstance(c, str):
-            with contextlib.suppress(ValueError):
-                same = (False, float(c))
-        if same in seen:
-            j = seen[same]
-            ck.fail(f"{key}.choices", f"choices {j + 1} and {i + 1} ({reprlib.repr(choices[j])} "
-                                      f"and {reprlib.repr(c)}) are one value: a configuration "
-                                      "would run twice, its runs counted as seeds")
-        seen[same] = i
-
-
 def _parse_choices(ck: _Checker, key: str, choices: Any) -> list:
     """The choices of a parameter (of the `base` parameter too): a non-empty list."""
     if not isinstance(choices, list) or not choices:
@@ -338,12 +316,28 @@ def _parse_param(ck: _Checker, name: str, spec: Any, declared: dict[str, Param],
         if len(spec) > 1:
             ck.fail(f"{key}.{sorted(set(spec) - {'choices'})[0]}", "unknown key next to choices")
         choices = _parse_choices(ck, key, spec["choices"])
-        _check_scalars(ck, key, choices)
+        # no two choices a config reads as one value: 1 and 1.0, "1e-3" (YAML reads it as text)
+        # and 0.001, "a" and "a" (a boolean is never a number): a configuration would run twice
+        seen: dict[tuple, int] = {}
+        for i, c in enumerate(choices):
+            finite = not isinstance(c, float) or math.isfinite(c)
+            if not finite or not isinstance(c, (int, float, str, type(None))):
+                ck.fail(f"{key}.choices", f"choices are finite scalars (str, int, float, bool), "
+                                          f"got {c!r}")
+            same = (isinstance(c, bool), c)
+            if isinstance(c, str):
+                with contextlib.suppress(ValueError):
+                    same = (False, float(c))
+            if (j := seen.get(same)) is not None:
+                ck.fail(f"{key}.choices",
+                        f"choices {j + 1} and {i + 1} ({reprlib.repr(choices[j])} and "
+                        f"{reprlib.repr(c)}) are one value: a configuration would run twice, "
+                        "its runs counted as seeds")
+            seen[same] = i
         # a condition naming the families narrows the choices (Transformer scoring functions)
         families = next((c.values for c in conditions
                          if config_name(c.name) == "model.family" and not c.negate), None)
-        valid = registry.config_choices(config_name(name), kind, families)
-        if valid is not None:
+        if (valid := registry.config_choices(config_name(name), kind, families)) is not None:
             for c in choices:
                 ck.choice(f"{key}.choices", c, valid)
         return Param(name, choices=tuple(choices), when=conditions)

@@ -137,8 +137,7 @@ def probe_cells(space: list[Param], limit: int = 10_000) -> list[dict]:
     (a few, not the whole grid); empty when even the probe grid is larger than ``limit``."""
     chosen, seen = [], set()
     for cell in probe_grid(space, limit):
-        new = {(k, json.dumps(v)) for k, v in cell.items()} - seen
-        if new:
+        if new := {(k, json.dumps(v)) for k, v in cell.items()} - seen:
             chosen.append(cell)
             seen |= new
     return chosen

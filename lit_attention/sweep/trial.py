@@ -150,8 +150,7 @@ def logged_metrics(summary: Summary, metrics_csv: Path) -> list[str]:
     """The metrics of a split (val_bleu, train_loss, ...) a finished run recorded, in its summary
     or as columns of its metrics.csv, sorted."""
     numbers = [k for k, v in summary.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    columns = _read_metrics(metrics_csv)[0]
-    return sorted(name for name in set(numbers + columns) if metric_facts.split_of(name))
+    return sorted(n for n in {*numbers, *_read_metrics(metrics_csv)[0]} if metric_facts.split_of(n))
 
 
 def _tee(stream, log, last: collections.deque) -> None:
@@ -272,8 +271,7 @@ def run(cmd: list[str], run_dir: Path, metric: str, report, should_prune, lost=l
             tee.join(timeout=10)
 
     if not done:   # lost: the child was killed above
-        summary = record_end(run_dir, Status.FAILED, why_lost)
-        return Outcome(Status.FAILED, summary, why_lost)
+        return Outcome(Status.FAILED, record_end(run_dir, Status.FAILED, why_lost), why_lost)
     try:
         summary = schema.read_summary(run_dir, missing_ok=True)
     except SummaryError as exc:   # a run store that cannot be read: the trial failed, and why

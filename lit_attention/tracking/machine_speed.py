@@ -77,7 +77,6 @@ def default_precision(flags: set[str], cuda_bf16: bool | None = None) -> tuple[s
         if not cuda_bf16 and GPU_PRECISION[0].startswith("bf16"):
             return "32-true", "this GPU has no bf16"
         return GPU_PRECISION
-    native = [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
-    if native:
+    if native := [flag for flag in NATIVE_BF16_FLAGS if flag in flags]:
         return "bf16-mixed", f"this CPU has native bf16 ({', '.join(native)})"
     return "32-true", "this CPU has no native bf16 (avx512_bf16 or amx_bf16), where bf16 is slower than fp32"

@@ -62,9 +62,8 @@ def _matches(hyp: Counter, ref: Counter) -> int:
 
 def _bleu_row(hyp: tuple[list[Counter], int], ref: tuple[list[Counter], int]) -> list[int]:
     (hyp_ngrams, hyp_len), (ref_ngrams, ref_len) = hyp, ref
-    correct = [_matches(h, r) for h, r in zip(hyp_ngrams, ref_ngrams)]
-    total = [max(0, hyp_len - n) for n in range(MAX_NGRAM)]
-    return [hyp_len, ref_len, *correct, *total]
+    return [hyp_len, ref_len, *(_matches(h, r) for h, r in zip(hyp_ngrams, ref_ngrams)),
+            *(max(0, hyp_len - n) for n in range(MAX_NGRAM))]   # correct, total by order
 
 
 def _chrf_row(hyp_ngrams: list[Counter], ref_ngrams: list[Counter]) -> list[int]:
@@ -185,8 +184,7 @@ def chrf_scores(sums: np.ndarray) -> np.ndarray:
         recalls = np.where(counted, n_match / n_ref, 0.0).sum(axis=-1)
         avg_prec = np.where(order > 0, precisions / order, 0.0)
         avg_rec = np.where(order > 0, recalls / order, 0.0)
-        score = (1 + factor) * avg_prec * avg_rec
-        score = score / ((factor * avg_prec) + avg_rec)
+        score = (1 + factor) * avg_prec * avg_rec / ((factor * avg_prec) + avg_rec)
     return np.where(avg_prec + avg_rec != 0, 100 * score, 0.0)
 
 

@@ -53,8 +53,7 @@ def wandb_mode() -> tuple[str, str]:
     """(mode, why): an explicit WANDB_MODE wins, then a mode W&B's settings file holds
     (`wandb offline`), else online only with a key for wandb's server and a route to it. A
     WANDB_MODE or WANDB_BASE_URL W&B does not accept stops (ConfigError)."""
-    given = os.environ.get("WANDB_MODE")
-    if given:
+    if given := os.environ.get("WANDB_MODE"):
         if given not in MODES:
             raise ConfigError(f"WANDB_MODE={given!r} is not one of: {', '.join(MODES)}")
         return MODES[given], f"WANDB_MODE={given}"
