@@ -140,15 +140,14 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     gets the mean variance of the others. A term without df or a model without residual df gets
     no test."""
     y = np.asarray(y, dtype=float)
-    full, leverage = design.full, design.leverage
-    residual = y - full @ (full.T @ y)
+    residual = y - design.full @ (design.full.T @ y)
     rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
     residual[np.abs(residual) < rounding] = 0.0
-    exact = leverage > 1 - 1e-9
-    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
+    exact = design.leverage > 1 - 1e-9
+    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - design.leverage, 1e-12))
     if exact.any() and (~exact).any():
         omega[exact] = omega[~exact].mean()
-    df_res = len(y) - full.shape[1]
+    df_res = len(y) - design.full.shape[1]
     rows = []
     for name, q in zip(design.names, design.bases):
         row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
