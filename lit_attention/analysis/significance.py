@@ -186,7 +186,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
-    result["direction"] = [_direction(delta, higher_is_better) for delta in result["delta"]]
+    result["direction"] = ["" if not delta or math.isnan(delta) else
+                           "better" if (delta > 0) == higher_is_better else "worse"
+                           for delta in result["delta"]]
     result["significant"] = result["p_holm"] < st.ALPHA
     result["equivalent"] = result["p_equivalent_holm"] < st.ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
@@ -210,12 +212,6 @@ def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> 
             raise AnalysisError(f"--test {test} compares one run with one run (test-set "
                                 f"variance only), but {name} has {len(dirs)} runs: use --test "
                                 f"{DEFAULT_TEST}, which treats the seeds as the random factor they are")
-
-
-def _direction(delta: float, higher_is_better: bool) -> str:
-    if not delta or math.isnan(delta):
-        return ""
-    return "better" if (delta > 0) == higher_is_better else "worse"
 
 
 def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple, pool_seeds: bool,
@@ -303,8 +299,11 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
         for i, system in zip(chunk, systems):
             found[i] = 1.0, (ss.corpus_score(metric, system.of(metric))
                              - ss.corpus_score(metric, base_stats.of(metric)))
-        differ = [(i, s) for i, s in zip(chunk, systems)
-                  if len(s) and not _identical(base_stats, s)]
+        # sacreBLEU counts resampled statistics strictly greater than the observed difference, so
+        # two identical systems (difference 0, every resample 0) would get p = 1/(n+1). No test
+        # is needed to know they do not differ.
+        differ = [(i, s) for i, s in zip(chunk, systems) if len(s) and (
+            s.hyps_hash, s.refs_hash) != (base_stats.hyps_hash, base_stats.refs_hash)]
         if not differ:
             continue
         draw = draw or st.draw(test, len(base_stats), n_samples, seed)
@@ -459,10 +458,3 @@ class _Source:
 
 
 CHUNK = 256    # runs (or pairs) whose statistics are loaded and tested together
-
-
-def _identical(base: ss.SentenceStats, system: ss.SentenceStats) -> bool:
-    # sacreBLEU counts resampled statistics strictly greater than the observed difference, so
-    # two identical systems (difference 0, every resample 0) would get p = 1/(n+1). No test
-    # is needed to know they do not differ.
-    return base.hyps_hash == system.hyps_hash and base.refs_hash == system.refs_hash
