@@ -418,8 +418,7 @@ def cut_blocks(nll: np.ndarray, n_blocks: int) -> np.ndarray:
     lengths = np.full(n_blocks, size) + (np.arange(n_blocks) < longer)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     sums, filled = np.zeros(n_blocks), lengths > 0       # a text shorter than n_blocks leaves some empty
-    if filled.any():
-        sums[filled] = np.add.reduceat(nll, starts[filled])
+    sums[filled] = np.add.reduceat(nll, starts[filled])
     return np.column_stack([sums, lengths.astype(np.float64)])
 
 
