@@ -182,7 +182,8 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         rows = _run_test(source, base, configs, test, n_samples, seed)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
     base_seeds = {seed_of[d] for d in base}
-    for (_, dirs, _), row in zip(configs, rows):
+    for (_, dirs, untested), row in zip(configs, rows):
+        row.update(n_tested=len(dirs), n_untested=untested, n_baseline=len(base))
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
@@ -238,9 +239,8 @@ def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple,
                 resampled[j] = scores[:, end - n:end], observed[end - n:end]
             batch = []
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
-    for i, (_, dirs, untested) in enumerate(configs):
-        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base),
-                   note=NO_DATA if not dirs or not base else "")
+    for i, (_, dirs, _) in enumerate(configs):
+        row = dict(note=NO_DATA if not dirs or not base else "")
         rows.append(row)
         if row["note"]:
             continue
@@ -314,12 +314,9 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
         for (i, _), value in zip(differ, pvalues(metric, draw, base_rows, systems, base_scores)):
             found[i] = float(value), found[i][1]
     adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
-    rows = []
-    for i, (_, dirs, untested) in enumerate(configs):
-        p, delta = found.get(i, (math.nan, math.nan))
-        rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
-                         p=p, p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
-    return rows
+    return [dict(zip(("p", "delta"), found.get(i, (math.nan, math.nan))),
+                 p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA)
+            for i in range(len(configs))]
 
 
 TOKENS_AGREE = 1e-4    # relative: a token file whose mean is not the summary's value is stale
