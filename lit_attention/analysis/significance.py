@@ -162,10 +162,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
                             "give more KEY=VALUE pairs")
     source = _Source(split, metric, runs, column, is_base)
     base = source.testable(runs[is_base])
-    configs = []     # (key values, tested run dirs, untested count)
-    for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
-        tested = source.testable(group)
-        configs.append((values, tested, len(group) - len(tested)))
+    # (key values, tested run dirs, finished runs)
+    configs = [(values, source.testable(group), len(group))
+               for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True)]
     if test == DEFAULT_TEST:
         testable = [c for c in configs if len(c[1]) >= 2] if len(base) >= 2 else []
     else:
@@ -182,8 +181,8 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         rows = _run_test(source, base, configs, test, n_samples, seed)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
     base_seeds = {seed_of[d] for d in base}
-    for (_, dirs, untested), row in zip(configs, rows):
-        row.update(n_tested=len(dirs), n_untested=untested, n_baseline=len(base))
+    for (_, dirs, finished), row in zip(configs, rows):
+        row.update(n_tested=len(dirs), n_untested=finished - len(dirs), n_baseline=len(base))
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
