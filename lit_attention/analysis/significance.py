@@ -220,11 +220,8 @@ def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple,
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to `bounds` (the largest differences the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
-    base_scores, base_observed = None, np.array([])
-    if len(base) >= 2:
-        base_scores, base_observed = source.scores(base)
-    elif base:
-        base_observed = source.observed(base)
+    base_scores, base_observed = (source.scores(base) if len(base) >= 2
+                                  else (None, source.observed(base)))
     # the configurations with two or more seeds (when the baseline has two) are resampled whole
     # configurations of up to CHUNK runs to a matrix product
     resampled, batch = {}, []
