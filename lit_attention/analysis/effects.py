@@ -428,8 +428,8 @@ def ped_anova(data: pd.DataFrame, factors: list[str], metric: str,
     """({factor: PED-ANOVA importance}, caption note) from runs/<study>/study.db, opened read-only.
     A parameter with one value in the study is no factor and gets importance 0 from PED-ANOVA."""
     groups = sorted(set(data["group"])) if "group" in data else []
-    dirs = {Path(d).parent for d in data.get("run_dir", [])}
-    if len(groups) != 1 or len(dirs) != 1 or not (next(iter(dirs)) / "study.db").is_file():
+    dbs = {Path(d).parent / "study.db" for d in data.get("run_dir", [])}
+    if len(groups) != 1 or len(dbs) != 1 or not (path := next(iter(dbs)).resolve()).is_file():
         return {}, None
     import optuna
     import sqlalchemy.exc
@@ -438,7 +438,6 @@ def ped_anova(data: pd.DataFrame, factors: list[str], metric: str,
 
     from lit_attention.tracking.schema import config_name
 
-    path = (next(iter(dirs)) / "study.db").resolve()
     try:
         study = optuna.load_study(study_name=groups[0], storage=f"sqlite:///file:{path}?mode=ro&uri=true")
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
