@@ -378,10 +378,8 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                      "configs": len(chosen), "runs": int(sum(len(x) for x in chosen["list"])),
                      "ci_over": over,
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
-    frame = pd.DataFrame(rows)
-    for key in keys:
-        frame[key] = pd.Categorical(frame[key], categories=by_name[key].levels, ordered=True)
-    return frame.sort_values(list(keys)).reset_index(drop=True)
+    dtypes = {key: pd.CategoricalDtype(by_name[key].levels, ordered=True) for key in keys}
+    return pd.DataFrame(rows).astype(dtypes).sort_values(list(keys)).reset_index(drop=True)
 
 
 def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=(None, None)) -> pd.DataFrame:
