@@ -38,7 +38,7 @@ def paired_bootstrap(baseline: list[str], system: list[str], refs: list[str], me
     sys_stats = extractor.corpus(system, refs, [metric])[metric]
     scores = dict(baseline=ss.corpus_score(metric, base_stats), system=ss.corpus_score(metric, sys_stats))
     if list(system) == list(baseline):
-        return dict(scores, p=1.0)   # as the report's test (significance._identical)
+        return dict(scores, p=1.0)   # as the report's test skips identical systems
     draw = st.draw(test, len(refs), n_samples or significance.N_SAMPLES, significance.SEED)
     return dict(scores, p=float(significance.pvalues(metric, draw, base_stats[None], sys_stats[None])[0]))
 

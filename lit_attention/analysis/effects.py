@@ -140,15 +140,14 @@ def robust_on(design: RobustDesign, y) -> pd.DataFrame:
     gets the mean variance of the others. A term without df or a model without residual df gets
     no test."""
     y = np.asarray(y, dtype=float)
-    full, leverage = design.full, design.leverage
-    residual = y - full @ (full.T @ y)
+    residual = y - design.full @ (design.full.T @ y)
     rounding = 1e-12 * max(1.0, float(np.abs(y).max(initial=0)))
     residual[np.abs(residual) < rounding] = 0.0
-    exact = leverage > 1 - 1e-9
-    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - leverage, 1e-12))
+    exact = design.leverage > 1 - 1e-9
+    omega = np.where(exact, 0.0, residual ** 2 / np.maximum(1 - design.leverage, 1e-12))
     if exact.any() and (~exact).any():
         omega[exact] = omega[~exact].mean()
-    df_res = len(y) - full.shape[1]
+    df_res = len(y) - design.full.shape[1]
     rows = []
     for name, q in zip(design.names, design.bases):
         row = dict(term=name, f=math.nan, df_den=math.nan, p=math.nan)
@@ -379,10 +378,8 @@ def cell_means(data: pd.DataFrame, factors: list[Factor], keys: tuple[str, ...],
                      "configs": len(chosen), "runs": int(sum(len(x) for x in chosen["list"])),
                      "ci_over": over,
                      "matched": matched, "matched_on": ", ".join(context) or "–"})
-    frame = pd.DataFrame(rows)
-    for key in keys:
-        frame[key] = pd.Categorical(frame[key], categories=by_name[key].levels, ordered=True)
-    return frame.sort_values(list(keys)).reset_index(drop=True)
+    dtypes = {key: pd.CategoricalDtype(by_name[key].levels, ordered=True) for key in keys}
+    return pd.DataFrame(rows).astype(dtypes).sort_values(list(keys)).reset_index(drop=True)
 
 
 def marginal_means(data: pd.DataFrame, factors: list[Factor], limits=(None, None)) -> pd.DataFrame:
@@ -429,8 +426,8 @@ def ped_anova(data: pd.DataFrame, factors: list[str], metric: str,
     """({factor: PED-ANOVA importance}, caption note) from runs/<study>/study.db, opened read-only.
     A parameter with one value in the study is no factor and gets importance 0 from PED-ANOVA."""
     groups = sorted(set(data["group"])) if "group" in data else []
-    dirs = {Path(d).parent for d in data.get("run_dir", [])}
-    if len(groups) != 1 or len(dirs) != 1 or not (next(iter(dirs)) / "study.db").is_file():
+    dbs = {Path(d).parent / "study.db" for d in data.get("run_dir", [])}
+    if len(groups) != 1 or len(dbs) != 1 or not (path := next(iter(dbs)).resolve()).is_file():
         return {}, None
     import optuna
     import sqlalchemy.exc
@@ -439,7 +436,6 @@ def ped_anova(data: pd.DataFrame, factors: list[str], metric: str,
 
     from lit_attention.tracking.schema import config_name
 
-    path = (next(iter(dirs)) / "study.db").resolve()
     try:
         study = optuna.load_study(study_name=groups[0], storage=f"sqlite:///file:{path}?mode=ro&uri=true")
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

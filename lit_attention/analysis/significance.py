@@ -162,10 +162,9 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
                             "give more KEY=VALUE pairs")
     source = _Source(split, metric, runs, column, is_base)
     base = source.testable(runs[is_base])
-    configs = []     # (key values, tested run dirs, untested count)
-    for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True):
-        tested = source.testable(group)
-        configs.append((values, tested, len(group) - len(tested)))
+    # (key values, tested run dirs, finished runs)
+    configs = [(values, source.testable(group), len(group))
+               for values, group in runs[~is_base].groupby(keys, dropna=False, sort=True)]
     if test == DEFAULT_TEST:
         testable = [c for c in configs if len(c[1]) >= 2] if len(base) >= 2 else []
     else:
@@ -182,11 +181,14 @@ def compare_to_baseline(runs: pd.DataFrame, keys: list[str], baseline: dict[str,
         rows = _run_test(source, base, configs, test, n_samples, seed)
     seed_of = dict(zip(runs["run_dir"], runs["seed"].map(_text)))
     base_seeds = {seed_of[d] for d in base}
-    for (_, dirs, _), row in zip(configs, rows):
+    for (_, dirs, finished), row in zip(configs, rows):
+        row.update(n_tested=len(dirs), n_untested=finished - len(dirs), n_baseline=len(base))
         row["n_unmatched"] = len({seed_of[d] for d in dirs} ^ base_seeds) if not row["note"] else 0
     result = pd.DataFrame([{**dict(zip(keys, values)), **row} for (values, _, _), row in zip(configs, rows)],
                           columns=[*keys, *COLUMNS])
-    result["direction"] = [_direction(delta, higher_is_better) for delta in result["delta"]]
+    result["direction"] = ["" if not delta or math.isnan(delta) else
+                           "better" if (delta > 0) == higher_is_better else "worse"
+                           for delta in result["delta"]]
     result["significant"] = result["p_holm"] < st.ALPHA
     result["equivalent"] = result["p_equivalent_holm"] < st.ALPHA
     result.attrs.update(n_samples=n_samples, seed=seed, test=test, comparisons=len(testable),
@@ -212,23 +214,14 @@ def _single_runs(keys: list[str], base: list[str], configs: list, test: str) -> 
                                 f"{DEFAULT_TEST}, which treats the seeds as the random factor they are")
 
 
-def _direction(delta: float, higher_is_better: bool) -> str:
-    if not delta or math.isnan(delta):
-        return ""
-    return "better" if (delta > 0) == higher_is_better else "worse"
-
-
 def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple, pool_seeds: bool,
                margin: float | None) -> tuple[list[dict], dict | None]:
     """The seeds x sentences test (statistics.seed_test) of every configuration against the baseline;
     Holm over both one-sided directions of every comparison made (and over the equivalence tests).
     Intervals are clipped to `bounds` (the largest differences the metric allows). Returns the rows
     and what was pooled (None: each arm its own seed variance)."""
-    base_scores, base_observed = None, np.array([])
-    if len(base) >= 2:
-        base_scores, base_observed = source.scores(base)
-    elif base:
-        base_observed = source.observed(base)
+    base_scores, base_observed = (source.scores(base) if len(base) >= 2
+                                  else (None, source.observed(base)))
     # the configurations with two or more seeds (when the baseline has two) are resampled whole
     # configurations of up to CHUNK runs to a matrix product
     resampled, batch = {}, []
@@ -242,9 +235,8 @@ def _seed_test(source: "_Source", base: list[str], configs: list, bounds: tuple,
                 resampled[j] = scores[:, end - n:end], observed[end - n:end]
             batch = []
     rows, tested = [], []      # tested: (row index, observed scores, sentence part of Var Δ)
-    for i, (_, dirs, untested) in enumerate(configs):
-        row = dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base),
-                   note=NO_DATA if not dirs or not base else "")
+    for i, (_, dirs, _) in enumerate(configs):
+        row = dict(note=NO_DATA if not dirs or not base else "")
         rows.append(row)
         if row["note"]:
             continue
@@ -303,8 +295,11 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
         for i, system in zip(chunk, systems):
             found[i] = 1.0, (ss.corpus_score(metric, system.of(metric))
                              - ss.corpus_score(metric, base_stats.of(metric)))
-        differ = [(i, s) for i, s in zip(chunk, systems)
-                  if len(s) and not _identical(base_stats, s)]
+        # sacreBLEU counts resampled statistics strictly greater than the observed difference, so
+        # two identical systems (difference 0, every resample 0) would get p = 1/(n+1). No test
+        # is needed to know they do not differ.
+        differ = [(i, s) for i, s in zip(chunk, systems) if len(s) and (
+            s.hyps_hash, s.refs_hash) != (base_stats.hyps_hash, base_stats.refs_hash)]
         if not differ:
             continue
         draw = draw or st.draw(test, len(base_stats), n_samples, seed)
@@ -315,12 +310,9 @@ def _run_test(source: "_Source", base: list[str], configs: list, test: str, n_sa
         for (i, _), value in zip(differ, pvalues(metric, draw, base_rows, systems, base_scores)):
             found[i] = float(value), found[i][1]
     adjusted = dict(zip(found, st.holm([p for p, _ in found.values()])))
-    rows = []
-    for i, (_, dirs, untested) in enumerate(configs):
-        p, delta = found.get(i, (math.nan, math.nan))
-        rows.append(dict(n_tested=len(dirs), n_untested=untested, n_baseline=len(base), delta=delta,
-                         p=p, p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA))
-    return rows
+    return [dict(zip(("p", "delta"), found.get(i, (math.nan, math.nan))),
+                 p_holm=adjusted.get(i, math.nan), note="" if i in found else NO_DATA)
+            for i in range(len(configs))]
 
 
 TOKENS_AGREE = 1e-4    # relative: a token file whose mean is not the summary's value is stale
@@ -459,10 +451,3 @@ class _Source:
 
 
 CHUNK = 256    # runs (or pairs) whose statistics are loaded and tested together
-
-
-def _identical(base: ss.SentenceStats, system: ss.SentenceStats) -> bool:
-    # sacreBLEU counts resampled statistics strictly greater than the observed difference, so
-    # two identical systems (difference 0, every resample 0) would get p = 1/(n+1). No test
-    # is needed to know they do not differ.
-    return base.hyps_hash == system.hyps_hash and base.refs_hash == system.refs_hash

@@ -182,12 +182,10 @@ def f_sf(f: float, df1: int, df2: float) -> float:
 def holm(pvalues: list[float]) -> list[float]:
     """Holm-Bonferroni adjusted p-values, in the input order (NaN entries are left out)."""
     present = sorted((p, i) for i, p in enumerate(pvalues) if not math.isnan(p))
-    adjusted = [math.nan] * len(pvalues)
     scaled = (min(1.0, (len(present) - rank) * p) for rank, (p, _) in enumerate(present))
     # the running maximum: no adjusted p is below the adjusted p of a smaller p
-    for (_, i), value in zip(present, itertools.accumulate(scaled, max)):
-        adjusted[i] = value
-    return adjusted
+    adjusted = dict(zip((i for _, i in present), itertools.accumulate(scaled, max)))
+    return [adjusted.get(i, math.nan) for i in range(len(pvalues))]
 
 
 CONFIDENCE = 0.95
@@ -420,8 +418,7 @@ def cut_blocks(nll: np.ndarray, n_blocks: int) -> np.ndarray:
     lengths = np.full(n_blocks, size) + (np.arange(n_blocks) < longer)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     sums, filled = np.zeros(n_blocks), lengths > 0       # a text shorter than n_blocks leaves some empty
-    if filled.any():
-        sums[filled] = np.add.reduceat(nll, starts[filled])
+    sums[filled] = np.add.reduceat(nll, starts[filled])
     return np.column_stack([sums, lengths.astype(np.float64)])
 
 

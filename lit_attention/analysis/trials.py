@@ -154,9 +154,8 @@ def compare(x_by_task: dict, y_by_task: dict, higher_is_better: bool = True,
 
 def by_task(runs: pd.DataFrame, metric: str, task: str | None) -> dict:
     """task -> (n,) scores of `runs` (one task, None, when the store records none)."""
-    if task is None:
-        return {None: runs[metric].to_numpy(float)}
-    return {t: group[metric].to_numpy(float) for t, group in runs.groupby(task, sort=True)}
+    groups = runs.groupby(task, sort=True) if task else [(None, runs)]
+    return {t: group[metric].to_numpy(float) for t, group in groups}
 
 
 def improvement_table(runs: pd.DataFrame, keys: list[str], baseline: dict, metric: str,
