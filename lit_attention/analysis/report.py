@@ -297,8 +297,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
         test=request.test or significance.DEFAULT_TEST, column=column,
         higher_is_better=metric_facts.higher_is_better(request.metric), pool_seeds=bool(request.pool_seeds),
         equivalence=request.equivalence)
-    text = ", ".join(f"{k}={v}" for k, v in chosen.items())
-    return sig, significance.matches(agg, chosen), text
+    return sig, significance.matches(agg, chosen), ", ".join(f"{k}={v}" for k, v in chosen.items())
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,

@@ -131,8 +131,7 @@ def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
 def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
               also: list[str]) -> tuple:
     """A summary table (rows in `agg`'s order) with the fields `also` as key columns after `keys`."""
-    index = _index(agg, keys + also)
-    index = index.set_names([key_label(n) for n in index.names])
+    index = _index(agg, keys + also).set_names([key_label(n) for n in keys + also])
     return cells.set_axis(index), best.set_axis(index)
 
 
