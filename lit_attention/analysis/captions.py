@@ -94,14 +94,6 @@ def scoring_note(runs: pd.DataFrame) -> str | None:
             f"and {differ}{owns}.")
 
 
-def range_text(metric: str) -> str:
-    """', clipped to [0, 100]' for a metric with a known range (what its CIs are clipped to)."""
-    low, high = metric_range(metric)
-    if high is not None:
-        return f", clipped to [{label(low) if low is not None else '-inf'}, {label(high)}]"
-    return f", clipped to at least {label(low)}" if low is not None else ""
-
-
 def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str | None,
                  significance: str | None = None, baseline: str | None = None,
                  eval_protocols: list[str] = (), unreadable: int = 0,
@@ -117,9 +109,13 @@ def caption_text(metric: str, agg: pd.DataFrame, ci_method: str, signature: str 
     ns = sorted(set(agg["n"].astype(int)))
     n_text = str(ns[0]) if len(ns) == 1 else f"{ns[0]}–{ns[-1]}"
     split = SPLITS.get(split_of(metric))
+    low, high = metric_range(metric)    # what the CIs are clipped to
+    clipped = ("" if low is None and high is None else
+               f", clipped to at least {label(low)}" if high is None else
+               f", clipped to [{'-inf' if low is None else label(low)}, {label(high)}]")
     what = "; ".join(filter(None, [f"{split} split" if split else None, decoding]))
     parts = [f"{metric_label(metric)} ({metric}{': ' + what if what else ''}): mean ± standard deviation (ddof=1) over n = {n_text} seed{'s' * (n_text != '1')} per "
-             f"configuration{'; ' + ci_method + range_text(metric) if has(HEADER['ci']) else ''}. Best value per "
+             f"configuration{'; ' + ci_method + clipped if has(HEADER['ci']) else ''}. Best value per "
              "column in bold."]
     failed, pruned, other, invalid, missing, under = (
         int(agg[c].sum()) if c in agg else 0

@@ -137,19 +137,15 @@ def plot_bleu_by_length(buckets: pd.DataFrame, runs: pd.DataFrame, keys: list[st
         shift = (i - (len(groups) - 1) / 2) * min(0.8 / len(groups), 0.15)
         ax.errorbar(x + shift, stats["mean"], yerr=stats["std"].fillna(0), marker="o", linestyle="none",
                     capsize=3, label=config)
-    ax.set_xticks(x, [f"{name}\n{_sentence_count(data, name)}" for name in order])
+    # a bucket's sentences: 'n=12', or 'n=10–12' where runs differ
+    counts = (data.groupby("bucket_name")["n"].agg(["min", "max"]).astype(int).astype(str)
+              .apply(lambda r: "n=" + "–".join(dict.fromkeys(r)), axis=1) if "n" in data else {})
+    ax.set_xticks(x, [f"{name}\n{counts.get(name, '')}" for name in order])
     ax.set_xlabel(f"source length ({units[0]}); n = sentences per bucket")
     n = "–".join(map(str, sorted({min(seeds), max(seeds)}))) if seeds else "0"
     ax.set_ylabel(f"BLEU (mean over {n} seed{'s' * (n != '1')}"
                   + ("; bars: ±1 std over seeds)" if max(seeds, default=1) > 1 else ")"))
     return legend_below(ax, "", stem, axis="y")
-
-
-def _sentence_count(data: pd.DataFrame, bucket: str) -> str:
-    if "n" not in data:
-        return ""
-    n = data.loc[data["bucket_name"] == bucket, "n"]
-    return f"n={int(n.min())}" if n.min() == n.max() else f"n={int(n.min())}–{int(n.max())}"
 
 
 @paper_style
@@ -365,8 +361,7 @@ def plot_attention_grid(runs: pd.DataFrame, keys: list[str], stem, metric: str =
         ax.tick_params(length=0, pad=1)
         ax.xaxis.tick_top()
         ax.set_title(config, fontsize=7, pad=2)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(True)
+        ax.spines[["top", "right"]].set_visible(True)
     for ax in axes.flat[n:]:
         ax.axis("off")
     fig.colorbar(image, ax=axes, shrink=0.6, label="attention weight")

@@ -297,8 +297,7 @@ def significance_vs_baseline(request: Request, runs, agg, keys) -> tuple:
         test=request.test or significance.DEFAULT_TEST, column=column,
         higher_is_better=metric_facts.higher_is_better(request.metric), pool_seeds=bool(request.pool_seeds),
         equivalence=request.equivalence)
-    text = ", ".join(f"{k}={v}" for k, v in chosen.items())
-    return sig, significance.matches(agg, chosen), text
+    return sig, significance.matches(agg, chosen), ", ".join(f"{k}={v}" for k, v in chosen.items())
 
 
 def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline,
@@ -362,9 +361,8 @@ def write_tables(request: Request, runs, agg, rows, cols, sig, is_base, baseline
 
 def fit_columns(request: Request, cells: pd.DataFrame, best: pd.DataFrame) -> tuple:
     """The columns of table.tex (and of table.md with --columns): those asked for, or what fits."""
-    limit = tables.width_limit(request.wide)
     cells, best, left_out = tables.choose_columns(cells, best, metric_facts.metric_label(request.metric),
-                                                  request.columns, limit)
+                                                  request.columns, tables.width_limit(request.wide))
     if left_out and request.columns is None:
         print(f"table.tex: {', '.join(left_out)} left out to fit the {'text' if request.wide else 'column'} "
               f"width of a two-column paper (in table.md and table.csv; choose with --columns"

@@ -131,8 +131,7 @@ def _index(agg: pd.DataFrame, keys: list[str]) -> pd.Index:
 def with_keys(cells: pd.DataFrame, best: pd.DataFrame, agg: pd.DataFrame, keys: list[str],
               also: list[str]) -> tuple:
     """A summary table (rows in `agg`'s order) with the fields `also` as key columns after `keys`."""
-    index = _index(agg, keys + also)
-    index = index.set_names([key_label(n) for n in index.names])
+    index = _index(agg, keys + also).set_names([key_label(n) for n in keys + also])
     return cells.set_axis(index), best.set_axis(index)
 
 
@@ -393,11 +392,6 @@ def gradflow_cells(agg: pd.DataFrame) -> list[str]:
             for _, row in agg.iterrows()]
 
 
-def _gradflow(t: Table) -> list[str] | None:
-    decays = gradflow_cells(t.agg)
-    return decays if any(decays) else None
-
-
 def p_cells(agg: pd.DataFrame, keys: list[str], sig: pd.DataFrame, baseline: pd.Series | None) -> list[str]:
     """The p column: 'baseline', the Holm-adjusted p (p_text), 'n=1' (one seed: no seed-aware
     test) or '–' (nothing to test)."""
@@ -461,7 +455,8 @@ COLUMNS = (
            _each("machine_gflops", lambda x: number(x, 0))),
     Column("grad_norm", "grad norm", "median gradient norm", _each("grad_norm_median", lambda x: number(x, 2))),
     Column("clip", "clip %", "steps with a clipped gradient", _each("clip_fraction", lambda x: number(100 * x, 0))),
-    Column("gradflow", "‖∂L/∂h_t‖ decay/step [95% CI]", "gradient decay through time", _gradflow),
+    Column("gradflow", "‖∂L/∂h_t‖ decay/step [95% CI]", "gradient decay through time",
+           lambda t: decays if any(decays := gradflow_cells(t.agg)) else None),
     Column("budget", "budget", "training budgets (when they differ)",
            _each("budget", lambda x: "" if pd.isna(x) else x, lambda v: v.nunique() > 1), priority=3),
     Column("under_budget", "under budget", "runs that stopped before their budget",
@@ -498,10 +493,6 @@ def summary_table(agg: pd.DataFrame, keys: list[str], metric: str, sig: pd.DataF
     return cells, best
 
 
-def _slug(header) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", str(header).lower()).strip("_")
-
-
 def column_names(cells: pd.DataFrame, metric_header: str) -> dict[str, str]:
     """{--columns name: header} of a summary table's columns ('mean' is the metric's column)."""
     return {column.name: header for header in cells.columns for column in COLUMNS
@@ -518,7 +509,8 @@ def choose_columns(cells: pd.DataFrame, best: pd.DataFrame, metric_header: str,
     if wanted:
         if "all" in wanted:
             return cells, best, []
-        lookup = {**{_slug(c): c for c in cells.columns}, **{c: c for c in cells.columns}, **names}
+        slugs = {re.sub(r"[^a-z0-9]+", "_", str(c).lower()).strip("_"): c for c in cells.columns}
+        lookup = {**slugs, **{c: c for c in cells.columns}, **names}
         unknown = [w for w in wanted if w not in lookup]
         if unknown:
             raise AnalysisError(f"unknown --columns {', '.join(unknown)}; this table has: "
