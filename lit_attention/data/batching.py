@@ -140,10 +140,9 @@ class TokenBatchSampler(Position):
         return len(self.rank_batches())
 
     def __iter__(self):
-        batches = self.rank_batches()
         self.first, self.start = self.start, 0
         self.batches_done = self.first
-        for batch in batches[self.first:]:
+        for batch in self.rank_batches()[self.first:]:
             self.batches_done += 1
             yield batch
 

@@ -51,11 +51,8 @@ DEFAULT = CONFIG_DEFAULTS["lm"]
 
 
 def encode_stream(tokenizer, lines: list[str]) -> torch.Tensor:
-    ids: list[int] = []
-    for line in lines:
-        ids.extend(tokenizer.encode(line))
-        ids.append(EOS)
-    return torch.tensor(ids, dtype=torch.long)
+    return torch.tensor([i for line in lines for i in (*tokenizer.encode(line), EOS)],
+                        dtype=torch.long)
 
 
 def batchify(stream: torch.Tensor, n_streams: int) -> torch.Tensor:
@@ -86,10 +83,9 @@ class StreamBatches(IterableDataset):
         return math.ceil((self.data.shape[1] - 1) / self.bptt)
 
     def __iter__(self):
-        L = self.data.shape[1]
         for k in this_workers_share(len(self)):
             start = k * self.bptt
-            end = min(start + self.bptt, L - 1)
+            end = min(start + self.bptt, self.data.shape[1] - 1)
             yield {"tokens": self.data[:, start:end], "targets": self.data[:, start + 1:end + 1]}
 
 

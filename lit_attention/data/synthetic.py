@@ -79,10 +79,6 @@ def _clause(rng: random.Random, depth: int, subject: NounPhrase | None) -> Claus
     return Clause(subject, rng.choice(list(INTRANSITIVE)))
 
 
-def random_sentence(rng: random.Random) -> Clause:
-    return _clause(rng, 0, subject=_noun_phrase(rng, 0))
-
-
 def symbols(n_symbols: int) -> list[str]:
     """Symbol words a0..a9, b0..b9, ...: string order equals symbol order."""
     if not 1 <= n_symbols <= 260:
@@ -110,7 +106,7 @@ def toy_mt_pairs(n, rng, min_len, max_len, n_symbols=None):
                          f"max_len >= 3, got min_len={min_len}, max_len={max_len}")
     src, tgt = [], []
     while len(src) < n:
-        sentence = random_sentence(rng)
+        sentence = _clause(rng, 0, subject=_noun_phrase(rng, 0))
         words = english(sentence)
         if min_len <= len(words) <= max_len:    # rejection keeps the length window exact
             src.append(" ".join(source(sentence)))
@@ -124,11 +120,9 @@ def generate(task: str, n: int, seed: int, min_len: int = 3, max_len: int = 40,
     check("synthetic task", task, SYNTHETIC_TASKS)
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
-    pairs = implementation(TASKS, task)
-    return pairs(n, random.Random(seed), min_len, max_len, n_symbols)
+    return implementation(TASKS, task)(n, random.Random(seed), min_len, max_len, n_symbols)
 
 
 def split_seed(seed: int, split: str) -> int:
     """A seed for one split derived from the data seed, so splits never share examples' rng."""
-    digest = hashlib.sha256(f"{seed}/{split}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
+    return int.from_bytes(hashlib.sha256(f"{seed}/{split}".encode()).digest()[:8], "little")

@@ -189,8 +189,7 @@ def cache_key(kind: str, settings: dict, *texts: Sequence[str]) -> str:
     for text in texts:
         h.update(b"\x00text\x00")
         for line in text:
-            h.update(line.encode("utf-8", "surrogatepass"))
-            h.update(b"\n")
+            h.update(line.encode("utf-8", "surrogatepass") + b"\n")
     return h.hexdigest()
 
 

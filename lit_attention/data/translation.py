@@ -88,7 +88,6 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
         self.task, self.data_dir = task, data_dir
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.split_names = {"train": train_split, "val": val_split, "test": test_split}
-        self.data_seed = data_seed
         self.max_tokens, self.max_len = max_tokens, max_len
         self.pad_to_lengths = tuple(pad_to_lengths) if pad_to_lengths is not None else None
         self.stats: dict[str, dict[str, int]] = {}          # role -> {"lines": read, "pairs": kept}
@@ -137,7 +136,7 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
                                               resolve(self.data_dir, split, self.tgt_lang),
                                               train=role == "train", counts=self.data_text)
         else:
-            src, tgt = generate(self.task, h[f"n_{role}"], split_seed(self.data_seed, split),
+            src, tgt = generate(self.task, h[f"n_{role}"], split_seed(h.data_seed, split),
                                 h.min_len, h.max_len_words, h.n_symbols)
             dropped = no_drops()
         self.stats[role] = {"lines": len(src) + sum(dropped.values())}
@@ -159,9 +158,8 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
 
     @functools.cached_property
     def _tokenizer_pair(self):
-        src, tgt = self._load_raw("train")
         h = self.hparams
-        return build_tokenizers(h.tokenizer, src, tgt, vocab_size=h.vocab_size,
+        return build_tokenizers(h.tokenizer, *self._load_raw("train"), vocab_size=h.vocab_size,
                                 model_type=h.spm_model, joint=h.joint_vocab,
                                 cache_dir=os.path.join(h.cache_dir, "tokenizers"))
 
@@ -190,11 +188,8 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
     def dataset(self, split: str) -> list[dict]:
         """Encoded examples ``{"idx", "src", "tgt"}`` of a split (encoded on first use)."""
         role = self._role(split)
-        if role not in self.datasets:
-            self.datasets[role] = self._encode(role)
-        return self.datasets[role]
-
-    def _encode(self, role: str) -> list[dict]:
+        if role in self.datasets:
+            return self.datasets[role]
         src_lines, tgt_lines = self._load_raw(role)
         src_tok, tgt_tok = self._tokenizer_pair
         examples, too_long = [], 0
@@ -212,15 +207,14 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
                             "--data.max_len or check the data")
         if not examples:     # an evaluation of nothing would end "successfully" with no metric
             raise DataError(f"nothing to evaluate: {self._split_line(role)}")
+        self.datasets[role] = examples
         return examples
 
     def _split_line(self, role: str) -> str:
         """One line saying what a split holds and what was dropped (the log line per split)."""
         stats, dropped, split = self.stats[role], self.dropped[role], self.split_names[role]
-        if self.task == FILES_TASK:
-            where = os.path.join(self.data_dir, f"{split}.{{{self.src_lang},{self.tgt_lang}}}")
-        else:
-            where = f"task {self.task}"
+        where = (os.path.join(self.data_dir, f"{split}.{{{self.src_lang},{self.tgt_lang}}}")
+                 if self.task == FILES_TASK else f"task {self.task}")
         if role != "train":
             empty = sum(not (s.strip() and t.strip()) for s, t in zip(*self._load_raw(role)))
             return (f"{role} split {split!r} ({where}): {stats['pairs']} pairs, all kept "
@@ -271,8 +265,8 @@ class TranslationDataModule(SplitLoaders, L.LightningDataModule):
         one_length = train and self.pad_to_lengths is not None
         if one_length:   # each example counted at the length its batch will have (collate's pad_to)
             lengths = [fit_length(n, self.pad_to_lengths) for n in lengths]
-        sampler = TokenBatchSampler(lengths, self.max_tokens, shuffle=train, seed=self.data_seed,
-                                    num_replicas=world_size, rank=rank, pad_to_equal=True,
+        sampler = TokenBatchSampler(lengths, self.max_tokens, shuffle=train,
+                                    seed=self.hparams.data_seed, num_replicas=world_size, rank=rank,
                                     mark_padding=not train, one_length=one_length)
         if self.trainer is not None:
             # The batch count varies a little between epochs and Lightning reads len() only when

@@ -73,8 +73,7 @@ class TrainingBudget(Callback):
         return [name for name, value in self.asked.items() if self._used(name, trainer) >= value]
 
     def _stop_if_reached(self, trainer: Trainer) -> None:
-        reached = self._reached(trainer)
-        if reached:
+        if reached := self._reached(trainer):
             self.stopped_by = f"budget.{reached[0]}"
             trainer.should_stop = True
 

@@ -79,8 +79,7 @@ def map_tensors(value: Any, fn) -> Any:
         return fn(value)
     if isinstance(value, dict):
         new = copy.copy(value)
-        for key, item in value.items():
-            new[key] = map_tensors(item, fn)
+        new.update((key, map_tensors(item, fn)) for key, item in value.items())
         return new
     if isinstance(value, list):
         return [map_tensors(item, fn) for item in value]
@@ -161,10 +160,14 @@ class _Writer:
         self._kept(self.file.flush)
 
 
-def save_atomically(checkpoint: dict, path: Path) -> None:
-    """torch.save straight into a file beside ``path``, then renamed over it: a reader, or a kill,
-    finds the old file or the new one, never a part of one. (Lightning's save first builds the
-    whole file in memory, a copy of the checkpoint, twice an epoch.)"""
+def _write(checkpoint: dict, path: Path, landed: tuple = ()) -> None:
+    """``checkpoint`` and its checksum, torch.saved straight into a file beside ``path`` once the
+    snapshot's transfers from the device (``landed``) are done, then renamed over it: a reader, or
+    a kill, finds the old file or the new one, never a part of one. (Lightning's save first builds
+    the whole file in memory, a copy of the checkpoint, twice an epoch.)"""
+    for event in landed:
+        event.synchronize()
+    checkpoint = {**checkpoint, CHECKSUM_KEY: content_checksum(checkpoint)}
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.partial")
     try:
@@ -186,12 +189,6 @@ def _off_cpu(checkpoint: dict) -> bool:
     found = []
     map_tensors(checkpoint, lambda t: found.append(t.device.type != "cpu") or t)
     return any(found)
-
-
-def _write(checkpoint: dict, path: Path, landed: tuple = ()) -> None:
-    for event in landed:   # the snapshot's transfers from the device
-        event.synchronize()
-    save_atomically({**checkpoint, CHECKSUM_KEY: content_checksum(checkpoint)}, path)
 
 
 class ChecksummedCheckpointIO(TorchCheckpointIO):

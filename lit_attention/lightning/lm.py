@@ -122,8 +122,7 @@ class LanguageModelModule(SequenceModule):
 
     def _arch_options(self) -> dict:
         """The model constructor's arguments: the family's options."""
-        h = self.hparams
-        return {k: h[k] for k in LM[h.family].options}
+        return {k: self.hparams[k] for k in LM[self.hparams.family].options}
 
     def configure_model(self) -> None:
         if self.net is not None:

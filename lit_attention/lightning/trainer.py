@@ -111,8 +111,7 @@ def refuse_trainer_values(trainer) -> None:
         if is_number(value) and not passes(value):
             raise ConfigError(f"invalid value for trainer.{key}: {value}: it must be {rule}")
     accelerator = trainer.get("accelerator")
-    why = accelerator_unusable(accelerator) if isinstance(accelerator, str) else None
-    if why:
+    if isinstance(accelerator, str) and (why := accelerator_unusable(accelerator)):
         raise ConfigError(f"invalid value for trainer.accelerator: {accelerator}: {why}")
 
 
