@@ -210,10 +210,21 @@ class HeadScoring(NamedTuple):
     scores: Callable[..., torch.Tensor]         # (attn, q, k, relative) -> explicit scores [B, H, T, S]
 
 
-# The scorings of registry.TRANSFORMER_SCORING (see the module docstring).
-_AS_IS = lambda attn, q: q                                               # noqa: E731
-SCALED_DOT_HEADS = HeadScoring((), _AS_IS, None, lambda attn, q, k, relative:
-                               _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head))
-DOT_HEADS = HeadScoring((), _AS_IS, 1.0, _dot_scores)
-GENERAL_HEADS = HeadScoring((("w", 2),), lambda attn, q: q @ attn.w, 1.0, _dot_scores)
-ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _AS_IS, None, _additive_scores)
+def _scaled_dot_scores(attn: MultiHeadAttention, q, k, relative) -> torch.Tensor:
+    return _dot_scores(attn, q, k, relative) / math.sqrt(attn.d_head)
+
+
+def _as_is(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
+    return q
+
+
+def _general_queries(attn: MultiHeadAttention, q: torch.Tensor) -> torch.Tensor:
+    return q @ attn.w                                                     # (q^T W) . k
+
+
+# The scorings of registry.TRANSFORMER_SCORING (see the module docstring). Named functions, not
+# lambdas: a DDP rank started by spawn receives the model pickled, with these in it.
+SCALED_DOT_HEADS = HeadScoring((), _as_is, None, _scaled_dot_scores)
+DOT_HEADS = HeadScoring((), _as_is, 1.0, _dot_scores)
+GENERAL_HEADS = HeadScoring((("w", 2),), _general_queries, 1.0, _dot_scores)
+ADDITIVE_HEADS = HeadScoring((("w_query", 2), ("w_key", 2), ("v", 1)), _as_is, None, _additive_scores)

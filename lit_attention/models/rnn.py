@@ -161,8 +161,9 @@ class RNNSeq2Seq(Seq2SeqModel):
         super().__init__()
         check_rnn(cell, attention, scoring, context, input_feeding, bidirectional, enc_output)
         self.attends = ATTENTION[attention].attends
-        self.wiring = implementation(ATTENTION, attention)
-        self.enc_output = implementation(ENC_OUTPUT, enc_output)
+        # the rows' names, not their implementations (which hold lambdas): the model pickles, as a
+        # DDP rank started by spawn receives it
+        self.attention, self.enc_output_kind = attention, enc_output
         # without attention: whether the decoder also reads the source context (the top layer's
         # bridged final state) at every step, besides starting from it
         self.context_at_every_step = CONTEXT[context].every_step
@@ -196,6 +197,14 @@ class RNNSeq2Seq(Seq2SeqModel):
         self.generator = nn.Linear(self.out_size, tgt_vocab_size)
         if tie_embeddings:
             self.generator.weight = self.tgt_embed.weight
+
+    @property
+    def wiring(self) -> Wiring:
+        return implementation(ATTENTION, self.attention)
+
+    @property
+    def enc_output(self) -> EncOutput:
+        return implementation(ENC_OUTPUT, self.enc_output_kind)
 
     # ---- encoder -------------------------------------------------------------------------
 

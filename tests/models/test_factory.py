@@ -1,7 +1,10 @@
 """build_seq2seq: the family's class from the registry; an option of another family or of none is refused."""
 
+import pickle
+
 import pytest
 
+from lit_attention import registry
 from lit_attention.config_check import ConfigError
 from lit_attention.models import build_seq2seq
 
@@ -27,3 +30,15 @@ def test_an_option_left_none_takes_the_constructor_default():
     net = build_seq2seq("transformer", 11, 11, d_model=16, heads=2, enc_layers=1, dec_layers=1,
                         ffn=32, norm=None)
     assert type(net).__name__ == "TransformerSeq2Seq"
+
+
+@pytest.mark.parametrize("family,options", [
+    *[("transformer", {"scoring": s}) for s in registry.TRANSFORMER_SCORING],
+    *[("rnn", {"attention": a, "scoring": "general", "enc_output": e})
+      for a in registry.ATTENTION for e in registry.ENC_OUTPUT],
+])
+def test_every_model_pickles(family, options):
+    """A DDP rank started by spawn receives the model pickled: every choice it holds must pickle."""
+    net = build_seq2seq(family, 11, 11, d_model=16, **({"heads": 2} if family == "transformer" else {}),
+                        **({"bidirectional": True} if family == "rnn" else {}), **options)
+    assert isinstance(pickle.loads(pickle.dumps(net)), type(net))
