@@ -178,7 +178,7 @@ def test_ddp_ranks_sum_their_tokens_and_stop_together(tmp_path):
     lengths = [padded_length(ex["src"], ex["tgt"]) for ex in examples]
     per_step = [0] * 100
     for rank in (0, 1):
-        sampler = TokenBatchSampler(lengths, DATA["max_tokens"], shuffle=True, seed=dm.data_seed,
+        sampler = TokenBatchSampler(lengths, DATA["max_tokens"], shuffle=True, seed=dm.hparams.data_seed,
                                     num_replicas=2, rank=rank, pad_to_equal=True)
         for step, batch in enumerate(sampler):
             per_step[step] += sum(len(examples[i]["tgt"]) + 1 for i in batch)
