@@ -164,6 +164,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         # the rows' names, not their implementations (which hold lambdas): the model pickles, as a
         # DDP rank started by spawn receives it
         self.attention, self.enc_output_kind = attention, enc_output
+        self.previous_query = self.wiring.previous_query   # read at every decoder step
         # without attention: whether the decoder also reads the source context (the top layer's
         # bridged final state) at every step, besides starting from it
         self.context_at_every_step = CONTEXT[context].every_step
@@ -245,7 +246,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         """One decoder step from embedded tokens emb [B, E]: readout [B, O], weights [B, S]
         or None, new state."""
         inputs, weights = [emb], None
-        if self.wiring.previous_query:
+        if self.previous_query:
             context, weights = self._attend(memory, state["h"][:, -1:])   # query s_{t-1}
             inputs.append(context[:, 0])
         elif self.context_at_every_step:
@@ -253,7 +254,7 @@ class RNNSeq2Seq(Seq2SeqModel):
         if self.input_feeding:
             inputs.append(state["feed"])
         out, hidden = self.decoder(torch.cat(inputs, -1).unsqueeze(1), self._hidden(state))
-        if self.wiring.previous_query:
+        if self.previous_query:
             readout = torch.tanh(self.readout(torch.cat([out[:, 0], context[:, 0], emb], -1)))
         else:
             readout, weights = self._readout(memory, out)
@@ -279,7 +280,7 @@ class RNNSeq2Seq(Seq2SeqModel):
     def decode(self, memory, tgt_in, need_weights=False, teacher_forcing=1.0):
         sampling = self.training and teacher_forcing < 1.0
         state = self.init_state(memory)
-        if not sampling and not self.wiring.previous_query and not self.input_feeding:
+        if not sampling and not self.previous_query and not self.input_feeding:
             readout, weights = self._decode_parallel(memory, state, tgt_in)
         else:
             readout, weights = self._decode_loop(memory, state, tgt_in,
