@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     total = len(driver.planned_cells(sweep)) if sweep.enumerated else sweep.n_trials
-    print(f"[{sweep.study_name}] {sweep.sampler} sampler, {sweep.pruner} pruner, {total} trials "
-          f"({len(sweep.seeds)} seed(s) each), storage {mask_url(url)}, runs in {root / sweep.study_name}",
-          flush=True)
+    print(progress.fit(f"[{sweep.study_name}] {sweep.sampler} sampler, {sweep.pruner} pruner, {total} "
+                       f"trials ({len(sweep.seeds)} seed(s) each), storage {mask_url(url)}, runs in "
+                       f"{root / sweep.study_name}"), flush=True)
     print(f"[{sweep.study_name}] {placed}", flush=True)
     try:
         study = driver.open_study(sweep, url, resume=args.resume)

@@ -40,8 +40,8 @@ from optuna.trial import TrialState
 from lit_attention.sweep import interrupts
 from lit_attention.sweep import space as sp
 from lit_attention.sweep import trial as tr
-from lit_attention.sweep.progress import (SKIPPED, counted_trials, params_of, seed_of, short_params,
-                                          trial_cell)
+from lit_attention.sweep.progress import (SKIPPED, counted_trials, fit, params_of, seed_of,
+                                          short_params, trial_cell)
 from lit_attention.sweep.schema import BASE_PARAM, Sweep, SweepError, design_changes
 from lit_attention.sweep.storage import STORAGE_ENV, make_storage, study_lock
 from lit_attention.tracking import schema
@@ -396,8 +396,8 @@ class Objective:
                             resume=earlier is not None, **self.launch)
         resumed = (f" (continuing trial {earlier.number}'s run from its last checkpoint)"
                    if earlier is not None else "")
-        print(f"[{sweep.study_name}] trial {trial.number} start: {short_params(params)} seed={seed} -> "
-              f"{run_dir}{resumed}", flush=True)
+        print(fit(f"[{sweep.study_name}] trial {trial.number} start{resumed}: {short_params(params)} "
+                  f"seed={seed} -> {run_dir}"), flush=True)
         fence.run_dir = run_dir
         try:
             out = tr.run(cmd, run_dir, sweep.objective, fence.report, trial.should_prune, fence, self.sharing)

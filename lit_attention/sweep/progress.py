@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import shlex
+import textwrap
 
 import optuna
 from optuna.trial import TrialState
@@ -12,6 +13,7 @@ from lit_attention.sweep.space import cell_key
 from lit_attention.tracking.schema import config_name
 
 SKIPPED = "skipped"  # trial user attr of a trial that ran nothing (a cell another worker took)
+WIDTH = 100          # a progress line's width; a trial's parameters continue on indented lines
 
 
 def counted_trials(study: optuna.Study) -> list:
@@ -48,22 +50,28 @@ def counts(study: optuna.Study) -> dict:
 
 
 def short_params(params: dict) -> str:
-    """`family=rnn cell=gru` for {"model.family": "rnn", "model.cell": "gru", "seed": 0}."""
-    return " ".join(f"{config_name(k).rpartition('.')[2]}={v}" for k, v in params.items()
-                    if k != "seed")
+    """`family=rnn lr=0.001962` for {"model.family": "rnn", "model.lr": 0.0019634..., "seed": 0}."""
+    return " ".join(f"{config_name(k).rpartition('.')[2]}={f'{v:.4g}' if isinstance(v, float) else v}"
+                    for k, v in params.items() if k != "seed")
+
+
+def fit(line: str) -> str:
+    """`line` within WIDTH characters, broken at spaces onto indented lines."""
+    return textwrap.fill(line, WIDTH, subsequent_indent="    ", break_long_words=False,
+                         break_on_hyphens=False)
 
 
 def progress_line(study: optuna.Study, metric: str, total: int | None = None) -> str:
+    """`[study] 13/24 done | 1 running | 0 failed | best val_bleu=27.86 (trial 13)`: trials pruned,
+    waiting and re-queued (`counts`: stopped, to continue) only where there are some."""
     c = counts(study)
-    finished = c["complete"] + c["pruned"]
-    line = (f"[{study.study_name}] {finished}{'/' + str(total) if total else ''} done "
-            f"({c['pruned']} pruned) | {c['running']} running | {c['waiting']} waiting | {c['failed']} failed")
-    if c["requeued"]:
-        line += f" ({c['requeued']} stopped and queued again)"
+    parts = [f"[{study.study_name}] {c['complete'] + c['pruned']}{'/' + str(total) if total else ''} done"]
+    parts += [f"{c[k]} {k.replace('requeued', 're-queued')}"
+              for k in ("pruned", "running", "waiting", "failed", "requeued") if c[k] or k == "failed"]
     with contextlib.suppress(ValueError):   # no trial has completed yet
         b = study.best_trial
-        line += f" | best {metric}={b.value:.4g} (trial {b.number}: {short_params(b.params)} seed={seed_of(b)})"
-    return line
+        parts.append(f"best {metric}={b.value:.4g} (trial {b.number})")
+    return fit(" | ".join(parts))
 
 
 def trial_list(sweep, cells: list[dict], commands: list[list[str]]) -> str:
