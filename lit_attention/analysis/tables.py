@@ -101,11 +101,12 @@ def key_label(key) -> str:
 
 
 def label(value) -> str:
-    """A configuration value as a table label: 4.0 -> '4', NaN -> '–'."""
+    """A configuration value as a table label: 4.0 -> '4', NaN -> '–', a sampled float to 6
+    significant digits (0.0019634882601995383 -> '0.00196349')."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
     return str(value)
 
 

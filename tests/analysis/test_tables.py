@@ -411,3 +411,11 @@ def test_the_report_prints_the_view_then_one_line_naming_the_files(tmp_path, mon
                                                                           "transformer–"]
     assert printed[-1] == "in report: table.md (full table, caption), table.csv, table.tex, excluded.csv"
     assert "| Family      | Attention   | Scoring    | BLEU ↑ " in (tmp_path / "report" / "table.md").read_text()
+
+
+def test_a_sampled_float_is_labelled_to_6_significant_digits():
+    """A TPE study's learning rates and dropouts as row labels: short, and still told apart."""
+    assert tables.label(0.0019634882601995383) == "0.00196349"
+    assert tables.label(0.0019579673857690575) == "0.00195797"
+    assert [tables.label(v) for v in (4.0, 0.01, 3e-4, float("nan"), None, "gru")] == \
+        ["4", "0.01", "0.0003", "–", "–", "gru"]
