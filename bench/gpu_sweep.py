@@ -2,7 +2,7 @@
 to one trial alone), and the wall time of a reference sweep with its trials packed on that GPU.
 
 Packed trials: N `lit-attention fit` processes of the reference Transformer
-(configs/reference/multi30k-transformer.yaml, fp32, 4,096-token batches) started at once on the
+(configs/reference/multi30k-transformer.yaml, fp32, its 2,048-token batches) started at once on the
 first visible GPU, each --steps optimizer steps without validation, with the threads a sweep gives
 them (cores / N). Aggregate = their target tokens / the span from the first training start to the
 last training end (from their run stores). Reference sweep: `lit-attention sweep --test` of
